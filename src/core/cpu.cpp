@@ -1,0 +1,105 @@
+#include "core/cpu.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace ridge {
+namespace {
+
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & bit_OSXSAVE;
+  const bool avx = c & bit_AVX;
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = xgetbv0();
+  const bool ymm_os = (xcr0 & 0x6) == 0x6;
+  const bool zmm_os = (xcr0 & 0xe6) == 0xe6;
+  f.fma = (c & bit_FMA) && ymm_os;
+  f.f16c = (c & bit_F16C) && ymm_os;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = (b & bit_AVX2) && ymm_os;
+  f.avx512f = (b & bit_AVX512F) && zmm_os;
+  f.avx512bw = (b & bit_AVX512BW) && zmm_os;
+  f.avx512vl = (b & bit_AVX512VL) && zmm_os;
+  f.avx512dq = (b & bit_AVX512DQ) && zmm_os;
+  f.avx512vnni = (c & bit_AVX512VNNI) && zmm_os;
+  __cpuid_count(7, 1, a, b, c, d);
+  f.avx512bf16 = (a & (1u << 5)) && zmm_os;
+  f.avxvnni = (a & (1u << 4)) && ymm_os;
+  return f;
+}
+
+Isa detect_best() {
+  const auto& f = cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c)
+    return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa from_env() {
+  const Isa best = best_isa();
+  const char* e = std::getenv("RIDGE_ISA");
+  if (!e || !*e) return best;
+  const std::string s(e);
+  Isa want;
+  if (s == "scalar") want = Isa::Scalar;
+  else if (s == "avx2") want = Isa::Avx2;
+  else if (s == "avx512") want = Isa::Avx512;
+  else fail("RIDGE_ISA={} is not one of scalar, avx2, avx512", s);
+  if (int(want) > int(best))
+    fail("RIDGE_ISA={} but this CPU supports at most {}", s, isa_name(best));
+  return want;
+}
+
+std::atomic<int> g_isa{-1};
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+Isa best_isa() {
+  static const Isa b = detect_best();
+  return b;
+}
+
+Isa active_isa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = int(from_env());
+    g_isa.store(v, std::memory_order_relaxed);
+  }
+  return Isa(v);
+}
+
+void set_isa(Isa isa) {
+  g_isa.store(int(isa) > int(best_isa()) ? int(best_isa()) : int(isa));
+}
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace ridge

@@ -1,0 +1,36 @@
+// Tensor element types. The numeric values are GGUF's (ggml_type) so that a type read
+// from a file maps directly; block_size x type_size describe GGUF's on-disk layout.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ridge {
+
+enum class DType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+};
+
+struct DTypeInfo {
+  std::string_view name;
+  int64_t block_size;  // elements per block
+  int64_t type_size;   // bytes per block
+  bool supported;      // ridge can compute with it (dequantize + dot)
+};
+
+// nullopt for a value GGUF does not define (or one ridge does not know).
+std::optional<DTypeInfo> dtype_info(uint32_t raw);
+const DTypeInfo& dtype_info(DType t);
+inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+std::optional<DType> dtype_from_name(std::string_view name);  // "q8_0", "f16", ...
+
+// Bytes of a row of n elements; n must be a multiple of the block size.
+inline int64_t row_bytes(DType t, int64_t n) {
+  const auto& i = dtype_info(t);
+  return n / i.block_size * i.type_size;
+}
+
+}  // namespace ridge
