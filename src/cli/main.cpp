@@ -1,2 +1,60 @@
+// ridge: an LLM inference engine. Dispatches to the subcommands; every user error ends
+// in a one-line message and exit code 1, never a crash.
 #include <cstdio>
-int main() { std::puts("ridge"); return 0; }
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+const char* kUsage = R"(usage: ridge COMMAND [options]
+
+commands:
+  generate    -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--seed S] [--ignore-eos]
+              [-f PROMPTS_FILE] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
+              [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty P]
+              [--kv-type f16|bf16|f32] [--block-size N] [-b BATCH_TOKENS] [--no-bos]
+              [--dump-json FILE]
+  mkmodel     --arch llama|qwen2|qwen3 --preset NAME --dtype f32|f16|bf16|q8_0|q4_0
+              [--seed S] [--vocab VOCAB.gguf] [--layers N] -o OUT.gguf
+              presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
+  quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [-t THREADS]
+  perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t THREADS]
+  info        -m MODEL        print metadata and tensors
+
+The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
+RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 1 : 0;
+  }
+  const std::string cmd = argv[1];
+  ridge::cli::Args args(std::vector<std::string>(argv + 2, argv + argc));
+  try {
+    if (cmd == "generate") return ridge::cli::cmd_generate(args);
+    if (cmd == "mkmodel") return ridge::cli::cmd_mkmodel(args);
+    if (cmd == "quantize") return ridge::cli::cmd_quantize(args);
+    if (cmd == "perplexity") return ridge::cli::cmd_perplexity(args);
+    if (cmd == "info") return ridge::cli::cmd_info(args);
+    std::fprintf(stderr, "ridge: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+    return 1;
+  } catch (const ridge::Error& e) {
+    std::fprintf(stderr, "ridge %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ridge %s: error: out of memory\n", cmd.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ridge %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,79 @@
+#include "cli/args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ridge::cli {
+
+std::optional<std::string> Args::str(std::initializer_list<std::string_view> names) {
+  std::optional<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    for (auto n : names) {
+      const std::string& s = a_[i];
+      if (s == n) {
+        if (i + 1 >= a_.size()) fail("option {} needs a value", n);
+        used_[i] = used_[i + 1] = true;
+        out = a_[i + 1];
+        ++i;
+        break;
+      }
+      if (s.size() > n.size() + 1 && s.compare(0, n.size(), n) == 0 && s[n.size()] == '=') {
+        used_[i] = true;
+        out = s.substr(n.size() + 1);
+        break;
+      }
+    }
+  }
+  return out;  // the last occurrence wins, as in most tools
+}
+
+bool Args::flag(std::initializer_list<std::string_view> names) {
+  bool found = false;
+  for (size_t i = 0; i < a_.size(); ++i)
+    for (auto n : names)
+      if (!used_[i] && a_[i] == n) used_[i] = found = true;
+  return found;
+}
+
+int64_t Args::integer(std::initializer_list<std::string_view> names, int64_t dflt, int64_t lo, int64_t hi) {
+  auto s = str(names);
+  if (!s) return dflt;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s->c_str(), &end, 10);
+  if (s->empty() || *end || errno) fail("option {} expects an integer, got '{}'", *names.begin(), *s);
+  if (v < lo || v > hi) fail("option {} = {} is out of range [{}, {}]", *names.begin(), v, lo, hi);
+  return v;
+}
+
+double Args::number(std::initializer_list<std::string_view> names, double dflt, double lo, double hi) {
+  auto s = str(names);
+  if (!s) return dflt;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s->c_str(), &end);
+  if (s->empty() || *end || errno || !std::isfinite(v)) fail("option {} expects a number, got '{}'", *names.begin(), *s);
+  if (v < lo || v > hi) fail("option {} = {} is out of range [{}, {}]", *names.begin(), v, lo, hi);
+  return v;
+}
+
+std::vector<std::string> Args::positional() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i)
+    if (!used_[i] && (a_[i].empty() || a_[i][0] != '-')) {
+      used_[i] = true;
+      out.push_back(a_[i]);
+    }
+  return out;
+}
+
+void Args::finish() const {
+  for (size_t i = 0; i < a_.size(); ++i)
+    if (!used_[i]) fail("unknown or misplaced argument '{}' (see ridge --help)", a_[i]);
+}
+
+}  // namespace ridge::cli

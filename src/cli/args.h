@@ -1,0 +1,36 @@
+// Minimal command-line parsing with errors a user can act on: every flag is declared by
+// the command that reads it, values are range-checked, and anything left over (a typo,
+// a flag of another command) is an error naming it.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ridge::cli {
+
+class Args {
+ public:
+  Args(std::vector<std::string> argv) : a_(std::move(argv)), used_(a_.size(), false) {}
+
+  // --name VALUE, --name=VALUE, or -n VALUE for any of the names.
+  std::optional<std::string> str(std::initializer_list<std::string_view> names);
+  std::string str(std::initializer_list<std::string_view> names, std::string dflt) {
+    return str(names).value_or(std::move(dflt));
+  }
+  bool flag(std::initializer_list<std::string_view> names);
+  int64_t integer(std::initializer_list<std::string_view> names, int64_t dflt, int64_t lo, int64_t hi);
+  double number(std::initializer_list<std::string_view> names, double dflt, double lo, double hi);
+  // Arguments not starting with '-' (in order), consumed.
+  std::vector<std::string> positional();
+  // Throws for anything not consumed.
+  void finish() const;
+
+ private:
+  std::vector<std::string> a_;
+  std::vector<bool> used_;
+};
+
+}  // namespace ridge::cli

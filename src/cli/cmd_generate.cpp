@@ -1,0 +1,146 @@
+// ridge generate: stream a continuation of one prompt (or of every line of a file, all
+// in one batch) to stdout; timings and memory on stderr.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "engine/generator.h"
+#include "model/model.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::cli {
+namespace {
+
+void write_ids(FILE* f, const std::vector<int32_t>& v) {
+  std::fputc('[', f);
+  for (size_t i = 0; i < v.size(); ++i) std::fprintf(f, "%s%d", i ? "," : "", v[i]);
+  std::fputc(']', f);
+}
+
+void dump_json(const std::string& path, const std::vector<GenRequest>& reqs, const std::vector<GenResult>& res) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!f) fail("cannot write {}", path);
+  const bool many = reqs.size() > 1;
+  if (many) std::fputc('[', f.get());
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    std::fprintf(f.get(), "%s{\"prompt_ids\":", r ? "," : "");
+    write_ids(f.get(), reqs[r].prompt);
+    std::fputs(",\"ids\":", f.get());
+    write_ids(f.get(), res[r].tokens);
+    std::fputs(",\"margins\":[", f.get());
+    for (size_t i = 0; i < res[r].margins.size(); ++i) {
+      const float m = res[r].margins[i];
+      if (std::isfinite(m)) std::fprintf(f.get(), "%s%.9g", i ? "," : "", double(m));
+      else std::fprintf(f.get(), "%snull", i ? "," : "");
+    }
+    std::fprintf(f.get(), "],\"finish_reason\":\"%s\"}", res[r].finish_reason.c_str());
+  }
+  if (many) std::fputc(']', f.get());
+  std::fputc('\n', f.get());
+}
+
+}  // namespace
+
+int cmd_generate(Args& a) {
+  const std::string path = resolve_model(a);
+  auto prompt = a.str({"-p", "--prompt"});
+  auto file = a.str({"-f", "--file"});
+  const int32_t n_predict = int32_t(a.integer({"-n", "--n-predict"}, 128, 0, 1 << 24));
+  const bool ignore_eos = a.flag({"--ignore-eos"});
+  const bool no_bos = a.flag({"--no-bos"});
+  const auto dump = a.str({"--dump-json"});
+  GenOptions opt = gen_options(a);
+  bool seed_given = false;
+  SamplingParams sp = sampling_params(a, &seed_given);
+  a.finish();
+  if (prompt && file) fail("give either -p PROMPT or -f FILE, not both");
+
+  std::vector<std::string> prompts;
+  if (file) {
+    std::ifstream in(*file);
+    if (!in) fail("cannot read prompts file {}", *file);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) prompts.push_back(line);
+    if (prompts.empty()) fail("prompts file {} has no non-empty line", *file);
+  } else {
+    prompts.push_back(prompt.value_or("Once upon a time"));
+  }
+
+  auto model = Model::load(path);
+  auto tok = Tokenizer::from_gguf(model->file());
+  const HParams& h = model->hparams();
+  if (tok->n_vocab() != h.n_vocab)
+    fail("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path, tok->n_vocab(), h.n_vocab);
+
+  std::vector<GenRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenRequest r;
+    r.prompt = tok->encode(prompts[i], !no_bos);
+    if (r.prompt.empty()) fail("prompt {} encodes to no tokens (and --no-bos was given)", i);
+    r.max_tokens = n_predict;
+    r.sampling = sp;
+    r.sampling.seed = sp.seed + i;  // each sequence its own stream
+    r.ignore_eos = ignore_eos;
+    reqs.push_back(std::move(r));
+    if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train)
+      std::fprintf(stderr, "warning: prompt %zu (%zu tokens) + %d new tokens exceeds the model's training context (%d)\n",
+                   i, reqs.back().prompt.size(), n_predict, h.n_ctx_train);
+  }
+  if (!seed_given && sp.temperature > 0) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sp.seed);
+
+  Generator gen(*model, tok.get(), opt);
+  const bool stream = reqs.size() == 1;
+  StreamDecoder sd(*tok, /*strip_leading_space=*/false);  // continues the prompt's text
+  if (stream) {
+    std::fputs(prompts[0].c_str(), stdout);
+    std::fflush(stdout);
+  }
+  auto results = gen.run(reqs, [&](size_t, int32_t id) {
+    if (!stream) return;
+    const std::string s = sd.push(id);
+    if (!s.empty()) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    }
+  });
+  if (stream) {
+    const std::string rest = sd.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    for (size_t i = 0; i < results.size(); ++i) {
+      StreamDecoder d(*tok, /*strip_leading_space=*/false);
+      std::string text;
+      for (int32_t id : results[i].tokens) text += d.push(id);
+      text += d.flush();
+      std::printf("=== %zu: %s\n%s%s\n", i, results[i].finish_reason.c_str(), prompts[i].c_str(), text.c_str());
+    }
+  }
+  std::fflush(stdout);
+  if (dump) dump_json(*dump, reqs, results);
+
+  const GenStats& st = gen.stats();
+  double ttft = 0;
+  for (const auto& r : results) ttft += r.ttft_s;
+  ttft /= double(results.size());
+  std::fprintf(stderr,
+               "\nmodel: %s (%s, %.1f MiB of weights), threads %d, kv %s\n"
+               "prompt tokens: %lld, generated tokens: %lld\n"
+               "prefill: %.2f tok/s (%.3f s)\n"
+               "decode: %.2f tok/s (%lld tokens in %.3f s)\n"
+               "time to first token: %.3f s\n"
+               "peak RSS: %.1f MiB\n",
+               path.c_str(), h.arch.c_str(), double(model->weight_bytes()) / 1048576.0, gen.pool().size(),
+               std::string(dtype_name(opt.kv_dtype)).c_str(), (long long)st.prompt_tokens,
+               (long long)st.generated_tokens, st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
+               st.prefill_s, st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0.0,
+               (long long)st.decode_tokens, st.decode_s, ttft, peak_rss_mib());
+  return 0;
+}
+
+}  // namespace ridge::cli

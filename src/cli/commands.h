@@ -1,0 +1,14 @@
+// The subcommands of the ridge binary. Each parses its own flags from Args and returns
+// the process exit code; a ridge::Error thrown out of one is printed by main.
+#pragma once
+#include "cli/args.h"
+
+namespace ridge::cli {
+
+int cmd_generate(Args& a);
+int cmd_mkmodel(Args& a);
+int cmd_quantize(Args& a);
+int cmd_perplexity(Args& a);
+int cmd_info(Args& a);
+
+}  // namespace ridge::cli

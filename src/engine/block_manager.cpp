@@ -1,0 +1,53 @@
+#include "engine/block_manager.h"
+
+#include "core/error.h"
+
+namespace ridge {
+
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(block_size) {
+  RIDGE_CHECK(n_blocks > 0 && block_size > 0, "block manager needs blocks ({}) and a block size ({})", n_blocks, block_size);
+  ref_.assign(size_t(n_blocks), 0);
+  free_.reserve(size_t(n_blocks));
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+bool BlockManager::reserve(std::vector<int32_t>& table, int64_t n_tokens) {
+  const int64_t need = blocks_for(n_tokens) - int64_t(table.size());
+  if (need <= 0) return true;
+  if (need > int64_t(free_.size())) return false;
+  for (int64_t i = 0; i < need; ++i) {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    ref_[size_t(b)] = 1;
+    table.push_back(b);
+  }
+  return true;
+}
+
+void BlockManager::retain(int32_t block) {
+  RIDGE_ASSERT(ref_[size_t(block)] > 0);
+  ++ref_[size_t(block)];
+}
+
+void BlockManager::release(std::vector<int32_t>& table) {
+  for (int32_t b : table) {
+    RIDGE_ASSERT(ref_[size_t(b)] > 0);
+    if (--ref_[size_t(b)] == 0) free_.push_back(b);
+  }
+  table.clear();
+}
+
+void BlockManager::check_invariants() const {
+  std::vector<char> is_free(ref_.size(), 0);
+  for (int32_t b : free_) {
+    RIDGE_CHECK(b >= 0 && size_t(b) < ref_.size() && !is_free[size_t(b)], "block {} is on the free list twice", b);
+    is_free[size_t(b)] = 1;
+    RIDGE_CHECK(ref_[size_t(b)] == 0, "free block {} has ref count {}", b, ref_[size_t(b)]);
+  }
+  for (size_t b = 0; b < ref_.size(); ++b) {
+    RIDGE_CHECK(ref_[b] >= 0, "block {} has negative ref count", b);
+    RIDGE_CHECK(is_free[b] || ref_[b] > 0, "block {} is neither free nor referenced (leaked)", b);
+  }
+}
+
+}  // namespace ridge

@@ -1,0 +1,76 @@
+// Runs a set of requests to completion on one model: every step packs a decode token for
+// each sequence past its prompt plus prompt chunks under a token budget into one batch,
+// runs the forward pass through the paged KV cache and samples. This is the path
+// `generate` uses for one prompt and the tests use for many; the engine issue's
+// scheduler (preemption, prefix cache, admission) replaces the packing policy, not it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/threadpool.h"
+#include "engine/block_manager.h"
+#include "engine/sampler.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace ridge {
+
+class Tokenizer;
+
+struct GenOptions {
+  int threads = 0;                  // 0: all cores
+  DType kv_dtype = DType::F16;
+  int32_t block_size = 16;
+  int32_t max_batch_tokens = 512;   // tokens per forward pass (prompt chunks + decodes)
+  int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0: enough for every request
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;      // token ids, BOS included when wanted
+  int32_t max_tokens = 64;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  bool capture_logits = false;      // keep every step's logits (tests)
+};
+
+struct GenResult {
+  std::vector<int32_t> tokens;      // generated ids
+  std::vector<float> margins;       // top-2 logit margin of each step
+  std::vector<float> logits;        // [tokens][n_vocab] when captured
+  std::string finish_reason;        // "stop" (EOS) or "length"
+  double ttft_s = 0;                // from run() start to the first token
+};
+
+struct GenStats {
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  double prefill_s = 0;             // steps that carried prompt tokens
+  double decode_s = 0;              // steps with decodes only
+  int64_t decode_tokens = 0;        // tokens produced by decode-only steps
+  int64_t steps = 0;
+};
+
+class Generator {
+ public:
+  Generator(const Model& model, const Tokenizer* tok, const GenOptions& opt);
+  ~Generator();
+
+  using OnToken = std::function<void(size_t request, int32_t token)>;
+  std::vector<GenResult> run(const std::vector<GenRequest>& reqs, const OnToken& on_token = {});
+
+  const GenStats& stats() const { return stats_; }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  const Model& model_;
+  const Tokenizer* tok_;
+  GenOptions opt_;
+  ThreadPool pool_;
+  GenStats stats_;
+};
+
+}  // namespace ridge

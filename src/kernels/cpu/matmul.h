@@ -1,0 +1,36 @@
+// y = x · W^T for a weight matrix in any supported GGUF format.
+//   W: [n_out rows][k] in its stored format (row stride = row_bytes(type, k))
+//   x: [m][k] f32, y: [m][n_out] f32 (row stride ldy)
+// Activation rows are first converted to the form the weight's dot consumes (f32 or
+// 8-bit blocks), then every output element is one dot of a weight row with an activation
+// row. Work is split over output rows only, so a value never depends on m, on the thread
+// count, or on which thread ran it (the batch-invariance contract).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/threadpool.h"
+
+namespace ridge::kernels {
+
+struct WeightView {
+  DType type = DType::F32;
+  int64_t k = 0;       // row length (input features)
+  int64_t n_out = 0;   // rows (output features)
+  const uint8_t* data = nullptr;
+};
+
+class Matmul {
+ public:
+  // Reuses its activation scratch across calls (one per forward pass).
+  void run(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy);
+  void run(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
+    run(pool, w, x, m, y, w.n_out);
+  }
+
+ private:
+  std::vector<uint8_t> act_;  // [m][act_row_bytes]
+};
+
+}  // namespace ridge::kernels

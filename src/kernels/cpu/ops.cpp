@@ -1,0 +1,60 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+
+namespace ridge::kernels {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  // Sum in double: one rounding for the whole row, and the reference test can be tight.
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+  if (w)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+}
+
+void rope_cache(const RopeParams& p, int32_t pos, float* cs) {
+  // theta_i = pos * base^(-2i/d) / factor_i, computed directly in double (no running
+  // product, whose rounding would drift with i).
+  const int32_t half = p.rope_dim / 2;
+  for (int32_t i = 0; i < half; ++i) {
+    double theta = double(pos) * double(p.freq_scale) * std::pow(double(p.freq_base), -2.0 * i / p.rope_dim);
+    if (p.freq_factors) theta /= double(p.freq_factors[i]);
+    cs[2 * i] = float(std::cos(theta));
+    cs[2 * i + 1] = float(std::sin(theta));
+  }
+}
+
+void rope_apply(const RopeParams& p, const float* cs, float* x) {
+  const int32_t half = p.rope_dim / 2;
+  if (p.neox) {
+    for (int32_t i = 0; i < half; ++i) {
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float a = x[i], b = x[i + half];
+      x[i] = a * c - b * s;
+      x[i + half] = a * s + b * c;
+    }
+  } else {
+    for (int32_t i = 0; i < half; ++i) {
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * c - b * s;
+      x[2 * i + 1] = a * s + b * c;
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace ridge::kernels

@@ -1,0 +1,37 @@
+// Small row-wise ops of the forward pass (norms, RoPE, activations, embedding gather).
+// They move a few KB per token and are far from any roofline ceiling; plain loops that
+// the compiler vectorizes on the baseline ISA are enough. Each row is computed alone,
+// so a row's result never depends on the batch around it.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+
+namespace ridge::kernels {
+
+// y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]   (w may be null: no scale)
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotary embedding of one head vector x[head_dim] at position pos, first rope_dim dims.
+// neox=false rotates adjacent pairs (x[2i], x[2i+1]) as Llama does; neox=true rotates
+// halves (x[i], x[i+rope_dim/2]) as Qwen2/3 (GPT-NeoX) do. freq_factors (Llama 3.1
+// rope_freqs) divide each pair's frequency; may be null.
+struct RopeParams {
+  int32_t rope_dim = 0;
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;  // linear position scaling (1 = none)
+  bool neox = false;
+  const float* freq_factors = nullptr;  // [rope_dim/2]
+};
+// cs[rope_dim]: interleaved (cos, sin) per pair, for one position.
+void rope_cache(const RopeParams& p, int32_t pos, float* cs);
+void rope_apply(const RopeParams& p, const float* cs, float* x);
+
+// out[n] = silu(gate[n]) * up[n]
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// x[n] += y[n]
+void add_inplace(float* x, const float* y, int64_t n);
+
+}  // namespace ridge::kernels

@@ -1,0 +1,166 @@
+#include "model/forward.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
+#include "quant/quant.h"
+
+namespace ridge {
+
+Forward::Forward(const Model& model, KVCache& kv, ThreadPool& pool)
+    : m_(model), h_(model.hparams()), kv_(kv), pool_(pool) {
+  const KVLayout& l = kv.layout();
+  RIDGE_CHECK(l.n_layer == h_.n_layer && l.n_kv_head == h_.n_head_kv && l.head_dim_k == h_.head_dim_k &&
+                  l.head_dim_v == h_.head_dim_v,
+              "KV cache layout does not match the model");
+  rope_.rope_dim = h_.rope_dim;
+  rope_.freq_base = h_.rope_freq_base;
+  rope_.freq_scale = h_.rope_freq_scale;
+  rope_.neox = model.arch().rope_neox;
+  rope_.freq_factors = model.weights().rope_freqs.empty() ? nullptr : model.weights().rope_freqs.data();
+}
+
+void Forward::validate(const Batch& b) const {
+  const KVLayout& l = kv_.layout();
+  int64_t total = 0;
+  for (const auto& s : b.seqs) {
+    RIDGE_CHECK(s.n_tokens > 0 && s.pos0 >= 0, "batch: a sequence slice needs tokens and a position >= 0");
+    const int64_t need = (int64_t(s.pos0) + s.n_tokens + l.block_size - 1) / l.block_size;
+    RIDGE_CHECK(int64_t(s.block_table.size()) >= need, "batch: block table has {} blocks, positions up to {} need {}",
+                s.block_table.size(), s.pos0 + s.n_tokens, need);
+    for (int64_t i = 0; i < need; ++i)
+      RIDGE_CHECK(s.block_table[size_t(i)] >= 0 && s.block_table[size_t(i)] < l.n_blocks, "batch: block id {} out of range",
+                  s.block_table[size_t(i)]);
+    total += s.n_tokens;
+  }
+  RIDGE_CHECK(total == int64_t(b.tokens.size()), "batch: {} tokens but the slices count {}", b.tokens.size(), total);
+  for (int32_t t : b.tokens) RIDGE_CHECK(t >= 0 && t < h_.n_vocab, "token id {} is out of range (vocabulary {})", t, h_.n_vocab);
+}
+
+std::span<const float> Forward::run(const Batch& b) {
+  validate(b);
+  const Weights& w = m_.weights();
+  const int64_t T = T_ = int64_t(b.tokens.size());
+  const int64_t E = h_.n_embd;
+
+  tok_seq_.resize(size_t(T));
+  tok_pos_.resize(size_t(T));
+  rope_cs_.resize(size_t(T * h_.rope_dim));
+  for (int64_t t = 0, s = 0; s < int64_t(b.seqs.size()); ++s)
+    for (int32_t j = 0; j < b.seqs[size_t(s)].n_tokens; ++j, ++t) {
+      tok_seq_[size_t(t)] = int32_t(s);
+      tok_pos_[size_t(t)] = b.seqs[size_t(s)].pos0 + j;
+      kernels::rope_cache(rope_, tok_pos_[size_t(t)], rope_cs_.data() + t * h_.rope_dim);
+    }
+
+  x_.resize(size_t(T * E));
+  const int64_t erow = row_bytes(w.tok_embd.type, E);
+  pool_.parallel_for(T, 16, [&](int64_t lo, int64_t hi, int) {
+    for (int64_t t = lo; t < hi; ++t)
+      quant::dequantize_row(w.tok_embd.type, w.tok_embd.data + b.tokens[size_t(t)] * erow, x_.data() + t * E, E);
+  });
+
+  for (int32_t il = 0; il < h_.n_layer; ++il) {
+    attention_block(il, b);
+    ffn_block(il);
+  }
+
+  // Final norm on the rows that need logits only (the head is the largest matmul).
+  const int64_t rows = b.n_logit_rows();
+  result_norm_.resize(size_t(rows * E));
+  int64_t r = 0, t0 = 0;
+  for (const auto& s : b.seqs) {
+    for (int32_t j = s.n_tokens - Batch::logit_rows(s); j < s.n_tokens; ++j, ++r)
+      kernels::rms_norm(x_.data() + (t0 + j) * E, w.output_norm.data(), result_norm_.data() + r * E, E, h_.rms_eps);
+    t0 += s.n_tokens;
+  }
+  logits_.resize(size_t(rows * h_.n_vocab));
+  mm_.run(pool_, w.output, result_norm_.data(), rows, logits_.data());
+  return logits_;
+}
+
+void Forward::attention_block(int32_t il, const Batch& b) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd;
+  const int32_t dk = h_.head_dim_k, dv = h_.head_dim_v, nh = h_.n_head, nkv = h_.n_head_kv;
+  const int64_t nq = h_.n_q(), nk = h_.n_kv_k(), nv = h_.n_kv_v();
+
+  attn_norm_.resize(size_t(T * E));
+  for (int64_t t = 0; t < T; ++t)
+    kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps);
+
+  q_.resize(size_t(T * nq));
+  k_.resize(size_t(T * nk));
+  v_.resize(size_t(T * nv));
+  mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
+  mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
+  mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
+
+  const KVLayout& kl = kv_.layout();
+  for (int64_t t = 0; t < T; ++t) {
+    float* q = q_.data() + t * nq;
+    float* k = k_.data() + t * nk;
+    float* v = v_.data() + t * nv;
+    if (!L.bq.empty()) {
+      kernels::add_inplace(q, L.bq.data(), nq);
+      kernels::add_inplace(k, L.bk.data(), nk);
+      kernels::add_inplace(v, L.bv.data(), nv);
+    }
+    const float* cs = rope_cs_.data() + t * h_.rope_dim;
+    for (int32_t hh = 0; hh < nh; ++hh) {
+      if (!L.q_norm.empty()) kernels::rms_norm(q + hh * dk, L.q_norm.data(), q + hh * dk, dk, h_.rms_eps);
+      kernels::rope_apply(rope_, cs, q + hh * dk);
+    }
+    const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
+    const int32_t pos = tok_pos_[size_t(t)];
+    const int32_t block = s.block_table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
+    for (int32_t hh = 0; hh < nkv; ++hh) {
+      if (!L.k_norm.empty()) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
+      kernels::rope_apply(rope_, cs, k + hh * dk);
+      kernels::from_f32(kl.dtype, k + hh * dk, kv_.k(il, block, hh, slot), dk);
+      kernels::from_f32(kl.dtype, v + hh * dv, kv_.v(il, block, hh, slot), dv);
+    }
+  }
+
+  // One task per (token, head); each reads its K/V back from the cache in the stored
+  // dtype, so a row sees exactly what a later decode step will see.
+  const int64_t no = h_.n_attn_out();
+  kqv_.resize(size_t(T * no));
+  const int64_t scratch_per = kl.block_size + dk + dv;
+  attn_scratch_.resize(size_t(pool_.size() * scratch_per));
+  const float scale = 1.0f / std::sqrt(float(dk));
+  const int32_t group = nh / nkv;
+  pool_.run(T * nh, [&](int64_t task, int thread) {
+    const int64_t t = task / nh;
+    const int32_t hh = int32_t(task % nh);
+    const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
+    kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
+    kernels::attention_row(a, hh / group, q_.data() + t * nq + hh * dk, kqv_.data() + t * no + hh * dv,
+                           attn_scratch_.data() + thread * scratch_per);
+  });
+
+  attn_out_.resize(size_t(T * E));
+  mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data());
+  kernels::add_inplace(x_.data(), attn_out_.data(), T * E);
+}
+
+void Forward::ffn_block(int32_t il) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
+  ffn_norm_.resize(size_t(T * E));
+  for (int64_t t = 0; t < T; ++t)
+    kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps);
+  ffn_gate_.resize(size_t(T * F));
+  ffn_up_.resize(size_t(T * F));
+  ffn_act_.resize(size_t(T * F));
+  mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
+  mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
+  kernels::swiglu(ffn_gate_.data(), ffn_up_.data(), ffn_act_.data(), T * F);
+  ffn_out_.resize(size_t(T * E));
+  mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data());
+  kernels::add_inplace(x_.data(), ffn_out_.data(), T * E);
+}
+
+}  // namespace ridge

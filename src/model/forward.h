@@ -1,0 +1,60 @@
+// The forward pass of the llama family over a variable-length batch through the paged
+// KV cache. Every intermediate has a stable name (the member buffers below, per layer);
+// the tracer and roofline accounting hang on these names.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "core/threadpool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "model/batch.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace ridge {
+
+class Forward {
+ public:
+  Forward(const Model& model, KVCache& kv, ThreadPool& pool);
+
+  // Writes the batch's K/V into the cache and returns the logits,
+  // [batch.n_logit_rows()][n_vocab], valid until the next call.
+  std::span<const float> run(const Batch& batch);
+
+ private:
+  void validate(const Batch& b) const;
+  void attention_block(int32_t il, const Batch& b);
+  void ffn_block(int32_t il);
+
+  const Model& m_;
+  const HParams& h_;
+  KVCache& kv_;
+  ThreadPool& pool_;
+  kernels::Matmul mm_;
+  kernels::RopeParams rope_;
+
+  int64_t T_ = 0;                  // tokens in the batch
+  std::vector<int32_t> tok_seq_;   // [T] sequence index of each token
+  std::vector<int32_t> tok_pos_;   // [T] absolute position
+  std::vector<float> rope_cs_;     // [T][rope_dim] (cos, sin) pairs
+
+  // Named intermediates, row-major [T][width].
+  std::vector<float> x_;           // residual stream [T][n_embd]
+  std::vector<float> attn_norm_;   // [T][n_embd]
+  std::vector<float> q_;           // [T][n_q]
+  std::vector<float> k_;           // [T][n_kv_k]
+  std::vector<float> v_;           // [T][n_kv_v]
+  std::vector<float> kqv_;         // [T][n_attn_out] attention output before wo
+  std::vector<float> attn_out_;    // [T][n_embd]
+  std::vector<float> ffn_norm_;    // [T][n_embd]
+  std::vector<float> ffn_gate_;    // [T][n_ff]
+  std::vector<float> ffn_up_;      // [T][n_ff]
+  std::vector<float> ffn_act_;     // [T][n_ff] silu(gate) * up
+  std::vector<float> ffn_out_;     // [T][n_embd]
+  std::vector<float> result_norm_; // [rows][n_embd] final norm of the logit rows
+  std::vector<float> logits_;      // [rows][n_vocab]
+  std::vector<float> attn_scratch_;  // [threads][block_size + dk + dv]
+};
+
+}  // namespace ridge

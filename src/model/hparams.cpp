@@ -1,0 +1,60 @@
+#include "model/hparams.h"
+
+#include "core/error.h"
+
+namespace ridge {
+namespace {
+
+int32_t as_i32(const gguf::File& f, const std::string& key, uint64_t v, uint64_t max = 1u << 24) {
+  if (v == 0 || v > max) fail("{}: metadata '{}' = {} is out of range (1..{})", f.name(), key, v, max);
+  return int32_t(v);
+}
+
+}  // namespace
+
+HParams read_hparams(const gguf::File& f) {
+  HParams h;
+  h.arch = std::string(f.require_str("general.architecture"));
+  const std::string a = h.arch + ".";
+  auto req = [&](const char* k) { return as_i32(f, a + k, f.require_uint(a + k)); };
+  auto opt = [&](const char* k, int32_t dflt) {
+    auto v = f.get_uint(a + k);
+    return v ? as_i32(f, a + k, *v) : dflt;
+  };
+  h.n_ctx_train = req("context_length");
+  h.n_embd = req("embedding_length");
+  h.n_layer = as_i32(f, a + "block_count", f.require_uint(a + "block_count"), 4096);
+  h.n_ff = req("feed_forward_length");
+  h.n_head = req("attention.head_count");
+  h.n_head_kv = opt("attention.head_count_kv", h.n_head);
+  if (h.n_head % h.n_head_kv != 0)
+    fail("{}: attention.head_count {} is not a multiple of head_count_kv {}", f.name(), h.n_head, h.n_head_kv);
+  if (!f.find(a + "attention.key_length") && h.n_embd % h.n_head != 0)
+    fail("{}: embedding_length {} is not a multiple of head_count {}", f.name(), h.n_embd, h.n_head);
+  h.head_dim_k = opt("attention.key_length", h.n_embd / h.n_head);
+  h.head_dim_v = opt("attention.value_length", h.head_dim_k);
+  h.rope_dim = opt("rope.dimension_count", h.head_dim_k);
+  if (h.rope_dim > h.head_dim_k || h.rope_dim % 2 != 0)
+    fail("{}: rope.dimension_count {} must be even and at most the head size {}", f.name(), h.rope_dim, h.head_dim_k);
+  h.rope_freq_base = float(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  if (!(h.rope_freq_base > 0)) fail("{}: {}rope.freq_base must be positive", f.name(), a);
+  h.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(h.rms_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon must not be negative", f.name(), a);
+
+  if (auto type = f.get_str(a + "rope.scaling.type")) {
+    const double factor = f.get_float(a + "rope.scaling.factor").value_or(1.0);
+    if (*type == "linear") {
+      if (!(factor > 0)) fail("{}: {}rope.scaling.factor must be positive", f.name(), a);
+      h.rope_freq_scale = float(1.0 / factor);
+    } else if (*type != "none" && !(*type == "yarn" && factor == 1.0)) {
+      fail("{}: rope scaling type '{}' is not supported (none, linear; Llama 3 scaling comes from rope_freqs.weight)",
+           f.name(), *type);
+    }
+  } else if (auto fs = f.get_float(a + "rope.scale_linear")) {
+    if (!(*fs > 0)) fail("{}: {}rope.scale_linear must be positive", f.name(), a);
+    h.rope_freq_scale = float(1.0 / *fs);
+  }
+  return h;
+}
+
+}  // namespace ridge

@@ -1,0 +1,52 @@
+// Paged KV storage: a pool of fixed-size blocks per layer. A sequence's tokens live in the
+// blocks its block table names, position p in block table[p / block_size], slot
+// p % block_size. Which blocks belong to whom is the engine's business (block manager);
+// this class only owns the bytes and knows the layout.
+//
+// Layout per layer, K and V alike: [n_blocks][n_kv_head][block_size][head_dim] in the
+// cache dtype, so that one head's positions within a block are contiguous for attention.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/dtype.h"
+
+namespace ridge {
+
+struct KVLayout {
+  int32_t n_layer = 0, n_kv_head = 0, head_dim_k = 0, head_dim_v = 0;
+  int32_t block_size = 16;
+  int32_t n_blocks = 0;
+  DType dtype = DType::F16;
+
+  int64_t bytes_per_token() const {  // K and V, all layers
+    return int64_t(n_layer) * n_kv_head * (head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size);
+  }
+};
+
+class KVCache {
+ public:
+  explicit KVCache(const KVLayout& layout);
+
+  const KVLayout& layout() const { return l_; }
+  int64_t total_bytes() const { return bytes_; }
+
+  // Address of head h's vector at (block, slot) in layer `layer`.
+  uint8_t* k(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
+    return k_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_k) * esz_;
+  }
+  uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
+    return v_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_v) * esz_;
+  }
+
+ private:
+  KVLayout l_;
+  int64_t esz_ = 2;
+  int64_t bytes_ = 0;
+  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> mem_{nullptr, nullptr};
+  uint8_t* k_ = nullptr;
+  uint8_t* v_ = nullptr;
+};
+
+}  // namespace ridge

@@ -1,0 +1,224 @@
+#include "model/mkmodel.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/threadpool.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+namespace ridge {
+namespace {
+
+struct Preset {
+  const char* name;
+  const char* arch;
+  int32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+  float rope_base, rms_eps;
+  bool tied;
+  bool llama3_rope;  // write rope_freqs.weight (Llama 3.1/3.2 scaling)
+};
+
+// Shapes of the real models (config.json of each), vocabulary sizes included.
+constexpr Preset kPresets[] = {
+    {"tiny", "llama", 512, 256, 128, 2, 4, 2, 32, 256, 10000.f, 1e-5f, false, false},
+    {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 64, 5632, 10000.f, 1e-5f, false, false},
+    {"llama3.2-1b", "llama", 128256, 131072, 2048, 16, 32, 8, 64, 8192, 500000.f, 1e-5f, true, true},
+    {"qwen2.5-0.5b", "qwen2", 151936, 32768, 896, 24, 14, 2, 64, 4864, 1000000.f, 1e-6f, true, false},
+    {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
+};
+
+const Preset& find_preset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) return p;
+  std::string all;
+  for (const auto& p : kPresets) all += std::string(all.empty() ? "" : ", ") + p.name;
+  fail("unknown preset '{}' (one of: {})", name, all);
+}
+
+// Llama 3.1 rope scaling (factor 32, low 1, high 4, original context 8192), stored as
+// per-frequency divisors the way llama.cpp's converter writes rope_freqs.weight.
+std::vector<float> llama3_rope_factors(int32_t head_dim, float base) {
+  const double factor = 32, lo = 1, hi = 4, old_ctx = 8192;
+  const double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
+  std::vector<float> out;
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(double(base), 2.0 * i / head_dim);
+    const double wl = 2 * M_PI / freq;
+    if (wl < hi_wl) out.push_back(1.f);
+    else if (wl > lo_wl) out.push_back(float(factor));
+    else {
+      const double smooth = (old_ctx / wl - lo) / (hi - lo);
+      out.push_back(float(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
+void synthetic_vocab(gguf::Writer& w, int32_t n_vocab) {
+  RIDGE_CHECK(n_vocab >= 259 + 26, "a synthetic vocabulary needs at least 285 tokens, preset asks for {}", n_vocab);
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    toks.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  // Then "▁a".."▁z", "a".."z", and letter strings of growing length, all distinct.
+  const std::string sp = "\xe2\x96\x81";
+  for (char c = 'a'; c <= 'z' && int32_t(toks.size()) < n_vocab; ++c) toks.push_back(sp + c);
+  for (char c = 'a'; c <= 'z' && int32_t(toks.size()) < n_vocab; ++c) toks.push_back(std::string(1, c));
+  for (int64_t k = 0; int32_t(toks.size()) < n_vocab; ++k) {
+    std::string s;
+    for (int64_t v = k + 26; v > 0; v /= 26) s.insert(s.begin(), char('a' + v % 26));
+    toks.push_back(k % 2 ? s : sp + s);
+  }
+  types.resize(toks.size(), 1);
+  std::vector<float> scores(toks.size(), 0.f);
+  for (size_t i = 259; i < toks.size(); ++i) scores[i] = -float(i - 259);
+  w.set_str("tokenizer.ggml.model", "llama");
+  w.set_str_array("tokenizer.ggml.tokens", toks);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+}  // namespace
+
+uint32_t gguf_file_type(DType t) {
+  switch (t) {  // llama_ftype values: what llama.cpp prints as the file's type
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+std::vector<std::string> mkmodel_presets() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets) v.push_back(p.name);
+  return v;
+}
+
+void make_model(const MkModelOptions& opt, const std::string& out_path) {
+  const Preset& p = find_preset(opt.preset);
+  const std::string arch_name = opt.arch.empty() ? p.arch : opt.arch;
+  const ArchSpec* arch = find_arch(arch_name);
+  if (!arch) fail("unknown architecture '{}' (llama, qwen2, qwen3)", arch_name);
+  RIDGE_CHECK(quant::can_quantize(opt.dtype), "mkmodel cannot write dtype {}", dtype_name(opt.dtype));
+
+  int32_t n_vocab = p.n_vocab, head_dim = p.head_dim;
+  // The tiny qwen3 gets a head size unlike n_embd / n_head, as the real Qwen3 has.
+  if (std::string(p.name) == "tiny" && arch == &arch_qwen3()) head_dim = 64;
+  const int32_t n_layer = opt.layers > 0 ? opt.layers : p.n_layer;
+
+  gguf::Writer w;
+  const std::string a = arch_name + ".";
+  w.set_str("general.architecture", arch_name);
+  w.set_str("general.name", fmt::format("ridge-mkmodel-{}-{}", p.name, dtype_name(opt.dtype)));
+  w.set_u32("general.file_type", gguf_file_type(opt.dtype));
+  w.set_u32(a + "context_length", uint32_t(p.n_ctx));
+  w.set_u32(a + "embedding_length", uint32_t(p.n_embd));
+  w.set_u32(a + "block_count", uint32_t(n_layer));
+  w.set_u32(a + "feed_forward_length", uint32_t(p.n_ff));
+  w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
+  w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
+  w.set_u32(a + "attention.key_length", uint32_t(head_dim));
+  w.set_u32(a + "attention.value_length", uint32_t(head_dim));
+  w.set_u32(a + "rope.dimension_count", uint32_t(head_dim));
+  w.set_f32(a + "rope.freq_base", p.rope_base);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+
+  std::unique_ptr<gguf::File> vocab;
+  if (!opt.vocab_path.empty()) {
+    vocab = gguf::File::open(opt.vocab_path);
+    const gguf::Value* toks = vocab->get_array("tokenizer.ggml.tokens", gguf::ValueType::STRING);
+    if (!toks) fail("{}: has no tokenizer.ggml.tokens", opt.vocab_path);
+    n_vocab = int32_t(toks->count);
+    for (const auto& [key, val] : vocab->kv())
+      if (key.substr(0, 10) == "tokenizer.") w.set_value(key, val);
+  } else {
+    synthetic_vocab(w, n_vocab);
+  }
+  w.set_u32(a + "vocab_size", uint32_t(n_vocab));
+
+  ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
+  const uint64_t seed = opt.seed;
+  // A matrix [rows][k]: N(0, gain/sqrt(k)) so activations stay O(1) through the layers;
+  // rows are generated independently (seeded by tensor name and row) and in parallel.
+  auto matrix = [&](const std::string& name, int64_t k, int64_t rows, double gain) {
+    const DType t = k % dtype_info(opt.dtype).block_size == 0 ? opt.dtype : DType::F16;
+    const int64_t rb = row_bytes(t, k);
+    const double sd = gain / std::sqrt(double(k));
+    w.add_tensor(name, t, {k, rows}, [=, &pool](uint8_t* dst) {
+      const uint64_t ts = hash_str(name, seed * 0x9e3779b97f4a7c15ull + 1);
+      pool.parallel_for(rows, 64, [&](int64_t lo, int64_t hi, int) {
+        std::vector<float> row(static_cast<size_t>(k));
+        for (int64_t r = lo; r < hi; ++r) {
+          Rng rng(ts ^ (uint64_t(r) * 0xd1b54a32d192ed03ull));
+          for (auto& v : row) v = float(rng.normal() * sd);
+          quant::quantize_row(t, row.data(), dst + r * rb, k);
+        }
+      });
+    });
+  };
+  auto vec = [&](const std::string& name, int64_t n, double mean, double sd) {
+    std::vector<uint8_t> bytes(size_t(n) * 4);
+    Rng rng(hash_str(name, seed + 7));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = float(mean + sd * rng.normal());
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+    w.add_tensor(name, DType::F32, {n}, std::move(bytes));
+  };
+
+  const int64_t E = p.n_embd, nq = int64_t(p.n_head) * head_dim, nkv = int64_t(p.n_head_kv) * head_dim;
+  // Embeddings N(0, 1): with a tied head the logits then spread widely, so greedy
+  // choices have clear margins even on random weights.
+  matrix("token_embd.weight", E, n_vocab, std::sqrt(double(E)));
+  vec("output_norm.weight", E, 1.0, 0.1);
+  if (!p.tied) matrix("output.weight", E, n_vocab, 4.0);
+  if (p.llama3_rope) {
+    const auto f = llama3_rope_factors(head_dim, p.rope_base);
+    std::vector<uint8_t> bytes(f.size() * 4);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())}, std::move(bytes));
+  }
+  for (int32_t il = 0; il < n_layer; ++il) {
+    const std::string b = fmt::format("blk.{}.", il);
+    vec(b + "attn_norm.weight", E, 1.0, 0.1);
+    matrix(b + "attn_q.weight", E, nq, 1.0);
+    matrix(b + "attn_k.weight", E, nkv, 1.0);
+    matrix(b + "attn_v.weight", E, nkv, 1.0);
+    matrix(b + "attn_output.weight", nq, E, 1.0);
+    if (arch->qkv_bias) {
+      vec(b + "attn_q.bias", nq, 0.0, 0.1);
+      vec(b + "attn_k.bias", nkv, 0.0, 0.1);
+      vec(b + "attn_v.bias", nkv, 0.0, 0.1);
+    }
+    if (arch->qk_norm) {
+      vec(b + "attn_q_norm.weight", head_dim, 1.0, 0.1);
+      vec(b + "attn_k_norm.weight", head_dim, 1.0, 0.1);
+    }
+    vec(b + "ffn_norm.weight", E, 1.0, 0.1);
+    matrix(b + "ffn_gate.weight", E, p.n_ff, 1.0);
+    matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
+    matrix(b + "ffn_down.weight", p.n_ff, E, 1.0);
+  }
+  w.write(out_path);
+}
+
+}  // namespace ridge

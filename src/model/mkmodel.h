@@ -1,0 +1,28 @@
+// Random-weight models of real shapes, written as GGUF: every test and benchmark uses
+// them, and users can measure their hardware without downloading anything.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ridge {
+
+struct MkModelOptions {
+  std::string arch;            // llama, qwen2, qwen3; empty: the preset's own
+  std::string preset = "tiny"; // tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
+  DType dtype = DType::F32;    // matrices; norms and biases stay f32
+  uint64_t seed = 42;
+  std::string vocab_path;      // copy tokenizer.* from this GGUF; empty: synthetic SPM vocab
+  int32_t layers = 0;          // override the preset's layer count (0: keep)
+  int threads = 0;
+};
+
+std::vector<std::string> mkmodel_presets();
+// general.file_type (llama_ftype) for a file whose matrices are of type t.
+uint32_t gguf_file_type(DType t);
+// Throws ridge::Error for an unknown preset/arch/dtype or an unreadable vocab file.
+void make_model(const MkModelOptions& opt, const std::string& out_path);
+
+}  // namespace ridge

@@ -1,0 +1,68 @@
+// A loaded model: the mmap'd GGUF, its hyperparameters and views of its weights, in
+// place (zero copy). Small vectors (norm weights, biases, rope factors) are converted to
+// f32 once at load; matrices stay in their stored format.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "model/hparams.h"
+
+namespace ridge {
+
+// What distinguishes the members of the llama family (one file per architecture).
+struct ArchSpec {
+  const char* name;
+  bool rope_neox;   // rotate halves (GPT-NeoX style) rather than adjacent pairs
+  bool qkv_bias;    // attn_q/k/v.bias (qwen2)
+  bool qk_norm;     // per-head RMSNorm of q and k before RoPE (qwen3)
+};
+const ArchSpec& arch_llama();
+const ArchSpec& arch_qwen2();
+const ArchSpec& arch_qwen3();
+const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
+
+struct LayerWeights {
+  std::vector<float> attn_norm;          // [n_embd]
+  kernels::WeightView wq, wk, wv, wo;    // [n_q][n_embd], [n_kv_k][n_embd], [n_kv_v][n_embd], [n_embd][n_attn_out]
+  std::vector<float> bq, bk, bv;         // qwen2: [n_q], [n_kv_k], [n_kv_v]
+  std::vector<float> q_norm, k_norm;     // qwen3: [head_dim_k]
+  std::vector<float> ffn_norm;           // [n_embd]
+  kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff]
+};
+
+struct Weights {
+  kernels::WeightView tok_embd;   // [n_vocab][n_embd]
+  std::vector<float> output_norm; // [n_embd]
+  kernels::WeightView output;     // [n_vocab][n_embd] (token_embd when tied)
+  bool tied_output = false;
+  std::vector<float> rope_freqs;  // [rope_dim/2] Llama 3.1 factors, or empty
+  std::vector<LayerWeights> layers;
+};
+
+class Model {
+ public:
+  // Throws ridge::Error naming the file and the missing/invalid key or tensor.
+  static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f);
+
+  const gguf::File& file() const { return *file_; }
+  const HParams& hparams() const { return hp_; }
+  const ArchSpec& arch() const { return *arch_; }
+  const Weights& weights() const { return w_; }
+  // Bytes of all weight tensors, and of those streamed per token (all but token_embd).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t streamed_weight_bytes() const { return streamed_bytes_; }
+
+ private:
+  Model() = default;
+  std::unique_ptr<gguf::File> file_;
+  HParams hp_;
+  const ArchSpec* arch_ = nullptr;
+  Weights w_;
+  int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
+};
+
+}  // namespace ridge
