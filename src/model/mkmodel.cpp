@@ -27,6 +27,8 @@ struct Preset {
 // Shapes of the real models (config.json of each), vocabulary sizes included.
 constexpr Preset kPresets[] = {
     {"tiny", "llama", 512, 256, 128, 2, 4, 2, 32, 256, 10000.f, 1e-5f, false, false},
+    // tiny with what Llama 3.2 adds: a tied output matrix and rope_freqs scaling.
+    {"tiny-llama3", "llama", 512, 256, 128, 2, 4, 2, 32, 256, 500000.f, 1e-5f, true, true},
     {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 64, 5632, 10000.f, 1e-5f, false, false},
     {"llama3.2-1b", "llama", 128256, 131072, 2048, 16, 32, 8, 64, 8192, 500000.f, 1e-5f, true, true},
     {"qwen2.5-0.5b", "qwen2", 151936, 32768, 896, 24, 14, 2, 64, 4864, 1000000.f, 1e-6f, true, false},

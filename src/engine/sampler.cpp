@@ -1,0 +1,143 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace ridge {
+
+Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
+  RIDGE_CHECK(n_vocab > 0, "sampler: n_vocab must be positive, got {}", n_vocab);
+  RIDGE_CHECK(std::isfinite(p.temperature), "sampling: temperature must be a finite number");
+  RIDGE_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
+              "sampling: repetition_penalty must be > 0, got {}", p.repetition_penalty);
+  RIDGE_CHECK(!std::isnan(p.top_p) && !std::isnan(p.min_p), "sampling: top_p and min_p must be numbers");
+  RIDGE_CHECK(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty),
+              "sampling: presence_penalty and frequency_penalty must be finite");
+}
+
+double Sampler::uniform01() {
+  // The top 53 bits of one 64-bit draw, scaled by 2^-53: exact in a double, in [0, 1).
+  return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::apply_penalties(float* logits, std::span<const int32_t> history) {
+  const bool any = p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if (!any || p_.penalty_last_n == 0 || history.empty()) return;
+  size_t n = history.size();
+  if (p_.penalty_last_n > 0) n = std::min(n, size_t(p_.penalty_last_n));
+  const auto window = history.last(n);
+
+  // Count each distinct token once (sorting keeps this allocation-free after warm-up and
+  // independent of the vocabulary size).
+  counts_.clear();
+  for (int32_t t : window)
+    if (t >= 0 && t < n_vocab_) counts_.push_back({t, 1});
+  std::sort(counts_.begin(), counts_.end());
+  size_t w = 0;
+  for (size_t r = 0; r < counts_.size(); ++r) {
+    if (w > 0 && counts_[w - 1].first == counts_[r].first)
+      ++counts_[w - 1].second;
+    else
+      counts_[w++] = counts_[r];
+  }
+  counts_.resize(w);
+
+  // Same order as llama.cpp: the multiplicative penalty, then the OpenAI-style offsets.
+  for (auto [id, count] : counts_) {
+    float& l = logits[id];
+    if (p_.repetition_penalty != 1.0f) l = l > 0.0f ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    l -= float(count) * p_.frequency_penalty + p_.presence_penalty;
+  }
+}
+
+int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
+  apply_penalties(logits, history);
+  if (p_.temperature <= 0.0f) return argmax(logits, n_vocab_);
+
+  cand_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i)
+    if (!std::isnan(logits[i])) cand_.push_back({logits[i], 0.0f, i});
+  // Higher logit first; equal logits by id, so the order (and every cut) is deterministic.
+  auto before = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+
+  if (p_.top_k > 0 && size_t(p_.top_k) < cand_.size()) {
+    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), before);
+    cand_.resize(size_t(p_.top_k));
+  }
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const Cand& c : cand_) max_logit = std::max(max_logit, c.logit);
+  if (cand_.empty() || max_logit == -std::numeric_limits<float>::infinity()) return argmax(logits, n_vocab_);
+
+  // Softmax at temperature T over the top-k set (Z normalizes it; the max maps to 1).
+  const double inv_t = 1.0 / double(p_.temperature);
+  double z = 0.0;
+  for (Cand& c : cand_) {
+    c.p = float(std::exp((double(c.logit) - double(max_logit)) * inv_t));
+    z += c.p;
+  }
+
+  // min-p keeps p >= min_p * p_max. Top-p and min-p each keep a prefix of the sorted
+  // order and renormalizing after top-p leaves ratios to p_max unchanged, so min-p can
+  // run first, before the sort, to sort only its survivors; top-p still measures its
+  // mass against Z of the whole top-k set, so the result is that of top-p then min-p.
+  if (p_.min_p > 0.0f) {
+    const float floor = p_.min_p;  // relative to p_max == 1
+    std::erase_if(cand_, [floor](const Cand& c) { return c.p < floor; });
+  }
+  std::sort(cand_.begin(), cand_.end(), before);
+
+  if (p_.top_p < 1.0f) {
+    const double target = double(p_.top_p) * z;
+    double cum = 0.0;
+    size_t keep = cand_.size();
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      cum += cand_[i].p;
+      if (cum >= target) {
+        keep = i + 1;  // the smallest prefix reaching top_p of the mass
+        break;
+      }
+    }
+    cand_.resize(std::max<size_t>(keep, 1));
+  }
+
+  double total = 0.0;
+  for (const Cand& c : cand_) total += c.p;
+  const double r = uniform01() * total;
+  double cum = 0.0;
+  for (const Cand& c : cand_) {
+    cum += c.p;
+    if (r < cum) return c.id;
+  }
+  // r can round up to the total: take the last candidate that has any mass.
+  for (auto it = cand_.rbegin(); it != cand_.rend(); ++it)
+    if (it->p > 0.0f) return it->id;
+  return cand_.front().id;
+}
+
+int32_t argmax(const float* logits, int32_t n) {
+  int32_t best = 0;
+  float best_v = -std::numeric_limits<float>::infinity();
+  bool found = false;
+  for (int32_t i = 0; i < n; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v)) continue;
+    if (!found || v > best_v) {
+      best = i, best_v = v, found = true;
+    }
+  }
+  return best;
+}
+
+float top2_margin(const float* logits, int32_t n) {
+  if (n < 2) return std::numeric_limits<float>::infinity();
+  const int32_t b = argmax(logits, n);
+  float second = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < n; ++i)
+    if (i != b && !std::isnan(logits[i])) second = std::max(second, logits[i]);
+  return logits[b] - second;
+}
+
+}  // namespace ridge
