@@ -20,7 +20,7 @@ build: $(BUILD)/build.ninja
 # Main job: generate a story with the default model.
 run: setup build
 	bash scripts/get-model.sh
-	./$(BUILD)/ridge generate -p "Once upon a time" -n 128
+	./$(BUILD)/ridge generate -p "Once upon a time" -n 120
 
 # Whole suite: unit tests (release), oracle tests against llama.cpp, sanitizer build, fuzz.
 test: setup build

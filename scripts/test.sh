@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole suite, as CI runs it (make test calls this after setup + release build):
+#   1. unit tests (GoogleTest via ctest) on the release build, every ISA path
+#   2. command-line bad-input tests
+#   3. the outside oracle: ridge vs llama.cpp (node-llama-cpp) on every arch x dtype
+#   4. unit tests again under ASan + UBSan (-O1, debug invariant checks on)
+#   5. the GGUF reader fuzzer (clang libFuzzer), fixed seed and run count
+# Under CI=true a missing ../shared is a failure, never a skip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+BUILD_SAN=${BUILD_SAN:-build-san}
+JOBS=${JOBS:-$(nproc)}
+passed=0
+failed=0
+failures=()
+t_all=$(date +%s)
+
+stage() {  # name, command...
+  local name=$1 t0
+  shift
+  t0=$(date +%s)
+  echo
+  echo "=== $name"
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "=== $name: ok ($(($(date +%s) - t0)) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "=== $name: FAILED ($(($(date +%s) - t0)) s)"
+  fi
+}
+
+if [ "${CI:-}" = true ] && [ ! -f ../shared/models/stories260K.gguf ]; then
+  echo "test: ../shared/models/stories260K.gguf is missing; under CI=true the real-model tests must run" >&2
+  exit 1
+fi
+
+unit_all_isas() {
+  local rc=0
+  (cd "$BUILD" && ctest --output-on-failure -j1 --timeout 900) || rc=1
+  # The SIMD paths chosen at run time: run the kernel and model tests on each one.
+  for isa in scalar avx2; do
+    echo "--- RIDGE_ISA=$isa"
+    RIDGE_ISA=$isa "$BUILD/ridge_tests" --gtest_brief=1 \
+      --gtest_filter='Quant*:F16*:ForwardRef*:*BatchInvariance*:Stories260K*' || rc=1
+  done
+  return $rc
+}
+
+sanitized() {
+  cmake -S . -B "$BUILD_SAN" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON -DRIDGE_BENCH=OFF >/dev/null &&
+    cmake --build "$BUILD_SAN" -j "$JOBS" --target ridge_tests &&
+    (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j1 --timeout 1800)
+}
+
+stage "unit tests (release)" unit_all_isas
+stage "command-line errors" bash tests/cli/test_cli.sh "$BUILD/ridge"
+stage "oracle: ridge vs llama.cpp" bash tests/oracle/run_oracle.sh "$BUILD/ridge"
+stage "unit tests (ASan+UBSan)" sanitized
+stage "fuzz: GGUF reader" bash scripts/fuzz.sh
+
+echo
+echo "total $(($(date +%s) - t_all)) s"
+((failed)) && printf 'failed: %s\n' "${failures[@]}"
+echo "suites: $passed passed, $failed failed"
+[ "$failed" = 0 ]
