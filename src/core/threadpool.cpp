@@ -38,7 +38,12 @@ void ThreadPool::run_impl(int64_t n_tasks, TaskFn fn, void* ctx) {
   }
   cv_.notify_all();
   work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Workers finish within microseconds when they have cores; on an oversubscribed
+  // machine a worker may be descheduled, and spinning would only delay it further.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 4096) _mm_pause();
+    else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker(int id) {
@@ -46,7 +51,7 @@ void ThreadPool::worker(int id) {
   for (;;) {
     // Spin first: the next op usually starts within microseconds.
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
+    for (int spin = 0; g == seen && spin < 8192; ++spin) {
       _mm_pause();
       g = generation_.load(std::memory_order_acquire);
     }

@@ -2,6 +2,8 @@
 // steps of many sequences. Tokens of all sequences are concatenated; each sequence says
 // where its new tokens start (pos0, its cached prefix length) and names its KV blocks.
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,7 +27,10 @@ struct Batch {
 
   void add(std::span<const int32_t> toks, int32_t pos0, std::span<const int32_t> block_table,
            Logits logits = Logits::Last) {
-    tokens.insert(tokens.end(), toks.begin(), toks.end());
+    // resize + copy: GCC 12 misreports insert of a 1-element span (-Wstringop-overflow).
+    const size_t at = tokens.size();
+    tokens.resize(at + toks.size());
+    std::copy(toks.begin(), toks.end(), tokens.begin() + std::ptrdiff_t(at));
     seqs.push_back({int32_t(toks.size()), pos0, block_table, logits});
   }
   static int32_t logit_rows(const SeqSlice& s) {

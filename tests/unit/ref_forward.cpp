@@ -1,0 +1,229 @@
+#include "ref_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+namespace ridge::test {
+namespace {
+
+using Vec = std::vector<double>;
+
+[[noreturn]] void bad(const std::string& what) { throw std::runtime_error("ref_forward: " + what); }
+
+// A tensor as GGUF stores it: `rows` rows of `cols` elements (ne[0] = cols), in double.
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  Vec w;  // [rows][cols]
+
+  const double* row(int64_t r) const { return w.data() + r * cols; }
+  // y[rows] = W x[cols]
+  Vec mul(const Vec& x) const {
+    if (int64_t(x.size()) != cols) bad("matmul shape mismatch");
+    Vec y(size_t(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t c = 0; c < cols; ++c) s += row(r)[c] * x[size_t(c)];
+      y[size_t(r)] = s;
+    }
+    return y;
+  }
+};
+
+bool has(const gguf::File& f, const std::string& name) { return f.find_tensor(name) != nullptr; }
+
+Mat load(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) bad("missing tensor " + name);
+  Mat m;
+  m.cols = t->ne[0];
+  m.rows = t->n_elements() / m.cols;
+  const uint64_t row_bytes = t->nbytes / uint64_t(m.rows);
+  std::vector<float> tmp(size_t(m.cols));
+  m.w.resize(size_t(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    quant::dequantize_row(t->type, t->data + uint64_t(r) * row_bytes, tmp.data(), m.cols);
+    for (int64_t c = 0; c < m.cols; ++c) m.w[size_t(r * m.cols + c)] = tmp[size_t(c)];
+  }
+  return m;
+}
+Vec load_vec(const gguf::File& f, const std::string& name) { return load(f, name).w; }
+
+// y = x / sqrt(mean(x^2) + eps) * w, on n elements at x (w: [n]).
+void rms_norm(double* x, const Vec& w, int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double scale = 1.0 / std::sqrt(ss / double(n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale * w[size_t(i)];
+}
+Vec rms_norm(Vec x, const Vec& w, double eps) {
+  rms_norm(x.data(), w, int64_t(x.size()), eps);
+  return x;
+}
+
+struct HP {
+  std::string arch;
+  int64_t n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, head_dim_v, rope_dim;
+  double rope_base, eps;
+  bool neox;  // qwen2/qwen3 rotate halves; llama rotates adjacent pairs
+};
+
+HP read_hp(const gguf::File& f) {
+  HP h;
+  h.arch = std::string(f.require_str("general.architecture"));
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3") bad("unknown architecture " + h.arch);
+  const std::string a = h.arch + ".";
+  auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
+  h.n_embd = u("embedding_length");
+  h.n_layer = u("block_count");
+  h.n_ff = u("feed_forward_length");
+  h.n_head = u("attention.head_count");
+  h.n_head_kv = int64_t(f.get_uint(a + "attention.head_count_kv").value_or(uint64_t(h.n_head)));
+  h.head_dim = int64_t(f.get_uint(a + "attention.key_length").value_or(uint64_t(h.n_embd / h.n_head)));
+  h.head_dim_v = int64_t(f.get_uint(a + "attention.value_length").value_or(uint64_t(h.head_dim)));
+  h.rope_dim = int64_t(f.get_uint(a + "rope.dimension_count").value_or(uint64_t(h.head_dim)));
+  h.rope_base = f.get_float(a + "rope.freq_base").value_or(10000.0);
+  h.eps = f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  h.neox = h.arch != "llama";
+  // Linear / YaRN position scaling is not modelled here: refuse rather than differ.
+  if (auto s = f.get_str(a + "rope.scaling.type"); s && *s != "none") bad("rope scaling is not supported");
+  if (f.find(a + "rope.scale_linear")) bad("rope scaling is not supported");
+  return h;
+}
+
+// Rotates the first rope_dim dims of one head vector x at position pos.
+//   llama:       pairs (x[2i], x[2i+1])
+//   qwen2/qwen3: pairs (x[i], x[i + rope_dim/2])   (GPT-NeoX)
+//   theta_i = pos * base^(-2i/rope_dim) / factors[i]   (factors: Llama 3 rope_freqs, or 1)
+void rope(double* x, int64_t pos, const HP& h, const Vec& factors) {
+  const int64_t half = h.rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double theta = double(pos) * std::pow(h.rope_base, -2.0 * double(i) / double(h.rope_dim));
+    if (!factors.empty()) theta /= factors[size_t(i)];
+    const double c = std::cos(theta), s = std::sin(theta);
+    const int64_t i0 = h.neox ? i : 2 * i, i1 = h.neox ? i + half : 2 * i + 1;
+    const double a = x[i0], b = x[i1];
+    x[i0] = a * c - b * s;
+    x[i1] = a * s + b * c;
+  }
+}
+
+}  // namespace
+
+std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens) {
+  const auto file = gguf::File::open(gguf_path);
+  const gguf::File& f = *file;
+  const HP h = read_hp(f);
+  const int64_t T = int64_t(tokens.size()), E = h.n_embd, dk = h.head_dim, dv = h.head_dim_v;
+  const int64_t group = h.n_head / h.n_head_kv;  // q heads per kv head (GQA)
+
+  const Mat tok_embd = load(f, "token_embd.weight");  // [n_vocab][E]
+  const int64_t n_vocab = tok_embd.rows;
+  const Vec rope_factors = has(f, "rope_freqs.weight") ? load_vec(f, "rope_freqs.weight") : Vec{};  // [rope_dim/2]
+
+  // Residual stream x[t][E], starting from the token embeddings.
+  std::vector<Vec> x(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = tokens[size_t(t)];
+    if (id < 0 || id >= n_vocab) bad("token id out of range");
+    x[size_t(t)].assign(tok_embd.row(id), tok_embd.row(id) + E);
+  }
+
+  for (int64_t il = 0; il < h.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const Vec attn_norm = load_vec(f, p + "attn_norm.weight");  // [E]
+    const Mat wq = load(f, p + "attn_q.weight");                // [n_head*dk][E]
+    const Mat wk = load(f, p + "attn_k.weight");                // [n_head_kv*dk][E]
+    const Mat wv = load(f, p + "attn_v.weight");                // [n_head_kv*dv][E]
+    const Mat wo = load(f, p + "attn_output.weight");           // [E][n_head*dv]
+    const bool bias = has(f, p + "attn_q.bias"), qk_norm = has(f, p + "attn_q_norm.weight");
+    if (h.arch == "qwen2" && !bias) bad("qwen2 without attn_q.bias");
+    if (h.arch == "qwen3" && !qk_norm) bad("qwen3 without attn_q_norm.weight");
+    const Vec bq = bias ? load_vec(f, p + "attn_q.bias") : Vec{};  // [n_head*dk]
+    const Vec bk = bias ? load_vec(f, p + "attn_k.bias") : Vec{};  // [n_head_kv*dk]
+    const Vec bv = bias ? load_vec(f, p + "attn_v.bias") : Vec{};  // [n_head_kv*dv]
+    const Vec q_norm = qk_norm ? load_vec(f, p + "attn_q_norm.weight") : Vec{};  // [dk], shared by heads
+    const Vec k_norm = qk_norm ? load_vec(f, p + "attn_k_norm.weight") : Vec{};  // [dk]
+
+    // q[t][n_head*dk], k[t][n_head_kv*dk], v[t][n_head_kv*dv]
+    std::vector<Vec> q(static_cast<size_t>(T)), k(q.size()), v(q.size());
+    for (int64_t t = 0; t < T; ++t) {
+      const Vec hn = rms_norm(x[size_t(t)], attn_norm, h.eps);
+      q[size_t(t)] = wq.mul(hn);
+      k[size_t(t)] = wk.mul(hn);
+      v[size_t(t)] = wv.mul(hn);
+      if (bias) {
+        for (size_t i = 0; i < bq.size(); ++i) q[size_t(t)][i] += bq[i];
+        for (size_t i = 0; i < bk.size(); ++i) k[size_t(t)][i] += bk[i];
+        for (size_t i = 0; i < bv.size(); ++i) v[size_t(t)][i] += bv[i];
+      }
+      for (int64_t hh = 0; hh < h.n_head; ++hh) {
+        double* qh = q[size_t(t)].data() + hh * dk;
+        if (qk_norm) rms_norm(qh, q_norm, dk, h.eps);
+        rope(qh, t, h, rope_factors);
+      }
+      for (int64_t hh = 0; hh < h.n_head_kv; ++hh) {
+        double* kh = k[size_t(t)].data() + hh * dk;
+        if (qk_norm) rms_norm(kh, k_norm, dk, h.eps);
+        rope(kh, t, h, rope_factors);
+      }
+    }
+
+    // Causal softmax attention, then the output projection into the residual.
+    for (int64_t t = 0; t < T; ++t) {
+      Vec att(size_t(h.n_head * dv), 0.0);  // [n_head*dv]
+      for (int64_t hh = 0; hh < h.n_head; ++hh) {
+        const int64_t kvh = hh / group;
+        const double* qh = q[size_t(t)].data() + hh * dk;
+        Vec s(size_t(t + 1));  // scores over positions 0..t
+        double mx = -INFINITY;
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* ku = k[size_t(u)].data() + kvh * dk;
+          double d = 0;
+          for (int64_t i = 0; i < dk; ++i) d += qh[i] * ku[i];
+          s[size_t(u)] = d / std::sqrt(double(dk));
+          mx = std::max(mx, s[size_t(u)]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* vu = v[size_t(u)].data() + kvh * dv;
+          for (int64_t i = 0; i < dv; ++i) att[size_t(hh * dv + i)] += s[size_t(u)] / sum * vu[i];
+        }
+      }
+      const Vec o = wo.mul(att);  // [E]
+      for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
+    }
+
+    // SwiGLU FFN: down(silu(gate(h)) * up(h)), into the residual.
+    const Vec ffn_norm = load_vec(f, p + "ffn_norm.weight");  // [E]
+    const Mat w_gate = load(f, p + "ffn_gate.weight");        // [n_ff][E]
+    const Mat w_up = load(f, p + "ffn_up.weight");            // [n_ff][E]
+    const Mat w_down = load(f, p + "ffn_down.weight");        // [E][n_ff]
+    for (int64_t t = 0; t < T; ++t) {
+      const Vec hn = rms_norm(x[size_t(t)], ffn_norm, h.eps);
+      const Vec g = w_gate.mul(hn), up = w_up.mul(hn);
+      Vec a(size_t(h.n_ff));  // [n_ff]
+      for (size_t i = 0; i < a.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
+      const Vec d = w_down.mul(a);  // [E]
+      for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += d[size_t(i)];
+    }
+  }
+
+  // Final norm and the output head (tied to token_embd when output.weight is absent).
+  const Vec out_norm = load_vec(f, "output_norm.weight");
+  const Mat out_w = has(f, "output.weight") ? load(f, "output.weight") : tok_embd;  // [n_vocab][E]
+  if (out_w.rows != n_vocab) bad("output.weight rows differ from token_embd");
+  std::vector<double> logits;  // [T][n_vocab]
+  logits.reserve(size_t(T * n_vocab));
+  for (int64_t t = 0; t < T; ++t) {
+    const Vec l = out_w.mul(rms_norm(x[size_t(t)], out_norm, h.eps));
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
+}  // namespace ridge::test

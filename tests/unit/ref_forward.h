@@ -1,0 +1,18 @@
+// A deliberately simple reference forward of the llama family (llama, qwen2, qwen3) in
+// double precision: full causal attention over the whole token list, no KV cache, no
+// paging, no batching, no SIMD, no threads. It shares nothing with src/model or
+// src/kernels: it reads hparams and tensors itself through gguf::File and turns weight
+// rows into floats with quant::dequantize_row (both tested on their own), then computes
+// everything in double. It exists to check the optimized forward, not to be fast.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ridge::test {
+
+// Logits of every position, row-major [tokens.size()][n_vocab] (n_vocab = rows of
+// token_embd.weight). Throws std::runtime_error for a file it does not understand.
+std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens);
+
+}  // namespace ridge::test
