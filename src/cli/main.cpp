@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     if (cmd == "quantize") return ridge::cli::cmd_quantize(args);
     if (cmd == "perplexity") return ridge::cli::cmd_perplexity(args);
     if (cmd == "info") return ridge::cli::cmd_info(args);
-    std::fprintf(stderr, "ridge: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+    std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
     return 1;
   } catch (const ridge::Error& e) {
     std::fprintf(stderr, "ridge %s: error: %s\n", cmd.c_str(), e.what());

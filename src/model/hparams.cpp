@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <tuple>
+
 #include "core/error.h"
 
 namespace ridge {
@@ -33,6 +35,13 @@ HParams read_hparams(const gguf::File& f) {
     fail("{}: embedding_length {} is not a multiple of head_count {}", f.name(), h.n_embd, h.n_head);
   h.head_dim_k = opt("attention.key_length", h.n_embd / h.n_head);
   h.head_dim_v = opt("attention.value_length", h.head_dim_k);
+  // Widths derived from products must stay far from int32 overflow (a hostile file could
+  // make them wrap and pass the tensor shape checks).
+  for (const auto& [heads, dim, what] : {std::tuple{h.n_head, h.head_dim_k, "head_count x key_length"},
+                                         std::tuple{h.n_head, h.head_dim_v, "head_count x value_length"},
+                                         std::tuple{h.n_head_kv, h.head_dim_k, "head_count_kv x key_length"}})
+    if (int64_t(heads) * dim > (int64_t(1) << 24))
+      fail("{}: attention {} = {} x {} is out of range (at most 2^24)", f.name(), what, heads, dim);
   h.rope_dim = opt("rope.dimension_count", h.head_dim_k);
   if (h.rope_dim > h.head_dim_k || h.rope_dim % 2 != 0)
     fail("{}: rope.dimension_count {} must be even and at most the head size {}", f.name(), h.rope_dim, h.head_dim_k);
