@@ -3,14 +3,7 @@
 // 8..15 to the second, so the per-block float scale is applied lane-wise and no
 // horizontal sum is needed until the end. Same linkage rule as dot_avx2.cpp: nothing here
 // is visible to, or shared with, baseline code.
-// GCC 12's AVX-512 headers build their "undefined" vectors as `__m512i y = y;`, which
-// -Wuninitialized flags at every inlined use (GCC bug 105593); the warning is about the
-// header, not this file.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include "quant/blocks.h"
 #include "quant/dot_paths.h"
