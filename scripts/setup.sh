@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
-      libbenchmark-dev libfmt-dev clang libclang-rt-14-dev)
+      libbenchmark-dev libfmt-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
+      clang libclang-rt-14-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do
