@@ -135,7 +135,7 @@ int cmd_generate(Args& a) {
                "decode: %.2f tok/s (%lld tokens in %.3f s)\n"
                "time to first token: %.3f s\n"
                "peak RSS: %.1f MiB\n",
-               path.c_str(), h.arch.c_str(), double(model->weight_bytes()) / 1048576.0, gen.pool().size(),
+               path.c_str(), h.arch.c_str(), double(model->weight_bytes()) / 1048576.0, gen.threads(),
                std::string(dtype_name(opt.kv_dtype)).c_str(), (long long)st.prompt_tokens,
                (long long)st.generated_tokens, st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
                st.prefill_s, st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0.0,

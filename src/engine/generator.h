@@ -1,8 +1,6 @@
-// Runs a set of requests to completion on one model: every step packs a decode token for
-// each sequence past its prompt plus prompt chunks under a token budget into one batch,
-// runs the forward pass through the paged KV cache and samples. This is the path
-// `generate` uses for one prompt and the tests use for many; the engine issue's
-// scheduler (preemption, prefix cache, admission) replaces the packing policy, not it.
+// Runs a set of requests to completion through the engine (continuous batching, paged
+// KV, prefix cache, preemption): the path `generate` uses for one prompt or a file of
+// them, and the tests for many.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,10 +10,8 @@
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
-#include "engine/block_manager.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
-#include "model/forward.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -28,6 +24,11 @@ struct GenOptions {
   int32_t block_size = 16;
   int32_t max_batch_tokens = 512;   // tokens per forward pass (prompt chunks + decodes)
   int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0: enough for every request
+  int32_t max_num_seqs = 256;
+  bool prefix_cache = true;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  int64_t swap_bytes = 0;
+  std::string swap_dir = "/tmp";
 };
 
 struct GenRequest {
@@ -36,6 +37,7 @@ struct GenRequest {
   SamplingParams sampling;
   bool ignore_eos = false;
   bool capture_logits = false;      // keep every step's logits (tests)
+  int32_t priority = 0;
 };
 
 struct GenResult {
@@ -44,6 +46,8 @@ struct GenResult {
   std::vector<float> logits;        // [tokens][n_vocab] when captured
   std::string finish_reason;        // "stop" (EOS) or "length"
   double ttft_s = 0;                // from run() start to the first token
+  int32_t prefix_hit_tokens = 0;
+  int32_t preemptions = 0;
 };
 
 struct GenStats {
@@ -52,6 +56,11 @@ struct GenStats {
   double decode_s = 0;              // steps with decodes only
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
   int64_t steps = 0;
+  int64_t computed_tokens = 0;      // tokens run through the model (recompute included)
+  int64_t prefix_hit_tokens = 0;
+  int64_t preemptions = 0, swaps = 0;
+  double mean_batch = 0;            // sequences per step
+  double wall_s = 0;
 };
 
 class Generator {
@@ -63,13 +72,13 @@ class Generator {
   std::vector<GenResult> run(const std::vector<GenRequest>& reqs, const OnToken& on_token = {});
 
   const GenStats& stats() const { return stats_; }
-  ThreadPool& pool() { return pool_; }
+  int threads() const { return threads_; }
 
  private:
   const Model& model_;
   const Tokenizer* tok_;
   GenOptions opt_;
-  ThreadPool pool_;
+  int threads_;
   GenStats stats_;
 };
 

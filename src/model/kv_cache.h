@@ -32,6 +32,11 @@ class KVCache {
   const KVLayout& layout() const { return l_; }
   int64_t total_bytes() const { return bytes_; }
 
+  // One block of one layer is contiguous: [n_kv_head][block_size][head_dim] for K and V.
+  int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_k * esz_; }
+  int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
+  int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }
+
   // Address of head h's vector at (block, slot) in layer `layer`.
   uint8_t* k(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
     return k_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_k) * esz_;

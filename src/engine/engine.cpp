@@ -1,0 +1,213 @@
+#include "engine/engine.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+}  // namespace
+
+// Recompute costs the sequence's tokens at the measured prefill rate; swapping costs its
+// blocks out and back at the measured copy rate. Swap wins when it is cheaper.
+class Engine::Cost : public PreemptionCost {
+ public:
+  explicit Cost(const Engine& e) : e_(e) {}
+  bool prefer_swap(const Sequence& s) const override {
+    if (!e_.swap_) return false;
+    const double recompute = double(s.n_computed) * e_.prefill_s_per_token_;
+    const double bytes = 2.0 * double(s.blocks.size()) * double(e_.swap_->block_bytes());
+    return bytes / e_.swap_->bytes_per_second() < recompute;
+  }
+  bool can_swap(const Sequence& s) const override { return e_.swap_ && e_.swap_->can_hold(int64_t(s.blocks.size())); }
+
+ private:
+  const Engine& e_;
+};
+
+Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg)
+    : model_(model), tok_(tok), cfg_(cfg), pool_(cfg.threads > 0 ? cfg.threads : default_thread_count()) {
+  const HParams& h = model.hparams();
+  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
+  RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
+  const int64_t per_block = kl.bytes_per_token() * cfg.block_size;
+  int64_t bytes = cfg.kv_cache_bytes;
+  if (bytes <= 0) {
+    RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
+    // The weights are mmap'd: count them as resident whether or not they are yet.
+    const int64_t avail = mem_available_bytes() - model.weight_bytes();
+    bytes = int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
+  }
+  const int64_t n_blocks = bytes / per_block;
+  if (n_blocks < 1)
+    fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
+         bytes, per_block, cfg.block_size, kl.bytes_per_token());
+  RIDGE_CHECK(n_blocks < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
+  kl.n_blocks = int32_t(n_blocks);
+  kv_ = std::make_unique<KVCache>(kl);
+  bm_ = std::make_unique<BlockManager>(kl.n_blocks, kl.block_size);
+  if (cfg.prefix_cache) radix_ = std::make_unique<RadixCache>(*bm_);
+  if (cfg.swap_bytes > 0) swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir);
+  if (cfg.preemption != PreemptionMode::Recompute && !swap_)
+    fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
+  cost_ = std::make_unique<Cost>(*this);
+  SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
+  sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
+  runner_ = std::make_unique<ModelRunner>(model, *kv_, pool_);
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p) {
+  RIDGE_CHECK(!prompt.empty(), "a request needs at least one prompt token");
+  RIDGE_CHECK(p.max_tokens >= 0, "max_tokens must not be negative");
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  for (int32_t t : prompt) RIDGE_CHECK(t >= 0 && t < n_vocab, "token id {} is out of range (vocabulary {})", t, n_vocab);
+  const int64_t total = int64_t(prompt.size()) + p.max_tokens;
+  if (total > kv_capacity_tokens())
+    fail("the request needs {} tokens of KV ({} prompt + {} max tokens) but the cache holds {}", total, prompt.size(),
+         p.max_tokens, kv_capacity_tokens());
+  const int64_t id = next_id_++;
+  auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
+  stats_.prompt_tokens += s->n_prompt;
+  Sequence* raw = s.get();
+  seqs_.emplace(id, std::move(s));
+  ++n_unfinished_;
+  if (p.max_tokens == 0) {
+    raw->status = SeqStatus::Finished;
+    raw->finish_reason = "length";
+    --n_unfinished_;
+  } else {
+    sched_->add(raw);
+  }
+  return id;
+}
+
+void Engine::finish(Sequence* s, const char* reason) {
+  s->finish_reason = reason;
+  if (swap_ && !s->swap_slots.empty()) {
+    swap_->free(s->swap_slots);
+    s->swap_slots.clear();
+  }
+  sched_->finish(s);
+  --n_unfinished_;
+}
+
+void Engine::abort(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->finished()) return;
+  Sequence* s = it->second.get();
+  s->finish_reason = "abort";
+  if (swap_ && !s->swap_slots.empty()) {
+    swap_->free(s->swap_slots);
+    s->swap_slots.clear();
+  }
+  sched_->remove(s);  // no prefix insert: its K/V may be partial
+  --n_unfinished_;
+}
+
+const Sequence* Engine::get(int64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+void Engine::release(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  if (!it->second->finished()) abort(id);
+  seqs_.erase(it);
+}
+
+std::vector<TokenEvent> Engine::step() {
+  std::vector<TokenEvent> events;
+  SchedulerOutput so = sched_->schedule();
+  // KV copies first: blocks freed by swap-outs may be written by this very forward.
+  for (Sequence* s : so.swap_out) {
+    s->swap_slots = swap_->swap_out(s->swap_src);
+    sched_->swapped_out(s);
+  }
+  for (Sequence* s : so.swap_in) {
+    swap_->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
+    s->swap_slots.clear();
+  }
+  if (so.chunks.empty()) return events;
+
+  const auto t0 = Clock::now();
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  const std::span<const float> logits = runner_->run(so.chunks, rows_);
+  bool has_prompt_work = false;
+  int64_t produced = 0;
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    Sequence* s = so.chunks[i].seq;
+    has_prompt_work |= so.chunks[i].n_tokens > 1 || s->n_generated() == 0;
+    s->n_computed += so.chunks[i].n_tokens;
+    stats_.computed_tokens += so.chunks[i].n_tokens;
+    sched_->on_computed(s);
+    if (rows_[i] < 0) continue;
+    float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
+    if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
+    s->margins.push_back(top2_margin(lg, n_vocab));
+    if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
+    const int32_t tok = s->sampler.sample(lg, s->tokens);
+    s->tokens.push_back(tok);
+    ++produced;
+    const bool eos = !s->params.ignore_eos && tok_ && tok_->is_eog(tok);
+    const bool stop_id = std::find(s->params.stop_token_ids.begin(), s->params.stop_token_ids.end(), tok) !=
+                         s->params.stop_token_ids.end();
+    const bool done = eos || stop_id || s->n_generated() >= s->params.max_tokens;
+    if (done) finish(s, eos || stop_id ? "stop" : "length");
+    events.push_back({s->id, tok, done});
+  }
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  ++stats_.steps;
+  stats_.batched_seqs += int64_t(so.chunks.size());
+  stats_.generated_tokens += produced;
+  if (has_prompt_work) {
+    stats_.prefill_s += dt;
+    const int64_t n = so.n_tokens();
+    if (n >= 16) prefill_s_per_token_ = 0.7 * prefill_s_per_token_ + 0.3 * dt / double(n);
+  } else {
+    stats_.decode_s += dt;
+    stats_.decode_tokens += produced;
+  }
+#ifdef RIDGE_DEBUG_CHECKS
+  check_invariants();
+#endif
+  return events;
+}
+
+void Engine::check_invariants() const {
+  bm_->check_invariants();
+  sched_->check_invariants();
+  std::vector<int32_t> refs(size_t(bm_->n_total()), 0);
+  for (const auto& [id, s] : seqs_)
+    for (int32_t b : s->blocks) ++refs[size_t(b)];
+  if (radix_) {
+    radix_->check_invariants();
+    std::vector<int32_t> tree;
+    radix_->collect_blocks(tree);
+    for (int32_t b : tree) ++refs[size_t(b)];
+  }
+  for (int32_t b = 0; b < bm_->n_total(); ++b)
+    RIDGE_CHECK(refs[size_t(b)] == bm_->ref_count(b), "block {} has ref count {} but {} holders", b,
+                bm_->ref_count(b), refs[size_t(b)]);
+}
+
+}  // namespace ridge

@@ -1,0 +1,111 @@
+// The engine: requests in, token streams out. One step = schedule -> (swap copies) ->
+// build batch -> forward -> sample -> postprocess (stop checks, prefix-cache inserts,
+// freeing). The engine knows sequences and blocks, not HTTP; it is single-threaded (the
+// server drives it from one loop thread).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/threadpool.h"
+#include "engine/block_manager.h"
+#include "engine/model_runner.h"
+#include "engine/radix_cache.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/swap_space.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace ridge {
+
+class Tokenizer;
+
+struct EngineConfig {
+  int threads = 0;                  // 0: all cores
+  DType kv_dtype = DType::F16;
+  int32_t block_size = 16;
+  int64_t kv_cache_bytes = 0;       // KV pool size; 0: mem_fraction of the RAM left after weights
+  double mem_fraction = 0.5;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  bool prefix_cache = true;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
+  std::string swap_dir = "/tmp";
+  int32_t aging_steps = 256;
+};
+
+struct TokenEvent {
+  int64_t id;
+  int32_t token;      // -1 when a request ends without a new token (abort)
+  bool finished;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;        // prompt tokens of all requests
+  int64_t computed_tokens = 0;      // tokens run through the model (prefill + decode + recompute)
+  int64_t prefix_hit_tokens = 0;    // prompt tokens served by the prefix cache
+  int64_t generated_tokens = 0;
+  int64_t batched_seqs = 0;         // sum over steps of sequences in the batch
+  double prefill_s = 0, decode_s = 0;  // steps with prompt work / decode-only steps
+  int64_t decode_tokens = 0;        // tokens produced by decode-only steps
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg);
+  ~Engine();
+
+  // Throws ridge::Error when the request can never fit (prompt + max_tokens beyond the
+  // KV pool or the model's context) or has no tokens.
+  int64_t add_request(std::vector<int32_t> prompt, const RequestParams& p);
+  void abort(int64_t id);
+  std::vector<TokenEvent> step();
+  bool has_work() const { return n_unfinished_ > 0; }
+
+  // Finished and unfinished requests stay readable until released.
+  const Sequence* get(int64_t id) const;
+  void release(int64_t id);
+
+  const EngineStats& stats() const { return stats_; }
+  int64_t n_preemptions() const { return sched_->n_preemptions(); }
+  int64_t n_swaps() const { return sched_->n_swaps(); }
+  const BlockManager& blocks() const { return *bm_; }
+  const RadixCache* prefix_cache() const { return radix_.get(); }
+  int32_t n_running() const { return sched_->n_running(); }
+  int32_t n_waiting() const { return sched_->n_waiting(); }
+  int64_t kv_capacity_tokens() const { return int64_t(bm_->n_total()) * bm_->block_size(); }
+  ThreadPool& pool() { return pool_; }
+  // Every block's ref count equals the references held by sequences and the prefix
+  // cache; free + referenced = total. Throws ridge::Error naming what is wrong.
+  void check_invariants() const;
+
+ private:
+  class Cost;
+  void finish(Sequence* s, const char* reason);
+
+  const Model& model_;
+  const Tokenizer* tok_;
+  EngineConfig cfg_;
+  ThreadPool pool_;
+  std::unique_ptr<KVCache> kv_;
+  std::unique_ptr<BlockManager> bm_;
+  std::unique_ptr<RadixCache> radix_;
+  std::unique_ptr<SwapSpace> swap_;
+  std::unique_ptr<Cost> cost_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
+  int64_t next_id_ = 1;
+  int64_t n_unfinished_ = 0;
+  uint64_t arrivals_ = 0;
+  double prefill_s_per_token_ = 1e-3;  // measured; feeds the recompute-or-swap choice
+  EngineStats stats_;
+  std::vector<int32_t> rows_;
+};
+
+}  // namespace ridge

@@ -1,0 +1,72 @@
+// Prefix cache (SGLang's RadixAttention at block granularity): a tree whose edges are
+// full KV blocks keyed by their token ids. A new request walks it for the longest prefix
+// of full blocks already computed and shares those blocks instead of recomputing them.
+//
+// Ownership is by block reference counts (BlockManager): the tree holds one reference
+// per node; every sequence using a block holds another. A node whose block only the tree
+// references (ref == 1) and that has no children is an evictable leaf; eviction is LRU
+// over those. "Locking" a matched path is taking the sequence's references.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/block_manager.h"
+
+namespace ridge {
+
+class RadixCache {
+ public:
+  explicit RadixCache(BlockManager& bm) : bm_(bm) { root_ = std::make_unique<Node>(); }
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  // Longest cached prefix of `tokens` in full blocks, at most max_tokens long: appends
+  // the block ids to `blocks` and takes a reference on each for the caller. Returns the
+  // number of tokens matched (a multiple of the block size).
+  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks);
+
+  // Records the computed full blocks of a sequence (tokens[0 .. blocks.size()*bs)) so that
+  // later requests can share them. Blocks already in the tree under the same tokens stay
+  // as they are (the sequence keeps its own copy).
+  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks);
+
+  // Frees up to n blocks, least recently used evictable leaves first. Returns how many.
+  int32_t evict(int32_t n);
+  int32_t n_evictable() const;  // blocks that evict() could free now
+  int32_t n_nodes() const { return n_nodes_; }
+
+  void collect_blocks(std::vector<int32_t>& out) const;  // every node's block
+  // Every node's block is referenced, children's keys match, the tree is acyclic.
+  void check_invariants() const;
+
+  struct Stats {
+    int64_t queries = 0, hit_tokens = 0, query_tokens = 0, inserted_blocks = 0, evicted_blocks = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Node {
+    std::vector<int32_t> key;  // the block's token ids [block_size]
+    int32_t block = -1;
+    Node* parent = nullptr;
+    std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
+    uint64_t last_use = 0;
+  };
+  bool count_evictable(const Node* n, int32_t& out) const;
+  void collect_leaves(Node* n, std::vector<Node*>& out) const;
+  void check_node(const Node* n) const;
+  void collect(const Node* n, std::vector<int32_t>& out) const;
+  void release_all(Node* n);
+
+  BlockManager& bm_;
+  std::unique_ptr<Node> root_;
+  uint64_t clock_ = 0;
+  int32_t n_nodes_ = 0;
+  Stats stats_;
+};
+
+}  // namespace ridge

@@ -1,0 +1,177 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ridge {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockManager& bm, RadixCache* radix, const PreemptionCost* cost)
+    : cfg_(cfg), bm_(bm), radix_(radix), cost_(cost) {
+  RIDGE_CHECK(cfg_.max_num_seqs > 0, "max_num_seqs must be positive");
+  RIDGE_CHECK(cfg_.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive");
+  RIDGE_CHECK(cfg_.aging_steps > 0, "aging steps must be positive");
+  RIDGE_CHECK(cfg_.preemption == PreemptionMode::Recompute || cost_, "swap preemption needs a swap space");
+}
+
+int64_t Scheduler::effective_priority(const Sequence* s) const {
+  if (s->status != SeqStatus::Waiting) return s->params.priority;
+  return int64_t(s->params.priority) - int64_t((step_ - s->waiting_since_step) / uint64_t(cfg_.aging_steps));
+}
+
+bool Scheduler::before(const Sequence* a, const Sequence* b) const {
+  const int64_t pa = effective_priority(a), pb = effective_priority(b);
+  return pa != pb ? pa < pb : a->arrival < b->arrival;
+}
+
+void Scheduler::add(Sequence* s) {
+  s->status = SeqStatus::Waiting;
+  s->waiting_since_step = step_;
+  waiting_.push_back(s);
+}
+
+void Scheduler::remove(Sequence* s) {
+  std::erase(running_, s);
+  std::erase(waiting_, s);
+  std::erase(swapped_, s);
+  bm_.release(s->blocks);
+  s->swap_src.clear();
+  s->status = SeqStatus::Finished;
+}
+
+void Scheduler::finish(Sequence* s) {
+  on_computed(s);
+  remove(s);
+}
+
+void Scheduler::on_computed(Sequence* s) {
+  if (!radix_) return;
+  const int32_t full = std::min<int32_t>(s->n_computed / bm_.block_size(), int32_t(s->blocks.size()));
+  if (full <= s->n_inserted_blocks) return;
+  radix_->insert(std::span<const int32_t>(s->tokens).first(size_t(full) * size_t(bm_.block_size())),
+                 std::span<const int32_t>(s->blocks).first(size_t(full)));
+  s->n_inserted_blocks = full;
+}
+
+void Scheduler::swapped_out(Sequence* s) { s->swap_src.clear(); }
+
+void Scheduler::preempt(Sequence* v, SchedulerOutput& out) {
+  std::erase(running_, v);
+  ++n_preemptions_;
+  ++v->n_preemptions;
+  ++out.n_preempted;
+  bool swap = cfg_.preemption == PreemptionMode::Swap ||
+              (cfg_.preemption == PreemptionMode::Auto && cost_->prefer_swap(*v));
+  if (swap && !cost_->can_swap(*v)) swap = false;  // no room: recompute instead
+  if (swap) {
+    // The blocks are free for reuse at once: the engine copies them out before this
+    // step's forward pass writes anything.
+    ++n_swaps_;
+    v->swap_src = v->blocks;
+    bm_.release(v->blocks);
+    v->status = SeqStatus::Swapped;
+    out.swap_out.push_back(v);
+    swapped_.push_back(v);
+  } else {
+    on_computed(v);  // its full blocks stay findable in the prefix cache
+    bm_.release(v->blocks);
+    v->n_computed = 0;
+    v->n_inserted_blocks = 0;
+    v->status = SeqStatus::Waiting;
+    v->waiting_since_step = step_;
+    waiting_.push_back(v);
+  }
+}
+
+bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled) {
+  for (;;) {
+    if (bm_.reserve(s->blocks, n_tokens)) return true;
+    const int64_t need = bm_.blocks_for(n_tokens) - int64_t(s->blocks.size()) - bm_.n_free();
+    if (radix_ && radix_->evict(int32_t(need)) > 0) continue;
+    // The victim: the running sequence that would run last, among those not already
+    // given work this step; s itself when it is that sequence.
+    Sequence* victim = nullptr;
+    for (Sequence* r : running_)
+      if (std::find(scheduled.begin(), scheduled.end(), r) == scheduled.end() && (!victim || before(victim, r)))
+        victim = r;
+    if (!victim) victim = s;
+    preempt(victim, out);
+    if (victim == s) return false;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  ++step_;
+  SchedulerOutput out;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  std::vector<Sequence*> scheduled;
+
+  // 1. Running sequences: decodes and unfinished prompt chunks, best first.
+  std::sort(running_.begin(), running_.end(), [&](auto* a, auto* b) { return before(a, b); });
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    const int64_t n = std::min<int64_t>(s->pending(), budget);
+    if (!reserve(s, s->n_computed + n, out, scheduled)) continue;  // s was preempted: same index
+    out.chunks.push_back({s, int32_t(n)});
+    scheduled.push_back(s);
+    budget -= n;
+    ++i;
+  }
+
+  // 2. Swapped-out sequences come back before new work is admitted (FCFS).
+  while (!swapped_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
+    Sequence* s = swapped_.front();
+    if (!s->swap_src.empty()) break;  // its copy-out is this very step
+    const int64_t need = bm_.blocks_for(s->n_computed + 1);
+    if (bm_.n_free() < need && radix_) radix_->evict(int32_t(need - bm_.n_free()));
+    if (bm_.n_free() < need || !bm_.reserve(s->blocks, s->n_computed)) break;
+    swapped_.pop_front();
+    s->status = SeqStatus::Running;
+    running_.push_back(s);
+    out.swap_in.push_back(s);  // its decode is scheduled from the next step on
+  }
+
+  // 3. Waiting requests, best first, while budget, sequence slots and blocks last.
+  std::sort(waiting_.begin(), waiting_.end(), [&](auto* a, auto* b) { return before(a, b); });
+  size_t admitted = 0;
+  for (; admitted < waiting_.size() && budget > 0 && int32_t(running_.size()) < cfg_.max_num_seqs; ++admitted) {
+    Sequence* s = waiting_[admitted];
+    if (radix_ && s->blocks.empty()) {
+      // Leave at least one token to compute: its logits give the next token.
+      s->n_computed = radix_->match(s->tokens, int32_t(s->tokens.size()) - 1, s->blocks);
+      s->n_prefix_hit = s->n_computed;
+      s->n_inserted_blocks = int32_t(s->blocks.size());
+    }
+    const int64_t n = std::min<int64_t>(s->pending(), budget);
+    bool ok = bm_.reserve(s->blocks, s->n_computed + n);
+    if (!ok && radix_) {
+      radix_->evict(int32_t(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size()) - bm_.n_free()));
+      ok = bm_.reserve(s->blocks, s->n_computed + n);
+    }
+    if (!ok) {  // no room without preempting running work: undo the match, wait
+      bm_.release(s->blocks);
+      s->n_computed = 0;
+      s->n_prefix_hit = 0;
+      s->n_inserted_blocks = 0;
+      break;
+    }
+    s->status = SeqStatus::Running;
+    running_.push_back(s);
+    out.chunks.push_back({s, int32_t(n)});
+    budget -= n;
+  }
+  waiting_.erase(waiting_.begin(), waiting_.begin() + std::ptrdiff_t(admitted));
+  return out;
+}
+
+void Scheduler::check_invariants() const {
+  for (const Sequence* s : running_) {
+    RIDGE_CHECK(s->status == SeqStatus::Running, "running sequence {} has another status", s->id);
+    RIDGE_CHECK(int64_t(s->blocks.size()) >= bm_.blocks_for(s->n_computed), "sequence {} has too few blocks", s->id);
+  }
+  for (const Sequence* s : waiting_)
+    RIDGE_CHECK(s->blocks.empty() && s->n_computed == 0, "waiting sequence {} holds blocks", s->id);
+  for (const Sequence* s : swapped_) RIDGE_CHECK(s->blocks.empty(), "swapped sequence {} holds blocks", s->id);
+}
+
+}  // namespace ridge

@@ -1,0 +1,98 @@
+// Continuous batching. Every step: running sequences first (decodes, then unfinished
+// prompt chunks), then swapped-out sequences coming back, then waiting requests, all
+// under a token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs).
+// When KV blocks run out: evict unreferenced prefix-cache blocks, then preempt the
+// lowest-priority, newest running sequence, by recompute (drop its KV, requeue it; its
+// prefix may still hit the radix cache) or by swap (move its KV to the swap space).
+//
+// Order is (effective priority, arrival): lower priority values first, FCFS among equals.
+// No starvation: a waiting request's effective priority improves by one for every
+// `aging_steps` steps it has waited, so it eventually outranks any newer arrival.
+//
+// The scheduler returns its decisions as data and never touches KV bytes: copying blocks
+// to and from the swap space is the engine's job.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/radix_cache.h"
+#include "engine/sequence.h"
+
+namespace ridge {
+
+enum class PreemptionMode { Recompute, Swap, Auto };
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  int32_t aging_steps = 256;
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int32_t n_tokens;  // tokens [seq->n_computed, seq->n_computed + n_tokens) run this step
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> swap_out;  // KV to copy out (blocks still valid) before they are reused
+  std::vector<Sequence*> swap_in;   // KV to copy back into their new blocks before the forward
+  int32_t n_preempted = 0;
+  int64_t n_tokens() const {
+    int64_t n = 0;
+    for (const auto& c : chunks) n += c.n_tokens;
+    return n;
+  }
+};
+
+// Decides, per preempted sequence, whether swapping beats recomputing (Auto mode).
+struct PreemptionCost {
+  virtual ~PreemptionCost() = default;
+  virtual bool prefer_swap(const Sequence& s) const = 0;
+  virtual bool can_swap(const Sequence& s) const = 0;  // swap space has room
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockManager& bm, RadixCache* radix, const PreemptionCost* cost);
+
+  void add(Sequence* s);
+  // Removes a sequence wherever it is and frees its blocks (abort or finish).
+  void remove(Sequence* s);
+  SchedulerOutput schedule();
+  // After the forward: the chunk's tokens are in the cache; record full blocks in the
+  // prefix cache.
+  void on_computed(Sequence* s);
+  // A finished sequence: keep its full blocks in the prefix cache, free the rest.
+  void finish(Sequence* s);
+  // The engine copied the swapped-out KV; the scheduler may now free those blocks.
+  void swapped_out(Sequence* s);
+
+  int32_t n_running() const { return int32_t(running_.size()); }
+  int32_t n_waiting() const { return int32_t(waiting_.size() + swapped_.size()); }
+  int64_t n_preemptions() const { return n_preemptions_; }
+  int64_t n_swaps() const { return n_swaps_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  void check_invariants() const;
+
+ private:
+  bool reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled);
+  void preempt(Sequence* victim, SchedulerOutput& out);
+  bool before(const Sequence* a, const Sequence* b) const;  // a runs before b
+  int64_t effective_priority(const Sequence* s) const;
+
+  SchedulerConfig cfg_;
+  BlockManager& bm_;
+  RadixCache* radix_;
+  const PreemptionCost* cost_;
+  std::vector<Sequence*> running_;
+  std::vector<Sequence*> waiting_;
+  std::deque<Sequence*> swapped_;
+  uint64_t step_ = 0;
+  int64_t n_preemptions_ = 0, n_swaps_ = 0;
+};
+
+}  // namespace ridge

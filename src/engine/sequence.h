@@ -1,0 +1,56 @@
+// One request as the engine sees it: its tokens, how many of them have K/V in the cache,
+// the KV blocks it holds, and its sampling state. The scheduler moves it between states;
+// the model runner reads its block table; nobody else touches it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace ridge {
+
+enum class SeqStatus { Waiting, Running, Swapped, Finished };
+
+struct RequestParams {
+  SamplingParams sampling;
+  int32_t max_tokens = 64;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+  int32_t priority = 0;          // lower runs first
+  bool capture_logits = false;   // keep each step's logits (tests)
+};
+
+struct Sequence {
+  Sequence(int64_t id, std::vector<int32_t> prompt, const RequestParams& p, int32_t n_vocab, uint64_t arrival)
+      : id(id), tokens(std::move(prompt)), n_prompt(int32_t(tokens.size())), params(p),
+        sampler(p.sampling, n_vocab), arrival(arrival) {}
+
+  int64_t id;
+  std::vector<int32_t> tokens;   // prompt + generated
+  int32_t n_prompt;
+  RequestParams params;
+  Sampler sampler;
+  uint64_t arrival;              // admission order (FCFS tie-break)
+
+  SeqStatus status = SeqStatus::Waiting;
+  int32_t n_computed = 0;        // tokens whose K/V are in the cache (prefix hits included)
+  std::vector<int32_t> blocks;   // block table
+  int32_t n_prefix_hit = 0;      // prompt tokens served by the prefix cache (last admission)
+  int32_t n_preemptions = 0;
+  std::vector<int32_t> swap_src;  // blocks to copy out (already freed) this step
+  std::vector<int64_t> swap_slots;  // where its KV lives in the swap space while Swapped
+  int32_t n_inserted_blocks = 0; // full blocks already recorded in the prefix cache
+  uint64_t waiting_since_step = 0;  // for priority aging
+  std::string finish_reason;     // "stop", "length", "abort"
+  std::vector<float> margins;    // top-2 logit margin per generated token
+  std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
+
+  int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
+  // Tokens still to run through the model: the prompt (or, after a preemption by
+  // recompute, prompt + generated) and then one per decode step.
+  int32_t pending() const { return int32_t(tokens.size()) - n_computed; }
+  bool finished() const { return status == SeqStatus::Finished; }
+};
+
+}  // namespace ridge
