@@ -61,6 +61,12 @@ double Args::number(std::initializer_list<std::string_view> names, double dflt, 
   return v;
 }
 
+std::optional<std::string> Args::subcommand() {
+  if (a_.empty() || used_[0] || a_[0].empty() || a_[0][0] == '-') return std::nullopt;
+  used_[0] = true;
+  return a_[0];
+}
+
 std::vector<std::string> Args::positional() {
   std::vector<std::string> out;
   for (size_t i = 0; i < a_.size(); ++i)

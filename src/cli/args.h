@@ -23,7 +23,9 @@ class Args {
   bool flag(std::initializer_list<std::string_view> names);
   int64_t integer(std::initializer_list<std::string_view> names, int64_t dflt, int64_t lo, int64_t hi);
   double number(std::initializer_list<std::string_view> names, double dflt, double lo, double hi);
-  // Arguments not starting with '-' (in order), consumed.
+  // The first argument when it does not start with '-' (a subcommand), consumed.
+  std::optional<std::string> subcommand();
+  // Arguments not starting with '-' (in order), consumed. Call after the options.
   std::vector<std::string> positional();
   // Throws for anything not consumed.
   void finish() const;

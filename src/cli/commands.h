@@ -10,5 +10,8 @@ int cmd_mkmodel(Args& a);
 int cmd_quantize(Args& a);
 int cmd_perplexity(Args& a);
 int cmd_info(Args& a);
+int cmd_chat_template(Args& a);
+int cmd_tokenize(Args& a);
+int cmd_bench(Args& a);
 
 }  // namespace ridge::cli

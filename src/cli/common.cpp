@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -37,6 +38,52 @@ GenOptions gen_options(Args& a) {
   o.block_size = int32_t(a.integer({"--block-size"}, 16, 1, 1024));
   o.max_batch_tokens = int32_t(a.integer({"-b", "--batch-size"}, 512, 1, 1 << 20));
   return o;
+}
+
+int64_t parse_bytes(const std::string& s, const char* flag) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || errno || !(v >= 0)) fail("{} expects a size such as 512M or 2G, got '{}'", flag, s);
+  std::string unit(end);
+  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mul = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else fail("{}: unknown size unit '{}' in '{}' (use K, M or G)", flag, unit, s);
+  if (v * mul > 9e18) fail("{} = {} is too large", flag, s);
+  return int64_t(v * mul);
+}
+
+EngineConfig engine_config(Args& a) {
+  EngineConfig c;
+  c.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
+  const std::string kv = a.str({"--kv-type"}, "f16");
+  auto t = dtype_from_name(kv);
+  if (!t || !(*t == DType::F16 || *t == DType::BF16 || *t == DType::F32))
+    fail("--kv-type {} is not one of f16, bf16, f32", kv);
+  c.kv_dtype = *t;
+  c.block_size = int32_t(a.integer({"--block-size"}, 16, 1, 1024));
+  c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
+  c.max_num_batched_tokens = int32_t(a.integer({"--max-num-batched-tokens"}, c.max_num_batched_tokens, 1, 1 << 24));
+  if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
+  c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);
+  c.prefix_cache = !a.flag({"--no-prefix-cache"});
+  const std::string mode = a.str({"--preemption-mode"}, "recompute");
+  if (mode == "recompute") c.preemption = PreemptionMode::Recompute;
+  else if (mode == "swap") c.preemption = PreemptionMode::Swap;
+  else if (mode == "auto") c.preemption = PreemptionMode::Auto;
+  else fail("--preemption-mode {} is not one of recompute, swap, auto", mode);
+  if (auto sw = a.str({"--swap-space"})) {
+    // In GB, as vLLM's flag; a unit suffix is accepted too.
+    const bool bare = !sw->empty() && std::isdigit(static_cast<unsigned char>(sw->back()));
+    c.swap_bytes = parse_bytes(bare ? *sw + "G" : *sw, "--swap-space");
+  }
+  c.swap_dir = a.str({"--swap-dir"}, c.swap_dir);
+  c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
+  return c;
 }
 
 SamplingParams sampling_params(Args& a, bool* seed_given) {

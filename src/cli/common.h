@@ -12,6 +12,12 @@ namespace ridge::cli {
 std::string resolve_model(Args& a);
 // -t/--threads, --kv-type, --block-size, --batch-size.
 GenOptions gen_options(Args& a);
+// The engine flags of generate / bench / serve: -t, --kv-type, --block-size,
+// --max-num-seqs, --max-num-batched-tokens, --kv-cache-memory, --mem-fraction,
+// --no-prefix-cache, --preemption-mode, --swap-space, --swap-dir, --priority-aging.
+EngineConfig engine_config(Args& a);
+// Parses "512M", "2G", "1.5GiB", "1000000" into bytes.
+int64_t parse_bytes(const std::string& s, const char* flag);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed (default: from the clock, printed).
 SamplingParams sampling_params(Args& a, bool* seed_given = nullptr);

@@ -86,6 +86,7 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   stats_.prefix_hit_tokens += es.prefix_hit_tokens;
   stats_.preemptions += engine.n_preemptions();
   stats_.swaps += engine.n_swaps();
+  if (engine.prefix_cache()) stats_.evicted_blocks += engine.prefix_cache()->stats().evicted_blocks;
   stats_.mean_batch = es.steps ? double(es.batched_seqs) / double(es.steps) : 0;
   stats_.wall_s += std::chrono::duration<double>(Clock::now() - t_start).count();
   return out;

@@ -59,6 +59,7 @@ struct GenStats {
   int64_t computed_tokens = 0;      // tokens run through the model (recompute included)
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0, swaps = 0;
+  int64_t evicted_blocks = 0;       // prefix-cache blocks evicted under pressure
   double mean_batch = 0;            // sequences per step
   double wall_s = 0;
 };

@@ -19,6 +19,13 @@ int64_t Scheduler::effective_priority(const Sequence* s) const {
   return int64_t(s->params.priority) - int64_t((step_ - s->waiting_since_step) / uint64_t(cfg_.aging_steps));
 }
 
+uint64_t Scheduler::first_block_key(const Sequence* s) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const size_t n = std::min(s->tokens.size(), size_t(bm_.block_size()));
+  for (size_t i = 0; i < n; ++i) h = (h ^ uint64_t(uint32_t(s->tokens[i]))) * 0x100000001b3ull;
+  return h;
+}
+
 bool Scheduler::before(const Sequence* a, const Sequence* b) const {
   const int64_t pa = effective_priority(a), pb = effective_priority(b);
   return pa != pb ? pa < pb : a->arrival < b->arrival;
@@ -132,10 +139,26 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 3. Waiting requests, best first, while budget, sequence slots and blocks last.
+  // A request whose first block is still being computed by another sequence waits a
+  // step (it does not hold up the others): then the prefix cache serves it the whole
+  // shared prefix instead of both computing it.
+  std::vector<uint64_t> pending_first;
+  if (radix_)
+    for (const Sequence* r : running_)
+      if (r->n_computed < bm_.block_size()) pending_first.push_back(first_block_key(r));
   std::sort(waiting_.begin(), waiting_.end(), [&](auto* a, auto* b) { return before(a, b); });
+  std::vector<Sequence*> deferred;
   size_t admitted = 0;
   for (; admitted < waiting_.size() && budget > 0 && int32_t(running_.size()) < cfg_.max_num_seqs; ++admitted) {
     Sequence* s = waiting_[admitted];
+    if (radix_ && int32_t(s->tokens.size()) > bm_.block_size() && s->blocks.empty()) {
+      const uint64_t key = first_block_key(s);
+      if (std::find(pending_first.begin(), pending_first.end(), key) != pending_first.end()) {
+        deferred.push_back(s);
+        continue;
+      }
+      pending_first.push_back(key);
+    }
     if (radix_ && s->blocks.empty()) {
       // Leave at least one token to compute: its logits give the next token.
       s->n_computed = radix_->match(s->tokens, int32_t(s->tokens.size()) - 1, s->blocks);
@@ -161,6 +184,7 @@ SchedulerOutput Scheduler::schedule() {
     budget -= n;
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + std::ptrdiff_t(admitted));
+  waiting_.insert(waiting_.begin(), deferred.begin(), deferred.end());
   return out;
 }
 

@@ -83,6 +83,7 @@ class Scheduler {
   void preempt(Sequence* victim, SchedulerOutput& out);
   bool before(const Sequence* a, const Sequence* b) const;  // a runs before b
   int64_t effective_priority(const Sequence* s) const;
+  uint64_t first_block_key(const Sequence* s) const;  // hash of the first block's tokens
 
   SchedulerConfig cfg_;
   BlockManager& bm_;

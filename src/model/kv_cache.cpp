@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -16,14 +18,19 @@ KVCache::KVCache(const KVLayout& layout) : l_(layout) {
   const int64_t kbytes = per_block * l_.head_dim_k * l_.n_blocks;
   const int64_t vbytes = per_block * l_.head_dim_v * l_.n_blocks;
   bytes_ = kbytes + vbytes;
-  void* p = std::aligned_alloc(64, size_t((bytes_ + 63) / 64 * 64));
-  if (!p) fail("cannot allocate a KV cache of {} MiB", bytes_ >> 20);
-  // Zeroed: a slot read before it is written must not be NaN garbage (it is masked, but
-  // 0 * NaN would still poison a sum).
-  std::memset(p, 0, size_t(bytes_));
-  mem_ = {static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); }};
+  // Anonymous pages: zeroed (a never-written slot is never NaN garbage) and committed
+  // lazily, so a large pool costs memory only as it fills.
+  const size_t len = size_t(bytes_);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail("cannot allocate a KV cache of {} MiB", bytes_ >> 20);
+  map_len_ = len;
+  mem_ = {static_cast<uint8_t*>(p), [](uint8_t*) {}};
   k_ = mem_.get();
   v_ = k_ + kbytes;
+}
+
+KVCache::~KVCache() {
+  if (mem_) ::munmap(mem_.get(), map_len_);
 }
 
 }  // namespace ridge

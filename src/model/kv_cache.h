@@ -28,6 +28,9 @@ struct KVLayout {
 class KVCache {
  public:
   explicit KVCache(const KVLayout& layout);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
 
   const KVLayout& layout() const { return l_; }
   int64_t total_bytes() const { return bytes_; }
@@ -49,6 +52,7 @@ class KVCache {
   KVLayout l_;
   int64_t esz_ = 2;
   int64_t bytes_ = 0;
+  size_t map_len_ = 0;
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> mem_{nullptr, nullptr};
   uint8_t* k_ = nullptr;
   uint8_t* v_ = nullptr;
