@@ -133,7 +133,11 @@ function ridgeTokenize(ridge, model, texts, parseSpecial) {
 async function main() {
     const a = parseArgs(process.argv.slice(2));
     if (!fs.existsSync(a.ridge)) throw new Error(`no ridge binary at ${a.ridge} (pass --ridge)`);
-    if (!fs.existsSync(a.vocabDir)) throw new Error(`no vocabulary folder at ${a.vocabDir}`);
+    if (!fs.existsSync(a.vocabDir)) {
+        if (process.env.CI === "true") throw new Error(`no vocabulary folder at ${a.vocabDir} (required under CI=true)`);
+        console.log(`SKIP: no vocabulary folder at ${a.vocabDir}`);
+        return;
+    }
     const files = fs.readdirSync(a.vocabDir).filter((f) => /^ggml-vocab-.*\.gguf$/.test(f)).sort()
         .filter((f) => !a.only || f.includes(a.only));
     const llama = await getLlama({
