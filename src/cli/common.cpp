@@ -83,6 +83,7 @@ EngineConfig engine_config(Args& a) {
   }
   c.swap_dir = a.str({"--swap-dir"}, c.swap_dir);
   c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
+  c.mlock = a.flag({"--mlock"});
   return c;
 }
 

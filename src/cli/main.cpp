@@ -25,14 +25,6 @@ commands:
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [-t THREADS]
   perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t THREADS]
   info        -m MODEL        print metadata and tensors
-  bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
-              [--prefix-len P] [--seed S] [--json] + engine options
-engine options (bench):
-  -t THREADS, --kv-type f16|bf16|f32, --block-size N (16), --max-num-seqs N (256),
-  --max-num-batched-tokens N (2048), --kv-cache-memory BYTES (e.g. 2G) or
-  --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
-  --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
-  --priority-aging STEPS (256)
   chat-template -m MODEL --messages FILE.json [--no-generation-prompt] [--tools FILE.json]
               [--vars JSON] [--template FILE] [--config tokenizer_config.json]
               print the prompt the model's chat template makes; --batch CASES.json: JSON lines
@@ -40,6 +32,14 @@ engine options (bench):
               one line per token: id<TAB>piece (--ids: the ids on one line); the model may
               be a vocabulary-only GGUF. --jsonl -f FILE: one JSON string per line in, one
               line of ids per string out
+  bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
+              [--prefix-len P] [--seed S] [--json] + engine options
+engine options (bench):
+  -t THREADS, --kv-type f16|bf16|f32, --block-size N (16), --max-num-seqs N (256),
+  --max-num-batched-tokens N (2048), --kv-cache-memory BYTES (e.g. 2G) or
+  --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
+  --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
+  --priority-aging STEPS (256), --mlock (pin the weights in RAM)
 
 The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
 RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.

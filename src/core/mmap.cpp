@@ -41,6 +41,13 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() { reset(); }
 
+void MappedFile::lock() const {
+  if (!data_) return;
+  if (::mlock(data_, size_) != 0)
+    fail("cannot lock {} MiB of {} in RAM: {} (raise the limit with `ulimit -l`, or run as root)", size_ >> 20, path_,
+         std::strerror(errno));
+}
+
 void MappedFile::reset() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;

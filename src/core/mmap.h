@@ -16,6 +16,10 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  // Pins the pages in RAM (mlock): weights must never be paged out under a KV pool that
+  // fills the rest of memory. Throws ridge::Error with the reason.
+  void lock() const;
+
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }

@@ -36,6 +36,7 @@ struct EngineConfig {
   int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
   std::string swap_dir = "/tmp";
   int32_t aging_steps = 256;
+  bool mlock = false;               // pin the mmap'd weights in RAM
 };
 
 struct TokenEvent {

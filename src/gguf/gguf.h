@@ -67,6 +67,9 @@ class File {
   // Parses a buffer that the caller keeps alive (tests, fuzzing).
   static std::unique_ptr<File> parse(const uint8_t* data, size_t size, std::string name);
 
+  // Pins the mapped file in RAM (a no-op for parse()d buffers).
+  void lock_in_memory() const { map_.lock(); }
+
   uint32_t version() const { return version_; }
   const std::string& name() const { return name_; }
   uint64_t alignment() const { return alignment_; }

@@ -383,10 +383,8 @@ void apply_step(const PreTokenizerStep& s, Piece p, std::deque<std::string>& are
         return;
       }
       std::vector<Piece> parts;
-      {
-        s.regex->matches(t, m);
-        split_by(t, m, SplitBehavior::Isolated, false, p.at_start, parts);
-      }
+      s.regex->matches(t, m);
+      split_by(t, m, SplitBehavior::Isolated, false, p.at_start, parts);
       for (const Piece& q : parts) out.push_back({arena.emplace_back(bytes_to_unicode(q.text)), q.at_start});
       return;
     }

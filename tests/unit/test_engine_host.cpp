@@ -27,14 +27,10 @@ std::vector<int32_t> iota(int32_t first, int32_t n) {
 
 // ---------------------------------------------------------------- BlockManager
 
-TEST(BlockManager, BlocksForRoundsUpToWholeBlocks) {
-  BlockManager bm(8, 4);
+TEST(BlockManager, ReserveIsAllOrNothingAndGrowsByBlocksForRounding) {
+  BlockManager bm(4, 4);
   for (auto [n, want] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 3}})
     EXPECT_EQ(bm.blocks_for(n), want) << n << " tokens";
-}
-
-TEST(BlockManager, ReserveIsAllOrNothingAndGrowsIncrementally) {
-  BlockManager bm(4, 4);
   std::vector<int32_t> a, b;
   ASSERT_TRUE(bm.reserve(a, 9));   // 3 blocks
   EXPECT_FALSE(bm.reserve(b, 8));  // needs 2, 1 free: nothing taken
@@ -179,19 +175,6 @@ TEST(RadixCache, EvictFreesLeastRecentlyUsedLeafFirst) {
   EXPECT_EQ(rc.n_nodes(), 1);
 }
 
-TEST(RadixCache, EvictNeverFreesABlockASequenceHolds) {
-  BlockManager bm(8, 2);
-  RadixCache rc(bm);
-  std::vector<int32_t> held = computed(bm, rc, {1, 2, 3, 4});
-  cached(bm, rc, {5, 6});
-  EXPECT_EQ(rc.n_evictable(), 1);
-  EXPECT_EQ(rc.evict(100), 1);
-  EXPECT_EQ(rc.n_nodes(), 2);
-  EXPECT_EQ(bm.ref_count(held[0]), 2);
-  EXPECT_EQ(bm.ref_count(held[1]), 2);
-  bm.release(held);
-}
-
 TEST(RadixCache, ParentsBecomeEvictableAfterTheirChildren) {
   BlockManager bm(8, 2);
   RadixCache rc(bm);
@@ -222,8 +205,8 @@ TEST(RadixCache, TreeOnlyNodeWithAHeldChildIsNotEvictable) {
   EXPECT_EQ(bm.n_free(), 8);
 }
 
-TEST(RadixCache, EvictableCountEqualsWhatRepeatedEvictionFrees) {
-  // root -> a -> {b (held), c -> d}: c and d can go, a and b cannot.
+TEST(RadixCache, EvictNeverFreesHeldBlocksAndCountsExactlyWhatItCanFree) {
+  // root -> a -> {b, c -> d}, a sequence holding a and b: c and d can go, a and b cannot.
   BlockManager bm(16, 2);
   RadixCache rc(bm);
   std::vector<int32_t> held = computed(bm, rc, {1, 1, 2, 2});
@@ -232,6 +215,8 @@ TEST(RadixCache, EvictableCountEqualsWhatRepeatedEvictionFrees) {
   EXPECT_EQ(rc.evict(100), 2);
   EXPECT_EQ(rc.n_evictable(), 0);
   EXPECT_EQ(rc.n_nodes(), 2);
+  EXPECT_EQ(bm.ref_count(held[0]), 2);  // sequence + tree, untouched
+  EXPECT_EQ(bm.ref_count(held[1]), 2);
   bm.release(held);
   EXPECT_EQ(rc.n_evictable(), 2);
 }
