@@ -4,7 +4,7 @@
 #   2. command-line bad-input tests
 #   3. the outside oracle: ridge vs llama.cpp (node-llama-cpp) on every arch x dtype,
 #      and ridge's tokenizers vs llama.cpp's on every vocabulary in ../shared/vocab;
-#      chat templates vs @huggingface/jinja
+#      chat templates vs @huggingface/jinja; tokenizer.json files vs @huggingface/tokenizers
 #   4. unit tests again under ASan + UBSan (-O1, debug invariant checks on)
 #   5. the GGUF reader fuzzer (clang libFuzzer), fixed seed and run count
 # Under CI=true a missing ../shared is a failure, never a skip.
@@ -62,6 +62,7 @@ stage "command-line errors" bash tests/cli/test_cli.sh "$BUILD/ridge"
 stage "oracle: ridge vs llama.cpp" bash tests/oracle/run_oracle.sh "$BUILD/ridge"
 stage "tokenizers: ridge vs llama.cpp" node tests/oracle/tokenizer_vs_llama.mjs --ridge "$BUILD/ridge"
 stage "chat templates: ridge vs @huggingface/jinja" bash tests/chat/run_chat_tests.sh "$BUILD/ridge"
+stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/run_hf_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
 stage "fuzz: GGUF reader" bash scripts/fuzz.sh
 

@@ -31,7 +31,8 @@ commands:
   tokenize    -m MODEL [--ids|--pieces] [--no-bos] [--parse-special] TEXT | -p TEXT | -f FILE
               one line per token: id<TAB>piece (--ids: the ids on one line); the model may
               be a vocabulary-only GGUF. --jsonl -f FILE: one JSON string per line in, one
-              line of ids per string out
+              line of ids per string out; --tokenizer-json FILE [--tokenizer-config FILE]
+              instead of -m (HF tokenizer.json); --decode: JSON lines of ids in, text out
   bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
               [--prefix-len P] [--seed S] [--json] + engine options
 engine options (bench):
