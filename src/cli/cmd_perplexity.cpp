@@ -34,6 +34,8 @@ int cmd_perplexity(Args& a) {
   po.block_size = opt.block_size;
   po.kv_dtype = opt.kv_dtype;
   po.bos = tok->add_bos() ? tok->bos() : -1;
+  if (int64_t(tokens.size()) < 2 * po.n_ctx)
+    fail("{} has {} tokens; at least 2 x ctx = {} are needed (use a smaller -c)", *file, tokens.size(), 2 * po.n_ctx);
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   std::fprintf(stderr, "perplexity: %zu tokens, windows of %lld, scoring the second half of each\n", tokens.size(),
                (long long)po.n_ctx);

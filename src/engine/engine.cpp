@@ -36,7 +36,9 @@ class Engine::Cost : public PreemptionCost {
     const double bytes = 2.0 * double(s.blocks.size()) * double(e_.swap_->block_bytes());
     return bytes / e_.swap_->bytes_per_second() < recompute;
   }
-  bool can_swap(const Sequence& s) const override { return e_.swap_ && e_.swap_->can_hold(int64_t(s.blocks.size())); }
+  bool can_swap(const Sequence& s, int64_t reserved) const override {
+    return e_.swap_ && e_.swap_->can_hold(reserved + int64_t(s.blocks.size()));
+  }
 
  private:
   const Engine& e_;

@@ -69,8 +69,9 @@ void Scheduler::preempt(Sequence* v, SchedulerOutput& out) {
   ++out.n_preempted;
   bool swap = cfg_.preemption == PreemptionMode::Swap ||
               (cfg_.preemption == PreemptionMode::Auto && cost_->prefer_swap(*v));
-  if (swap && !cost_->can_swap(*v)) swap = false;  // no room: recompute instead
+  if (swap && !cost_->can_swap(*v, swap_reserved_)) swap = false;  // no room: recompute instead
   if (swap) {
+    swap_reserved_ += int64_t(v->blocks.size());
     // The blocks are free for reuse at once: the engine copies them out before this
     // step's forward pass writes anything.
     ++n_swaps_;
@@ -88,6 +89,15 @@ void Scheduler::preempt(Sequence* v, SchedulerOutput& out) {
     v->waiting_since_step = step_;
     waiting_.push_back(v);
   }
+}
+
+bool Scheduler::make_room(int64_t need) {
+  if (bm_.n_free() >= need) return true;
+  // Evict only when that makes enough room: a request that would still not fit must not
+  // throw the prefix cache away on every step it waits.
+  if (!radix_ || bm_.n_free() + radix_->n_evictable() < need) return false;
+  radix_->evict(int32_t(need - bm_.n_free()));
+  return bm_.n_free() >= need;
 }
 
 bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled) {
@@ -109,12 +119,17 @@ bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std
 
 SchedulerOutput Scheduler::schedule() {
   ++step_;
+  swap_reserved_ = 0;
   SchedulerOutput out;
   int64_t budget = cfg_.max_num_batched_tokens;
   std::vector<Sequence*> scheduled;
 
-  // 1. Running sequences: decodes and unfinished prompt chunks, best first.
-  std::sort(running_.begin(), running_.end(), [&](auto* a, auto* b) { return before(a, b); });
+  // 1. Running sequences: decodes first, then unfinished prompt chunks, each best first
+  // (a long prompt never stalls the streams already generating).
+  std::sort(running_.begin(), running_.end(), [&](auto* a, auto* b) {
+    const bool da = a->pending() == 1, db = b->pending() == 1;
+    return da != db ? da : before(a, b);
+  });
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
     const int64_t n = std::min<int64_t>(s->pending(), budget);
@@ -125,13 +140,21 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
 
-  // 2. Swapped-out sequences come back before new work is admitted (FCFS).
+  // 2. Swapped-out sequences come back before new work is admitted (FCFS): while one
+  // waits for room, no waiting request is admitted ahead of it.
+  bool swapped_blocked = false;
   while (!swapped_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = swapped_.front();
     if (!s->swap_src.empty()) break;  // its copy-out is this very step
     const int64_t need = bm_.blocks_for(s->n_computed + 1);
-    if (bm_.n_free() < need && radix_) radix_->evict(int32_t(need - bm_.n_free()));
-    if (bm_.n_free() < need || !bm_.reserve(s->blocks, s->n_computed)) break;
+    if (!make_room(need)) {
+      swapped_blocked = true;
+      break;
+    }
+    if (!bm_.reserve(s->blocks, s->n_computed)) {
+      swapped_blocked = true;
+      break;
+    }
     swapped_.pop_front();
     s->status = SeqStatus::Running;
     running_.push_back(s);
@@ -149,7 +172,8 @@ SchedulerOutput Scheduler::schedule() {
   std::sort(waiting_.begin(), waiting_.end(), [&](auto* a, auto* b) { return before(a, b); });
   std::vector<Sequence*> deferred;
   size_t admitted = 0;
-  for (; admitted < waiting_.size() && budget > 0 && int32_t(running_.size()) < cfg_.max_num_seqs; ++admitted) {
+  for (; !swapped_blocked && admitted < waiting_.size() && budget > 0 && int32_t(running_.size()) < cfg_.max_num_seqs;
+       ++admitted) {
     Sequence* s = waiting_[admitted];
     if (radix_ && int32_t(s->tokens.size()) > bm_.block_size() && s->blocks.empty()) {
       const uint64_t key = first_block_key(s);
@@ -166,11 +190,8 @@ SchedulerOutput Scheduler::schedule() {
       s->n_inserted_blocks = int32_t(s->blocks.size());
     }
     const int64_t n = std::min<int64_t>(s->pending(), budget);
-    bool ok = bm_.reserve(s->blocks, s->n_computed + n);
-    if (!ok && radix_) {
-      radix_->evict(int32_t(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size()) - bm_.n_free()));
-      ok = bm_.reserve(s->blocks, s->n_computed + n);
-    }
+    const bool ok = make_room(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())) &&
+                    bm_.reserve(s->blocks, s->n_computed + n);
     if (!ok) {  // no room without preempting running work: undo the match, wait
       bm_.release(s->blocks);
       s->n_computed = 0;

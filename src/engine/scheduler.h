@@ -52,7 +52,8 @@ struct SchedulerOutput {
 struct PreemptionCost {
   virtual ~PreemptionCost() = default;
   virtual bool prefer_swap(const Sequence& s) const = 0;
-  virtual bool can_swap(const Sequence& s) const = 0;  // swap space has room
+  // The swap space has room for s on top of `reserved` blocks promised this step.
+  virtual bool can_swap(const Sequence& s, int64_t reserved) const = 0;
 };
 
 class Scheduler {
@@ -79,6 +80,7 @@ class Scheduler {
   void check_invariants() const;
 
  private:
+  bool make_room(int64_t need_free_blocks);  // evicts from the prefix cache when that suffices
   bool reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled);
   void preempt(Sequence* victim, SchedulerOutput& out);
   bool before(const Sequence* a, const Sequence* b) const;  // a runs before b
@@ -93,6 +95,7 @@ class Scheduler {
   std::vector<Sequence*> waiting_;
   std::deque<Sequence*> swapped_;
   uint64_t step_ = 0;
+  int64_t swap_reserved_ = 0;  // swap blocks promised to this step's swap-outs
   int64_t n_preemptions_ = 0, n_swaps_ = 0;
 };
 

@@ -251,13 +251,16 @@ TEST(RadixCache, DestructorReleasesTheTreesReferences) {
 
 // ---------------------------------------------------------------- Scheduler
 
-// Like Engine::Cost: can_swap asks whether the swap space has room now; slots are taken
-// only when the engine copies out (after schedule() returns).
+// Like Engine::Cost: can_swap asks whether the swap space has room for this sequence on
+// top of what this step's earlier swap-outs were promised (slots are taken only when the
+// engine copies out, after schedule() returns).
 struct FakeCost : PreemptionCost {
   bool prefer = true;
   int64_t swap_free = 1 << 30;  // swap-space slots
   bool prefer_swap(const Sequence&) const override { return prefer; }
-  bool can_swap(const Sequence& s) const override { return int64_t(s.blocks.size()) <= swap_free; }
+  bool can_swap(const Sequence& s, int64_t reserved) const override {
+    return reserved + int64_t(s.blocks.size()) <= swap_free;
+  }
 };
 
 // Drives the scheduler like Engine::step: schedule, acknowledge swap-outs, run the chunks
@@ -368,11 +371,10 @@ TEST(Scheduler, TokenBudgetHoldsAndRunningDecodesComeBeforeNewPrompts) {
   sim.run_until_idle();
 }
 
-// BUG (Scheduler::schedule phase 1 sorts running_ by priority/arrival only): the header
-// says running decodes come before unfinished prompt chunks, but a better-priority
-// sequence still in chunked prefill takes the whole budget and a running decode gets
-// nothing for as many steps as that prefill lasts.
-TEST(Scheduler, DISABLED_RunningDecodesComeBeforeUnfinishedPromptChunks) {
+// Regression: phase 1 once ordered running sequences by priority alone, so a
+// better-priority sequence in chunked prefill took the whole budget and a running decode
+// got nothing for as long as that prefill lasted.
+TEST(Scheduler, RunningDecodesComeBeforeUnfinishedPromptChunks) {
   Sim sim({8, 8, PreemptionMode::Recompute, 256}, 64, 4);
   Sequence* b = sim.add(iota(0, 4), 10, /*priority=*/1);
   sim.step();                                      // b is decoding from now on
@@ -544,11 +546,10 @@ TEST(Scheduler, SwapPreemptionMovesKVOutAndBackBeforeWaitingWork) {
   sim.run_until_idle();
 }
 
-// LIKELY BUG (Scheduler::schedule phases 2-3): "swapped-out sequences come back before
-// new work is admitted", but when a swapped sequence does not fit yet, phase 2 breaks and
-// phase 3 still admits a newer waiting request that fits, taking the blocks the swapped
-// sequence waits for; a stream of small requests can starve it (aging skips Swapped).
-TEST(Scheduler, DISABLED_WaitingWorkIsNotAdmittedAheadOfASwappedSequence) {
+// Regression: while a swapped sequence waited for room, phase 3 still admitted newer
+// requests that fit, taking the blocks it waited for; a stream of small requests could
+// starve it (aging does not apply to Swapped).
+TEST(Scheduler, WaitingWorkIsNotAdmittedAheadOfASwappedSequence) {
   Sim sim({8, 1000, PreemptionMode::Swap, 256}, 4, 4, false);
   sim.add(iota(0, 4), 20);
   Sequence* b = sim.add(iota(100, 4), 20);
@@ -559,12 +560,11 @@ TEST(Scheduler, DISABLED_WaitingWorkIsNotAdmittedAheadOfASwappedSequence) {
   EXPECT_EQ(c->status, SeqStatus::Waiting) << "a newer request was admitted ahead of the swapped one";
 }
 
-// BUG (Engine::Cost::can_swap with Scheduler::preempt): can_swap checks the swap space's
-// free slots, but slots are taken only when Engine::step copies out, after schedule()
-// returns. Two swap preemptions in one step each see the same free slots; here 1 slot and
-// 2 one-block victims (c, then b itself): SwapSpace::swap_out throws "swap space full" in
-// Engine::step after the scheduler has already freed b's blocks and marked it Swapped.
-TEST(Scheduler, DISABLED_SwapPreemptionsInOneStepFitTheSwapSpaceTogether) {
+// Regression: slots are taken only when Engine::step copies out, after schedule()
+// returns, and can_swap once ignored this step's earlier swap-outs: with 1 free slot and
+// 2 one-block victims both swapped, and SwapSpace::swap_out threw "swap space full" after
+// the second victim's blocks were already freed.
+TEST(Scheduler, SwapPreemptionsInOneStepFitTheSwapSpaceTogether) {
   Sim sim({8, 1000, PreemptionMode::Swap, 256}, 5, 4, false);
   sim.cost.swap_free = 1;
   for (int i = 0; i < 4; ++i) sim.add(iota(10 * i, 4), 10);
@@ -609,10 +609,9 @@ TEST(Scheduler, WaitingRequestThatDoesNotFitBlocksTheQueueWithoutPreempting) {
   sim.run_until_idle();
 }
 
-// CACHE THRASH (Scheduler::schedule phase 3 evict-then-reserve, same in phase 2): a waiting
-// request that cannot fit even after eviction still evicts every evictable prefix block,
-// then waits anyway; it repeats each step. The cached prefix is lost for nothing.
-TEST(Scheduler, DISABLED_AdmissionThatCannotFitDoesNotEvictThePrefixCache) {
+// Regression: admission evicted first and checked afterwards, so a request that could not
+// fit even after eviction threw the cached prefix away on every step it waited.
+TEST(Scheduler, AdmissionThatCannotFitDoesNotEvictThePrefixCache) {
   Sim sim({8, 1000, PreemptionMode::Recompute, 256}, 6, 4);
   sim.add(iota(0, 8), 1);        // finishes at once; its 2 blocks stay cached
   sim.add(iota(100, 8), 20);     // keeps running, 3 blocks from step 2
