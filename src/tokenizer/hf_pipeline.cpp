@@ -586,8 +586,9 @@ std::vector<std::string> decode_table(const Vocab& vocab, const std::vector<Deco
         case DecoderStep::Kind::Metaspace: replace_literal(s, d.pattern, " "); break;
         case DecoderStep::Kind::ByteFallback:
           if (s.size() == 6 && s.compare(0, 3, "<0x") == 0 && s[5] == '>') {
+            const std::string hex = s.substr(3, 2);  // outlives `end`, which points into it
             char* end = nullptr;
-            const long v = std::strtol(s.substr(3, 2).c_str(), &end, 16);
+            const long v = std::strtol(hex.c_str(), &end, 16);
             if (end && *end == '\0') s.assign(1, char(v));
           }
           break;

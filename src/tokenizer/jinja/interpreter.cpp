@@ -15,7 +15,7 @@ namespace ridge::jinja {
 namespace {
 struct BreakSignal {};
 struct ContinueSignal {};
-constexpr int kMaxEvalDepth = 1500;  // bounds macro recursion: an error, not a stack overflow
+constexpr int kMaxEvalDepth = 400;  // bounds nesting and macro recursion: an error, not a stack overflow (ASan frames included)
 }  // namespace
 
 Value Env::lookup(const std::string& name) const {
