@@ -27,15 +27,26 @@ std::string resolve_model(Args& a) {
   return found.front();
 }
 
-GenOptions gen_options(Args& a) {
-  GenOptions o;
-  o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
+namespace {
+
+int threads_flag(Args& a) { return int(a.integer({"-t", "--threads"}, 0, 0, 1024)); }
+int32_t block_size_flag(Args& a) { return int32_t(a.integer({"--block-size"}, 16, 1, 1024)); }
+
+DType kv_type_flag(Args& a) {
   const std::string kv = a.str({"--kv-type"}, "f16");
   auto t = dtype_from_name(kv);
   if (!t || !(*t == DType::F16 || *t == DType::BF16 || *t == DType::F32))
     fail("--kv-type {} is not one of f16, bf16, f32", kv);
-  o.kv_dtype = *t;
-  o.block_size = int32_t(a.integer({"--block-size"}, 16, 1, 1024));
+  return *t;
+}
+
+}  // namespace
+
+GenOptions gen_options(Args& a) {
+  GenOptions o;
+  o.threads = threads_flag(a);
+  o.kv_dtype = kv_type_flag(a);
+  o.block_size = block_size_flag(a);
   o.max_batch_tokens = int32_t(a.integer({"-b", "--batch-size"}, 512, 1, 1 << 20));
   return o;
 }
@@ -59,13 +70,9 @@ int64_t parse_bytes(const std::string& s, const char* flag) {
 
 EngineConfig engine_config(Args& a) {
   EngineConfig c;
-  c.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
-  const std::string kv = a.str({"--kv-type"}, "f16");
-  auto t = dtype_from_name(kv);
-  if (!t || !(*t == DType::F16 || *t == DType::BF16 || *t == DType::F32))
-    fail("--kv-type {} is not one of f16, bf16, f32", kv);
-  c.kv_dtype = *t;
-  c.block_size = int32_t(a.integer({"--block-size"}, 16, 1, 1024));
+  c.threads = threads_flag(a);
+  c.kv_dtype = kv_type_flag(a);
+  c.block_size = block_size_flag(a);
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   c.max_num_batched_tokens = int32_t(a.integer({"--max-num-batched-tokens"}, c.max_num_batched_tokens, 1, 1 << 24));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");

@@ -12,49 +12,17 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "test_util.h"
+#include "vocab_vectors.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge {
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// llama.cpp's layout (tests/test-tokenizer-0): every input is followed by
-// "\n__ggml_vocab_test__\n", so the file ends with a separator; the .out file has one line
-// of space-separated ids per input (an empty line for the empty input).
-std::vector<std::string> read_inputs(const std::string& path) {
-  const std::string text = read_all(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> inputs;
-  size_t pos = 0;
-  for (size_t next; (next = text.find(sep, pos)) != std::string::npos; pos = next + sep.size())
-    inputs.push_back(text.substr(pos, next - pos));
-  return inputs;
-}
-
-std::vector<std::vector<int32_t>> read_outputs(const std::string& path) {
-  std::istringstream in(read_all(path));
-  std::vector<std::vector<int32_t>> outs;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    std::vector<int32_t> ids;
-    for (int32_t id; ls >> id;) ids.push_back(id);
-    outs.push_back(std::move(ids));
-  }
-  return outs;
-}
-
-std::string show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += fmt::format(" {}", id);
-  return s;
-}
+using test::read_all;
+using test::read_inputs;
+using test::read_outputs;
+using test::show;
 
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
