@@ -1,4 +1,5 @@
 #include "tokenizer/bpe.h"
+#include "tokenizer/utf8.h"
 
 #include <fmt/format.h>
 
@@ -7,13 +8,6 @@
 namespace ridge {
 
 namespace {
-
-// Bytes in the character a lead byte starts (stray bytes count as one), as llama.cpp's
-// unicode_len_utf8 does, so malformed input splits the same way.
-size_t utf8_len(uint8_t lead) {
-  static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[lead >> 4];
-}
 
 struct Symbol {
   int prev, next;   // neighbours in the live chain; -1 at the ends

@@ -1,4 +1,5 @@
 #include "tokenizer/spm.h"
+#include "tokenizer/utf8.h"
 
 #include <queue>
 
@@ -7,14 +8,6 @@ namespace ridge {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
-
-// Bytes in the UTF-8 character a lead byte starts, by its high nibble. Continuation and
-// invalid bytes count as one character, exactly as llama.cpp's unicode_len_utf8 does, so
-// malformed input splits the same way.
-size_t utf8_len(uint8_t lead) {
-  static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[lead >> 4];
-}
 
 struct Symbol {
   int prev, next;   // neighbours in the live chain; -1 at the ends
