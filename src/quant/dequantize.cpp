@@ -123,10 +123,7 @@ void deq_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   const auto& info = dtype_info(t);
   RIDGE_CHECK(info.supported, "tensor type {} is not supported", info.name);
-  RIDGE_CHECK(n >= 0 && n % info.block_size == 0,
-              "row of {} elements is not a whole number of {} blocks ({} elements each)", n,
-              info.name, info.block_size);
-  const int64_t nb = n / info.block_size;
+  const int64_t nb = whole_blocks(t, n);
   switch (t) {
     case DType::F32:
       std::memcpy(dst, src, size_t(n) * 4);

@@ -35,6 +35,10 @@ void quantize_act_q8a(const float* x, BlockQ8A* y, int64_t n);
 // Converts an f32 activation row into the form the dot of weight type t reads.
 void prepare_act(DType t, const float* x, void* act, int64_t n);
 
+// Blocks in a row of n elements of type t; throws ridge::Error when n is not a whole
+// number of blocks.
+int64_t whole_blocks(DType t, int64_t n);
+
 // Weight rows (GGUF layouts). n must be a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Implemented for f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (what mkmodel and the

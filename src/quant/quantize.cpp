@@ -142,13 +142,18 @@ bool can_quantize(DType t) {
   }
 }
 
-void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+int64_t whole_blocks(DType t, int64_t n) {
   const auto& info = dtype_info(t);
-  RIDGE_CHECK(can_quantize(t), "quantizing to tensor type {} is not supported", info.name);
   RIDGE_CHECK(n >= 0 && n % info.block_size == 0,
               "row of {} elements is not a whole number of {} blocks ({} elements each)", n,
               info.name, info.block_size);
-  const int64_t nb = n / info.block_size;
+  return n / info.block_size;
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  const auto& info = dtype_info(t);
+  RIDGE_CHECK(can_quantize(t), "quantizing to tensor type {} is not supported", info.name);
+  const int64_t nb = whole_blocks(t, n);
   switch (t) {
     case DType::F32:
       std::memcpy(dst, src, size_t(n) * 4);
