@@ -47,7 +47,7 @@ class Engine::Cost : public PreemptionCost {
 Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg)
     : model_(model), tok_(tok), cfg_(cfg), pool_(cfg.threads > 0 ? cfg.threads : default_thread_count()) {
   const HParams& h = model.hparams();
-  if (cfg.mlock) model.file().lock_in_memory();
+  if (cfg.mlock) model.lock_in_memory();
   KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   const int64_t per_block = kl.bytes_per_token() * cfg.block_size;

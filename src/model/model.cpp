@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "core/error.h"
+#include "core/threadpool.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed.h"
 #include "quant/quant.h"
 
 namespace ridge {
@@ -64,9 +69,9 @@ class Loader {
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path) { return from_file(gguf::File::open(path)); }
+std::unique_ptr<Model> Model::load(const std::string& path, bool pack) { return from_file(gguf::File::open(path), pack); }
 
-std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file) {
+std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
   const gguf::File& f = *m->file_;
@@ -117,7 +122,40 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file) {
     L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
   }
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
+  const char* env = std::getenv("RIDGE_REPACK");
+  if (pack && !(env && std::string_view(env) == "0")) m->pack_weights();
   return m;
+}
+
+void Model::pack_weights() {
+  // Every matrix the forward multiplies by (token_embd is gathered, not multiplied,
+  // unless it doubles as the output head, in which case `output` is its view).
+  std::vector<kernels::WeightView*> mats{&w_.output};
+  for (auto& L : w_.layers)
+    for (auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mats.push_back(v);
+  auto align = [](int64_t n) { return (n + 63) / 64 * 64; };
+  int64_t total = 0;
+  for (auto* v : mats)
+    if (kernels::gemm_available(v->type)) total += align(kernels::packed_bytes(v->type, v->k, v->n_out));
+  if (total == 0) return;
+  packed_ = Arena(size_t(total));
+  ThreadPool pool(default_thread_count());
+  int64_t off = 0;
+  for (auto* v : mats) {
+    if (!kernels::gemm_available(v->type)) continue;
+    uint8_t* dst = packed_.data() + off;
+    const int64_t n_panels = (v->n_out + kernels::kPanelRows - 1) / kernels::kPanelRows;
+    pool.parallel_for(n_panels, 16, [&](int64_t p0, int64_t p1, int) {
+      kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1);
+    });
+    v->packed = dst;
+    off += align(kernels::packed_bytes(v->type, v->k, v->n_out));
+  }
+}
+
+void Model::lock_in_memory() const {
+  file_->lock_in_memory();
+  packed_.lock();
 }
 
 }  // namespace ridge

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "gguf/gguf.h"
 #include "kernels/cpu/matmul.h"
 #include "model/hparams.h"
@@ -45,8 +46,10 @@ struct Weights {
 class Model {
  public:
   // Throws ridge::Error naming the file and the missing/invalid key or tensor.
-  static std::unique_ptr<Model> load(const std::string& path);
-  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f);
+  // pack: repack the matrices into GEMM panels (kernels/cpu/packed.h) when the active
+  // CPU path has a packed GEMM for their type; RIDGE_REPACK=0 turns it off.
+  static std::unique_ptr<Model> load(const std::string& path, bool pack = true);
+  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f, bool pack = true);
 
   const gguf::File& file() const { return *file_; }
   const HParams& hparams() const { return hp_; }
@@ -55,13 +58,18 @@ class Model {
   // Bytes of all weight tensors, and of those streamed per token (all but token_embd).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t streamed_weight_bytes() const { return streamed_bytes_; }
+  int64_t packed_bytes() const { return int64_t(packed_.size()); }
+  // mlock the file's pages and the repacked copy.
+  void lock_in_memory() const;
 
  private:
   Model() = default;
+  void pack_weights();
   std::unique_ptr<gguf::File> file_;
   HParams hp_;
   const ArchSpec* arch_ = nullptr;
   Weights w_;
+  Arena packed_;  // panels of every packable matrix, 64-byte aligned each
   int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
 };
 

@@ -1,10 +1,11 @@
 // y = x · W^T for a weight matrix in any supported GGUF format.
 //   W: [n_out rows][k] in its stored format (row stride = row_bytes(type, k))
 //   x: [m][k] f32, y: [m][n_out] f32 (row stride ldy)
-// Activation rows are first converted to the form the weight's dot consumes (f32 or
-// 8-bit blocks), then every output element is one dot of a weight row with an activation
-// row. Work is split over output rows only, so a value never depends on m, on the thread
-// count, or on which thread ran it (the batch-invariance contract).
+// With packed panels on the AVX-512 path the GEMM of gemm.h runs; otherwise activation
+// rows are converted to the form the weight's dot consumes (f32 or 8-bit blocks) and
+// every output element is one dot of a weight row with an activation row. Either way
+// work is split over output rows (and activation rows), never over k, so a value never
+// depends on m, on the thread count, or on which thread ran it (batch invariance).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,7 +19,8 @@ struct WeightView {
   DType type = DType::F32;
   int64_t k = 0;       // row length (input features)
   int64_t n_out = 0;   // rows (output features)
-  const uint8_t* data = nullptr;
+  const uint8_t* data = nullptr;    // GGUF rows
+  const uint8_t* packed = nullptr;  // 16-row panels (packed.h), or null: per-row dots
 };
 
 class Matmul {
@@ -30,6 +32,8 @@ class Matmul {
   }
 
  private:
+  void run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy);
+
   std::vector<uint8_t> act_;  // [m][act_row_bytes]
 };
 

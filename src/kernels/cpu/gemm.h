@@ -1,0 +1,57 @@
+// GEMM over packed panels (packed.h): y = x · W^T for any number of activation rows m.
+//
+// One micro-kernel shape serves decode and prefill: a tile of MR activation rows x NP
+// panels (16 output rows each) keeps MR x NP accumulators in registers, every lane one
+// (activation row, output row) pair. Small m streams the weights once with NP panels in
+// flight; large m reuses each loaded weight vector for MR rows. Because a lane's sequence
+// of operations never depends on MR, NP, m or the thread that ran it, a row's result is
+// bit for bit the same in a batch of 1 and of 512 (the engine's batch invariance).
+//
+// Summation order per output element (fixed, documented because tests pin it):
+//   float weights: columns in chunks of kGemmKc, each chunk a sequential FMA chain from 0,
+//                  chunks added in order into the output;
+//   int8 weights:  per 32-block an exact int32 sum (vpdpbusd), then
+//                  acc = fma(float(isum), d_w * d_a, acc) over blocks in order.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ridge::kernels {
+
+inline constexpr int64_t kGemmKc = 256;
+
+// Activation block of the integer GEMM: BlockQ8A's values with the integer sum of the
+// codes (the offset correction of the unsigned weight side needs it exactly).
+struct ActQ8 {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(ActQ8) == 40);
+
+// Same rounding as quant::quantize_act_q8a (d = amax / 127, codes by lrintf).
+void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
+
+// Whether the packed path runs for weight type t on the active ISA.
+bool gemm_available(DType t);
+
+// Rows [0, m) x output panels [p0, p1) of y (row stride ldy; columns past n_out are not
+// written). act: f32 rows [m][k] (stride lda floats) for float weights, ActQ8 rows
+// (stride lda blocks) for Q8_0 / Q4_0.
+struct GemmArgs {
+  DType type;
+  const uint8_t* packed;
+  int64_t k, n_out;
+  const void* act;
+  int64_t lda;
+  float* y;
+  int64_t ldy;
+};
+void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+
+namespace detail {
+void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+}
+
+}  // namespace ridge::kernels

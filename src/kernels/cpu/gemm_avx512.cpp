@@ -1,0 +1,178 @@
+// AVX-512 micro-kernels over 16-row panels (layouts in packed.h, contract in gemm.h).
+// Nothing here is visible to baseline code: gemm_panels (gemm.cpp) calls in only after
+// checking the CPU.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed.h"
+#include "quant/blocks.h"
+
+namespace ridge::kernels::detail {
+namespace {
+
+inline __mmask16 lane_mask(int64_t lanes) { return lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1); }
+
+struct LoadF32 {
+  static __m512 at(const uint8_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static constexpr int64_t kColBytes = 64;
+};
+struct LoadF16 {
+  static __m512 at(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static constexpr int64_t kColBytes = 32;
+};
+struct LoadBF16 {
+  static __m512 at(const uint8_t* p) {
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  }
+  static constexpr int64_t kColBytes = 32;
+};
+
+// Float weights. w: first panel (NP panels at stride ps bytes); x: MR rows at stride ldx;
+// y: MR rows at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
+template <int MR, int NP, typename L>
+void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t k, float* y, int64_t ldy,
+                __mmask16 last) {
+  for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
+    const int64_t k1 = std::min(k, k0 + kGemmKc);
+    __m512 acc[MR][NP];
+    for (int i = 0; i < MR; ++i)
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    for (int64_t c = k0; c < k1; ++c) {
+      __m512 wv[NP];
+      for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + c * L::kColBytes);
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xb = _mm512_set1_ps(x[i * ldx + c]);
+        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[p], xb, acc[i][p]);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int p = 0; p < NP; ++p) {
+        const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
+        float* yp = y + i * ldy + p * 16;
+        const __m512 v = k0 == 0 ? acc[i][p] : _mm512_add_ps(_mm512_maskz_loadu_ps(mk, yp), acc[i][p]);
+        _mm512_mask_storeu_ps(yp, mk, v);
+      }
+  }
+}
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Integer weights (Q8_0: 8 groups of (q + 128); Q4_0: 4 groups of nibble pairs), ActQ8
+// activations: MR rows at stride lda blocks.
+template <int MR, int NP, bool kQ4>
+void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nb, float* y, int64_t ldy,
+               __mmask16 last) {
+  constexpr int64_t kBlockBytes = kQ4 ? 16 * 18 : 16 * 34;
+  constexpr int32_t kOffset = kQ4 ? 8 : 128;  // what the unsigned codes carry on top of the value
+  __m512 accf[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i acci[MR][NP];
+    for (int i = 0; i < MR; ++i)
+      for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+    const uint8_t* wb = w + b * kBlockBytes + 32;  // past the 16 scales
+    if constexpr (kQ4) {
+      const __m512i lo4 = _mm512_set1_epi8(0x0F);
+      for (int g = 0; g < 4; ++g)
+        for (int p = 0; p < NP; ++p) {
+          const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
+          const __m512i lo = _mm512_and_si512(v, lo4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          for (int i = 0; i < MR; ++i) {
+            const int8_t* q = a[i * lda + b].qs;
+            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
+            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(q + 16 + 4 * g));
+          }
+        }
+    } else {
+      for (int g = 0; g < 8; ++g)
+        for (int p = 0; p < NP; ++p) {
+          const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
+          for (int i = 0; i < MR; ++i)
+            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
+        }
+    }
+    __m512 dw[NP];
+    for (int p = 0; p < NP; ++p)
+      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * ps + b * kBlockBytes)));
+    for (int i = 0; i < MR; ++i) {
+      const ActQ8& ab = a[i * lda + b];
+      const __m512i off = _mm512_set1_epi32(ab.sum * kOffset);
+      const __m512 da = _mm512_set1_ps(ab.d);
+      for (int p = 0; p < NP; ++p) {
+        const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(acci[i][p], off));
+        accf[i][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw[p], da), accf[i][p]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+}
+
+// Tile drivers: rows in tiles of up to kMr, panels in groups of NP (4 when one row
+// streams the weights, 2 when rows share them), with smaller tiles for the remainders.
+template <int MR, int NP>
+void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last) {
+  const int64_t ps = panel_bytes(g.type, g.k);
+  const uint8_t* w = g.packed + p * ps;
+  float* y = g.y + m * g.ldy + p * kPanelRows;
+  switch (g.type) {
+    case DType::F32:
+      return kern_float<MR, NP, LoadF32>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
+    case DType::F16:
+      return kern_float<MR, NP, LoadF16>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
+    case DType::BF16:
+      return kern_float<MR, NP, LoadBF16>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
+    case DType::Q8_0:
+      return kern_int8<MR, NP, false>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
+    case DType::Q4_0:
+      return kern_int8<MR, NP, true>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
+    default: return;
+  }
+}
+
+template <int MR>
+void row_tile(const GemmArgs& g, int64_t m, int64_t p0, int64_t p1) {
+  const int64_t n_panels = (g.n_out + kPanelRows - 1) / kPanelRows;
+  auto last_of = [&](int64_t p_end) {
+    return p_end == n_panels ? lane_mask(g.n_out - (n_panels - 1) * kPanelRows) : __mmask16(0xFFFF);
+  };
+  int64_t p = p0;
+  if constexpr (MR == 1)
+    for (; p + 4 <= p1; p += 4) tile<1, 4>(g, m, p, last_of(p + 4));
+  for (; p + 2 <= p1; p += 2) tile<MR, 2>(g, m, p, last_of(p + 2));
+  for (; p < p1; ++p) tile<MR, 1>(g, m, p, last_of(p + 1));
+}
+
+}  // namespace
+
+void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  // Float tiles of 6 rows x 2 panels: 12 accumulators + 2 weight vectors, and each
+  // column's broadcasts ride as memory operands of the FMAs. Integer tiles of 4 rows x 2
+  // panels: 8 int32 + 8 float accumulators.
+  const bool is_float = g.type == DType::F32 || g.type == DType::F16 || g.type == DType::BF16;
+  const int64_t mr = is_float ? 6 : 4;
+  int64_t m = m0;
+  for (; m + mr <= m1; m += mr) {
+    if (is_float) row_tile<6>(g, m, p0, p1);
+    else row_tile<4>(g, m, p0, p1);
+  }
+  switch (m1 - m) {
+    case 5: row_tile<5>(g, m, p0, p1); break;
+    case 4: row_tile<4>(g, m, p0, p1); break;
+    case 3: row_tile<3>(g, m, p0, p1); break;
+    case 2: row_tile<2>(g, m, p0, p1); break;
+    case 1: row_tile<1>(g, m, p0, p1); break;
+    default: break;
+  }
+}
+
+}  // namespace ridge::kernels::detail

@@ -1,0 +1,104 @@
+#include "kernels/cpu/packed.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/blocks.h"
+
+namespace ridge::kernels {
+
+using quant::BlockQ4_0;
+using quant::BlockQ8_0;
+using quant::kQK;
+
+bool can_pack(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0: return true;
+    default: return false;
+  }
+}
+
+int64_t panel_bytes(DType t, int64_t k) {
+  switch (t) {
+    case DType::F32: return k * kPanelRows * 4;
+    case DType::F16:
+    case DType::BF16: return k * kPanelRows * 2;
+    case DType::Q8_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ8_0));
+    case DType::Q4_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ4_0));
+    default: fail("no panel layout for {}", dtype_name(t));
+  }
+}
+
+int64_t packed_bytes(DType t, int64_t k, int64_t n_out) {
+  return (n_out + kPanelRows - 1) / kPanelRows * panel_bytes(t, k);
+}
+
+namespace {
+
+// Element-wise types: column c of row r -> panel[c][r].
+template <typename E>
+void pack_plain(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+  auto* out = reinterpret_cast<E*>(dst);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* in = reinterpret_cast<const E*>(src + r * k * int64_t(sizeof(E)));
+    for (int64_t c = 0; c < k; ++c) out[c * kPanelRows + r] = in[c];
+  }
+}
+
+void pack_q8_0(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+  const int64_t nb = k / kQK;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = dst + b * kPanelRows * int64_t(sizeof(BlockQ8_0));  // [d 16 x f16][8 g][16 r][4]
+    auto* d = reinterpret_cast<uint16_t*>(blk);
+    uint8_t* qs = blk + kPanelRows * 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto& x = reinterpret_cast<const BlockQ8_0*>(src + r * nb * int64_t(sizeof(BlockQ8_0)))[b];
+      d[r] = x.d;
+      for (int g = 0; g < 8; ++g)
+        for (int j = 0; j < 4; ++j) qs[(g * kPanelRows + r) * 4 + j] = uint8_t(x.qs[4 * g + j] + 128);
+    }
+    // Zero rows: d = 0 keeps them exactly zero, and q + 128 = 128 keeps the int sums in range.
+    for (int64_t r = rows; r < kPanelRows; ++r)
+      for (int g = 0; g < 8; ++g) std::memset(qs + (g * kPanelRows + r) * 4, 128, 4);
+  }
+}
+
+void pack_q4_0(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+  const int64_t nb = k / kQK;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = dst + b * kPanelRows * int64_t(sizeof(BlockQ4_0));  // [d 16 x f16][4 g][16 r][4]
+    auto* d = reinterpret_cast<uint16_t*>(blk);
+    uint8_t* qs = blk + kPanelRows * 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto& x = reinterpret_cast<const BlockQ4_0*>(src + r * nb * int64_t(sizeof(BlockQ4_0)))[b];
+      d[r] = x.d;
+      for (int g = 0; g < 4; ++g) std::memcpy(qs + (g * kPanelRows + r) * 4, x.qs + 4 * g, 4);
+    }
+  }
+}
+
+}  // namespace
+
+void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1) {
+  const int64_t pb = panel_bytes(t, k), rb = row_bytes(t, k);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t r0 = p * kPanelRows, rows = std::min<int64_t>(kPanelRows, n_out - r0);
+    uint8_t* out = dst + p * pb;
+    const uint8_t* in = src + r0 * rb;
+    std::memset(out, 0, size_t(pb));
+    switch (t) {
+      case DType::F32: pack_plain<uint32_t>(k, rows, in, out); break;
+      case DType::F16:
+      case DType::BF16: pack_plain<uint16_t>(k, rows, in, out); break;
+      case DType::Q8_0: pack_q8_0(k, rows, in, out); break;
+      case DType::Q4_0: pack_q4_0(k, rows, in, out); break;
+      default: fail("no panel layout for {}", dtype_name(t));
+    }
+  }
+}
+
+}  // namespace ridge::kernels

@@ -1,0 +1,190 @@
+// kernels/cpu/gemm: the packed-panel GEMM against a double-precision reference, and the
+// batch-invariance contract: a row's output is bit for bit the same whatever the number
+// of rows in the call, the thread count, or the panel grouping.
+//
+// Tolerance: |y - ref| <= 1e-5 * M, M = sum_k |w_k| |a_k| (the bound test_quant.cpp uses
+// for the dots). For float weights ref uses the f32 activations; for Q8_0 / Q4_0 it uses
+// the activations as the GEMM quantized them (dequantized back), so what is left is f32
+// accumulation: a chain of <= 256 FMAs per chunk or one FMA per 32-block, ~1e-6 relative
+// at worst on these sizes; a wrong lane, nibble, offset or scale is off by O(M / k).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/threadpool.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
+#include "quant/quant.h"
+
+namespace ridge::kernels {
+namespace {
+
+struct Mat {
+  DType type;
+  int64_t k, n_out;
+  std::vector<uint8_t> rows, panels;
+  std::vector<float> deq;  // [n_out][k] dequantized
+  WeightView view(bool packed) const { return {type, k, n_out, rows.data(), packed ? panels.data() : nullptr}; }
+};
+
+Mat make(DType t, int64_t k, int64_t n_out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Mat m{t, k, n_out, {}, {}, {}};
+  const int64_t rb = row_bytes(t, k);
+  m.rows.resize(size_t(rb * n_out));
+  m.deq.resize(size_t(k * n_out));
+  std::vector<float> src(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n_out; ++r) {
+    const float scale = r % 7 == 3 ? 1e-3f : 1.f;  // rows of very different magnitude
+    for (auto& v : src) v = nd(rng) * scale;
+    quant::quantize_row(t, src.data(), m.rows.data() + r * rb, k);
+    quant::dequantize_row(t, m.rows.data() + r * rb, m.deq.data() + r * k, k);
+  }
+  m.panels.resize(size_t(packed_bytes(t, k, n_out)));
+  const int64_t np = (n_out + kPanelRows - 1) / kPanelRows;
+  pack_panels(t, k, n_out, m.rows.data(), m.panels.data(), 0, np);
+  return m;
+}
+
+std::vector<float> acts(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (auto& v : x) v = nd(rng);
+  if (m > 1)
+    for (int64_t j = 0; j < k; ++j) x[size_t(k + j)] = 0.f;  // an all-zero row (d = 0 blocks)
+  return x;
+}
+
+bool is_int8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
+// The activation values the GEMM actually multiplies by.
+std::vector<float> effective_acts(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  if (!is_int8(t)) return x;
+  std::vector<float> out(x.size());
+  std::vector<ActQ8> blocks(static_cast<size_t>(k / 32));
+  for (int64_t i = 0; i < m; ++i) {
+    quantize_act_gemm(x.data() + i * k, blocks.data(), k);
+    for (int64_t b = 0; b < k / 32; ++b)
+      for (int j = 0; j < 32; ++j) out[size_t(i * k + b * 32 + j)] = blocks[size_t(b)].d * blocks[size_t(b)].qs[j];
+  }
+  return out;
+}
+
+std::vector<float> run(ThreadPool& pool, const Mat& w, const std::vector<float>& x, int64_t m, bool packed) {
+  Matmul mm;
+  std::vector<float> y(static_cast<size_t>(m * w.n_out), -7.f);
+  mm.run(pool, w.view(packed), x.data(), m, y.data());
+  return y;
+}
+
+struct Shape {
+  int64_t k, n_out;
+};
+
+class GemmTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    set_isa(best_isa());
+    if (!gemm_available(GetParam())) GTEST_SKIP() << "no packed GEMM on this CPU (needs AVX-512 VNNI)";
+  }
+};
+
+TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
+  const DType t = GetParam();
+  std::vector<Shape> shapes{{32, 1}, {64, 17}, {96, 33}, {320, 100}, {544, 48}, {1024, 31}};
+  if (!is_int8(t)) shapes.insert(shapes.end(), {{7, 5}, {300, 19}, {513, 16}});
+  ThreadPool pool(2);
+  for (const Shape& s : shapes)
+    for (int64_t m : {1, 2, 3, 5, 7, 13, 50}) {
+      const Mat w = make(t, s.k, s.n_out, uint32_t(s.k * 31 + s.n_out));
+      const auto x = acts(m, s.k, uint32_t(m * 7 + s.k));
+      const auto xe = effective_acts(t, x, m, s.k);
+      const auto y = run(pool, w, x, m, true);
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < s.n_out; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t j = 0; j < s.k; ++j) {
+            const double p = double(w.deq[size_t(r * s.k + j)]) * xe[size_t(i * s.k + j)];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          const double err = std::fabs(y[size_t(i * s.n_out + r)] - ref) / std::max(mag, 1e-30);
+          worst = std::max(worst, err);
+          ASSERT_LE(err, 1e-5) << dtype_name(t) << " k=" << s.k << " n_out=" << s.n_out << " m=" << m << " row " << i
+                               << " col " << r << ": " << y[size_t(i * s.n_out + r)] << " vs " << ref;
+        }
+      (void)worst;
+    }
+}
+
+TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
+  const DType t = GetParam();
+  const int64_t k = 320, n_out = 150, m = 23;  // 10 panels (last one partial), 23 = 3 x 6 + 5 rows
+  const Mat w = make(t, k, n_out, 11);
+  const auto x = acts(m, k, 12);
+  ThreadPool p1(1), p2(2);
+  const auto all2 = run(p2, w, x, m, true);
+  const auto all1 = run(p1, w, x, m, true);
+  ASSERT_EQ(0, std::memcmp(all1.data(), all2.data(), all1.size() * sizeof(float)));
+  for (int64_t i = 0; i < m; ++i) {
+    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+    const auto yi = run(p2, w, xi, 1, true);
+    ASSERT_EQ(0, std::memcmp(yi.data(), all2.data() + i * n_out, size_t(n_out) * sizeof(float)))
+        << dtype_name(t) << ": row " << i << " alone differs from the same row in a batch of " << m;
+  }
+  // Rows 3..9 as their own call: tiles start at a different row.
+  const std::vector<float> xs(x.begin() + 3 * k, x.begin() + 10 * k);
+  const auto ys = run(p2, w, xs, 7, true);
+  ASSERT_EQ(0, std::memcmp(ys.data(), all2.data() + 3 * n_out, ys.size() * sizeof(float)));
+}
+
+TEST_P(GemmTest, AgreesWithThePerRowDots) {
+  const DType t = GetParam();
+  const int64_t k = 1024, n_out = 70, m = 9;
+  const Mat w = make(t, k, n_out, 5);
+  const auto x = acts(m, k, 6);
+  ThreadPool pool(2);
+  const auto yp = run(pool, w, x, m, true), yd = run(pool, w, x, m, false);
+  for (size_t i = 0; i < yp.size(); ++i) {
+    double mag = 0;
+    const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
+    for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
+    ASSERT_NEAR(yp[i], yd[i], 2e-5 * mag + 1e-30) << dtype_name(t) << " element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(GemmAct, SameCodesAsTheDotActivations) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> x(256);
+  for (auto& v : x) v = nd(rng);
+  x[40] = 0.5f * 3.f / 127.f * 127.f;  // a tie candidate
+  std::vector<quant::BlockQ8A> a(8);
+  std::vector<ActQ8> g(8);
+  quant::quantize_act_q8a(x.data(), a.data(), 256);
+  quantize_act_gemm(x.data(), g.data(), 256);
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ(a[size_t(b)].d, g[size_t(b)].d);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      EXPECT_EQ(a[size_t(b)].qs[j], g[size_t(b)].qs[j]);
+      sum += g[size_t(b)].qs[j];
+    }
+    EXPECT_EQ(sum, g[size_t(b)].sum);
+  }
+}
+
+}  // namespace
+}  // namespace ridge::kernels
