@@ -63,7 +63,8 @@ std::vector<float> acts(int64_t m, int64_t k, uint32_t seed) {
   return x;
 }
 
-bool is_int8(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+bool is_int8(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
+bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
 // The activation values the GEMM actually multiplies by.
 std::vector<float> effective_acts(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
@@ -101,6 +102,7 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
   const DType t = GetParam();
   std::vector<Shape> shapes{{32, 1}, {64, 17}, {96, 33}, {320, 100}, {544, 48}, {1024, 31}};
   if (!is_int8(t)) shapes.insert(shapes.end(), {{7, 5}, {300, 19}, {513, 16}});
+  if (is_kquant(t)) shapes = {{256, 1}, {256, 17}, {512, 33}, {768, 100}, {1024, 31}};
   ThreadPool pool(2);
   for (const Shape& s : shapes)
     for (int64_t m : {1, 2, 3, 5, 7, 13, 50}) {
@@ -128,7 +130,7 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
 
 TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   const DType t = GetParam();
-  const int64_t k = 320, n_out = 150, m = 23;  // 10 panels (last one partial), 23 = 3 x 6 + 5 rows
+  const int64_t k = is_kquant(t) ? 512 : 320, n_out = 150, m = 23;  // 10 panels (last one partial), 23 = 3 x 6 + 5 rows
   const Mat w = make(t, k, n_out, 11);
   const auto x = acts(m, k, 12);
   ThreadPool p1(1), p2(2);
@@ -162,7 +164,8 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0),
+INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
+                                           DType::Q4_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(GemmAct, SameCodesAsTheDotActivations) {
@@ -182,7 +185,7 @@ TEST(GemmAct, SameCodesAsTheDotActivations) {
       EXPECT_EQ(a[size_t(b)].qs[j], g[size_t(b)].qs[j]);
       sum += g[size_t(b)].qs[j];
     }
-    EXPECT_EQ(sum, g[size_t(b)].sum);
+    EXPECT_EQ(sum, g[size_t(b)].sum());
   }
 }
 

@@ -16,21 +16,22 @@ void quantize_act_gemm(const float* x, ActQ8* y, int64_t n) {
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
+    int32_t sum[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
       const long v = std::lrintf(x[j] * id);
       const int q = int(std::clamp(v, -127L, 127L));
       y[i].qs[j] = int8_t(q);
-      sum += q;
+      sum[j / 16] += q;
     }
     y[i].d = d;
-    y[i].sum = sum;
+    y[i].sum16[0] = int16_t(sum[0]);
+    y[i].sum16[1] = int16_t(sum[1]);
   }
 }
 
 bool gemm_available(DType t) {
   if (!can_pack(t) || active_isa() != Isa::Avx512) return false;
-  const bool int8 = t == DType::Q8_0 || t == DType::Q4_0;
+  const bool int8 = t != DType::F32 && t != DType::F16 && t != DType::BF16;
   return !int8 || cpu_features().avx512vnni;
 }
 

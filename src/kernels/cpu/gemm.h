@@ -21,12 +21,14 @@ namespace ridge::kernels {
 
 inline constexpr int64_t kGemmKc = 256;
 
-// Activation block of the integer GEMM: BlockQ8A's values with the integer sum of the
-// codes (the offset correction of the unsigned weight side needs it exactly).
+// Activation block of the integer GEMM: BlockQ8A's values with the integer sums of the
+// codes of each half (the offset correction of the unsigned weight side needs them
+// exactly; Q6_K's 16-element sub-blocks need the halves).
 struct ActQ8 {
   float d;
-  int32_t sum;
+  int16_t sum16[2];  // sums of qs[0..15] and qs[16..31]
   int8_t qs[32];
+  int32_t sum() const { return int32_t(sum16[0]) + sum16[1]; }
 };
 static_assert(sizeof(ActQ8) == 40);
 

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
@@ -105,11 +106,135 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * ps + b * kBlockBytes)));
     for (int i = 0; i < MR; ++i) {
       const ActQ8& ab = a[i * lda + b];
-      const __m512i off = _mm512_set1_epi32(ab.sum * kOffset);
+      const __m512i off = _mm512_set1_epi32(ab.sum() * kOffset);
       const __m512 da = _mm512_set1_ps(ab.d);
       for (int p = 0; p < NP; ++p) {
         const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(acci[i][p], off));
         accf[i][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw[p], da), accf[i][p]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+}
+
+// Q4_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block b, so
+// one activation block meets one (scale, min) pair per row:
+//   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
+template <int MR, int NP>
+void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nsb, float* y, int64_t ldy,
+              __mmask16 last) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  __m512 accf[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = w + s * (16 * 148);
+    __m512 dv[NP], dmv[NP];
+    for (int p = 0; p < NP; ++p) {
+      dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+      dmv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps + 32)));
+    }
+    for (int b = 0; b < 8; ++b) {
+      const ActQ8* ab = a + s * 8 + b;
+      __m512i acci[MR][NP];
+      for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+      const uint8_t* qs = sb + 320 + b * 256;
+      for (int g = 0; g < 4; ++g)
+        for (int p = 0; p < NP; ++p) {
+          const __m512i v = _mm512_loadu_si512(qs + p * ps + g * 64);
+          const __m512i lo = _mm512_and_si512(v, lo4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          for (int i = 0; i < MR; ++i) {
+            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+          }
+        }
+      __m512 scf[NP], mf[NP];
+      for (int p = 0; p < NP; ++p) {
+        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 64 + b * 16);
+        const auto* mn = reinterpret_cast<const __m128i*>(sb + p * ps + 192 + b * 16);
+        scf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sc))), dv[p]);
+        mf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(mn))), dmv[p]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m512 da = _mm512_set1_ps(ab[i * lda].d);
+        const __m512 dsum = _mm512_set1_ps(ab[i * lda].d * float(ab[i * lda].sum()));
+        for (int p = 0; p < NP; ++p) {
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[i][p]), _mm512_mul_ps(scf[p], da), accf[i][p]);
+          accf[i][p] = _mm512_fnmadd_ps(mf[p], dsum, accf[i][p]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+}
+
+// The top 2 bits of group g's codes (packed_kquant.cpp) moved to bits 4..5 of each byte.
+// 16-bit shifts are safe: what crosses a byte boundary lands outside the 0x30 mask.
+template <int G>
+inline __m512i q6_high(__m512i hb) {
+  const __m512i m = _mm512_set1_epi8(0x30);
+  if constexpr (G == 0) return _mm512_and_si512(_mm512_slli_epi16(hb, 4), m);
+  if constexpr (G == 1) return _mm512_and_si512(_mm512_slli_epi16(hb, 2), m);
+  if constexpr (G == 2) return _mm512_and_si512(hb, m);
+  if constexpr (G == 3) return _mm512_and_si512(_mm512_srli_epi16(hb, 2), m);
+}
+
+// Q6_K: codes q in 0..63 stand for q - 32; a 32-block holds two 16-element sub-blocks
+// (scales 2b and 2b + 1 of the super-block), each with its own int32 sum:
+//   acc = fma(float(isum_h - 32 sum16_h), (d sc_{2b+h}) d_a, acc) for h = 0, 1.
+template <int MR, int NP>
+void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nsb, float* y, int64_t ldy,
+              __mmask16 last) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  __m512 accf[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = w + s * (16 * 210);
+    __m512 dv[NP];
+    for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+    for (int b = 0; b < 8; ++b) {
+      const ActQ8* ab = a + s * 8 + b;
+      __m512i acc0[MR][NP], acc1[MR][NP];
+      for (int i = 0; i < MR; ++i)
+        for (int p = 0; p < NP; ++p) acc0[i][p] = acc1[i][p] = _mm512_setzero_si512();
+      const uint8_t* blk = sb + 32 + 256 + b * 384;
+      for (int p = 0; p < NP; ++p) {
+        const uint8_t* bp = blk + p * ps;
+        const __m512i hb0 = _mm512_loadu_si512(bp + 256), hb1 = _mm512_loadu_si512(bp + 320);
+        auto group = [&](auto gc) {
+          constexpr int g = decltype(gc)::value;
+          const __m512i v = _mm512_loadu_si512(bp + g * 64);
+          const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, lo4), q6_high<g>(hb0));
+          const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), q6_high<g>(hb1));
+          for (int i = 0; i < MR; ++i) {
+            acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+            acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+          }
+        };
+        group(std::integral_constant<int, 0>{});
+        group(std::integral_constant<int, 1>{});
+        group(std::integral_constant<int, 2>{});
+        group(std::integral_constant<int, 3>{});
+      }
+      __m512 sc0[NP], sc1[NP];
+      for (int p = 0; p < NP; ++p) {
+        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
+        sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
+        sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const ActQ8& q = ab[i * lda];
+        const __m512 da = _mm512_set1_ps(q.d);
+        const __m512i off0 = _mm512_set1_epi32(32 * q.sum16[0]), off1 = _mm512_set1_epi32(32 * q.sum16[1]);
+        for (int p = 0; p < NP; ++p) {
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i][p], off0)), _mm512_mul_ps(sc0[p], da), accf[i][p]);
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i][p], off1)), _mm512_mul_ps(sc1[p], da), accf[i][p]);
+        }
       }
     }
   }
@@ -135,6 +260,16 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last) {
       return kern_int8<MR, NP, false>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
     case DType::Q4_0:
       return kern_int8<MR, NP, true>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
+    case DType::Q4_K:
+      return kern_q4k<MR, NP>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256, y, g.ldy, last);
+    case DType::Q6_K:
+      if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
+        return kern_q6k<MR, NP>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256, y, g.ldy, last);
+      else
+        for (int p = 0; p < NP; ++p)
+          kern_q6k<MR, 1>(w + p * ps, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256,
+                          y + p * kPanelRows, g.ldy, p == NP - 1 ? last : __mmask16(0xFFFF));
+      return;
     default: return;
   }
 }

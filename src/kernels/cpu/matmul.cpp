@@ -41,7 +41,7 @@ void Matmul::run(ThreadPool& pool, const WeightView& w, const float* x, int64_t 
 
 void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy) {
   GemmArgs g{w.type, w.packed, w.k, w.n_out, x, w.k, y, ldy};
-  if (w.type == DType::Q8_0 || w.type == DType::Q4_0) {
+  if (w.type != DType::F32 && w.type != DType::F16 && w.type != DType::BF16) {
     const int64_t nb = w.k / 32;
     act_.resize(size_t(m * nb) * sizeof(ActQ8));
     auto* a = reinterpret_cast<ActQ8*>(act_.data());

@@ -1,8 +1,11 @@
 #include "kernels/cpu/packed.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/packed_detail.h"
 #include "quant/blocks.h"
 
 namespace ridge::kernels {
@@ -17,7 +20,9 @@ bool can_pack(DType t) {
     case DType::F16:
     case DType::BF16:
     case DType::Q8_0:
-    case DType::Q4_0: return true;
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -29,6 +34,8 @@ int64_t panel_bytes(DType t, int64_t k) {
     case DType::BF16: return k * kPanelRows * 2;
     case DType::Q8_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ8_0));
     case DType::Q4_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ4_0));
+    case DType::Q4_K: return k / quant::kQKK * kPanelRows * 148;  // 144 + 4 unpacked scale bytes
+    case DType::Q6_K: return k / quant::kQKK * kPanelRows * 210;
     default: fail("no panel layout for {}", dtype_name(t));
   }
 }
@@ -96,6 +103,8 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::BF16: pack_plain<uint16_t>(k, rows, in, out); break;
       case DType::Q8_0: pack_q8_0(k, rows, in, out); break;
       case DType::Q4_0: pack_q4_0(k, rows, in, out); break;
+      case DType::Q4_K: detail::pack_q4_k(k, rows, in, out); break;
+      case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;
       default: fail("no panel layout for {}", dtype_name(t));
     }
   }
