@@ -128,28 +128,54 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
 }
 
 void Model::pack_weights() {
-  // Every matrix the forward multiplies by (token_embd is gathered, not multiplied,
-  // unless it doubles as the output head, in which case `output` is its view).
-  std::vector<kernels::WeightView*> mats{&w_.output};
-  for (auto& L : w_.layers)
-    for (auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mats.push_back(v);
+  // Every matrix the forward multiplies by (token_embd is gathered, not multiplied, unless
+  // it doubles as the output head, in which case `output` is its view), in groups whose
+  // panels go back to back so that Q/K/V and gate/up can run as one matmul each.
+  struct Group {
+    std::vector<kernels::WeightView*> parts;
+    kernels::WeightView* fused;
+  };
+  std::vector<Group> groups{{{&w_.output}, nullptr}};
+  for (auto& L : w_.layers) {
+    groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
+    groups.push_back({{&L.wo}, nullptr});
+    groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
+    groups.push_back({{&L.w_down}, nullptr});
+  }
   auto align = [](int64_t n) { return (n + 63) / 64 * 64; };
+  auto bytes = [](const kernels::WeightView* v) { return kernels::packed_bytes(v->type, v->k, v->n_out); };
   int64_t total = 0;
-  for (auto* v : mats)
-    if (kernels::gemm_available(v->type)) total += align(kernels::packed_bytes(v->type, v->k, v->n_out));
+  for (const auto& g : groups)
+    for (auto* v : g.parts)
+      if (kernels::gemm_available(v->type)) total += align(bytes(v));
   if (total == 0) return;
   packed_ = Arena(size_t(total));
   ThreadPool pool(default_thread_count());
   int64_t off = 0;
-  for (auto* v : mats) {
-    if (!kernels::gemm_available(v->type)) continue;
-    uint8_t* dst = packed_.data() + off;
-    const int64_t n_panels = (v->n_out + kernels::kPanelRows - 1) / kernels::kPanelRows;
-    pool.parallel_for(n_panels, 16, [&](int64_t p0, int64_t p1, int) {
-      kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1);
-    });
-    v->packed = dst;
-    off += align(kernels::packed_bytes(v->type, v->k, v->n_out));
+  for (const auto& g : groups) {
+    bool fusable = g.fused != nullptr;
+    for (size_t i = 0; i < g.parts.size(); ++i) {
+      kernels::WeightView* v = g.parts[i];
+      fusable = fusable && v->type == g.parts[0]->type && v->k == g.parts[0]->k &&
+                (i + 1 == g.parts.size() || v->n_out % kernels::kPanelRows == 0);
+      if (!kernels::gemm_available(v->type)) {
+        fusable = false;
+        continue;
+      }
+      uint8_t* dst = packed_.data() + off;
+      const int64_t n_panels = (v->n_out + kernels::kPanelRows - 1) / kernels::kPanelRows;
+      pool.parallel_for(n_panels, 16, [&](int64_t p0, int64_t p1, int) {
+        kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1);
+      });
+      v->packed = dst;
+      off += bytes(v);  // parts of a group back to back
+    }
+    off = align(off);
+    if (fusable) {
+      int64_t n = 0;
+      for (auto* v : g.parts) n += v->n_out;
+      *g.fused = {g.parts[0]->type, g.parts[0]->k, n, nullptr, g.parts[0]->packed};
+    }
   }
 }
 

@@ -32,6 +32,9 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;     // qwen3: [head_dim_k]
   std::vector<float> ffn_norm;           // [n_embd]
   kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff]
+  // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
+  // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
+  kernels::WeightView wqkv, w_gate_up;
 };
 
 struct Weights {

@@ -11,7 +11,10 @@ namespace ridge::kernels {
 
 void Matmul::run(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy) {
   if (m <= 0 || w.n_out <= 0) return;
-  if (w.packed && gemm_available(w.type)) return run_packed(pool, w, x, m, y, ldy);
+  if (w.packed && gemm_available(w.type)) {
+    const MatmulOut out{w.n_out, y};
+    return run_packed(pool, w, x, m, &out, 1, ldy);
+  }
   const auto dot = quant::dot_fn(w.type);
   const int64_t wrow = row_bytes(w.type, w.k);
 
@@ -39,8 +42,22 @@ void Matmul::run(ThreadPool& pool, const WeightView& w, const float* x, int64_t 
   });
 }
 
-void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy) {
-  GemmArgs g{w.type, w.packed, w.k, w.n_out, x, w.k, y, ldy};
+void Matmul::run_fused(ThreadPool& pool, const WeightView& w, const float* x, int64_t m,
+                       std::initializer_list<MatmulOut> outs) {
+  RIDGE_CHECK(w.packed && gemm_available(w.type), "a fused matmul needs packed weights and the packed GEMM");
+  int64_t total = 0;
+  for (const auto& o : outs) {
+    RIDGE_CHECK(total % kPanelRows == 0, "fused matmul: an output starts inside a panel");
+    total += o.n_out;
+  }
+  RIDGE_CHECK(total == w.n_out, "fused matmul: outputs cover {} of {} features", total, w.n_out);
+  if (m > 0) run_packed(pool, w, x, m, outs.begin(), outs.size(), 0);
+}
+
+void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, const MatmulOut* outs,
+                        size_t n_outs, int64_t ldy) {
+  const void* act = x;
+  int64_t lda = w.k;
   if (w.type != DType::F32 && w.type != DType::F16 && w.type != DType::BF16) {
     const int64_t nb = w.k / 32;
     act_.resize(size_t(m * nb) * sizeof(ActQ8));
@@ -48,18 +65,36 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
     pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) quantize_act_gemm(x + i * w.k, a + i * nb, w.k);
     });
-    g.act = a;
-    g.lda = nb;
+    act = a;
+    lda = nb;
   }
-  // Tasks: groups of 4 panels (64 output rows) x chunks of up to 48 activation rows.
-  // Consecutive tasks share a panel group, so its weights stay in L2 while the row
-  // chunks pass; 4 panels keep 4 weight streams in flight for decode.
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
-  const int64_t pg = 4, mc = 48;
-  const int64_t n_pg = (n_panels + pg - 1) / pg, n_mc = (m + mc - 1) / mc;
-  pool.run(n_pg * n_mc, [&](int64_t t, int) {
-    const int64_t p0 = (t / n_mc) * pg, m0 = (t % n_mc) * mc;
-    gemm_panels(g, m0, std::min(m, m0 + mc), p0, std::min(n_panels, p0 + pg));
+  // Tasks: groups of 4 panels (64 output rows) x chunks of up to 48 activation rows, per
+  // output. Consecutive tasks share a panel group, so its weights stay in L2 while the
+  // row chunks pass; 4 panels keep 4 weight streams in flight for decode.
+  constexpr int64_t pg = 4, mc = 48;
+  struct Seg {
+    GemmArgs g;
+    int64_t n_panels, first_task;
+  };
+  Seg segs[4];
+  RIDGE_CHECK(n_outs <= 4, "fused matmul of more than 4 outputs");
+  const int64_t n_mc = (m + mc - 1) / mc;
+  int64_t tasks = 0;
+  const uint8_t* packed = w.packed;
+  const int64_t pbytes = panel_bytes(w.type, w.k);
+  for (size_t i = 0; i < n_outs; ++i) {
+    const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
+    segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out}, np, tasks};
+    tasks += (np + pg - 1) / pg * n_mc;
+    packed += np * pbytes;
+  }
+  pool.run(tasks, [&](int64_t t, int) {
+    size_t i = 0;
+    while (i + 1 < n_outs && t >= segs[i + 1].first_task) ++i;
+    const Seg& s = segs[i];
+    const int64_t lt = t - s.first_task;
+    const int64_t p0 = (lt / n_mc) * pg, m0 = (lt % n_mc) * mc;
+    gemm_panels(s.g, m0, std::min(m, m0 + mc), p0, std::min(s.n_panels, p0 + pg));
   });
 }
 

@@ -8,6 +8,7 @@
 // depends on m, on the thread count, or on which thread ran it (batch invariance).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/dtype.h"
@@ -23,6 +24,12 @@ struct WeightView {
   const uint8_t* packed = nullptr;  // 16-row panels (packed.h), or null: per-row dots
 };
 
+// One output of a fused matmul: `n_out` consecutive output features into y[m][n_out].
+struct MatmulOut {
+  int64_t n_out;
+  float* y;
+};
+
 class Matmul {
  public:
   // Reuses its activation scratch across calls (one per forward pass).
@@ -31,8 +38,14 @@ class Matmul {
     run(pool, w, x, m, y, w.n_out);
   }
 
+  // Fused matrices (Model's wqkv, w_gate_up): the packed panels of several matrices back
+  // to back, each n_out a multiple of 16 but the last; outs split w.n_out in order. One
+  // activation quantization and one pass over the thread pool for all of them.
+  void run_fused(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs);
+
  private:
-  void run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y, int64_t ldy);
+  void run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, const MatmulOut* outs,
+                  size_t n_outs, int64_t ldy);
 
   std::vector<uint8_t> act_;  // [m][act_row_bytes]
 };
