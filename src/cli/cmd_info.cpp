@@ -37,11 +37,17 @@ int cmd_info(Args& a) {
                 t.shape_str().c_str());
   if (!f->tensors().empty()) {
     try {
-      auto m = Model::from_file(std::move(f));
+      auto m = Model::from_file(std::move(f), /*pack=*/false);
       const HParams& h = m->hparams();
       std::printf("model: %s, %d layers, n_embd %d, heads %d/%d, head_dim %d, n_ff %d, vocab %d, %.1f MiB\n",
                   h.arch.c_str(), h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim_k, h.n_ff, h.n_vocab,
                   double(m->weight_bytes()) / 1048576.0);
+      // The roofline's per-token figures: bytes a decode step streams (every weight but
+      // the gathered token_embd) and multiply-adds of the layer matrices and of the head.
+      const int64_t layer_macs = int64_t(h.n_layer) * h.n_embd * (h.n_q() + h.n_kv_k() + h.n_kv_v() + 3 * int64_t(h.n_ff)) +
+                                 int64_t(h.n_layer) * h.n_attn_out() * h.n_embd;
+      std::printf("per token: %lld weight bytes streamed, %lld layer multiply-adds, %lld head multiply-adds\n",
+                  (long long)m->streamed_weight_bytes(), (long long)layer_macs, (long long)(int64_t(h.n_embd) * h.n_vocab));
     } catch (const Error& e) {
       std::printf("not runnable by ridge: %s\n", e.what());
     }

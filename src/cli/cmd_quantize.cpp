@@ -1,5 +1,6 @@
 // ridge quantize IN OUT --type T (see model/quantize_model.h for the rules).
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -12,12 +13,16 @@ int cmd_quantize(Args& a) {
   const int threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   auto pos = a.positional();
   a.finish();
-  if (pos.size() != 2) fail("usage: ridge quantize IN.gguf OUT.gguf --type TYPE");
-  auto target = dtype_from_name(ts);
-  if (!target) fail("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1", ts);
+  if (pos.size() != 2) fail("usage: ridge quantize IN.gguf OUT.gguf --type TYPE ({})", quant_target_names());
+  const auto target = quant_target_from_name(ts);
+  if (!target) fail("--type '{}' is not one of {}", ts, quant_target_names());
   const QuantizeReport r = quantize_model(pos[0], pos[1], *target, threads);
-  std::fprintf(stderr, "wrote %s: %d matrices converted to %s, %d fell back to f16, %d tensors kept\n", pos[1].c_str(),
-               r.converted, std::string(dtype_name(*target)).c_str(), r.fallback, r.kept);
+  // One line a person (or a test) can check against llama-quantize's choice: how many
+  // tensors of each type the file now holds.
+  std::string types;
+  for (const auto& [t, n] : r.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, dtype_name(t));
+  std::fprintf(stderr, "wrote %s (%s): %s; %d converted, %d fell back (rows fit no block of the chosen type), %d kept\n",
+               pos[1].c_str(), target->name.c_str(), types.c_str(), r.converted, r.fallback, r.kept);
   return 0;
 }
 

@@ -104,6 +104,10 @@ uint32_t gguf_file_type(DType t) {
     case DType::Q8_0: return 7;
     case DType::Q5_0: return 8;
     case DType::Q5_1: return 9;
+    // llama.cpp names no all-q4_k / all-q5_k file: the _S mixes are the closest.
+    case DType::Q4_K: return 14;
+    case DType::Q5_K: return 16;
+    case DType::Q6_K: return 18;
     case DType::BF16: return 32;
     default: return 0;
   }
@@ -113,6 +117,11 @@ std::vector<std::string> mkmodel_presets() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.push_back(p.name);
   return v;
+}
+
+PresetDims preset_dims(const std::string& preset) {
+  const Preset& p = find_preset(preset);
+  return {p.n_vocab, p.n_embd, int64_t(p.n_head) * p.head_dim, int64_t(p.n_head_kv) * p.head_dim, p.n_ff};
 }
 
 void make_model(const MkModelOptions& opt, const std::string& out_path) {

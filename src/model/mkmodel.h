@@ -20,6 +20,12 @@ struct MkModelOptions {
 };
 
 std::vector<std::string> mkmodel_presets();
+// Matrix widths of a preset (for benchmarks of its shapes): query and key/value widths
+// are heads x head_dim.
+struct PresetDims {
+  int64_t n_vocab, n_embd, n_q, n_kv, n_ff;
+};
+PresetDims preset_dims(const std::string& preset);
 // general.file_type (llama_ftype) for a file whose matrices are of type t.
 uint32_t gguf_file_type(DType t);
 // Throws ridge::Error for an unknown preset/arch/dtype or an unreadable vocab file.

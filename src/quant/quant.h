@@ -41,10 +41,12 @@ int64_t whole_blocks(DType t, int64_t n);
 
 // Weight rows (GGUF layouts). n must be a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
-// Implemented for f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (what mkmodel and the
-// tests write); other types throw ridge::Error naming the type.
+// Implemented for f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; other
+// types throw ridge::Error naming the type.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 bool can_quantize(DType t);
+// The K-type part of quantize_row (quantize_kquant.cpp): nb super-blocks of 256.
+void quantize_row_k(DType t, const float* src, void* dst, int64_t nb);
 
 using DotFn = float (*)(const void* w, const void* act, int64_t n);
 // The dot for weight type t on the given path (falls back to a slower path when no

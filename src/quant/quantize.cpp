@@ -1,6 +1,7 @@
 // quantize_row (weights, ggml's reference quantizers quantize_row_*_ref, same rounding so
-// that files ridge writes are what llama.cpp would write) and the activation side:
-// act_kind / act_row_bytes / quantize_act_q8a / prepare_act.
+// that files ridge writes are what llama.cpp would write; the K types are in
+// quantize_kquant.cpp) and the activation side: act_kind / act_row_bytes /
+// quantize_act_q8a / prepare_act.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -136,6 +137,7 @@ bool can_quantize(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
       return true;
     default:
       return false;
@@ -173,6 +175,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_0: return quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
     case DType::Q5_1: return quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
     case DType::Q8_0: return quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return quantize_row_k(t, src, dst, nb);
     default: break;
   }
   fail("quantizing to tensor type {} is not supported", info.name);

@@ -55,5 +55,29 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
     done
   done
 done
+
+# K-quant mixes written by `ridge quantize` (llama-quantize's per-tensor rules) from the
+# f32 files above. The tiny presets' rows are 128 wide except ffn_down's 256, so ffn_down
+# is the K tensor (q4_k_m: q4_k on layer 0, q6_k on the "more bits" layer 1; q5_k_m:
+# q5_k / q6_k; q6_k: both q6_k) and the rest takes llama-quantize's fallbacks (q5_0, q5_1,
+# q8_0; the output q8_0). llama.cpp rounds the activations of K matmuls to q8_K blocks
+# (256 wide), ridge to its 32-wide Q8A: the same 0.1 margin as q8_0 / q4_0. One prompt
+# each for q5_k_m / q6_k keeps this block at ~25 s on 2 cores (measured).
+for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
+  arch=${spec%%:*}
+  preset=${spec##*:}
+  src="$tmp/$preset-$arch-f32.gguf"
+  [ -f "$src" ] || { echo "FAIL k-quants $arch $preset: no f32 source file"; failn=$((failn + 1)); continue; }
+  for mix in q4_k_m q5_k_m q6_k; do
+    m="$tmp/$preset-$arch-$mix.gguf"
+    "$ridge" quantize "$src" "$m" --type $mix 2>/dev/null || {
+      echo "FAIL ridge quantize $arch $preset $mix"; failn=$((failn + 1)); continue; }
+    kprompts=("${prompts[@]}")
+    [ $mix = q4_k_m ] || kprompts=("${prompts[1]}")
+    for p in "${kprompts[@]}"; do
+      check "$preset/$arch/$mix \"$p\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" --prompt "$p" -n 40 --min-margin 0.1
+    done
+  done
+done
 echo "oracle: $pass passed, $failn failed"
 [ "$failn" = 0 ]
