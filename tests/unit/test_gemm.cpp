@@ -168,12 +168,19 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F
                                            DType::Q4_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// On every path (the AVX-512 quantizer must give the scalar one's bits).
 TEST(GemmAct, SameCodesAsTheDotActivations) {
+  for (int isa = 0; isa <= int(best_isa()); ++isa) {
+  set_isa(Isa(isa));
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.f, 3.f);
   std::vector<float> x(256);
   for (auto& v : x) v = nd(rng);
-  x[40] = 0.5f * 3.f / 127.f * 127.f;  // a tie candidate
+  for (int j = 64; j < 96; ++j) x[size_t(j)] = 0.f;  // a zero block
+  // amax 127 gives d = 1, so x + 0.5 are exact ties: both must round to even.
+  for (int j = 96; j < 128; ++j) x[size_t(j)] = float(j - 111) + 0.5f;
+  x[96] = 127.f;
+  x[200] = -x[201] * 4;  // a negative extreme
   std::vector<quant::BlockQ8A> a(8);
   std::vector<ActQ8> g(8);
   quant::quantize_act_q8a(x.data(), a.data(), 256);
@@ -187,6 +194,8 @@ TEST(GemmAct, SameCodesAsTheDotActivations) {
     }
     EXPECT_EQ(sum, g[size_t(b)].sum());
   }
+  }
+  set_isa(best_isa());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace ridge::kernels {
 
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n) {
   RIDGE_CHECK(n % 32 == 0, "activation row of {} elements is not a multiple of 32", n);
+  if (active_isa() == Isa::Avx512) return detail::quantize_act_gemm_avx512(x, y, n);
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));

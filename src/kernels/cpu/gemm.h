@@ -32,7 +32,8 @@ struct ActQ8 {
 };
 static_assert(sizeof(ActQ8) == 40);
 
-// Same rounding as quant::quantize_act_q8a (d = amax / 127, codes by lrintf).
+// Same rounding as quant::quantize_act_q8a (d = amax / 127, codes by lrintf); the
+// AVX-512 version (used when that path is active) gives the same bits.
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
 
 // Whether the packed path runs for weight type t on the active ISA.
@@ -54,6 +55,7 @@ void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
 
 namespace detail {
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n);
 }
 
 }  // namespace ridge::kernels

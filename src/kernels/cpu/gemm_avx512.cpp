@@ -289,6 +289,28 @@ void row_tile(const GemmArgs& g, int64_t m, int64_t p0, int64_t p1) {
 
 }  // namespace
 
+// Same arithmetic as the scalar quantize_act_gemm, so the codes are bit for bit equal:
+// amax exact, d = amax / 127 and 1 / d in f32, x * (1 / d) rounded to nearest even
+// (vcvtps2dq in the default MXCSR mode is what lrintf does).
+void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n / 32; ++i, x += 32) {
+    const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i lim = _mm512_set1_epi32(127);
+    const __m512i qa = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a, vid)), lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+    const __m512i qb = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(b, vid)), lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs), _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16), _mm512_cvtepi32_epi8(qb));
+    y[i].d = d;
+    y[i].sum16[0] = int16_t(_mm512_reduce_add_epi32(qa));
+    y[i].sum16[1] = int16_t(_mm512_reduce_add_epi32(qb));
+  }
+}
+
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   // Float tiles of 6 rows x 2 panels: 12 accumulators + 2 weight vectors, and each
   // column's broadcasts ride as memory operands of the FMAs. Integer tiles of 4 rows x 2
