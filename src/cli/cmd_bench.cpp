@@ -1,7 +1,9 @@
 // ridge bench throughput: offline throughput of the engine (all requests submitted at
 // once, as vLLM's throughput benchmark does) on synthetic prompts of random token ids;
 // --prefix-len P makes the first P tokens of every prompt identical.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 
@@ -10,6 +12,8 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "perf/bench_kernels.h"
+#include "perf/peaks.h"
 
 namespace ridge::cli {
 namespace {
@@ -48,16 +52,22 @@ int bench_throughput(Args& a) {
   const EngineStats& st = e.stats();
   const double mean_batch = st.steps ? double(st.batched_seqs) / double(st.steps) : 0;
   const double hit = st.prompt_tokens ? double(st.prefix_hit_tokens) / double(st.prompt_tokens) : 0;
+  // Phase rates: decode-only steps, and steps with prompt work (all of their tokens, so a
+  // step mixing a prompt chunk with decodes counts as prefill).
+  const double decode_tps = st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0;
+  const double prefill_tps = st.prefill_s > 0 ? double(st.computed_tokens - st.decode_tokens) / st.prefill_s : 0;
   if (json) {
     std::printf(
         "{\"model\":\"%s\",\"num_prompts\":%lld,\"input_len\":%lld,\"output_len\":%lld,\"prefix_len\":%lld,"
         "\"prefix_cache\":%s,\"threads\":%d,\"elapsed_s\":%.4f,\"requests_per_s\":%.4f,\"output_tok_per_s\":%.3f,"
         "\"total_tok_per_s\":%.3f,\"mean_batch\":%.3f,\"prefix_hit_rate\":%.4f,\"computed_tokens\":%lld,"
-        "\"preemptions\":%lld,\"swaps\":%lld,\"steps\":%lld,\"kv_capacity_tokens\":%lld}\n",
+        "\"preemptions\":%lld,\"swaps\":%lld,\"steps\":%lld,\"kv_capacity_tokens\":%lld,\"prefill_tok_per_s\":%.3f,"
+        "\"decode_tok_per_s\":%.3f,\"prefill_s\":%.4f,\"decode_s\":%.4f}\n",
         path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
         cfg.prefix_cache ? "true" : "false", e.pool().size(), s, double(n) / s, double(st.generated_tokens) / s,
         double(st.prompt_tokens + st.generated_tokens) / s, mean_batch, hit, (long long)st.computed_tokens,
-        (long long)e.n_preemptions(), (long long)e.n_swaps(), (long long)st.steps, (long long)e.kv_capacity_tokens());
+        (long long)e.n_preemptions(), (long long)e.n_swaps(), (long long)st.steps, (long long)e.kv_capacity_tokens(),
+        prefill_tps, decode_tps, st.prefill_s, st.decode_s);
   } else {
     std::printf("model %s, %lld prompts x (%lld in, %lld out), shared prefix %lld, prefix cache %s, %d threads\n",
                 path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
@@ -66,6 +76,8 @@ int bench_throughput(Args& a) {
     std::printf("requests/s       %.3f\n", double(n) / s);
     std::printf("output tok/s     %.2f\n", double(st.generated_tokens) / s);
     std::printf("total tok/s      %.2f\n", double(st.prompt_tokens + st.generated_tokens) / s);
+    std::printf("prefill tok/s    %.2f (steps with prompt work, %.3f s)\n", prefill_tps, st.prefill_s);
+    std::printf("decode tok/s     %.2f (decode-only steps, %.3f s)\n", decode_tps, st.decode_s);
     std::printf("mean batch       %.2f sequences/step (%lld steps)\n", mean_batch, (long long)st.steps);
     std::printf("prefix hit rate  %.1f%% (%lld of %lld prompt tokens; %lld tokens computed)\n", 100 * hit,
                 (long long)st.prefix_hit_tokens, (long long)st.prompt_tokens, (long long)st.computed_tokens);
@@ -75,13 +87,85 @@ int bench_throughput(Args& a) {
   return 0;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+// ridge bench kernels: every matrix kernel on a preset's shapes with % of its ceiling.
+int bench_kernels_cmd(Args& a) {
+  KernelBenchOptions o;
+  const std::string preset = a.str({"--preset"}, "tinyllama-1.1b");
+  const std::string types = a.str({"--types"}, "f16,bf16,q8_0,q4_0,q4_k,q6_k");
+  const std::string ms = a.str({"--m"}, "1,16,512");
+  const std::string shapes = a.str({"--shapes"}, "");
+  o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
+  o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");
+  o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);
+  const std::string peaks_path = a.str({"--peaks"}, "");
+  const std::string json_path = a.str({"--json"}, "");
+  a.finish();
+  for (const auto& t : split_list(types)) {
+    const auto d = dtype_from_name(t);
+    if (!d || !dtype_info(*d).supported) fail("--types: '{}' is not a weight type ridge computes with", t);
+    o.types.push_back(*d);
+  }
+  o.ms.clear();
+  for (const auto& m : split_list(ms)) {
+    char* end = nullptr;
+    const long long v = std::strtoll(m.c_str(), &end, 10);
+    if (*end || v < 1 || v > 65536) fail("--m: '{}' is not a row count in 1..65536", m);
+    o.ms.push_back(v);
+  }
+  if (o.types.empty() || o.ms.empty()) fail("--types and --m need at least one value each");
+  for (const auto& sh : preset_shapes(preset)) {
+    const auto want = split_list(shapes);
+    if (want.empty() || std::find(want.begin(), want.end(), sh.name) != want.end()) o.shapes.push_back(sh);
+  }
+  if (o.shapes.empty()) fail("--shapes: none of '{}' is a shape of {} (attn_q, attn_kv, attn_output, ffn_up, ffn_down, output)", shapes, preset);
+  Peaks peaks;
+  if (!peaks_path.empty()) {
+    peaks = load_peaks(peaks_path);
+  } else {
+    std::fprintf(stderr, "measuring the ceilings (ridge peaks; pass --peaks FILE to reuse a measurement)\n");
+    PeaksOptions po;
+    po.threads = o.threads;
+    peaks = measure_peaks(po);
+  }
+  const auto rs = bench_kernels(o, peaks);
+  std::printf("ceilings: DRAM read %.1f GB/s (%d threads), fp32 FMA %.0f GFLOP/s, int8 VNNI %.0f GOP/s\n",
+              peaks.dram_read_gbs.count(peaks.threads) ? peaks.dram_read_gbs.at(peaks.threads) : peaks.dram_read_gbs_max,
+              peaks.threads, peaks.fp32_fma ? peaks.fp32_fma->all : 0.0, peaks.int8_vnni ? peaks.int8_vnni->all : 0.0);
+  std::printf("%-12s %-5s %5s %6s %6s %-14s %10s %8s %9s %-10s %7s\n", "shape", "type", "m", "k", "n", "path", "us",
+              "GB/s", "GFLOP/s", "bound", "%bound");
+  for (const auto& r : rs)
+    std::printf("%-12s %-5s %5lld %6lld %6lld %-14s %10.1f %8.2f %9.1f %-10s %6.1f%%\n", r.shape.c_str(),
+                std::string(dtype_name(r.type)).c_str(), (long long)r.m, (long long)r.k, (long long)r.n_out,
+                r.path.c_str(), r.us, r.gbs, r.gflops, r.bound.c_str(), r.pct);
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) fail("cannot write {}", json_path);
+    const std::string j = kernel_results_json(rs, peaks);
+    std::fwrite(j.data(), 1, j.size(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(Args& a) {
   const auto sub = a.subcommand();
-  if (!sub) fail("usage: ridge bench throughput [options] (see ridge --help)");
+  if (!sub) fail("usage: ridge bench throughput|kernels [options] (see ridge --help)");
   if (*sub == "throughput") return bench_throughput(a);
-  fail("unknown benchmark '{}' (throughput)", *sub);
+  if (*sub == "kernels") return bench_kernels_cmd(a);
+  fail("unknown benchmark '{}' (throughput, kernels)", *sub);
 }
 
 }  // namespace ridge::cli

@@ -13,5 +13,6 @@ int cmd_info(Args& a);
 int cmd_chat_template(Args& a);
 int cmd_tokenize(Args& a);
 int cmd_bench(Args& a);
+int cmd_peaks(Args& a);
 
 }  // namespace ridge::cli

@@ -22,7 +22,8 @@ commands:
   mkmodel     --arch llama|qwen2|qwen3 --preset NAME --dtype f32|f16|bf16|q8_0|q4_0
               [--seed S] [--vocab VOCAB.gguf] [--layers N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
-  quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1 [-t THREADS]
+  quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
+              |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
   perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t THREADS]
   info        -m MODEL        print metadata and tensors
   chat-template -m MODEL --messages FILE.json [--no-generation-prompt] [--tools FILE.json]
@@ -35,6 +36,8 @@ commands:
               instead of -m (HF tokenizer.json); --decode: JSON lines of ids in, text out
   bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
               [--prefix-len P] [--seed S] [--json] + engine options
+  peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
+              measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
 engine options (bench):
   -t THREADS, --kv-type f16|bf16|f32, --block-size N (16), --max-num-seqs N (256),
   --max-num-batched-tokens N (2048), --kv-cache-memory BYTES (e.g. 2G) or
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
     if (cmd == "chat-template") return ridge::cli::cmd_chat_template(args);
     if (cmd == "tokenize") return ridge::cli::cmd_tokenize(args);
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
+    if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
     return 1;
   } catch (const ridge::Error& e) {

@@ -131,16 +131,52 @@ expect_error "info on a truncated model"        "trunc_header\.gguf"         "$R
 expect_error "text file renamed .gguf"          "text\.gguf.*GGUF"           "$RIDGE" generate -m text.gguf -p hi
 expect_error "quantize with a bad --type"       "q9_9"                       "$RIDGE" quantize tiny.gguf out.gguf --type q9_9
 expect_error "quantize a nonexistent input"     "no_such_input\.gguf"        "$RIDGE" quantize no_such_input.gguf out.gguf --type q8_0
+expect_error "quantize with an unknown mix"     "q3_k_xl.*q4_k_m.*q6_k"      "$RIDGE" quantize tiny.gguf out.gguf --type q3_k_xl
+expect_error "quantize onto its own input"      "same file"                  "$RIDGE" quantize tiny.gguf ./tiny.gguf --type q4_k_m
+expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
 expect_error "mkmodel with an unknown preset"   "huge-9000"                  "$RIDGE" mkmodel --preset huge-9000 -o x.gguf
 expect_error "mkmodel without -o"               "-o"                         "$RIDGE" mkmodel --preset tiny
 expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$RIDGE" generate -m tiny.gguf -f missing_prompts.txt
 expect_error "generate with both -p and -f"     "-p.*-f|-f.*-p"              "$RIDGE" generate -m tiny.gguf -p hi -f prompts.txt
 expect_error "perplexity on a too-short text"   "short\.txt"                 "$RIDGE" perplexity -m tiny.gguf -f short.txt
 expect_error "perplexity without -f"            "-f"                         "$RIDGE" perplexity -m tiny.gguf
+expect_error "peaks -t 0"                       "-t.*0"                      "$RIDGE" peaks -t 0
+expect_error "peaks with an unknown flag"       "--bogus"                    "$RIDGE" peaks --quick --bogus
+expect_error "peaks --json into a missing dir"  "no_such_dir"                "$RIDGE" peaks --quick --json no_such_dir/p.json
 
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
 expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m tiny.gguf -p hi -n 4 --temp 0
+
+# ridge peaks (quick mode, about a second): the JSON file the roofline tools read back.
+expect_ok "peaks --quick --json peaks.json"              "$RIDGE" peaks --quick --json peaks.json
+why=""
+if [[ ! -s peaks.json ]]; then
+  why="peaks.json was not written"
+elif command -v node >/dev/null; then
+  why=$(node -e '
+    const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    for (const k of ["cpu", "threads", "isa", "caches", "dram_read_gbs", "dram_read_gbs_max", "compute", "seconds"])
+      if (!(k in j)) console.log("missing key " + k);
+    if (!(j.compute.fp32_fma.per_core_gflops > 0)) console.log("no fp32_fma peak");' peaks.json 2>&1)
+else
+  for k in cpu threads isa caches dram_read_gbs dram_read_gbs_max compute fp32_fma seconds; do
+    grep -q "\"$k\"" peaks.json || why="missing key $k"
+  done
+fi
+report "peaks.json parses and has the schema's keys" "$why"
+expect_ok "peaks --quick --json - (JSON on stdout)"      "$RIDGE" peaks --quick --json -
+[[ $(head -c 1 "$TMP/out") == "{" ]] && why="" || why="stdout does not start with a JSON object"
+report "peaks --json - prints only JSON" "$why"
+# ridge bench kernels: reads the ceilings back from peaks.json; tiny shapes, short runs.
+expect_error "bench kernels with an unknown type"  "q9_9"     "$RIDGE" bench kernels --peaks peaks.json --types q9_9
+expect_error "bench kernels --m 0"                 "--m.*0"   "$RIDGE" bench kernels --peaks peaks.json --m 0
+expect_error "bench kernels with an unknown shape" "ffn_xx"   "$RIDGE" bench kernels --peaks peaks.json --shapes ffn_xx
+expect_error "bench kernels with a corrupt peaks file" "tiny.gguf" "$RIDGE" bench kernels --peaks tiny.gguf
+expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernels --peaks peaks.json --preset tiny \
+  --types f32,f16,bf16,q8_0,q4_0,q4_k,q6_k,q5_0 --m 1,7 --ring 8M --seconds 0.01 --shapes ffn_down --json kernels.json
+grep -q '"pct_of_bound"' kernels.json && why="" || why="kernels.json has no results"
+report "bench kernels --json writes the results" "$why"
 
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

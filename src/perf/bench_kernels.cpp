@@ -1,0 +1,163 @@
+#include "perf/bench_kernels.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/threadpool.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
+#include "model/mkmodel.h"
+
+namespace ridge {
+
+std::vector<KernelShape> preset_shapes(const std::string& preset) {
+  const PresetDims d = preset_dims(preset);
+  return {{"attn_q", d.n_embd, d.n_q},  {"attn_kv", d.n_embd, d.n_kv}, {"attn_output", d.n_q, d.n_embd},
+          {"ffn_up", d.n_embd, d.n_ff}, {"ffn_down", d.n_ff, d.n_embd}, {"output", d.n_embd, d.n_vocab}};
+}
+
+namespace {
+
+// Rows of valid blocks: random codes, scales of a plausible size. What the values are
+// does not change the time; that they are finite keeps the FP units on their fast path.
+std::vector<uint8_t> random_rows(DType t, int64_t k, int64_t n_out, uint64_t seed) {
+  const int64_t rb = row_bytes(t, k);
+  std::vector<uint8_t> v(static_cast<size_t>(rb * n_out));
+  std::mt19937_64 rng(seed);
+  const auto& info = dtype_info(t);
+  if (t == DType::F32) {
+    auto* f = reinterpret_cast<float*>(v.data());
+    for (int64_t i = 0; i < k * n_out; ++i) f[i] = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
+    return v;
+  }
+  if (t == DType::F16 || t == DType::BF16) {
+    auto* h = reinterpret_cast<uint16_t*>(v.data());
+    for (int64_t i = 0; i < k * n_out; ++i) {
+      const float x = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
+      h[i] = t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x);
+    }
+    return v;
+  }
+  for (auto& b : v) b = uint8_t(rng());
+  // Every block type but Q6_K starts with its f16 scale(s); Q6_K ends with it.
+  const uint16_t scale = f32_to_f16(0.01f);
+  const int64_t bs = int64_t(info.type_size), nblocks = int64_t(v.size()) / bs;
+  for (int64_t i = 0; i < nblocks; ++i) {
+    uint8_t* b = v.data() + i * bs;
+    if (t == DType::Q6_K) std::memcpy(b + bs - 2, &scale, 2);
+    else {
+      std::memcpy(b, &scale, 2);
+      if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) std::memcpy(b + 2, &scale, 2);
+    }
+  }
+  return v;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Peaks& peaks) {
+  ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
+  std::vector<KernelResult> out;
+  kernels::Matmul mm;
+  const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;
+  for (DType t : opt.types) {
+    for (const KernelShape& s : opt.shapes) {
+      if (s.k % dtype_info(t).block_size != 0) {
+        std::fprintf(stderr, "skipping %s x %s: k = %lld is not a multiple of the %d-element block\n", s.name.c_str(),
+                     std::string(dtype_name(t)).c_str(), (long long)s.k, int(dtype_info(t).block_size));
+        continue;
+      }
+      const bool packed = kernels::gemm_available(t);
+      const auto rows = random_rows(t, s.k, s.n_out, uint64_t(s.k * 131 + s.n_out));
+      const int64_t mat_bytes = packed ? kernels::packed_bytes(t, s.k, s.n_out) : int64_t(rows.size());
+      std::vector<uint8_t> one(static_cast<size_t>(mat_bytes));
+      if (packed)
+        kernels::pack_panels(t, s.k, s.n_out, rows.data(), one.data(), 0, (s.n_out + kernels::kPanelRows - 1) / kernels::kPanelRows);
+      else
+        std::memcpy(one.data(), rows.data(), rows.size());
+      const int64_t max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
+      std::vector<float> x(static_cast<size_t>(max_m * s.k)), y(static_cast<size_t>(max_m * s.n_out));
+      std::mt19937 rng(7);
+      std::normal_distribution<float> nd;
+      for (auto& v : x) v = nd(rng);
+      // The decode ring: copies of the matrix, ring_bytes in all.
+      const int64_t copies = std::max<int64_t>(1, (opt.ring_bytes + mat_bytes - 1) / mat_bytes);
+      Arena ring(size_t(copies * mat_bytes));
+      for (int64_t c = 0; c < copies; ++c) std::memcpy(ring.data() + c * mat_bytes, one.data(), size_t(mat_bytes));
+
+      for (int64_t m : opt.ms) {
+        const bool stream = m == 1;
+        auto view = [&](int64_t c) {
+          const uint8_t* base = stream ? ring.data() + c * mat_bytes : one.data();
+          return kernels::WeightView{t, s.k, s.n_out, base, packed ? base : nullptr};
+        };
+        mm.run(pool, view(0), x.data(), m, y.data());  // warm-up: scratch sized, pages touched
+        std::vector<double> per_call;
+        const auto t0 = std::chrono::steady_clock::now();
+        while (per_call.size() < 3 || seconds_since(t0) < opt.seconds) {
+          const int64_t n = stream ? copies : 1;
+          const auto c0 = std::chrono::steady_clock::now();
+          for (int64_t c = 0; c < n; ++c) mm.run(pool, view(c), x.data(), m, y.data());
+          per_call.push_back(seconds_since(c0) / double(n));
+          if (per_call.size() >= 1000) break;
+        }
+        KernelResult r;
+        r.kernel = "matmul";
+        r.shape = s.name;
+        r.type = t;
+        r.m = m;
+        r.k = s.k;
+        r.n_out = s.n_out;
+        r.path = packed ? "packed-" + std::string(isa_name(active_isa())) : "dot-" + std::string(isa_name(active_isa()));
+        const double sec = median(per_call);
+        r.us = sec * 1e6;
+        r.bytes = double(mat_bytes) + 4.0 * double(m) * double(s.k + s.n_out);
+        r.flops = 2.0 * double(m) * double(s.k) * double(s.n_out);
+        r.gbs = r.bytes / sec / 1e9;
+        r.gflops = r.flops / sec / 1e9;
+        const bool int8 = !(t == DType::F32 || t == DType::F16 || t == DType::BF16);
+        const auto& peak = int8 ? peaks.int8_vnni : peaks.fp32_fma;
+        const double t_mem = stream && bw > 0 ? r.bytes / (bw * 1e9) : 0;
+        const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;
+        r.bound = t_mem >= t_comp ? "dram" : (int8 ? "int8_vnni" : "fp32_fma");
+        r.pct = 100.0 * std::max(t_mem, t_comp) / sec;
+        out.push_back(r);
+      }
+    }
+  }
+  return out;
+}
+
+std::string kernel_results_json(const std::vector<KernelResult>& rs, const Peaks& peaks) {
+  std::string s = fmt::format("{{\"cpu\":\"{}\",\"dram_read_gbs_max\":{:.3f},\"results\":[", peaks.cpu, peaks.dram_read_gbs_max);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const auto& r = rs[i];
+    s += fmt::format(
+        "{}{{\"kernel\":\"{}\",\"shape\":\"{}\",\"type\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"path\":\"{}\",\"us\":{:.3f},"
+        "\"bytes\":{:.0f},\"flops\":{:.0f},\"gbs\":{:.3f},\"gflops\":{:.3f},\"bound\":\"{}\",\"pct_of_bound\":{:.2f}}}",
+        i ? "," : "", r.kernel, r.shape, dtype_name(r.type), r.m, r.k, r.n_out, r.path, r.us, r.bytes, r.flops, r.gbs,
+        r.gflops, r.bound, r.pct);
+  }
+  return s + "]}\n";
+}
+
+}  // namespace ridge

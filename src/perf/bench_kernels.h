@@ -1,0 +1,52 @@
+// `ridge bench kernels`: each matrix kernel on a model's shapes, timed, with its achieved
+// GB/s and GFLOP/s and the percentage of the ceiling that bounds it (from `ridge peaks`).
+//
+// The bound of a run is the roofline's: t_mem = bytes / DRAM bandwidth, t_compute = FLOPs
+// / peak of the instruction class the kernel uses (fp32 FMA for float weights, int8 VNNI
+// for 8-bit dots); the larger one is the floor, and "% of bound" = floor / measured.
+// Decode shapes (m = 1) stream a ring of copies of the matrix larger than `ring_bytes`
+// so that no call finds its weights in cache, as in a real decode step; larger m
+// reuse one matrix, as prefill does (its weights do get reused from cache).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "perf/peaks.h"
+
+namespace ridge {
+
+struct KernelShape {
+  std::string name;  // e.g. "ffn_up"
+  int64_t k, n_out;
+};
+
+// The matrices of one layer plus the output head of a mkmodel preset.
+std::vector<KernelShape> preset_shapes(const std::string& preset);
+
+struct KernelBenchOptions {
+  std::vector<DType> types;
+  std::vector<int64_t> ms{1, 16, 512};
+  std::vector<KernelShape> shapes;
+  int threads = 0;
+  int64_t ring_bytes = int64_t(1) << 30;
+  double seconds = 0.3;  // minimum measured time per case
+};
+
+struct KernelResult {
+  std::string kernel, shape;
+  DType type;
+  int64_t m, k, n_out;
+  std::string path;  // "packed-avx512" or the dot path
+  double us;          // median time per call
+  double bytes, flops;
+  double gbs, gflops;
+  std::string bound;  // "dram" | "fp32_fma" | "int8_vnni"
+  double pct;         // % of the bound
+};
+
+std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Peaks& peaks);
+std::string kernel_results_json(const std::vector<KernelResult>& r, const Peaks& peaks);
+
+}  // namespace ridge

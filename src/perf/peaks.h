@@ -1,0 +1,94 @@
+// Machine ceilings for the roofline: DRAM read bandwidth and the compute peaks of the SIMD
+// path ridge runs on this CPU. Every efficiency figure (bench kernels, roofline report)
+// divides by these numbers, so they are measured, not taken from a datasheet.
+//
+// `ridge peaks --json FILE` writes them; load_peaks() reads them back. The JSON schema is
+// stable (add keys, never rename them):
+//
+//   {
+//     "cpu": "Intel(R) Xeon(R) ...",      // /proc/cpuinfo "model name"
+//     "cores": 2,                         // physical cores (sysfs topology)
+//     "threads": 2,                       // threads used for the "all" figures
+//     "isa": "avx512",                    // ridge's active SIMD path: avx512|avx2|scalar
+//     "caches": {"l1d": 49152, "l2": 2097152, "l3": 503316480},  // bytes per instance, 0 = unknown
+//     "dram_read_gbs": {"1": 12.3, "2": 20.1},  // thread count -> GB/s (1e9 bytes/s), median
+//     "dram_read_gbs_max": 20.1,
+//     "dram_bytes": 1073741824,           // working set of the bandwidth test
+//     "compute": {                        // per_core: one thread; all: every thread at once;
+//                                         // best of 3 runs of ~0.1 s each
+//       "fp32_fma":  {"per_core_gflops": 150.0, "all_gflops": 300.0},   // 2 FLOP per FMA lane
+//       "bf16_dot":  {...} | null,        // vdpbf16ps: 2 FLOP per bf16 product
+//       "int8_vnni": {...} | null,        // vpdpbusd: 2 OP per u8*s8 product (GOP/s)
+//       "fp16_fma":  {...} | null         // AVX512-FP16 vfmadd*ph; null when absent
+//     },
+//     "quick": false,                     // true: the short test mode, not a ceiling
+//     "seconds": 7.5                      // wall time of the whole measurement
+//   }
+//
+// A null compute entry means the active path has no such instruction on this CPU.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ridge {
+
+struct ComputePeak {
+  double per_core = 0;  // GFLOP/s (GOP/s for int8) with one thread
+  double all = 0;       // summed over `threads` threads running at once
+};
+
+struct Peaks {
+  std::string cpu;
+  int cores = 0;
+  int threads = 0;
+  std::string isa;
+  int64_t l1d = 0, l2 = 0, l3 = 0;
+  std::map<int, double> dram_read_gbs;  // thread count -> GB/s
+  double dram_read_gbs_max = 0;
+  int64_t dram_bytes = 0;
+  std::optional<ComputePeak> fp32_fma, bf16_dot, int8_vnni, fp16_fma;
+  bool quick = false;
+  double seconds = 0;
+};
+
+struct PeaksOptions {
+  int threads = 0;         // 0: every hardware thread
+  bool quick = false;      // 256 MiB working set, fewer and shorter repetitions (tests)
+  // 0: 8 x L3, at least 1 GiB, at most half the available RAM; past 1 GiB the first
+  // touch of fresh pages stops after ~4 s (page faults are slow on some VMs).
+  int64_t dram_bytes = 0;
+};
+
+Peaks measure_peaks(const PeaksOptions& opt);
+
+std::string peaks_to_json(const Peaks& p);
+// Throws ridge::Error naming `where` and the key at fault.
+Peaks peaks_from_json(const std::string& text, const std::string& where);
+void save_peaks(const Peaks& p, const std::string& path);
+Peaks load_peaks(const std::string& path);
+
+namespace peaks_detail {
+// SIMD kernels (peaks_avx512.cpp, peaks_avx2.cpp), called only after a CPUID check.
+// read_*: sums `bytes` (a multiple of 512, 64-byte aligned) so every line is loaded.
+// The compute kernels run `iters` iterations of independent multiply-add chains and
+// return a value derived from all chains so none can be dropped; seed is a run-time
+// value so nothing folds at compile time. *_ops_per_iter: FLOP (or OP) per iteration.
+uint64_t read_avx512(const void* p, int64_t bytes);
+uint64_t read_avx2(const void* p, int64_t bytes);
+double fp32_fma_avx512(int64_t iters, float seed);
+double bf16_dot_avx512(int64_t iters, float seed);
+double int8_vnni_avx512(int64_t iters, float seed);
+double fp16_fma_avx512(int64_t iters, float seed);
+double fp32_fma_avx2(int64_t iters, float seed);
+double int8_vnni_avxvnni(int64_t iters, float seed);
+inline constexpr double kFp32Avx512Ops = 16 * 16 * 2;   // 16 chains x 16 lanes x 2
+inline constexpr double kBf16Avx512Ops = 16 * 32 * 2;   // 16 chains x 32 products x 2
+inline constexpr double kInt8Avx512Ops = 16 * 64 * 2;   // 16 chains x 64 products x 2
+inline constexpr double kFp16Avx512Ops = 16 * 32 * 2;   // 16 chains x 32 lanes x 2
+inline constexpr double kFp32Avx2Ops = 12 * 8 * 2;      // 12 chains x 8 lanes x 2
+inline constexpr double kInt8AvxVnniOps = 12 * 32 * 2;  // 12 chains x 32 products x 2
+}  // namespace peaks_detail
+
+}  // namespace ridge
