@@ -315,18 +315,21 @@ void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, i
   // Rows per tile: enough independent accumulator chains to hide the FMA / vpdpbusd
   // latency (a block's 8 vpdpbusd into one int32 accumulator form a 40-cycle chain, so
   // 2 per cycle need >= 10 chains), few enough to stay in 32 registers:
-  //   float: 6 x 2 = 12 accumulators + 2 weight vectors;
+  //   float: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
   //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
   //   K-quants carry per-panel scale vectors too: 4 x 2.
-  const bool wide = g.type == DType::F32 || g.type == DType::F16 || g.type == DType::BF16 ||
-                    g.type == DType::Q8_0 || g.type == DType::Q4_0;
-  const int64_t mr = wide ? 6 : 4;
+  const bool is_float = g.type == DType::F32 || g.type == DType::F16 || g.type == DType::BF16;
+  const bool wide = is_float || g.type == DType::Q8_0 || g.type == DType::Q4_0;
+  const int64_t mr = is_float ? 8 : wide ? 6 : 4;
   int64_t m = m0;
   for (; m + mr <= m1; m += mr) {
-    if (wide) row_tile<6>(g, m, p0, p1);
+    if (is_float) row_tile<8>(g, m, p0, p1);
+    else if (wide) row_tile<6>(g, m, p0, p1);
     else row_tile<4>(g, m, p0, p1);
   }
   switch (m1 - m) {
+    case 7: row_tile<7>(g, m, p0, p1); break;
+    case 6: row_tile<6>(g, m, p0, p1); break;
     case 5: row_tile<5>(g, m, p0, p1); break;
     case 4: row_tile<4>(g, m, p0, p1); break;
     case 3: row_tile<3>(g, m, p0, p1); break;
