@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
 #include "quant/quant.h"
 
 namespace ridge {
@@ -94,9 +95,13 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   q_.resize(size_t(T * nq));
   k_.resize(size_t(T * nk));
   v_.resize(size_t(T * nv));
-  mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
-  mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
-  mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
+  if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
+    mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
+  } else {
+    mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
+    mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
+    mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
+  }
 
   const KVLayout& kl = kv_.layout();
   for (int64_t t = 0; t < T; ++t) {
@@ -124,21 +129,23 @@ void Forward::attention_block(int32_t il, const Batch& b) {
     }
   }
 
-  // One task per (token, head); each reads its K/V back from the cache in the stored
-  // dtype, so a row sees exactly what a later decode step will see.
+  // One task per (token, KV head): the group's query heads (adjacent in q_ and kqv_)
+  // share each K/V tile, read back from the cache in the stored dtype, so a row sees
+  // exactly what a later decode step will see.
   const int64_t no = h_.n_attn_out();
   kqv_.resize(size_t(T * no));
-  const int64_t scratch_per = kl.block_size + dk + dv;
+  const int32_t group = nh / nkv;
+  const int64_t scratch_per = kernels::attention_scratch_floats(kl, group);
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   const float scale = 1.0f / std::sqrt(float(dk));
-  const int32_t group = nh / nkv;
-  pool_.run(T * nh, [&](int64_t task, int thread) {
-    const int64_t t = task / nh;
-    const int32_t hh = int32_t(task % nh);
+  pool_.run(T * nkv, [&](int64_t task, int thread) {
+    const int64_t t = task / nkv;
+    const int32_t g = int32_t(task % nkv);
     const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
     kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
-    kernels::attention_row(a, hh / group, q_.data() + t * nq + hh * dk, kqv_.data() + t * no + hh * dv,
-                           attn_scratch_.data() + thread * scratch_per);
+    kernels::attention_group(a, g, group, q_.data() + t * nq + int64_t(g) * group * dk, dk,
+                             kqv_.data() + t * no + int64_t(g) * group * dv, dv,
+                             attn_scratch_.data() + thread * scratch_per);
   });
 
   attn_out_.resize(size_t(T * E));
@@ -155,8 +162,12 @@ void Forward::ffn_block(int32_t il) {
   ffn_gate_.resize(size_t(T * F));
   ffn_up_.resize(size_t(T * F));
   ffn_act_.resize(size_t(T * F));
-  mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
-  mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
+  if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
+    mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
+  } else {
+    mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
+    mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
+  }
   kernels::swiglu(ffn_gate_.data(), ffn_up_.data(), ffn_act_.data(), T * F);
   ffn_out_.resize(size_t(T * E));
   mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data());

@@ -1,49 +1,111 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/cpu.h"
+#include "core/error.h"
 #include "kernels/cpu/convert.h"
 
 namespace ridge::kernels {
 
-void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {
+// The SIMD paths' scratch (the scalar path uses less), with bsp = block_size and dkp =
+// head_dim_k rounded up to 16, and 16 floats of room to align the start to 64 bytes:
+//   kf [bsp * dkp]                   one K tile in f32, packed for the dot
+//   vf [block_size * dv, to 16]      one V tile in f32
+//   sc [n_q][bsp]                    each row's scores, then its probabilities
+//   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
+int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
+  const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
+  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * bsp + 3 * int64_t(n_q);
+}
+
+namespace {
+
+// The reference: per row, exactly the arithmetic of a lone row (sequential dot, std::exp),
+// with each tile converted once for all rows.
+void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq,
+                            float* out, int64_t ldo, float* scratch) {
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
-  float* s = scratch;            // [block_size] scores of one tile
-  float* krow = s + bs;          // [dk]
-  float* vrow = krow + dk;       // [dv]
+  float* kf = scratch;                        // [bs][dk]
+  float* vf = kf + int64_t(bs) * dk;          // [bs][dv]
+  float* s = vf + int64_t(bs) * dv;           // [bs]
+  float* m = s + (bs + 15) / 16 * 16;         // [n_q]
+  float* sum = m + n_q;                       // [n_q]
 
-  float m = -std::numeric_limits<float>::infinity();  // running max
-  float sum = 0.f;                                    // running sum of exp
-  for (int32_t d = 0; d < dv; ++d) out[d] = 0.f;
+  for (int32_t i = 0; i < n_q; ++i) {
+    m[i] = -std::numeric_limits<float>::infinity();
+    sum[i] = 0.f;
+    for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] = 0.f;
+  }
 
   const int32_t n_tiles = (a.n_ctx + bs - 1) / bs;
   for (int32_t t = 0; t < n_tiles; ++t) {
-    const int32_t block = a.block_table[t];
+    const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
-    float tile_max = -std::numeric_limits<float>::infinity();
-    for (int32_t j = 0; j < n; ++j) {
-      to_f32(l.dtype, a.kv->k(a.layer, block, kv_head, j), krow, dk);
-      float dot = 0.f;
-      for (int32_t d = 0; d < dk; ++d) dot += q[d] * krow[d];
-      s[j] = dot * a.scale;
-      tile_max = std::max(tile_max, s[j]);
+    // A head's slots are contiguous within a block: one conversion per tile.
+    to_f32(l.dtype, a.kv->k(a.layer, block, kv_head, 0), kf, int64_t(n) * dk);
+    to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, 0), vf, int64_t(n) * dv);
+    for (int32_t i = 0; i < n_q; ++i) {
+      const float* qi = q + i * ldq;
+      float* o = out + i * ldo;
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int32_t j = 0; j < n; ++j) {
+        const float* krow = kf + int64_t(j) * dk;
+        float dot = 0.f;
+        for (int32_t d = 0; d < dk; ++d) dot += qi[d] * krow[d];
+        s[j] = dot * a.scale;
+        tile_max = std::max(tile_max, s[j]);
+      }
+      const float m_new = std::max(m[i], tile_max);
+      const float corr = std::exp(m[i] - m_new);  // 0 on the first tile (m = -inf)
+      sum[i] *= corr;
+      for (int32_t d = 0; d < dv; ++d) o[d] *= corr;
+      for (int32_t j = 0; j < n; ++j) {
+        const float p = std::exp(s[j] - m_new);
+        sum[i] += p;
+        const float* vrow = vf + int64_t(j) * dv;
+        for (int32_t d = 0; d < dv; ++d) o[d] += p * vrow[d];
+      }
+      m[i] = m_new;
     }
-    const float m_new = std::max(m, tile_max);
-    const float corr = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
-    sum *= corr;
-    for (int32_t d = 0; d < dv; ++d) out[d] *= corr;
-    for (int32_t j = 0; j < n; ++j) {
-      const float p = std::exp(s[j] - m_new);
-      sum += p;
-      to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, j), vrow, dv);
-      for (int32_t d = 0; d < dv; ++d) out[d] += p * vrow[d];
-    }
-    m = m_new;
   }
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  for (int32_t d = 0; d < dv; ++d) out[d] *= inv;
+  for (int32_t i = 0; i < n_q; ++i) {
+    const float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
+    for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] *= inv;
+  }
+}
+
+}  // namespace
+
+void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq, float* out,
+                     int64_t ldo, float* scratch) {
+  const KVLayout& l = a.kv->layout();
+  RIDGE_CHECK(a.n_ctx >= 0 && int64_t(a.block_table.size()) * l.block_size >= a.n_ctx,
+              "attention: {} positions but the block table covers {}", a.n_ctx,
+              int64_t(a.block_table.size()) * l.block_size);
+  const Isa isa = active_isa();
+  if (isa == Isa::Scalar) return attention_group_scalar(a, kv_head, n_q, q, ldq, out, ldo, scratch);
+  detail::AttnView v;
+  v.k0 = a.kv->k(a.layer, 0, kv_head, 0);
+  v.v0 = a.kv->v(a.layer, 0, kv_head, 0);
+  v.k_block_stride = a.kv->k_block_bytes();
+  v.v_block_stride = a.kv->v_block_bytes();
+  v.blocks = a.block_table.data();
+  v.n_ctx = a.n_ctx;
+  v.block_size = l.block_size;
+  v.dk = l.head_dim_k;
+  v.dv = l.head_dim_v;
+  v.dtype = l.dtype;
+  v.scale = a.scale;
+  if (isa == Isa::Avx512) return detail::attention_group_avx512(v, n_q, q, ldq, out, ldo, scratch);
+  detail::attention_group_avx2(v, n_q, q, ldq, out, ldo, scratch);
+}
+
+void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {
+  attention_group(a, kv_head, 1, q, 0, out, 0, scratch);
 }
 
 }  // namespace ridge::kernels

@@ -1,12 +1,19 @@
-// Attention of one query row over a sequence's paged K/V, tiled by KV block with an
-// online softmax (FlashAttention-style: no score row longer than a block is ever held).
+// Attention of query rows over a sequence's paged K/V, tiled by KV block with an online
+// softmax (FlashAttention-style: no score row longer than a block is ever held).
 // Tiles are the cache blocks themselves, aligned to absolute positions, and the query
 // reads exactly positions [0, n_ctx): a prefill row and a decode row at the same position
 // run the same arithmetic in the same order, bit for bit.
+//
+// The query heads of one GQA group share a call, so each K/V tile is read from the cache
+// and converted to f32 once for all of them. A row's arithmetic never depends on how many
+// rows share the call or which: on one ISA, attention_group over n_q rows gives the same
+// bits as n_q calls with one row each. Across ISAs (RIDGE_ISA) results agree within
+// rounding only (summation order and exp differ).
 #pragma once
 #include <cstdint>
 #include <span>
 
+#include "core/dtype.h"
 #include "model/kv_cache.h"
 
 namespace ridge::kernels {
@@ -19,8 +26,41 @@ struct AttnArgs {
   float scale = 1.f;   // 1/sqrt(head_dim)
 };
 
-// q[head_dim_k] for KV head kv_head -> out[head_dim_v].
-// scratch: at least block_size + head_dim_k + head_dim_v floats.
+// Floats of scratch one call with n_q query rows needs (any ISA).
+int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
+
+// n_q query heads that all read KV head kv_head: q[n_q][head_dim_k] with rows ldq floats
+// apart -> out[n_q][head_dim_v] with rows ldo floats apart. scratch: attention_scratch_floats.
+void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq, float* out,
+                     int64_t ldo, float* scratch);
+
+// One query row: attention_group with n_q = 1.
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch);
 
+namespace detail {
+
+// What the SIMD files see of the cache: plain pointers and sizes, no inline function of a
+// shared header (an ISA file's out-of-line copy of one could be kept by the linker for
+// baseline callers too).
+struct AttnView {
+  const uint8_t* k0 = nullptr;  // K of (layer, block 0, kv_head, slot 0)
+  const uint8_t* v0 = nullptr;  // V of the same
+  int64_t k_block_stride = 0;   // bytes from one block's K of this head to the next block's
+  int64_t v_block_stride = 0;
+  const int32_t* blocks = nullptr;  // block table
+  int32_t n_ctx = 0, block_size = 0, dk = 0, dv = 0;
+  DType dtype = DType::F16;  // F32, F16 or BF16
+  float scale = 1.f;
+};
+
+void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
+                            float* scratch);
+void attention_group_avx2(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
+                          float* scratch);
+
+// The vector exp the SIMD paths use for the softmax, over an array (for tests).
+void exp_avx512(const float* x, float* y, int64_t n);
+void exp_avx2(const float* x, float* y, int64_t n);
+
+}  // namespace detail
 }  // namespace ridge::kernels

@@ -1,0 +1,302 @@
+// src/kernels/cpu/attention: every ISA path against a double-precision softmax(q K^T s) V
+// over random paged K/V, and the grouping contract (a row's bits do not depend on which
+// rows share its call).
+//
+// Tolerance kTol = 2e-5, of max |v| over the attended V (the output is a convex
+// combination of V rows, so that is its scale). The reference reads the cache's stored
+// values back exactly, so f16/bf16 rounding is common to both sides and the error is the
+// kernels' f32 arithmetic alone: dots over <= 128 terms, the running sum and p.V over
+// <= 300 positions (a few 1e-7 typical, n * 6e-8 ~ 2e-5 at worst), exp within a few ulp.
+// A wrong lane, block, mask or rescale is off by O(1e-2) or more.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
+#include "model/kv_cache.h"
+
+namespace ridge::kernels {
+namespace {
+
+constexpr double kTol = 2e-5;
+constexpr int32_t kLayer = 1, kKvHead = 2;  // neither first: exercises both offsets
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (int i = 0; i <= int(best_isa()); ++i) v.push_back(Isa(i));
+  return v;
+}
+
+struct IsaGuard {
+  Isa saved = active_isa();
+  ~IsaGuard() { set_isa(saved); }
+};
+
+// A cache of 2 layers x 3 KV heads with random K/V at the positions a sequence of n_ctx
+// tokens owns, through a shuffled (non-contiguous) block table, and NaN everywhere else:
+// a kernel that reads a slot past n_ctx, another block or another head shows NaN.
+struct Cache {
+  KVLayout l;
+  std::unique_ptr<KVCache> kv;
+  std::vector<int32_t> table;
+  int32_t n_ctx = 0;
+
+  Cache(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx_, uint32_t seed) : n_ctx(n_ctx_) {
+    const int32_t need = (n_ctx + bs - 1) / bs;
+    l.n_layer = 2;
+    l.n_kv_head = 3;
+    l.head_dim_k = dk;
+    l.head_dim_v = dv;
+    l.block_size = bs;
+    l.n_blocks = 2 * need + 3;
+    l.dtype = t;
+    kv = std::make_unique<KVCache>(l);
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(size_t(l.n_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    table.assign(ids.begin(), ids.begin() + need);
+
+    std::normal_distribution<float> g(0.f, 1.f);
+    const std::vector<float> nan_k(size_t(dk), std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> nan_v(size_t(dv), std::numeric_limits<float>::quiet_NaN());
+    for (int32_t layer = 0; layer < l.n_layer; ++layer)
+      for (int32_t b = 0; b < l.n_blocks; ++b)
+        for (int32_t h = 0; h < l.n_kv_head; ++h)
+          for (int32_t s = 0; s < bs; ++s) {
+            from_f32(t, nan_k.data(), kv->k(layer, b, h, s), dk);
+            from_f32(t, nan_v.data(), kv->v(layer, b, h, s), dv);
+          }
+    std::vector<float> x(size_t(dk > dv ? dk : dv));
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      const int32_t b = table[size_t(p / bs)], s = p % bs;
+      for (auto& e : x) e = g(rng);
+      from_f32(t, x.data(), kv->k(kLayer, b, kKvHead, s), dk);
+      for (auto& e : x) e = g(rng);
+      from_f32(t, x.data(), kv->v(kLayer, b, kKvHead, s), dv);
+    }
+  }
+
+  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale}; }
+
+  // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
+  std::vector<float> row(bool is_k, int32_t p) const {
+    const int32_t b = table[size_t(p / l.block_size)], s = p % l.block_size, d = is_k ? l.head_dim_k : l.head_dim_v;
+    std::vector<float> r(static_cast<size_t>(d));
+    to_f32(l.dtype, is_k ? kv->k(kLayer, b, kKvHead, s) : kv->v(kLayer, b, kKvHead, s), r.data(), d);
+    return r;
+  }
+};
+
+// softmax(q K^T scale) V in double, one row.
+std::vector<double> reference(const Cache& st, const float* q, float scale) {
+  const int32_t dk = st.l.head_dim_k, dv = st.l.head_dim_v;
+  std::vector<double> s(size_t(st.n_ctx)), out(size_t(dv), 0.0);
+  double mx = -INFINITY;
+  for (int32_t p = 0; p < st.n_ctx; ++p) {
+    const std::vector<float> k = st.row(true, p);
+    double dot = 0;
+    for (int32_t d = 0; d < dk; ++d) dot += double(q[d]) * k[size_t(d)];
+    s[size_t(p)] = dot * scale;
+    mx = std::max(mx, s[size_t(p)]);
+  }
+  double sum = 0;
+  for (int32_t p = 0; p < st.n_ctx; ++p) {
+    const double e = std::exp(s[size_t(p)] - mx);
+    sum += e;
+    const std::vector<float> v = st.row(false, p);
+    for (int32_t d = 0; d < dv; ++d) out[size_t(d)] += e * v[size_t(d)];
+  }
+  for (auto& o : out) o /= sum;
+  return out;
+}
+
+double v_scale(const Cache& st) {
+  double m = 0;
+  for (int32_t p = 0; p < st.n_ctx; ++p)
+    for (float v : st.row(false, p)) m = std::max(m, double(std::fabs(v)));
+  return m;
+}
+
+struct Result {
+  std::vector<float> out;  // [n_q][ldo]
+  int64_t ldo = 0;
+};
+
+// All n_q rows in one call, with padded row strides on both sides.
+Result run_group(const Cache& st, const std::vector<float>& q, int64_t ldq, int32_t n_q, float scale) {
+  Result r;
+  r.ldo = st.l.head_dim_v + 3;
+  r.out.assign(size_t(n_q * r.ldo), -7.f);  // padding must survive
+  std::vector<float> scratch(size_t(attention_scratch_floats(st.l, n_q)), std::numeric_limits<float>::quiet_NaN());
+  attention_group(st.args(scale), kKvHead, n_q, q.data(), ldq, r.out.data(), r.ldo, scratch.data());
+  return r;
+}
+
+// Each row alone.
+Result run_rows(const Cache& st, const std::vector<float>& q, int64_t ldq, int32_t n_q, float scale) {
+  Result r;
+  r.ldo = st.l.head_dim_v;
+  r.out.assign(size_t(n_q * r.ldo), 0.f);
+  std::vector<float> scratch(size_t(attention_scratch_floats(st.l, 1)), std::numeric_limits<float>::quiet_NaN());
+  for (int32_t i = 0; i < n_q; ++i)
+    attention_row(st.args(scale), kKvHead, q.data() + i * ldq, r.out.data() + i * r.ldo, scratch.data());
+  return r;
+}
+
+std::string case_name(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int32_t n_q) {
+  return std::string(dtype_name(t)) + " dk=" + std::to_string(dk) + " dv=" + std::to_string(dv) +
+         " bs=" + std::to_string(bs) + " n_ctx=" + std::to_string(n_ctx) + " n_q=" + std::to_string(n_q);
+}
+
+// One shape on every ISA: within kTol of the reference, grouped bits == per-row bits,
+// padding untouched, and the ISAs within kTol of the scalar path.
+void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int32_t n_q, double* worst) {
+  const std::string name = case_name(t, dk, dv, bs, n_ctx, n_q);
+  const Cache st(t, dk, dv, bs, n_ctx, uint32_t(dk * 7919 + n_ctx * 31 + n_q));
+  const float scale = 1.f / std::sqrt(float(dk));
+  // Rows of growing magnitude: the last ones give peaked softmaxes (large score range).
+  const int64_t ldq = dk + 5;
+  std::vector<float> q(size_t(n_q * ldq), std::numeric_limits<float>::quiet_NaN());  // padding never read
+  std::mt19937 rng(uint32_t(n_ctx * 131 + dk));
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (int32_t i = 0; i < n_q; ++i)
+    for (int32_t d = 0; d < dk; ++d) q[size_t(i * ldq + d)] = g(rng) * (1.f + 0.5f * float(i));
+
+  std::vector<std::vector<double>> ref;
+  for (int32_t i = 0; i < n_q; ++i) ref.push_back(reference(st, q.data() + i * ldq, scale));
+  const double vs = v_scale(st);
+
+  IsaGuard guard;
+  std::vector<float> scalar_out;
+  for (Isa isa : isas()) {
+    set_isa(isa);
+    const std::string where = name + " isa=" + std::string(isa_name(isa));
+    const Result grp = run_group(st, q, ldq, n_q, scale);
+    const Result one = run_rows(st, q, ldq, n_q, scale);
+    double err = 0;
+    for (int32_t i = 0; i < n_q; ++i) {
+      for (int32_t d = 0; d < dv; ++d) {
+        const float a = grp.out[size_t(i * grp.ldo + d)], b = one.out[size_t(i * one.ldo + d)];
+        ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << where << ": row " << i << " col " << d
+                                              << " differs between the grouped call and the row alone: " << a
+                                              << " vs " << b;
+        err = std::max(err, std::fabs(double(a) - ref[size_t(i)][size_t(d)]) / vs);
+      }
+      for (int64_t d = dv; d < grp.ldo; ++d) ASSERT_EQ(grp.out[size_t(i * grp.ldo + d)], -7.f) << where << ": wrote past dv";
+    }
+    EXPECT_LE(err, kTol) << where;
+    *worst = std::max(*worst, err);
+    if (isa == Isa::Scalar) {
+      scalar_out = one.out;
+    } else {
+      double diff = 0;
+      for (size_t x = 0; x < one.out.size(); ++x) diff = std::max(diff, std::fabs(double(one.out[x]) - scalar_out[x]) / vs);
+      EXPECT_LE(diff, kTol) << where << " vs scalar";
+    }
+  }
+}
+
+TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
+  double worst = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int32_t hd : {8, 48, 64, 128})
+      for (int32_t n_ctx : {1, 15, 16, 17, 100, 300})
+        for (int32_t n_q : {1, 4, 8}) check_case(t, hd, hd, 16, n_ctx, n_q, &worst);
+  std::printf("[Attention] max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// Shapes the models above do not have: other block sizes (groups of keys that straddle or
+// underfill a tile), head sizes off every vector width, dk != dv, odd group sizes.
+TEST(Attention, OddBlockSizesAndHeadDims) {
+  double worst = 0;
+  for (DType t : {DType::F32, DType::F16})
+    for (int32_t bs : {1, 5, 24, 32})
+      for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
+        for (int32_t n_ctx : {1, 23, 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
+  std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// The engine relies on a decode row computing what the prefill row at its position did:
+// the grouped call with a longer block table and a different set of rows changes nothing.
+TEST(Attention, RowBitsIgnoreSiblingsAndTableLength) {
+  const Cache st(DType::F16, 64, 64, 16, 77, 5);
+  const float scale = 0.125f;
+  std::vector<float> q(size_t(8 * 64));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.f, 2.f);
+  for (auto& x : q) x = g(rng);
+  IsaGuard guard;
+  for (Isa isa : isas()) {
+    set_isa(isa);
+    const Result all = run_group(st, q, 64, 8, scale);
+    // Rows 3..5 alone in one call, from a table with blocks past n_ctx.
+    Cache longer(DType::F16, 64, 64, 16, 77, 5);
+    longer.table.push_back(longer.table.front());
+    const std::vector<float> sub(q.begin() + 3 * 64, q.begin() + 6 * 64);
+    const Result part = run_group(longer, sub, 64, 3, scale);
+    for (int32_t i = 0; i < 3; ++i)
+      EXPECT_EQ(std::memcmp(&all.out[size_t((i + 3) * all.ldo)], &part.out[size_t(i * part.ldo)], 64 * 4), 0)
+          << isa_name(isa) << " row " << i + 3;
+  }
+}
+
+TEST(Attention, EmptyContextGivesZeros) {
+  const Cache st(DType::F32, 16, 16, 16, 0, 1);
+  const std::vector<float> q(16, 1.f);
+  IsaGuard guard;
+  for (Isa isa : isas()) {
+    set_isa(isa);
+    const Result r = run_group(st, q, 16, 1, 0.25f);
+    for (int32_t d = 0; d < 16; ++d) EXPECT_EQ(r.out[size_t(d)], 0.f) << isa_name(isa);
+  }
+}
+
+// The SIMD paths' exp: within 4 ulp-ish (5e-7 relative) of exp over the softmax's domain
+// [-87, 0], exactly 0 at -inf and far below, exactly 1 at 0, NaN for NaN.
+TEST(Attention, VectorExpAccuracy) {
+  std::vector<float> x;
+  for (float v = -87.f; v <= 0.f; v += 0.000731f) x.push_back(v);
+  x.push_back(0.f);
+  x.push_back(-0.f);
+  x.push_back(-1e-30f);
+  std::vector<float> y(x.size());
+  using Fn = void (*)(const float*, float*, int64_t);
+  std::vector<std::pair<const char*, Fn>> fns;
+  if (int(best_isa()) >= int(Isa::Avx2)) fns.push_back({"avx2", detail::exp_avx2});
+  if (best_isa() == Isa::Avx512) fns.push_back({"avx512", detail::exp_avx512});
+  for (auto [name, fn] : fns) {
+    fn(x.data(), y.data(), int64_t(x.size()));
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = std::exp(double(x[i]));
+      worst = std::max(worst, std::fabs(double(y[i]) - e) / e);
+    }
+    std::printf("[Attention] exp %s: max rel error %.3e over [-87, 0]\n", name, worst);
+    EXPECT_LE(worst, 5e-7) << name;
+    EXPECT_EQ(y[y.size() - 3], 1.f) << name;
+    const float special[] = {-INFINITY, -200.f, -110.f, std::numeric_limits<float>::quiet_NaN()};
+    float out[4];
+    fn(special, out, 4);
+    EXPECT_EQ(out[0], 0.f) << name;
+    EXPECT_EQ(out[1], 0.f) << name;
+    EXPECT_EQ(out[2], 0.f) << name;
+    EXPECT_TRUE(std::isnan(out[3])) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ridge::kernels
