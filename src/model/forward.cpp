@@ -89,8 +89,7 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int64_t nq = h_.n_q(), nk = h_.n_kv_k(), nv = h_.n_kv_v();
 
   attn_norm_.resize(size_t(T * E));
-  for (int64_t t = 0; t < T; ++t)
-    kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps);
+  rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps); });
 
   q_.resize(size_t(T * nq));
   k_.resize(size_t(T * nk));
@@ -103,8 +102,10 @@ void Forward::attention_block(int32_t il, const Batch& b) {
     mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
   }
 
+  // Per token: biases, q/k norms, RoPE, and K/V into the token's own cache slot (tokens
+  // never share a slot, so the rows run in parallel).
   const KVLayout& kl = kv_.layout();
-  for (int64_t t = 0; t < T; ++t) {
+  rows(T, [&](int64_t t) {
     float* q = q_.data() + t * nq;
     float* k = k_.data() + t * nk;
     float* v = v_.data() + t * nv;
@@ -127,7 +128,7 @@ void Forward::attention_block(int32_t il, const Batch& b) {
       kernels::from_f32(kl.dtype, k + hh * dk, kv_.k(il, block, hh, slot), dk);
       kernels::from_f32(kl.dtype, v + hh * dv, kv_.v(il, block, hh, slot), dv);
     }
-  }
+  });
 
   // One task per (token, KV head): the group's query heads (adjacent in q_ and kqv_)
   // share each K/V tile, read back from the cache in the stored dtype, so a row sees
@@ -150,15 +151,14 @@ void Forward::attention_block(int32_t il, const Batch& b) {
 
   attn_out_.resize(size_t(T * E));
   mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data());
-  kernels::add_inplace(x_.data(), attn_out_.data(), T * E);
+  rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
 }
 
 void Forward::ffn_block(int32_t il) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   ffn_norm_.resize(size_t(T * E));
-  for (int64_t t = 0; t < T; ++t)
-    kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps);
+  rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps); });
   ffn_gate_.resize(size_t(T * F));
   ffn_up_.resize(size_t(T * F));
   ffn_act_.resize(size_t(T * F));
@@ -168,10 +168,10 @@ void Forward::ffn_block(int32_t il) {
     mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
     mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
   }
-  kernels::swiglu(ffn_gate_.data(), ffn_up_.data(), ffn_act_.data(), T * F);
+  rows(T, [&](int64_t t) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, ffn_act_.data() + t * F, F); });
   ffn_out_.resize(size_t(T * E));
   mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data());
-  kernels::add_inplace(x_.data(), ffn_out_.data(), T * E);
+  rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
 }
 
 }  // namespace ridge

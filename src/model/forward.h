@@ -2,6 +2,7 @@
 // KV cache. Every intermediate has a stable name (the member buffers below, per layer);
 // the tracer and roofline accounting hang on these names.
 #pragma once
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -26,6 +27,13 @@ class Forward {
   void validate(const Batch& b) const;
   void attention_block(int32_t il, const Batch& b);
   void ffn_block(int32_t il);
+  // fn(t) for every token row, spread over the pool (row ops write only their own row).
+  template <typename F>
+  void rows(int64_t T, F&& fn) {
+    pool_.parallel_for(T, std::max<int64_t>(1, T / (int64_t(pool_.size()) * 4)), [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) fn(t);
+    });
+  }
 
   const Model& m_;
   const HParams& h_;
