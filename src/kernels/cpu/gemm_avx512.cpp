@@ -76,9 +76,14 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   for (int i = 0; i < MR; ++i)
     for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    // Each int32 sum starts at minus the offset the unsigned codes carry (exact integers,
+    // so starting there instead of subtracting at the end changes no bit, and saves a
+    // vector op per accumulator on the ports vpdpbusd needs).
     __m512i acci[MR][NP];
-    for (int i = 0; i < MR; ++i)
-      for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+    for (int i = 0; i < MR; ++i) {
+      const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * kOffset);
+      for (int p = 0; p < NP; ++p) acci[i][p] = off;
+    }
     const uint8_t* wb = w + b * kBlockBytes + 32;  // past the 16 scales
     if constexpr (kQ4) {
       const __m512i lo4 = _mm512_set1_epi8(0x0F);
@@ -105,11 +110,9 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     for (int p = 0; p < NP; ++p)
       dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * ps + b * kBlockBytes)));
     for (int i = 0; i < MR; ++i) {
-      const ActQ8& ab = a[i * lda + b];
-      const __m512i off = _mm512_set1_epi32(ab.sum() * kOffset);
-      const __m512 da = _mm512_set1_ps(ab.d);
+      const __m512 da = _mm512_set1_ps(a[i * lda + b].d);
       for (int p = 0; p < NP; ++p) {
-        const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(acci[i][p], off));
+        const __m512 t = _mm512_cvtepi32_ps(acci[i][p]);
         accf[i][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw[p], da), accf[i][p]);
       }
     }
@@ -199,9 +202,15 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
     for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
     for (int b = 0; b < 8; ++b) {
       const ActQ8* ab = a + s * 8 + b;
-      __m512i acc0[MR][NP], acc1[MR][NP];
-      for (int i = 0; i < MR; ++i)
-        for (int p = 0; p < NP; ++p) acc0[i][p] = acc1[i][p] = _mm512_setzero_si512();
+      __m512i acc0[MR][NP], acc1[MR][NP];  // start at -32 x the half's activation sum
+      for (int i = 0; i < MR; ++i) {
+        const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
+        const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
+        for (int p = 0; p < NP; ++p) {
+          acc0[i][p] = off0;
+          acc1[i][p] = off1;
+        }
+      }
       const uint8_t* blk = sb + 32 + 256 + b * 384;
       for (int p = 0; p < NP; ++p) {
         const uint8_t* bp = blk + p * ps;
@@ -230,10 +239,9 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
       for (int i = 0; i < MR; ++i) {
         const ActQ8& q = ab[i * lda];
         const __m512 da = _mm512_set1_ps(q.d);
-        const __m512i off0 = _mm512_set1_epi32(32 * q.sum16[0]), off1 = _mm512_set1_epi32(32 * q.sum16[1]);
         for (int p = 0; p < NP; ++p) {
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i][p], off0)), _mm512_mul_ps(sc0[p], da), accf[i][p]);
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i][p], off1)), _mm512_mul_ps(sc1[p], da), accf[i][p]);
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i][p]), _mm512_mul_ps(sc0[p], da), accf[i][p]);
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i][p]), _mm512_mul_ps(sc1[p], da), accf[i][p]);
         }
       }
     }
