@@ -230,6 +230,19 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
+// Group sizes past what one SIMD kernel takes at once (8 rows of scores, 4 rows of P.V,
+// 16 rows of softmax state: rows 16.. go to a second block), and dv over several passes
+// of 64 columns with a partial last vector: the grouped call still gives each row alone's bits.
+TEST(Attention, LargeGroupsAndWideHeads) {
+  double worst = 0;
+  for (DType t : {DType::F16, DType::BF16})
+    for (auto [dk, dv] : {std::pair{64, 64}, std::pair{20, 80}, std::pair{128, 200}})
+      for (int32_t n_ctx : {17, 100})
+        for (int32_t n_q : {2, 5, 12, 16, 17, 33}) check_case(t, dk, dv, 16, n_ctx, n_q, &worst);
+  for (int32_t n_q : {9, 20}) check_case(DType::F32, 64, 72, 32, 77, n_q, &worst);
+  std::printf("[Attention] large groups: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
 // The engine relies on a decode row computing what the prefill row at its position did:
 // the grouped call with a longer block table and a different set of rows changes nothing.
 TEST(Attention, RowBitsIgnoreSiblingsAndTableLength) {
