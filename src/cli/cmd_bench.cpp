@@ -105,6 +105,8 @@ int bench_kernels_cmd(Args& a) {
   const std::string types = a.str({"--types"}, "f16,bf16,q8_0,q4_0,q4_k,q6_k");
   const std::string ms = a.str({"--m"}, "1,16,512");
   const std::string shapes = a.str({"--shapes"}, "");
+  o.attn_seqs = a.integer({"--attn-seqs"}, 16, 0, 4096);
+  o.attn_ctx = a.integer({"--attn-ctx"}, 4096, 1, 1 << 20);
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");
   o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);
@@ -124,6 +126,7 @@ int bench_kernels_cmd(Args& a) {
     o.ms.push_back(v);
   }
   if (o.types.empty() || o.ms.empty()) fail("--types and --m need at least one value each");
+  o.preset = preset;
   for (const auto& sh : preset_shapes(preset)) {
     const auto want = split_list(shapes);
     if (want.empty() || std::find(want.begin(), want.end(), sh.name) != want.end()) o.shapes.push_back(sh);

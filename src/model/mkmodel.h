@@ -24,6 +24,7 @@ std::vector<std::string> mkmodel_presets();
 // are heads x head_dim.
 struct PresetDims {
   int64_t n_vocab, n_embd, n_q, n_kv, n_ff;
+  int32_t n_head, n_head_kv, head_dim;
 };
 PresetDims preset_dims(const std::string& preset);
 // general.file_type (llama_ftype) for a file whose matrices are of type t.

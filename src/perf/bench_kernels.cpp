@@ -13,9 +13,11 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
+#include "model/kv_cache.h"
 #include "model/mkmodel.h"
 
 namespace ridge {
@@ -144,7 +146,78 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
       }
     }
   }
+  if (opt.attn_seqs > 0) out.push_back(bench_attention(opt, peaks));
   return out;
+}
+
+KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
+  const PresetDims d = preset_dims(opt.preset);
+  const int64_t seqs = opt.attn_seqs, ctx = opt.attn_ctx;
+  const int32_t group = d.n_head / d.n_head_kv, block = 16;
+  KVLayout l;
+  l.n_layer = 1;
+  l.n_kv_head = d.n_head_kv;
+  l.head_dim_k = l.head_dim_v = d.head_dim;
+  l.block_size = block;
+  l.n_blocks = int32_t(seqs * ((ctx + block - 1) / block));
+  l.dtype = DType::F16;
+  KVCache kv(l);
+  // Finite f16 values everywhere; blocks handed out in a shuffled order as a long-running
+  // pool would have them.
+  std::mt19937_64 rng(3);
+  for (uint8_t* base : {kv.k(0, 0, 0, 0), kv.v(0, 0, 0, 0)}) {
+    auto* h = reinterpret_cast<uint16_t*>(base);
+    const int64_t n = kv.k_block_bytes() / 2 * l.n_blocks;
+    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(float(int64_t(rng() % 2001) - 1000) * 1e-3f);
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t per_seq = l.n_blocks / seqs;
+  std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
+  ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
+  const int64_t per = kernels::attention_scratch_floats(l, group);
+  std::vector<float> scratch(static_cast<size_t>(per * pool.size()));
+  auto step = [&] {
+    pool.run(seqs * d.n_head_kv, [&](int64_t task, int thread) {
+      const int64_t s = task / d.n_head_kv;
+      const int32_t g = int32_t(task % d.n_head_kv);
+      const kernels::AttnArgs a{&kv, 0, std::span<const int32_t>(ids.data() + s * per_seq, size_t(per_seq)),
+                                int32_t(ctx), 0.125f};
+      const int64_t off = (s * d.n_head + int64_t(g) * group) * d.head_dim;
+      kernels::attention_group(a, g, group, q.data() + off, d.head_dim, out.data() + off, d.head_dim,
+                               scratch.data() + thread * per);
+    });
+  };
+  step();
+  std::vector<double> times;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (times.size() < 3 || seconds_since(t0) < opt.seconds) {
+    const auto c0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(seconds_since(c0));
+    if (times.size() >= 1000) break;
+  }
+  KernelResult r;
+  r.kernel = "attention";
+  r.shape = fmt::format("decode {}x{}", seqs, ctx);
+  r.type = DType::F16;
+  r.m = seqs;
+  r.k = ctx;
+  r.n_out = d.n_head;
+  r.path = "grouped-" + std::string(isa_name(active_isa()));
+  const double sec = median(times);
+  r.us = sec * 1e6;
+  r.bytes = double(seqs) * double(ctx) * d.n_head_kv * d.head_dim * 2.0 * 2.0;  // K and V, f16, once
+  r.flops = double(seqs) * double(ctx) * d.n_head * d.head_dim * 2.0 * 2.0;     // q.k and p.V
+  r.gbs = r.bytes / sec / 1e9;
+  r.gflops = r.flops / sec / 1e9;
+  const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;
+  const double t_mem = bw > 0 ? r.bytes / (bw * 1e9) : 0;
+  const double t_comp = peaks.fp32_fma ? r.flops / (peaks.fp32_fma->all * 1e9) : 0;
+  r.bound = t_mem >= t_comp ? "dram" : "fp32_fma";
+  r.pct = 100.0 * std::max(t_mem, t_comp) / sec;
+  return r;
 }
 
 std::string kernel_results_json(const std::vector<KernelResult>& rs, const Peaks& peaks) {

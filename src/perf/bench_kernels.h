@@ -32,6 +32,10 @@ struct KernelBenchOptions {
   int threads = 0;
   int64_t ring_bytes = int64_t(1) << 30;
   double seconds = 0.3;  // minimum measured time per case
+  // Decode attention: attn_seqs sequences of attn_ctx tokens, one layer of f16 K/V in
+  // shuffled cache blocks, the preset's heads (0 sequences: skip).
+  std::string preset = "tinyllama-1.1b";
+  int64_t attn_seqs = 16, attn_ctx = 4096;
 };
 
 struct KernelResult {
@@ -47,6 +51,8 @@ struct KernelResult {
 };
 
 std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Peaks& peaks);
+// The decode-attention case alone (bench_kernels calls it last).
+KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks);
 std::string kernel_results_json(const std::vector<KernelResult>& r, const Peaks& peaks);
 
 }  // namespace ridge
