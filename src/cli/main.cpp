@@ -36,6 +36,10 @@ commands:
               instead of -m (HF tokenizer.json); --decode: JSON lines of ids in, text out
   bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
               [--prefix-len P] [--seed S] [--json] + engine options
+  bench kernels [--preset NAME] [--types f16,q8_0,...] [--m 1,16,512] [--shapes attn_q,...]
+              [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
+              [--attn-seqs N] [--attn-ctx TOKENS]   every matrix kernel and decode attention:
+              time, GB/s, GOP/s and % of the ceiling that bounds it
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
 engine options (bench):

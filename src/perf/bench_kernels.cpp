@@ -19,6 +19,7 @@
 #include "kernels/cpu/packed.h"
 #include "model/kv_cache.h"
 #include "model/mkmodel.h"
+#include "quant/quant.h"
 
 namespace ridge {
 
@@ -136,7 +137,7 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
         r.flops = 2.0 * double(m) * double(s.k) * double(s.n_out);
         r.gbs = r.bytes / sec / 1e9;
         r.gflops = r.flops / sec / 1e9;
-        const bool int8 = !(t == DType::F32 || t == DType::F16 || t == DType::BF16);
+        const bool int8 = quant::act_kind(t) == quant::ActKind::Q8A;
         const auto& peak = int8 ? peaks.int8_vnni : peaks.fp32_fma;
         const double t_mem = stream && bw > 0 ? r.bytes / (bw * 1e9) : 0;
         const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;

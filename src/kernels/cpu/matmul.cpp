@@ -58,7 +58,7 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
                         size_t n_outs, int64_t ldy) {
   const void* act = x;
   int64_t lda = w.k;
-  if (w.type != DType::F32 && w.type != DType::F16 && w.type != DType::BF16) {
+  if (quant::act_kind(w.type) == quant::ActKind::Q8A) {
     const int64_t nb = w.k / 32;
     act_.resize(size_t(m * nb) * sizeof(ActQ8));
     auto* a = reinterpret_cast<ActQ8*>(act_.data());
