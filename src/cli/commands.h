@@ -14,5 +14,6 @@ int cmd_chat_template(Args& a);
 int cmd_tokenize(Args& a);
 int cmd_bench(Args& a);
 int cmd_peaks(Args& a);
+int cmd_serve(Args& a);
 
 }  // namespace ridge::cli

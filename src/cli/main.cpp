@@ -19,6 +19,11 @@ commands:
               [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty P]
               [--kv-type f16|bf16|f32] [--block-size N] [-b BATCH_TOKENS] [--no-bos]
               [--dump-json FILE]
+  serve       -m MODEL [--host 127.0.0.1] [--port 8080] [--served-model-name NAME]
+              [--max-model-len N] [--api-key KEY] [--chat-template FILE] [--max-waiting N]
+              [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S] + engine options
+              OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
+              /health, /metrics, /tokenize, /detokenize
   mkmodel     --arch llama|qwen2|qwen3 --preset NAME --dtype f32|f16|bf16|q8_0|q4_0
               [--seed S] [--vocab VOCAB.gguf] [--layers N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
@@ -42,7 +47,7 @@ commands:
               time, GB/s, GOP/s and % of the ceiling that bounds it
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
-engine options (bench):
+engine options (serve, bench):
   -t THREADS, --kv-type f16|bf16|f32, --block-size N (16), --max-num-seqs N (256),
   --max-num-batched-tokens N (2048), --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return ridge::cli::cmd_info(args);
     if (cmd == "chat-template") return ridge::cli::cmd_chat_template(args);
     if (cmd == "tokenize") return ridge::cli::cmd_tokenize(args);
+    if (cmd == "serve") return ridge::cli::cmd_serve(args);
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());

@@ -168,7 +168,10 @@ std::vector<TokenEvent> Engine::step() {
     if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
     s->margins.push_back(top2_margin(lg, n_vocab));
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
+    // Logprobs are of the raw distribution: keep the row before the sampler edits it.
+    if (s->params.logprobs >= 0) raw_.assign(lg, lg + n_vocab);
     const int32_t tok = s->sampler.sample(lg, s->tokens);
+    if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw_.data(), n_vocab, tok, s->params.logprobs));
     s->tokens.push_back(tok);
     ++produced;
     const bool eos = !s->params.ignore_eos && tok_ && tok_->is_eog(tok);

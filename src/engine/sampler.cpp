@@ -16,6 +16,9 @@ Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : p_(p), n_vocab_(n_v
   RIDGE_CHECK(!std::isnan(p.top_p) && !std::isnan(p.min_p), "sampling: top_p and min_p must be numbers");
   RIDGE_CHECK(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty),
               "sampling: presence_penalty and frequency_penalty must be finite");
+  for (auto [id, bias] : p.logit_bias)
+    RIDGE_CHECK(id >= 0 && id < n_vocab && !std::isnan(bias), "sampling: logit_bias token {} is not in the vocabulary "
+                "(0..{}) or its bias is not a number", id, n_vocab - 1);
 }
 
 double Sampler::uniform01() {
@@ -55,6 +58,7 @@ void Sampler::apply_penalties(float* logits, std::span<const int32_t> history) {
 
 int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
   apply_penalties(logits, history);
+  for (auto [id, bias] : p_.logit_bias) logits[id] += bias;
   if (p_.temperature <= 0.0f) return argmax(logits, n_vocab_);
 
   cand_.clear();
@@ -115,6 +119,34 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
   for (auto it = cand_.rbegin(); it != cand_.rend(); ++it)
     if (it->p > 0.0f) return it->id;
   return cand_.front().id;
+}
+
+TokenLogprobs token_logprobs(const float* logits, int32_t n, int32_t chosen, int32_t k) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < n; ++i)
+    if (!std::isnan(logits[i])) mx = std::max(mx, logits[i]);
+  double z = 0.0;
+  for (int32_t i = 0; i < n; ++i)
+    if (!std::isnan(logits[i])) z += std::exp(double(logits[i]) - double(mx));
+  const double lse = double(mx) + std::log(z);
+  auto lp = [&](int32_t i) {
+    return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : float(double(logits[i]) - lse);
+  };
+  TokenLogprobs out;
+  out.logprob = lp(chosen);
+  k = std::min(k, n);
+  if (k > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) ids[size_t(i)] = i;
+    auto before = [&](int32_t a, int32_t b) {
+      const float la = lp(a), lb = lp(b);
+      return la > lb || (la == lb && a < b);
+    };
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+    out.top.reserve(size_t(k));
+    for (int32_t i = 0; i < k; ++i) out.top.emplace_back(ids[size_t(i)], lp(ids[size_t(i)]));
+  }
+  return out;
 }
 
 int32_t argmax(const float* logits, int32_t n) {

@@ -20,6 +20,7 @@ struct SamplingParams {
   int32_t penalty_last_n = 64;      // the window: the last n tokens of history; 0: no penalties; < 0: all history
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;  // OpenAI style: -= presence + count*frequency
   uint64_t seed = 0;                // the per-sequence RNG seed
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias) added after the penalties (OpenAI logit_bias)
 };
 
 class Sampler {
@@ -47,6 +48,15 @@ class Sampler {
   std::vector<Cand> cand_;  // reused between calls
   std::vector<std::pair<int32_t, int32_t>> counts_;  // penalty window: (id, occurrences)
 };
+
+// One generated token's log-probabilities under the model's raw distribution (before
+// penalties, bias and temperature, as vLLM reports them by default).
+struct TokenLogprobs {
+  float logprob = 0;                          // of the chosen token
+  std::vector<std::pair<int32_t, float>> top; // the k most likely (id, logprob), most likely first
+};
+// log-softmax of logits[n] at `chosen`, plus the top k; ties in the top k by lower id.
+TokenLogprobs token_logprobs(const float* logits, int32_t n, int32_t chosen, int32_t k);
 
 // The index of the largest logit, the lowest index on ties (NaN never wins).
 int32_t argmax(const float* logits, int32_t n);

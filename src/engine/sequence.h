@@ -19,6 +19,7 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;
   int32_t priority = 0;          // lower runs first
   bool capture_logits = false;   // keep each step's logits (tests)
+  int32_t logprobs = -1;         // >= 0: record each token's logprob and this many top alternatives
 };
 
 struct Sequence {
@@ -45,6 +46,7 @@ struct Sequence {
   std::string finish_reason;     // "stop", "length", "abort"
   std::vector<float> margins;    // top-2 logit margin per generated token
   std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
+  std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   // Tokens still to run through the model: the prompt (or, after a preemption by

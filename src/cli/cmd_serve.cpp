@@ -1,0 +1,84 @@
+// ridge serve: the OpenAI-compatible HTTP server on one model.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::cli {
+
+int cmd_serve(Args& a) {
+  const std::string path = resolve_model(a);
+  server::ServeOptions so;
+  so.http.host = a.str({"--host"}, "127.0.0.1");
+  so.http.port = uint16_t(a.integer({"--port"}, 8080, 0, 65535));
+  so.http.max_body_bytes = parse_bytes(a.str({"--max-body-size"}, "8M"), "--max-body-size");
+  so.http.shutdown_timeout_s = a.number({"--shutdown-timeout"}, 10, 0, 3600);
+  so.loop.max_waiting = int32_t(a.integer({"--max-waiting"}, 1024, 0, 1 << 24));
+  so.api_key = a.str({"--api-key"}, "");
+  if (so.api_key.empty())
+    if (const char* k = std::getenv("RIDGE_API_KEY")) so.api_key = k;
+  const auto served_name = a.str({"--served-model-name"});
+  const int64_t max_model_len = a.integer({"--max-model-len"}, 0, 0, 1 << 30);
+  const auto template_file = a.str({"--chat-template"});
+  const int32_t max_logprobs = int32_t(a.integer({"--max-logprobs"}, 20, 0, 1 << 20));
+  EngineConfig ec = engine_config(a);
+  a.finish();
+
+  auto model = Model::load(path);
+  auto tok = Tokenizer::from_gguf(model->file());
+  const HParams& h = model->hparams();
+  if (tok->n_vocab() != h.n_vocab)
+    fail("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path, tok->n_vocab(), h.n_vocab);
+
+  server::ApiContext ctx;
+  ctx.model_name = served_name.value_or(std::filesystem::path(path).filename().string());
+  ctx.max_logprobs = max_logprobs;
+  if (template_file) {
+    std::ifstream in(*template_file);
+    if (!in) fail("cannot read --chat-template {}", *template_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ctx.chat_template = ss.str();
+  } else {
+    try {
+      ctx.chat_template = chat_template_from_gguf(model->file());
+    } catch (const Error&) {
+      std::fprintf(stderr, "serve: %s has no chat template: /v1/chat/completions needs --chat-template FILE\n",
+                   path.c_str());
+    }
+  }
+  ctx.bos_token = gguf_special_token(model->file(), "tokenizer.ggml.bos_token_id");
+  ctx.eos_token = gguf_special_token(model->file(), "tokenizer.ggml.eos_token_id");
+
+  Engine engine(*model, tok.get(), ec);
+  // The context is the smallest of the model's, the KV pool's and the flag's.
+  int64_t len = engine.kv_capacity_tokens();
+  if (h.n_ctx_train > 0) len = std::min<int64_t>(len, h.n_ctx_train);
+  if (max_model_len > 0) {
+    if (max_model_len > len)
+      fail("--max-model-len {} is larger than the model's context or the KV cache allows ({} tokens)", max_model_len, len);
+    len = max_model_len;
+  }
+  ctx.max_model_len = int32_t(std::min<int64_t>(len, INT32_MAX));
+
+  server::Server srv(engine, *tok, ctx, so);
+  const uint16_t port = srv.listen();
+  std::fprintf(stderr, "serve: %s as \"%s\" on http://%s:%u (max_model_len %d, KV %lld tokens, %d threads)\n",
+               path.c_str(), ctx.model_name.c_str(), so.http.host.c_str(), unsigned(port), ctx.max_model_len,
+               static_cast<long long>(engine.kv_capacity_tokens()), engine.pool().size());
+  std::fflush(stderr);
+  srv.run();
+  std::fprintf(stderr, "serve: shut down\n");
+  return 0;
+}
+
+}  // namespace ridge::cli

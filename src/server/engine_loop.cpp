@@ -1,0 +1,351 @@
+#include "server/engine_loop.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "server/metrics.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::server {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct EngineLoop::Active {
+  struct Choice {
+    int64_t seq = -1;  // engine sequence id; -1 once released
+    std::unique_ptr<StreamDecoder> dec;
+    std::unique_ptr<StopMatcher> stop;
+    bool done = false;
+    double last_token_s = 0;
+  };
+  std::shared_ptr<Job> job;
+  std::vector<Choice> ch;
+  bool started = false;        // some choice has been scheduled (queue time recorded)
+  double first_token_s = 0;
+  bool touched = false;        // has output to notify about
+  bool prompt_counted = false;
+};
+
+EngineLoop::EngineLoop(Engine& engine, const Tokenizer& tok, Metrics& metrics, const LoopOptions& o)
+    : engine_(engine), tok_(tok), metrics_(metrics), opt_(o) {
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  {
+    std::lock_guard lk(mu_);
+    exit_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool EngineLoop::submit(const std::shared_ptr<Job>& job) {
+  job->arrival_s = steady_seconds();
+  job->state.assign(job->choices.size(), ChoiceState{});
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return false;
+    if (n_waiting_.load() + int32_t(inbox_.size()) >= opt_.max_waiting) return false;
+    inbox_.push_back(job);
+    ++n_jobs_;
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void EngineLoop::cancel(const std::shared_ptr<Job>& job) {
+  job->cancelled.store(true);
+  wake_.store(true);
+  cv_.notify_one();
+}
+
+void EngineLoop::shutdown(double grace_s) {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    grace_deadline_ = steady_seconds() + grace_s;
+  }
+  wake_.store(true);
+  cv_.notify_one();
+}
+
+void EngineLoop::admit(const std::shared_ptr<Job>& job) {
+  auto a = std::make_unique<Active>();
+  a->job = job;
+  a->ch.resize(job->choices.size());
+  try {
+    for (size_t c = 0; c < job->choices.size(); ++c) {
+      const ChoiceSpec& spec = job->choices[c];
+      // Generated text continues the prompt: SentencePiece's leading space is kept.
+      a->ch[c].dec = std::make_unique<StreamDecoder>(tok_, false);
+      if (!spec.stop.empty()) a->ch[c].stop = std::make_unique<StopMatcher>(spec.stop);
+      a->ch[c].seq = engine_.add_request(spec.prompt, spec.params);
+      by_seq_[a->ch[c].seq] = {a.get(), c};
+    }
+  } catch (const std::exception& e) {
+    for (auto& ch : a->ch)
+      if (ch.seq >= 0) {
+        by_seq_.erase(ch.seq);
+        engine_.release(ch.seq);
+      }
+    {
+      std::lock_guard lk(job->mu);
+      job->error = e.what();
+      for (auto& st : job->state) st.finished = true, st.finish_reason = "abort";
+    }
+    --n_jobs_;
+    if (job->notify) job->notify();
+    return;
+  }
+  Active* raw = a.get();
+  active_.push_back(std::move(a));
+  // max_tokens == 0 finishes at once, without a token event.
+  for (size_t c = 0; c < raw->ch.size(); ++c)
+    if (const Sequence* s = engine_.get(raw->ch[c].seq); s && s->finished()) finish_choice(*raw, c, "length", false);
+}
+
+void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
+  Active::Choice& ch = a.ch[c];
+  if (ch.done) return;
+  const Sequence* s = engine_.get(ch.seq);
+  const double now = steady_seconds();
+  if (a.first_token_s == 0) {
+    a.first_token_s = now;
+    metrics_.observe_ttft(now - a.job->arrival_s);
+  }
+  if (ch.last_token_s > 0) metrics_.observe_itl(now - ch.last_token_s);
+  ch.last_token_s = now;
+
+  std::string text = ch.dec->push(ev.token);
+  bool stopped = false;
+  if (ch.stop) {
+    auto o = ch.stop->push(text);
+    text = std::move(o.text);
+    stopped = o.stopped;
+  }
+  {
+    Job& j = *a.job;
+    std::lock_guard lk(j.mu);
+    ChoiceState& st = j.state[c];
+    st.text += text;
+    j.pending_bytes += int64_t(text.size());
+    if (s->params.logprobs >= 0 && !s->logprobs.empty()) {
+      const TokenLogprobs& lp = s->logprobs.back();
+      st.tokens.push_back({ev.token, lp.logprob, lp.top});
+      j.pending_bytes += 16 + int64_t(lp.top.size()) * 8;
+    } else if (s->params.logprobs >= 0) {
+      st.tokens.push_back({ev.token, 0.0f, {}});
+    }
+    st.n_generated = s->n_generated();
+    if (st.n_generated == 1) st.n_cached = s->n_prefix_hit;
+  }
+  a.touched = true;
+  if (stopped) finish_choice(a, c, "stop", true);
+  else if (ev.finished) finish_choice(a, c, s->finish_reason, false);
+}
+
+void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, bool abort_seq) {
+  Active::Choice& ch = a.ch[c];
+  if (ch.done) return;
+  ch.done = true;
+  std::string tail;
+  bool stopped_late = false;
+  if (!abort_seq || reason != "stop") {
+    // End of the stream: an incomplete character becomes U+FFFD; a held stop-string
+    // prefix that never completed is text after all.
+    tail = ch.dec->flush();
+    if (ch.stop) {
+      auto o = ch.stop->push(tail);
+      tail = std::move(o.text);
+      stopped_late = o.stopped;
+      if (!stopped_late) {
+        tail += ch.stop->flush();
+        stopped_late = ch.stop->stopped();
+      }
+    }
+  }
+  const Sequence* s = engine_.get(ch.seq);
+  {
+    Job& j = *a.job;
+    std::lock_guard lk(j.mu);
+    ChoiceState& st = j.state[c];
+    st.text += tail;
+    st.finished = true;
+    st.finish_reason = stopped_late ? "stop" : reason;
+    if (s) {
+      st.n_generated = s->n_generated();
+      if (s->n_generated() == 0) st.n_cached = s->n_prefix_hit;
+    }
+  }
+  if (abort_seq) engine_.abort(ch.seq);
+  by_seq_.erase(ch.seq);
+  engine_.release(ch.seq);
+  ch.seq = -1;
+  a.touched = true;
+}
+
+void EngineLoop::abort_job(Active& a) {
+  for (size_t c = 0; c < a.ch.size(); ++c) finish_choice(a, c, "abort", true);
+}
+
+void EngineLoop::finish_job_if_done(Active& a) {
+  for (const auto& ch : a.ch)
+    if (!ch.done) return;
+  Job& j = *a.job;
+  const double now = steady_seconds();
+  int32_t gen = 0, prompt = 0;
+  std::string reason;
+  {
+    std::lock_guard lk(j.mu);
+    for (const auto& st : j.state) gen += st.n_generated;
+    reason = j.state.empty() ? "abort" : j.state[0].finish_reason;
+  }
+  for (const auto& spec : j.choices) prompt = std::max(prompt, int32_t(spec.prompt.size()));
+  metrics_.observe_e2e(now - j.arrival_s);
+  metrics_.observe_request_tokens(prompt, gen);
+  if (a.first_token_s > 0 && gen > 1) {
+    double last = 0;
+    for (const auto& ch : a.ch) last = std::max(last, ch.last_token_s);
+    metrics_.observe_tpot((last - a.first_token_s) / double(gen - 1));
+  }
+  metrics_.request_finished(reason);
+}
+
+void EngineLoop::update_gauges(bool force) {
+  const double now = steady_seconds();
+  int32_t running = 0, waiting = 0;
+  for (const auto& a : active_) (a->started ? running : waiting)++;
+  {
+    std::lock_guard lk(mu_);
+    waiting += int32_t(inbox_.size());
+  }
+  n_waiting_.store(waiting);
+  // The block census walks the prefix tree: at most every 50 ms unless asked.
+  if (force || now - last_gauges_s_ > 0.05) {
+    last_gauges_s_ = now;
+    const BlockManager& bm = engine_.blocks();
+    int32_t cache_only = 0;
+    kv_evictable_ = 0;
+    if (const RadixCache* rc = engine_.prefix_cache()) {
+      std::vector<int32_t> tree;
+      rc->collect_blocks(tree);
+      for (int32_t b : tree) cache_only += bm.ref_count(b) == 1;
+      kv_evictable_ = rc->n_evictable();
+    }
+    kv_total_ = bm.n_total();
+    kv_free_ = bm.n_free();
+    kv_in_use_ = bm.n_total() - bm.n_free() - cache_only;
+  }
+  Metrics::Gauges g;
+  g.running = running;
+  g.waiting = waiting;
+  g.kv_blocks_total = kv_total_;
+  g.kv_blocks_free = kv_free_;
+  g.kv_blocks_evictable = kv_evictable_;
+  g.kv_blocks_in_use = kv_in_use_;
+  g.kv_cache_usage = kv_total_ ? double(kv_in_use_) / kv_total_ : 0.0;
+  metrics_.set_gauges(g);
+  if (const RadixCache* rc = engine_.prefix_cache())
+    metrics_.set_prefix_cache_totals(rc->stats().query_tokens, rc->stats().hit_tokens);
+  metrics_.set_preemptions_total(engine_.n_preemptions());
+}
+
+void EngineLoop::run() {
+  int64_t seen_prompt = 0, seen_gen = 0;
+  bool checked_idle = true;
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> incoming;
+    bool stopping = false;
+    double deadline = 0;
+    {
+      std::unique_lock lk(mu_);
+      const bool work = engine_.has_work() || !active_.empty();
+      if (!work && inbox_.empty() && !exit_) {
+        cv_.wait_for(lk, std::chrono::milliseconds(stopping_ ? 20 : 500),
+                     [&] { return exit_ || !inbox_.empty() || wake_.load(); });
+      }
+      if (exit_) break;
+      incoming.assign(inbox_.begin(), inbox_.end());
+      inbox_.clear();
+      stopping = stopping_;
+      deadline = grace_deadline_;
+    }
+    wake_.store(false);
+    for (auto& j : incoming) admit(j);
+
+    const bool past_grace = stopping && steady_seconds() >= deadline;
+    for (auto& a : active_)
+      if (past_grace || a->job->cancelled.load()) abort_job(*a);
+      else if (a->job->pending_bytes > opt_.max_pending_bytes) {
+        std::fprintf(stderr, "serve: a client is not reading its stream; aborting its request\n");
+        abort_job(*a);
+      }
+
+    if (engine_.has_work()) {
+      checked_idle = false;
+      const double t_step = steady_seconds();  // a job first scheduled now stopped queueing now
+      const std::vector<TokenEvent> events = engine_.step();
+      for (const TokenEvent& ev : events) {
+        auto it = by_seq_.find(ev.id);
+        if (it == by_seq_.end()) continue;
+        on_token(*it->second.first, it->second.second, ev);
+      }
+      for (auto& a : active_) {
+        if (a->started) continue;
+        for (const auto& ch : a->ch) {
+          const Sequence* s = ch.seq >= 0 ? engine_.get(ch.seq) : nullptr;
+          if (ch.done || (s && (s->n_computed > 0 || s->status == SeqStatus::Running))) {
+            a->started = true;
+            metrics_.observe_queue(t_step - a->job->arrival_s);
+            break;
+          }
+        }
+      }
+    }
+    const EngineStats& es = engine_.stats();
+    metrics_.add_prompt_tokens(es.prompt_tokens - seen_prompt);
+    metrics_.add_generation_tokens(es.generated_tokens - seen_gen);
+    seen_prompt = es.prompt_tokens, seen_gen = es.generated_tokens;
+
+    // Notify consumers and retire finished jobs.
+    size_t w = 0;
+    for (size_t r = 0; r < active_.size(); ++r) {
+      Active& a = *active_[r];
+      bool done = true;
+      for (const auto& ch : a.ch) done &= ch.done;
+      if (done) finish_job_if_done(a);
+      if (a.touched || done) {
+        a.touched = false;
+        if (a.job->notify) a.job->notify();
+      }
+      if (done) {
+        --n_jobs_;
+        continue;
+      }
+      active_[w++] = std::move(active_[r]);
+    }
+    active_.resize(w);
+    update_gauges(!engine_.has_work());
+
+    // Idle: every block's ref count must be explained by its holders.
+    if (!engine_.has_work() && active_.empty() && !checked_idle) {
+      checked_idle = true;
+      bool ok = true;
+      try {
+        engine_.check_invariants();
+      } catch (const std::exception& e) {
+        ok = false;
+        std::fprintf(stderr, "serve: engine invariant violated: %s\n", e.what());
+      }
+      metrics_.invariant_check(ok);
+    }
+  }
+}
+
+}  // namespace ridge::server

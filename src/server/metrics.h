@@ -1,0 +1,78 @@
+// Prometheus metrics for the server, in text exposition format 0.0.4. Names and histogram
+// buckets follow vLLM's (with the ridge: prefix) so existing vLLM dashboards and
+// benchmark scrapers work by swapping the prefix. The engine thread updates, the HTTP
+// thread renders; render() is a consistent snapshot (one lock, copied, then formatted so
+// the engine never waits on string formatting).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ridge {
+
+class Metrics {
+ public:
+  struct Gauges {
+    int64_t running = 0;
+    int64_t waiting = 0;
+    double kv_cache_usage = 0;        // 0..1
+    int64_t kv_blocks_total = 0;
+    int64_t kv_blocks_free = 0;
+    int64_t kv_blocks_evictable = 0;  // held only by the prefix cache
+    int64_t kv_blocks_in_use = 0;     // referenced by requests
+  };
+
+  // Every series carries model_name="<model_name>".
+  explicit Metrics(std::string model_name);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Histograms, in seconds. NaN is dropped (it would poison _sum for good).
+  void observe_ttft(double s);
+  void observe_tpot(double s);
+  void observe_itl(double s);
+  void observe_e2e(double s);
+  void observe_queue(double s);
+  // Per finished request; does not touch the *_tokens_total counters.
+  void observe_request_tokens(int prompt, int gen);
+
+  // Counters. Negative increments are ignored: a counter only goes up.
+  void add_prompt_tokens(int64_t n);
+  void add_generation_tokens(int64_t n);
+  // Absolute values: the engine keeps these counts itself.
+  void set_prefix_cache_totals(int64_t queries, int64_t hits);
+  void set_preemptions_total(int64_t n);
+  // "stop", "length", "abort" (always rendered); any other reason gets its own series.
+  void request_finished(std::string_view reason);
+  void invariant_check(bool ok);
+  // Counted by class: "2xx", "4xx", "5xx" (always rendered), others as they appear;
+  // a code outside 100..599 counts as "5xx" (the server produced a broken status).
+  void http_status(int code);
+
+  // Also raises num_requests_peak to running + waiting when that is a new high.
+  void set_gauges(const Gauges& g);
+
+  std::string render() const;
+
+ private:
+  struct State;
+  std::string model_label_;  // model_name="...", escaped once
+  mutable std::mutex mu_;
+  std::unique_ptr<State> s_;
+};
+
+// Escapes a Prometheus label value: backslash, double quote and newline.
+std::string escape_label_value(std::string_view v);
+
+// The value of the first sample in exposition `text` named exactly `name` whose labels
+// include every pair of `label_filter` (comma-separated k="v", escaped as in the text;
+// any order; "" matches any sample). nullopt if there is none or it does not parse.
+// Example: scrape_value(t, "ridge:request_success_total", R"(finished_reason="stop")").
+std::optional<double> scrape_value(std::string_view text, std::string_view name,
+                                   std::string_view label_filter = "");
+
+}  // namespace ridge

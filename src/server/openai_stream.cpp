@@ -1,0 +1,251 @@
+// The response side of the OpenAI API: a Job's progress -> SSE chunks or one JSON body,
+// in the completions and chat shapes (they differ in object names, delta vs message and
+// the logprobs layout).
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "server/openai_api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// JSON has no -inf; vLLM reports impossible tokens as -9999.
+double finite_lp(float lp) { return lp < -9999.0f ? -9999.0 : double(lp); }
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char* hex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += hex[rng() & 15];
+  return s;
+}
+
+// The consumer's notify function arrives after the job may already be running: the loop
+// calls this slot, which forwards once a function is installed.
+struct NotifySlot {
+  std::mutex mu;
+  std::function<void()> fn;
+  void call() {
+    std::lock_guard lk(mu);
+    if (fn) fn();
+  }
+};
+
+class OpenAIStream : public HttpStream {
+ public:
+  OpenAIStream(ParsedRequest req, std::shared_ptr<Job> job, const ApiContext& ctx, std::function<void()> on_cancel)
+      : req_(std::move(req)), job_(std::move(job)), ctx_(ctx), on_cancel_(std::move(on_cancel)) {
+    chat_ = req_.endpoint == Endpoint::Chat;
+    id_ = random_id(chat_ ? "chatcmpl-" : "cmpl-");
+    created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    acc_.resize(req_.choices.size());
+    job_->notify = [slot = slot_] { slot->call(); };
+  }
+
+  bool sse() const override { return req_.stream; }
+
+  void set_notify(std::function<void()> notify) override {
+    std::lock_guard lk(slot_->mu);
+    slot_->fn = std::move(notify);
+  }
+
+  void cancel() override {
+    if (cancelled_) return;
+    cancelled_ = true;
+    if (on_cancel_) on_cancel_();
+  }
+
+  bool drain(std::string& out, int& status) override {
+    if (done_) return true;
+    std::lock_guard lk(job_->mu);
+    if (!job_->error.empty()) {
+      done_ = true;
+      HttpResponse e = error_response(400, job_->error);
+      if (!req_.stream) {
+        status = e.status;
+        out = e.body;
+      } else {
+        out += "data: " + e.body + "\n\ndata: [DONE]\n\n";
+      }
+      return true;
+    }
+    for (size_t c = 0; c < acc_.size(); ++c) take(c, job_->state[c], out);
+    if (!job_->all_finished()) return false;
+    done_ = true;
+    if (req_.stream) {
+      if (req_.include_usage) {
+        json u = chunk_base();
+        u["choices"] = json::array();
+        u["usage"] = usage();
+        out += "data: " + dump(u) + "\n\n";
+      }
+      out += "data: [DONE]\n\n";
+    } else {
+      out = dump(full_response());
+    }
+    return true;
+  }
+
+ private:
+  struct Acc {
+    std::string text;
+    std::vector<TokenOut> tokens;
+    size_t text_offset = 0;  // completions logprobs: where the next token's text starts
+    bool started = false;    // role (chat) or echo (completions) sent
+    bool final_sent = false;
+    std::string finish_reason;
+  };
+
+  // Moves choice c's new output out of the job (under job_->mu) into SSE chunks or the
+  // accumulated response.
+  void take(size_t c, ChoiceState& st, std::string& out) {
+    Acc& a = acc_[c];
+    std::string text = std::move(st.text);
+    std::vector<TokenOut> toks = std::move(st.tokens);
+    st.text.clear();
+    st.tokens.clear();
+    job_->pending_bytes = 0;
+    if (!a.started && !chat_ && req_.echo) text = req_.prompt_texts[c / size_t(req_.n)] + text;
+    const bool finish_now = st.finished && !a.final_sent;
+    if (finish_now) a.finish_reason = st.finish_reason;
+    if (!req_.stream) {
+      a.started = true;
+      a.text += text;
+      a.tokens.insert(a.tokens.end(), std::make_move_iterator(toks.begin()), std::make_move_iterator(toks.end()));
+      a.final_sent |= st.finished;
+      return;
+    }
+    if (chat_ && !a.started) {
+      json ch = {{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                 {"finish_reason", nullptr}};
+      emit(ch, out);
+    }
+    a.started = true;
+    if (!text.empty() || !toks.empty() || finish_now) {
+      json ch = {{"index", c}};
+      if (chat_) {
+        ch["delta"] = text.empty() && finish_now && toks.empty() ? json::object() : json{{"content", text}};
+        ch["logprobs"] = req_.logprobs >= 0 && !toks.empty() ? chat_logprobs(toks) : json(nullptr);
+      } else {
+        ch["text"] = text;
+        ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(toks, a) : json(nullptr);
+      }
+      ch["finish_reason"] = finish_now ? json(st.finish_reason) : json(nullptr);
+      emit(ch, out);
+    }
+    if (finish_now) a.final_sent = true;
+  }
+
+  json chunk_base() const {
+    json j = {{"id", id_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+              {"model", ctx_.model_name}};
+    return j;
+  }
+
+  void emit(const json& choice, std::string& out) const {
+    json j = chunk_base();
+    j["choices"] = json::array({choice});
+    if (req_.include_usage) j["usage"] = nullptr;
+    out += "data: " + dump(j) + "\n\n";
+  }
+
+  json usage() const {
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (const auto& p : req_.prompts) prompt += int64_t(p.size());
+    for (size_t c = 0; c < job_->state.size(); ++c) {
+      completion += job_->state[c].n_generated;
+      if (c % size_t(req_.n) == 0) cached += job_->state[c].n_cached;
+    }
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  }
+
+  json full_response() {
+    json choices = json::array();
+    for (size_t c = 0; c < acc_.size(); ++c) {
+      Acc& a = acc_[c];
+      json ch = {{"index", c}};
+      if (chat_) {
+        ch["message"] = {{"role", "assistant"}, {"content", a.text}};
+        ch["logprobs"] = req_.logprobs >= 0 ? chat_logprobs(a.tokens) : json(nullptr);
+      } else {
+        ch["text"] = a.text;
+        Acc tmp;
+        if (req_.echo) tmp.text_offset = req_.prompt_texts[c / size_t(req_.n)].size();
+        ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(a.tokens, tmp) : json(nullptr);
+      }
+      ch["finish_reason"] = a.finish_reason;
+      choices.push_back(std::move(ch));
+    }
+    return {{"id", id_}, {"object", chat_ ? "chat.completion" : "text_completion"}, {"created", created_},
+            {"model", ctx_.model_name}, {"choices", std::move(choices)}, {"usage", usage()}};
+  }
+
+  json bytes_of(const std::string& s) const {
+    json b = json::array();
+    for (unsigned char ch : s) b.push_back(int(ch));
+    return b;
+  }
+
+  json chat_logprobs(const std::vector<TokenOut>& toks) const {
+    json content = json::array();
+    for (const TokenOut& t : toks) {
+      json top = json::array();
+      for (auto [id, lp] : t.top)
+        top.push_back({{"token", token_text(*ctx_.tok, id)}, {"logprob", finite_lp(lp)},
+                       {"bytes", bytes_of(ctx_.tok->piece_bytes(id))}});
+      content.push_back({{"token", token_text(*ctx_.tok, t.id)}, {"logprob", finite_lp(t.logprob)},
+                         {"bytes", bytes_of(ctx_.tok->piece_bytes(t.id))}, {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+
+  // The legacy shape: parallel lists, top alternatives as {text: logprob} (the sampled
+  // token always among them, as OpenAI documents).
+  json completion_logprobs(const std::vector<TokenOut>& toks, Acc& a) const {
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+    for (const TokenOut& t : toks) {
+      const std::string text = token_text(*ctx_.tok, t.id);
+      tokens.push_back(text);
+      lps.push_back(finite_lp(t.logprob));
+      json top = json::object();
+      for (auto [id, lp] : t.top) {
+        const std::string k = token_text(*ctx_.tok, id);
+        if (!top.contains(k)) top[k] = finite_lp(lp);
+      }
+      if (!top.contains(text)) top[text] = finite_lp(t.logprob);
+      tops.push_back(std::move(top));
+      offs.push_back(a.text_offset);
+      a.text_offset += text.size();
+    }
+    return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(lps)}, {"top_logprobs", std::move(tops)},
+            {"text_offset", std::move(offs)}};
+  }
+
+  ParsedRequest req_;
+  std::shared_ptr<Job> job_;
+  const ApiContext& ctx_;
+  std::function<void()> on_cancel_;
+  std::shared_ptr<NotifySlot> slot_ = std::make_shared<NotifySlot>();
+  bool chat_ = false;
+  std::string id_;
+  int64_t created_ = 0;
+  std::vector<Acc> acc_;
+  bool done_ = false;
+  bool cancelled_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<HttpStream> make_openai_stream(ParsedRequest req, std::shared_ptr<Job> job, const ApiContext& ctx,
+                                               std::function<void()> on_cancel) {
+  return std::make_shared<OpenAIStream>(std::move(req), std::move(job), ctx, std::move(on_cancel));
+}
+
+}  // namespace ridge::server

@@ -1,0 +1,232 @@
+// The OpenAI request layer: defaults, validation (status, message, param) and the
+// per-choice seeds, on the real stories260K vocabulary. The end-to-end behaviour through
+// HTTP with the official client is tests/server/.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "server/openai_api.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::server {
+namespace {
+
+class OpenAIApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RIDGE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+    model_ = Model::load(path);
+    tok_ = Tokenizer::from_gguf(model_->file());
+    ctx_.tok = tok_.get();
+    ctx_.model_name = "stories";
+    ctx_.max_model_len = 128;
+    ctx_.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+  }
+
+  // The status of the ApiError the body raises (0 when it parses).
+  int status_of(Endpoint ep, const std::string& body, std::string* msg = nullptr, std::string* param = nullptr) {
+    try {
+      parse_request(ep, body, ctx_);
+      return 0;
+    } catch (const ApiError& e) {
+      if (msg) *msg = e.what();
+      if (param) *param = e.param;
+      return e.status;
+    }
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  ApiContext ctx_;
+};
+
+TEST_F(OpenAIApi, DefaultsAreOpenAIsNotTheCLIs) {
+  ParsedRequest r = parse_request(Endpoint::Completions, R"({"prompt": "Once upon a time"})", ctx_);
+  ASSERT_EQ(r.choices.size(), 1u);
+  const RequestParams& p = r.choices[0].params;
+  EXPECT_EQ(p.sampling.temperature, 1.0f);
+  EXPECT_EQ(p.sampling.top_p, 1.0f);
+  EXPECT_LE(p.sampling.top_k, 0);
+  EXPECT_EQ(p.sampling.min_p, 0.0f);
+  EXPECT_EQ(p.logprobs, -1);
+  // No max_tokens: the rest of the context.
+  EXPECT_EQ(p.max_tokens, 128 - int32_t(r.prompts[0].size()));
+  EXPECT_EQ(r.prompts[0][0], tok_->bos());
+}
+
+TEST_F(OpenAIApi, PromptShapes) {
+  auto r = parse_request(Endpoint::Completions, R"({"prompt": ["a b", "c"], "n": 3, "max_tokens": 4})", ctx_);
+  EXPECT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.choices.size(), 6u);
+  r = parse_request(Endpoint::Completions, R"({"prompt": [1, 403, 407], "max_tokens": 4})", ctx_);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{1, 403, 407}));
+  EXPECT_EQ(r.prompt_texts[0], "Once upon");
+  r = parse_request(Endpoint::Completions, R"({"prompt": [[1, 403], [1, 407]], "max_tokens": 4})", ctx_);
+  EXPECT_EQ(r.prompts.size(), 2u);
+}
+
+TEST_F(OpenAIApi, SeedsArePerChoiceAndFixedBySeed) {
+  auto a = parse_request(Endpoint::Completions, R"({"prompt": "x", "n": 2, "seed": 7, "max_tokens": 2})", ctx_);
+  auto b = parse_request(Endpoint::Completions, R"({"prompt": "x", "n": 2, "seed": 7, "max_tokens": 2})", ctx_);
+  EXPECT_EQ(a.choices[0].params.sampling.seed, b.choices[0].params.sampling.seed);
+  EXPECT_EQ(a.choices[1].params.sampling.seed, b.choices[1].params.sampling.seed);
+  EXPECT_NE(a.choices[0].params.sampling.seed, a.choices[1].params.sampling.seed);
+  auto c = parse_request(Endpoint::Completions, R"({"prompt": "x", "max_tokens": 2})", ctx_);
+  auto d = parse_request(Endpoint::Completions, R"({"prompt": "x", "max_tokens": 2})", ctx_);
+  EXPECT_NE(c.choices[0].params.sampling.seed, d.choices[0].params.sampling.seed);
+}
+
+TEST_F(OpenAIApi, ChatRendersTheTemplate) {
+  auto r = parse_request(Endpoint::Chat,
+                         R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                             "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 2})",
+                         ctx_);
+  EXPECT_EQ(r.prompt_texts[0], "user: hi\nassistant:");
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.choices[0].params.max_tokens, 3);
+}
+
+TEST_F(OpenAIApi, BadInputGetsTheRightStatusAndNamesTheField) {
+  struct Case {
+    Endpoint ep;
+    const char* body;
+    int status;
+    const char* param;
+  };
+  const Endpoint C = Endpoint::Completions, H = Endpoint::Chat;
+  const Case cases[] = {
+      {C, "{", 400, ""},
+      {C, "[1]", 400, ""},
+      {C, R"({})", 400, "prompt"},
+      {C, R"({"prompt": []})", 400, "prompt"},
+      {C, R"({"prompt": [1, 99999]})", 400, "prompt"},
+      {C, R"({"prompt": [1, "a"]})", 400, "prompt"},
+      {C, R"({"prompt": {"a": 1}})", 400, "prompt"},
+      {C, R"({"prompt": "x", "model": "gpt-4"})", 404, "model"},
+      {C, R"({"prompt": "x", "model": 3})", 400, "model"},
+      {C, R"({"prompt": "x", "temperature": "hot"})", 400, "temperature"},
+      {C, R"({"prompt": "x", "temperature": -1})", 400, "temperature"},
+      {C, R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
+      {C, R"({"prompt": "x", "top_p": 1.5})", 400, "top_p"},
+      {C, R"({"prompt": "x", "min_p": 2})", 400, "min_p"},
+      {C, R"({"prompt": "x", "top_k": -2})", 400, "top_k"},
+      {C, R"({"prompt": "x", "presence_penalty": 3})", 400, "presence_penalty"},
+      {C, R"({"prompt": "x", "n": 0})", 400, "n"},
+      {C, R"({"prompt": "x", "n": 1.5})", 400, "n"},
+      {C, R"({"prompt": "x", "max_tokens": -1})", 400, "max_tokens"},
+      {C, R"({"prompt": "x", "max_tokens": 500})", 400, "prompt"},
+      {C, R"({"prompt": "x", "logprobs": 21})", 400, "logprobs"},
+      {C, R"({"prompt": "x", "logprobs": 2, "echo": true})", 400, "echo"},
+      {C, R"({"prompt": "x", "stop": 3})", 400, "stop"},
+      {C, R"({"prompt": "x", "stop": ["a", 1]})", 400, "stop"},
+      {C, R"({"prompt": "x", "seed": "abc"})", 400, "seed"},
+      {C, R"({"prompt": "x", "logit_bias": {"abc": 1}})", 400, "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"5": 101}})", 400, "logit_bias"},
+      {C, R"({"prompt": "x", "logit_bias": {"512": 1}})", 400, "logit_bias"},
+      {C, R"({"prompt": "x", "stream": "yes"})", 400, "stream"},
+      {C, R"({"prompt": "x", "suffix": "y"})", 400, "suffix"},
+      {C, R"({"prompt": "x", "best_of": 3})", 400, "best_of"},
+      {C, R"({"prompt": "x", "user": 5})", 400, "user"},
+      {H, R"({"messages": []})", 400, "messages"},
+      {H, R"({"messages": [{"content": "hi"}]})", 400, "messages"},
+      {H, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0})", 400, "max_completion_tokens"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400, "top_logprobs"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})", 400,
+       "response_format"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400, "tools"},
+  };
+  for (const Case& c : cases) {
+    std::string msg, param;
+    EXPECT_EQ(status_of(c.ep, c.body, &msg, &param), c.status) << c.body;
+    EXPECT_EQ(param, c.param) << c.body << " -> " << msg;
+    EXPECT_FALSE(msg.empty() && c.status) << c.body;
+  }
+  // An empty string is BOS alone (this vocabulary adds BOS): a valid prompt.
+  EXPECT_EQ(status_of(C, R"({"prompt": "", "max_tokens": 2})"), 0);
+  // Unknown fields are ignored; response_format text and empty tools are fine.
+  EXPECT_EQ(status_of(C, R"({"prompt": "x", "max_tokens": 2, "frobnicate": 1, "response_format": {"type": "text"}})"), 0);
+  EXPECT_EQ(status_of(H, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [], "max_tokens": 2})"), 0);
+}
+
+TEST_F(OpenAIApi, TooLongPromptSaysTheLengths) {
+  std::string words;
+  for (int i = 0; i < 200; ++i) words += " the";
+  std::string msg;
+  EXPECT_EQ(status_of(Endpoint::Completions, R"({"prompt": ")" + words + R"(", "max_tokens": 10})", &msg), 400);
+  EXPECT_NE(msg.find("maximum context length is 128 tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("10 in the completion"), std::string::npos) << msg;
+}
+
+TEST_F(OpenAIApi, NoChatTemplateIsAClearError) {
+  ctx_.chat_template.clear();
+  std::string msg;
+  EXPECT_EQ(status_of(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "hi"}]})", &msg), 400);
+  EXPECT_NE(msg.find("--chat-template"), std::string::npos);
+}
+
+TEST_F(OpenAIApi, TokenTextIsValidUtf8) {
+  for (int32_t id = 0; id < tok_->n_vocab(); ++id) {
+    const std::string t = token_text(*tok_, id);
+    for (size_t i = 0; i < t.size();) {
+      const auto c = static_cast<unsigned char>(t[i]);
+      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+      ASSERT_GT(len, 0u) << id;
+      ASSERT_LE(i + len, t.size()) << id;
+      i += len;
+    }
+  }
+  // A byte-fallback token alone is not a character: U+FFFD.
+  EXPECT_EQ(token_text(*tok_, 3 + 0xE2), "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace ridge::server
+
+namespace ridge {
+namespace {
+
+TEST(TokenLogprobs, NormalizedTopKSortedChosenIncluded) {
+  std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  const TokenLogprobs lp = token_logprobs(logits.data(), 5, 4, 3);
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l));
+  EXPECT_NEAR(lp.logprob, 0.5 - std::log(z), 1e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // tie with 3: lower id first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[0].second, 3.0 - std::log(z), 1e-5);
+  EXPECT_TRUE(token_logprobs(logits.data(), 5, 0, 0).top.empty());
+  EXPECT_EQ(token_logprobs(logits.data(), 5, 0, 99).top.size(), 5u);
+}
+
+TEST(Sampler, LogitBiasForcesAndForbids) {
+  std::vector<float> logits = {5.0f, 1.0f, 0.0f, 2.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{2, 100.0f}};
+  Sampler s(p, 4);
+  auto l = logits;
+  EXPECT_EQ(s.sample(l.data(), {}), 2);
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0;
+  p.logit_bias = {{0, -100.0f}, {3, -100.0f}, {2, -100.0f}};
+  Sampler t(p, 4);
+  for (int i = 0; i < 50; ++i) {
+    l = logits;
+    EXPECT_EQ(t.sample(l.data(), {}), 1);
+  }
+  p.logit_bias = {{4, 1.0f}};
+  EXPECT_THROW(Sampler(p, 4), Error);
+}
+
+}  // namespace
+}  // namespace ridge
