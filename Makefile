@@ -17,10 +17,15 @@ $(BUILD)/build.ninja:
 build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Main job: generate a story with the default model.
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+# Main job: generate a story with the default model, then serve it (OpenAI API on
+# http://$(HOST):$(PORT)/v1 until Ctrl-C).
 run: setup build
 	bash scripts/get-model.sh
 	./$(BUILD)/ridge generate -p "Once upon a time" -n 120
+	./$(BUILD)/ridge serve --host $(HOST) --port $(PORT) --chat-template templates/plain.jinja
 
 # Whole suite: unit tests (release), oracle tests against llama.cpp, sanitizer build, fuzz.
 test: setup build

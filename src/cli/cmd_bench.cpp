@@ -2,7 +2,9 @@
 // once, as vLLM's throughput benchmark does) on synthetic prompts of random token ids;
 // --prefix-len P makes the first P tokens of every prompt identical.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <random>
@@ -13,6 +15,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "perf/bench_kernels.h"
+#include "perf/bench_serve.h"
 #include "perf/peaks.h"
 
 namespace ridge::cli {
@@ -161,14 +164,60 @@ int bench_kernels_cmd(Args& a) {
   return 0;
 }
 
+// ridge bench serve: vllm bench serve's load and report against an OpenAI-compatible
+// server. Exit status 1 when any request failed, so that a script notices.
+int bench_serve_cmd(Args& a) {
+  ServeBenchOptions o;
+  o.url = a.str({"--url"}, "");
+  o.endpoint = a.str({"--endpoint"}, o.endpoint);
+  o.model = a.str({"--model"}, "");
+  o.num_prompts = a.integer({"--num-prompts"}, o.num_prompts, 1, 1 << 24);
+  const std::string rate = a.str({"--request-rate"}, "inf");
+  o.max_concurrency = a.integer({"--max-concurrency"}, 0, 1, 1 << 24);
+  o.input_len = a.integer({"--input-len"}, o.input_len, 1, 1 << 24);
+  o.output_len = a.integer({"--output-len"}, o.output_len, 1, 1 << 24);
+  o.prefix_len = a.integer({"--prefix-len"}, 0, 0, 1 << 24);
+  o.vocab_max = int32_t(a.integer({"--vocab-max"}, o.vocab_max, 11, INT32_MAX));
+  o.seed = uint64_t(a.integer({"--seed"}, 0, 0, INT64_MAX));
+  const double ttft = a.number({"--slo-ttft"}, -1, 0, 1e9), tpot = a.number({"--slo-tpot"}, -1, 0, 1e9);
+  o.timeout_s = a.number({"--timeout-s"}, o.timeout_s, 1e-3, 1e7);
+  const std::string json_path = a.str({"--json"}, "");
+  a.finish();
+  if (ttft >= 0) o.slo_ttft_ms = ttft;
+  if (tpot >= 0) o.slo_tpot_ms = tpot;
+  if (rate != "inf") {
+    errno = 0;
+    char* end = nullptr;
+    o.request_rate = std::strtod(rate.c_str(), &end);
+    if (rate.empty() || *end || errno || !std::isfinite(o.request_rate) || o.request_rate <= 0)
+      fail("--request-rate expects requests/s > 0 or inf, got '{}'", rate);
+  }
+  // Opened first: a long run must not end in "cannot write" (the process exit closes it
+  // if the run throws).
+  std::FILE* file = nullptr;
+  if (!json_path.empty() && json_path != "-" && !(file = std::fopen(json_path.c_str(), "w")))
+    fail("cannot write --json {}", json_path);
+  const ServeBenchRun run = run_serve_bench(o);
+  const ServeMetrics m = compute_serve_metrics(run, o);
+  // With --json - the JSON alone goes to stdout, for a pipe.
+  std::fputs(serve_report_table(m, run, o).c_str(), json_path == "-" ? stderr : stdout);
+  if (!json_path.empty()) {
+    const std::string j = serve_report_json(m, run, o);
+    std::fwrite(j.data(), 1, j.size(), file ? file : stdout);
+    if (file) std::fclose(file);
+  }
+  return m.failed ? 1 : 0;
+}
+
 }  // namespace
 
 int cmd_bench(Args& a) {
   const auto sub = a.subcommand();
-  if (!sub) fail("usage: ridge bench throughput|kernels [options] (see ridge --help)");
+  if (!sub) fail("usage: ridge bench throughput|kernels|serve [options] (see ridge --help)");
   if (*sub == "throughput") return bench_throughput(a);
   if (*sub == "kernels") return bench_kernels_cmd(a);
-  fail("unknown benchmark '{}' (throughput, kernels)", *sub);
+  if (*sub == "serve") return bench_serve_cmd(a);
+  fail("unknown benchmark '{}' (throughput, kernels, serve)", *sub);
 }
 
 }  // namespace ridge::cli

@@ -45,6 +45,13 @@ commands:
               [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
               [--attn-seqs N] [--attn-ctx TOKENS]   every matrix kernel and decode attention:
               time, GB/s, GOP/s and % of the ceiling that bounds it
+  bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
+              [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
+              [--input-len I] [--output-len O] [--prefix-len P] [--vocab-max V] [--seed S]
+              [--slo-ttft MS] [--slo-tpot MS] [--timeout-s T] [--json FILE|-]
+              load an OpenAI-compatible server as vllm bench serve does (Poisson
+              arrivals, streamed answers): TTFT, TPOT, ITL, end-to-end latency,
+              throughputs, goodput; exit status 1 if any request failed
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
 engine options (serve, bench):

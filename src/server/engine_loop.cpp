@@ -282,7 +282,7 @@ void EngineLoop::run() {
     const bool past_grace = stopping && steady_seconds() >= deadline;
     for (auto& a : active_)
       if (past_grace || a->job->cancelled.load()) abort_job(*a);
-      else if (a->job->pending_bytes > opt_.max_pending_bytes) {
+      else if (a->job->pending_bytes.load() > opt_.max_pending_bytes) {
         std::fprintf(stderr, "serve: a client is not reading its stream; aborting its request\n");
         abort_job(*a);
       }

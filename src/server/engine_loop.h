@@ -58,7 +58,7 @@ struct Job {
   std::mutex mu;
   std::vector<ChoiceState> state;  // [choices]
   std::string error;               // set (and every choice finished) when the engine refused it
-  int64_t pending_bytes = 0;       // text not yet taken, for the slow-client bound
+  std::atomic<int64_t> pending_bytes{0};  // output not yet taken, for the slow-client bound
   std::function<void()> notify;    // set by the consumer before submit
   std::atomic<bool> cancelled{false};
 

@@ -110,7 +110,7 @@ class OpenAIStream : public HttpStream {
     std::vector<TokenOut> toks = std::move(st.tokens);
     st.text.clear();
     st.tokens.clear();
-    job_->pending_bytes = 0;
+    job_->pending_bytes.store(0);
     if (!a.started && !chat_ && req_.echo) text = req_.prompt_texts[c / size_t(req_.n)] + text;
     const bool finish_now = st.finished && !a.final_sent;
     if (finish_now) a.finish_reason = st.finish_reason;

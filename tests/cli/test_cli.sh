@@ -143,6 +143,13 @@ expect_error "perplexity without -f"            "-f"                         "$R
 expect_error "peaks -t 0"                       "-t.*0"                      "$RIDGE" peaks -t 0
 expect_error "peaks with an unknown flag"       "--bogus"                    "$RIDGE" peaks --quick --bogus
 expect_error "peaks --json into a missing dir"  "no_such_dir"                "$RIDGE" peaks --quick --json no_such_dir/p.json
+expect_error "serve on a port out of range"     "--port.*70000"              "$RIDGE" serve -m tiny.gguf --port 70000
+expect_error "serve on a host that is no IP"    "--host.*nowhere"            "$RIDGE" serve -m tiny.gguf --host nowhere --port 0 --kv-cache-memory 8M
+expect_error "serve a nonexistent model"        "no_such_model\.gguf"        "$RIDGE" serve -m no_such_model.gguf --port 0
+expect_error "serve a truncated model"          "trunc_data\.gguf"           "$RIDGE" serve -m trunc_data.gguf --port 0
+expect_error "serve --max-model-len too large"  "--max-model-len"            "$RIDGE" serve -m tiny.gguf --port 0 --kv-cache-memory 8M --max-model-len 100000000
+expect_error "serve --chat-template missing"    "no_such\.jinja"             "$RIDGE" serve -m tiny.gguf --port 0 --chat-template no_such.jinja
+expect_error "serve with a bad --max-body-size" "--max-body-size"            "$RIDGE" serve -m tiny.gguf --port 0 --max-body-size lots
 
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
