@@ -50,8 +50,11 @@ for (let step = 1; step < n; step++) {
     }));
 }
 const decodeS = (performance.now() - t0) / 1000;
+// output_tps: every sequence's n tokens over the whole run (prefill included), what a
+// serving benchmark calls output throughput when B requests arrive together.
 console.log(JSON.stringify({batch: B, prompt_len: P, prefill_tps: (B * P) / prefillS,
-                            decode_tps: (B * (n - 1)) / decodeS, decode_steps: n - 1, threads}));
+                            decode_tps: (B * (n - 1)) / decodeS, decode_steps: n - 1, threads,
+                            prefill_s: prefillS, output_tps: (B * n) / (prefillS + decodeS)}));
 await context.dispose();
 await model.dispose();
 await llama.dispose();

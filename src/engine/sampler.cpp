@@ -91,10 +91,29 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
     const float floor = p_.min_p;  // relative to p_max == 1
     std::erase_if(cand_, [floor](const Cand& c) { return c.p < floor; });
   }
-  std::sort(cand_.begin(), cand_.end(), before);
+
+  // Both cuts and the draw walk the candidates in sorted order, but only as far as a
+  // target mass: sort just that prefix (doubling it until its mass exceeds the target).
+  // The order is total (ties by id), so the prefix is exactly the full sort's.
+  size_t sorted = 0;
+  auto sort_prefix_to = [&](double target) {
+    size_t k = std::min<size_t>(std::max<size_t>(sorted, 64), cand_.size());
+    for (;;) {
+      if (k > sorted) {
+        if (k < cand_.size()) std::nth_element(cand_.begin() + std::ptrdiff_t(sorted), cand_.begin() + std::ptrdiff_t(k), cand_.end(), before);
+        std::sort(cand_.begin() + std::ptrdiff_t(sorted), cand_.begin() + std::ptrdiff_t(k), before);
+        sorted = k;
+      }
+      double cum = 0.0;
+      for (size_t i = 0; i < sorted; ++i) cum += cand_[i].p;
+      if (cum > target || sorted == cand_.size()) return;
+      k = std::min(sorted * 2, cand_.size());
+    }
+  };
 
   if (p_.top_p < 1.0f) {
     const double target = double(p_.top_p) * z;
+    sort_prefix_to(target);
     double cum = 0.0;
     size_t keep = cand_.size();
     for (size_t i = 0; i < cand_.size(); ++i) {
@@ -105,17 +124,20 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> history) {
       }
     }
     cand_.resize(std::max<size_t>(keep, 1));
+    sorted = std::min(sorted, cand_.size());
   }
 
   double total = 0.0;
   for (const Cand& c : cand_) total += c.p;
   const double r = uniform01() * total;
+  sort_prefix_to(r);
   double cum = 0.0;
-  for (const Cand& c : cand_) {
-    cum += c.p;
-    if (r < cum) return c.id;
+  for (size_t i = 0; i < sorted; ++i) {
+    cum += cand_[i].p;
+    if (r < cum) return cand_[i].id;
   }
-  // r can round up to the total: take the last candidate that has any mass.
+  // r can round up to the total: take the last candidate (in sorted order) with any mass.
+  sort_prefix_to(std::numeric_limits<double>::infinity());
   for (auto it = cand_.rbegin(); it != cand_.rend(); ++it)
     if (it->p > 0.0f) return it->id;
   return cand_.front().id;

@@ -77,7 +77,33 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(64 * 1024);
     reading_ = true;
     stream_.expires_after(std::chrono::milliseconds(int64_t(srv_.opt.read_timeout_s * 1000)));
-    http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) { self->on_read(ec); });
+    http::async_read_header(stream_, buf_, *parser_,
+                            [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // The header alone decides two things before any body byte is read: a declared body
+  // over the limit is refused at once, and a client waiting for "100 Continue" gets it.
+  void on_header(error_code ec) {
+    if (ec) return on_read(ec);
+    auto& m = parser_->get();
+    http10_ = m.version() < 11;
+    if (auto len = parser_->content_length(); len && *len > uint64_t(srv_.opt.max_body_bytes))
+      return on_read(http::error::body_limit);
+    auto read_body = [self = shared_from_this()] {
+      http::async_read(self->stream_, self->buf_, *self->parser_,
+                       [self](error_code e, size_t) { self->on_read(e); });
+    };
+    const auto expect = m[http::field::expect];
+    if (!http10_ && beast::iequals(expect, "100-continue")) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_.socket(), asio::buffer(kContinue, sizeof kContinue - 1),
+                        [self = shared_from_this(), read_body](error_code e, size_t) {
+                          if (e) return self->close();
+                          read_body();
+                        });
+      return;
+    }
+    read_body();
   }
 
   void on_read(error_code ec) {
@@ -85,6 +111,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
+      linger_ = true;
       return respond(error_json(413, "the request body is larger than the limit of " +
                                          std::to_string(srv_.opt.max_body_bytes) + " bytes"));
     }
@@ -93,6 +120,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       return close();
     if (ec) {
       keep_alive_ = false;
+      linger_ = true;
       return respond(error_json(400, "malformed HTTP request: " + ec.message()));
     }
     auto& m = parser_->get();
@@ -128,7 +156,11 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       if (static_cast<unsigned char>(c) < 0x20) continue;
       esc += c;
     }
-    const char* type = status == 413 ? "request_too_large" : status >= 500 ? "server_error" : "invalid_request_error";
+    // The API layer's names (openai_api.cpp error_response).
+    const char* type = status == 413   ? "RequestTooLarge"
+                       : status == 503 ? "ServiceUnavailableError"
+                       : status >= 500 ? "InternalServerError"
+                                       : "BadRequestError";
     r.body = "{\"error\":{\"message\":\"" + esc + "\",\"type\":\"" + type + "\",\"param\":null,\"code\":" +
              std::to_string(status) + "}}";
     return r;
@@ -155,8 +187,10 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     sse_ = gen_->sse();
     if (sse_) {
       if (srv_.on_status) srv_.on_status(200);
+      // HTTP/1.0 has no chunked encoding: the stream is the body and ends with the connection.
+      if (http10_) keep_alive_ = false;
       out_ = head(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-      out_ += "Transfer-Encoding: chunked\r\n\r\n";
+      out_ += http10_ ? "\r\n" : "Transfer-Encoding: chunked\r\n\r\n";
     }
     // Coalesce notifications: one post in flight per session, however many tokens arrive.
     auto flag = notify_pending_;
@@ -206,7 +240,9 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     std::string chunk;
     int status = 200;
     const bool done = gen_->drain(chunk, status);
-    if (sse_) {
+    if (sse_ && http10_) {
+      out_ += chunk;
+    } else if (sse_) {
       if (!chunk.empty()) {
         char size[32];
         std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
@@ -236,6 +272,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
         return self->close();
       }
       if (!last) return self->pump();
+      if (self->linger_) return self->linger_close();
       if (!self->keep_alive_ || self->srv_.shutting_down) return self->close();
       // The probe may still be reading: cancel it and read once it has returned.
       if (self->probing_) {
@@ -245,6 +282,25 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
         return;
       }
       self->read();
+    });
+  }
+
+  // After refusing a request whose body is still arriving: closing at once with unread
+  // bytes makes the kernel send a reset, which can destroy our response before the client
+  // reads it. Stop sending, then read and drop what comes for a bounded time and size.
+  void linger_close() {
+    linger_ = false;
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain_discard(0);
+  }
+
+  void drain_discard(size_t total) {
+    if (total > (size_t(64) << 20)) return close();
+    stream_.async_read_some(asio::buffer(probe_buf_), [self = shared_from_this(), total](error_code ec, size_t n) {
+      if (ec) return self->close();
+      self->drain_discard(total + n);
     });
   }
 
@@ -262,6 +318,7 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
   bool sse_ = false;
   std::string out_;
   bool writing_ = false, reading_ = false, probing_ = false, want_read_ = false, keep_alive_ = true;
+  bool http10_ = false, linger_ = false;
   std::array<char, 512> probe_buf_{};
   std::shared_ptr<std::atomic<bool>> notify_pending_ = std::make_shared<std::atomic<bool>>(false);
 };

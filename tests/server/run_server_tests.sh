@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The OpenAI-compatible server end to end, through the official openai npm client.
+# Three servers, all on --port 0 (the port is read from the "serve: ... on http://" line):
+#   stories  stories260K (real model, context 128), --api-key, --chat-template, a 1M KV
+#            cache (about 100 blocks: a large n preempts), --max-body-size 64K
+#   spm      random weights over the Llama 2 SentencePiece vocabulary (32000 tokens,
+#            byte-fallback <0xNN>), --max-num-seqs 32 --max-waiting 512, 2M KV cache,
+#            --shutdown-timeout 2
+#   queue    the same model with --max-num-seqs 1 --max-waiting 2 (503 when full)
+# and three test programs:
+#   1. e2e.mjs       the API on stories, invalid UTF-8 on spm, the full queue on queue
+#   2. load.mjs      on spm: 256 concurrent streams, then 100 clients that disconnect at
+#                    random points; KV blocks and engine invariants checked once idle
+#   3. shutdown.mjs  on spm: SIGTERM during streams; they end with finish_reason and
+#                    [DONE]; then every server must exit 0 (spm and queue on SIGTERM,
+#                    stories on SIGINT)
+# usage: tests/server/run_server_tests.sh [RIDGE_BINARY]   (default: $RIDGE_BIN, else build/ridge)
+# Skips (exit 0) with a message when ../shared is absent, unless CI=true (then it fails).
+# SERVER_TESTS_ONLY=REGEX runs only the matching tests of the .mjs files.
+# About 40 s on 2 cores.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+RIDGE="${1:-${RIDGE_BIN:-build/ridge}}"
+SHARED=../shared
+STORIES=$SHARED/models/stories260K.gguf
+SPM_VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
+
+skip() {
+  if [ "${CI:-}" = true ]; then
+    echo "server tests: FAILED: $1 (under CI=true this is a failure, not a skip)"
+    exit 1
+  fi
+  echo "server tests: SKIPPED ($1)"
+  exit 0
+}
+[ -f "$STORIES" ] && [ -f "$SPM_VOCAB" ] || skip "$STORIES or $SPM_VOCAB is absent"
+command -v node >/dev/null 2>&1 && [ -d node_modules/openai ] || skip "needs node and the npm package openai (npm ci)"
+[ -x "$RIDGE" ] || { echo "server tests: $RIDGE is not an executable (build ridge first)"; exit 1; }
+
+unset RIDGE_API_KEY  # the servers' keys are set here, not by the environment
+tmp="$(mktemp -d /tmp/ridge-server-tests.XXXXXX)"
+declare -A PID PORT
+cleanup() {
+  for name in "${!PID[@]}"; do
+    kill -KILL "${PID[$name]}" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=()
+fail() {
+  echo "FAIL $1"
+  failures+=("$1")
+}
+t_all=$(date +%s)
+
+# start_server NAME ARGS...: starts `ridge serve --port 0 ARGS`, waits for its
+# "on http://HOST:PORT" line, sets PID[NAME] and PORT[NAME].
+start_server() {
+  local name=$1 pid port="" i
+  shift
+  : >"$tmp/$name.err"
+  "$RIDGE" serve --port 0 "$@" 2>"$tmp/$name.err" &
+  pid=$!
+  for ((i = 0; i < 300; ++i)); do
+    port=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$tmp/$name.err")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    echo "server tests: the $name server did not start:"
+    cat "$tmp/$name.err"
+    kill -KILL "$pid" 2>/dev/null
+    exit 1
+  fi
+  PID[$name]=$pid
+  PORT[$name]=$port
+  echo "--- $name: $(grep -m1 " on http://" "$tmp/$name.err")"
+}
+
+# stop_server NAME [SIGNAL]: SIGTERM (or SIGNAL), then it must exit 0 within 20 s.
+stop_server() {
+  kill -"${2:-TERM}" "${PID[$1]}" 2>/dev/null
+  wait_exit "$1" 20 "${2:-TERM}"
+}
+
+# wait_exit NAME [TIMEOUT_S [SIGNAL]]: the server (already signalled) must exit 0 in time.
+wait_exit() {
+  local name=$1 limit=${2:-20} sig=SIG${3:-TERM} pid=${PID[$1]} i rc
+  for ((i = 0; i < limit * 10; ++i)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "$name server still running ${limit} s after $sig"
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  else
+    wait "$pid"
+    rc=$?
+    if [ "$rc" = 0 ]; then echo "ok   $name server exited 0 after $sig"
+    else fail "$name server exited $rc after $sig"; fi
+  fi
+  unset "PID[$name]"
+  if grep -q "invariant violated" "$tmp/$name.err"; then
+    fail "$name server reported a violated engine invariant"
+  fi
+  if grep -v '^serve: ' "$tmp/$name.err" | grep -q .; then
+    echo "--- $name server stderr:"
+    cat "$tmp/$name.err"
+  fi
+}
+
+phase() {  # name, command...: runs a test program, records a failure
+  local name=$1 t0
+  shift
+  t0=$(date +%s)
+  echo "=== $name"
+  if "$@"; then echo "=== $name: ok ($(($(date +%s) - t0)) s)"
+  else fail "$name ($(($(date +%s) - t0)) s)"; fi
+}
+
+cat >"$tmp/chat.jinja" <<'EOF'
+{% for m in messages %}<|{{ m.role }}|>{{ m.content }}
+{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}
+EOF
+# Random weights over the Llama 2 vocabulary: 32000 tokens, 256 of them <0xNN> bytes.
+"$RIDGE" mkmodel --arch llama --preset tiny --dtype f32 --vocab "$SPM_VOCAB" -o "$tmp/spm.gguf" 2>/dev/null ||
+  { echo "server tests: mkmodel failed"; exit 1; }
+
+KEY=sk-ridge-test-key
+BODY_LIMIT=65536
+start_server stories -m "$STORIES" --served-model-name stories -t 2 --kv-cache-memory 1M \
+  --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT
+start_server spm -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 2M \
+  --chat-template "$tmp/chat.jinja" --max-num-seqs 32 --max-waiting 512 --shutdown-timeout 2
+start_server queue -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \
+  --max-num-seqs 1 --max-waiting 2
+
+STORIES_URL=http://127.0.0.1:${PORT[stories]}
+SPM_URL=http://127.0.0.1:${PORT[spm]}
+QUEUE_URL=http://127.0.0.1:${PORT[queue]}
+
+phase "e2e (openai client)" node tests/server/e2e.mjs --url "$STORIES_URL" --key "$KEY" --model stories \
+  --greedy "$SHARED/models/stories260K.greedy.tsv" --spm-url "$SPM_URL" --spm-model spm-random --body-limit $BODY_LIMIT \
+  --queue-url "$QUEUE_URL"
+stop_server queue
+
+# 256 streams through 32 sequence slots, 160 tokens each: a wave of 32 takes this model
+# (1 thread, 32000-token output layer, logprobs on) about 2.5 s, while all 256 connections
+# are open within about 0.5 s, so the first requests still run when the last arrive and
+# the peak gauge sees 256. The 2M KV cache (256 blocks for 32 x 11) forces preemptions.
+# The whole load program takes about 30 s.
+phase "load and disconnects" node tests/server/load.mjs --url "$SPM_URL" --model spm-random \
+  --clients 256 --max-tokens 160 --disconnects 100
+
+# The spm server has --shutdown-timeout 2: the long stream is cut after 2 s.
+phase "graceful shutdown" node tests/server/shutdown.mjs --url "$SPM_URL" --model spm-random --pid "${PID[spm]}"
+# (With SERVER_TESTS_ONLY the shutdown test may not have run: signal the server here.)
+[ -n "${SERVER_TESTS_ONLY:-}" ] && kill -TERM "${PID[spm]}" 2>/dev/null
+wait_exit spm 30
+stop_server stories INT
+
+echo "server tests: total $(($(date +%s) - t_all)) s"
+if ((${#failures[@]})); then
+  printf 'server tests: FAILED: %s\n' "${failures[@]}"
+  exit 1
+fi
+echo "server tests: all passed"
