@@ -14,9 +14,11 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "perf/bench_compare.h"
 #include "perf/bench_kernels.h"
 #include "perf/bench_serve.h"
 #include "perf/peaks.h"
+#include "perf/tracer.h"
 
 namespace ridge::cli {
 namespace {
@@ -30,8 +32,10 @@ int bench_throughput(Args& a) {
   const uint64_t seed = uint64_t(a.integer({"--seed"}, 0, 0, INT64_MAX));
   const bool json = a.flag({"--json"});
   EngineConfig cfg = engine_config(a);
+  const auto trace = a.str({"--trace"});
   a.finish();
   if (prefix > in_len) fail("--prefix-len {} exceeds --input-len {}", prefix, in_len);
+  perf::TraceSession trace_session(trace, "bench");
 
   auto model = Model::load(path);
   const int32_t n_vocab = model->hparams().n_vocab;
@@ -209,15 +213,37 @@ int bench_serve_cmd(Args& a) {
   return m.failed ? 1 : 0;
 }
 
+// ridge bench compare A.json B.json: B's speedup over A per metric, with the noise band
+// of repeated runs (a JSON array of results, or one result per line, on either side).
+int bench_compare_cmd(Args& a) {
+  const std::string metrics = a.str({"--metric"}, "");
+  const std::string json_path = a.str({"--json"}, "");
+  const auto files = a.positional();
+  a.finish();
+  if (files.size() != 2) fail("usage: ridge bench compare A.json B.json [--metric NAME,...] [--json FILE]");
+  const auto ra = perf::load_bench_runs(files[0]), rb = perf::load_bench_runs(files[1]);
+  const auto ms = perf::compare_runs(ra, rb, split_list(metrics));
+  std::fputs(perf::compare_table(ms, files[0], ra.size(), files[1], rb.size()).c_str(), stdout);
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) fail("cannot write --json {}", json_path);
+    const std::string j = perf::compare_json(ms, files[0], ra.size(), files[1], rb.size());
+    std::fwrite(j.data(), 1, j.size(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(Args& a) {
   const auto sub = a.subcommand();
-  if (!sub) fail("usage: ridge bench throughput|kernels|serve [options] (see ridge --help)");
+  if (!sub) fail("usage: ridge bench throughput|kernels|serve|compare [options] (see ridge --help)");
   if (*sub == "throughput") return bench_throughput(a);
   if (*sub == "kernels") return bench_kernels_cmd(a);
   if (*sub == "serve") return bench_serve_cmd(a);
-  fail("unknown benchmark '{}' (throughput, kernels, serve)", *sub);
+  if (*sub == "compare") return bench_compare_cmd(a);
+  fail("unknown benchmark '{}' (throughput, kernels, serve, compare)", *sub);
 }
 
 }  // namespace ridge::cli

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "model/model.h"
+#include "perf/tracer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,11 +55,13 @@ int cmd_generate(Args& a) {
   const bool ignore_eos = a.flag({"--ignore-eos"});
   const bool no_bos = a.flag({"--no-bos"});
   const auto dump = a.str({"--dump-json"});
+  const auto trace = a.str({"--trace"});
   GenOptions opt = gen_options(a);
   bool seed_given = false;
   SamplingParams sp = sampling_params(a, &seed_given);
   a.finish();
   if (prompt && file) fail("give either -p PROMPT or -f FILE, not both");
+  perf::TraceSession trace_session(trace, "generate");  // closed (valid JSON) on every exit
 
   std::vector<std::string> prompts;
   if (file) {

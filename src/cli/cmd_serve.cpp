@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "perf/tracer.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -31,7 +32,11 @@ int cmd_serve(Args& a) {
   const auto template_file = a.str({"--chat-template"});
   const int32_t max_logprobs = int32_t(a.integer({"--max-logprobs"}, 20, 0, 1 << 20));
   EngineConfig ec = engine_config(a);
+  const auto trace = a.str({"--trace"});
   a.finish();
+  // Before the model loads, so a bad path fails at once; closed after the server and the
+  // engine are gone (SIGINT/SIGTERM make srv.run() return), or by an error's unwinding.
+  perf::TraceSession trace_session(trace, "serve");
 
   auto model = Model::load(path);
   auto tok = Tokenizer::from_gguf(model->file());

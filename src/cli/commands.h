@@ -15,5 +15,6 @@ int cmd_tokenize(Args& a);
 int cmd_bench(Args& a);
 int cmd_peaks(Args& a);
 int cmd_serve(Args& a);
+int cmd_roofline(Args& a);
 
 }  // namespace ridge::cli

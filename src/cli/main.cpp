@@ -52,6 +52,13 @@ commands:
               load an OpenAI-compatible server as vllm bench serve does (Poisson
               arrivals, streamed answers): TTFT, TPOT, ITL, end-to-end latency,
               throughputs, goodput; exit status 1 if any request failed
+  bench compare A.json B.json [--metric a,b] [--json FILE]   the speedup of B over A per
+              metric (bench throughput / serve / roofline JSON; a JSON array = repeated
+              runs, giving the noise band)
+  roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t THREADS]
+              [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
+              prefill and decode per op against the machine's ceilings: time, GFLOP/s,
+              GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
 engine options (serve, bench):
@@ -60,6 +67,7 @@ engine options (serve, bench):
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM)
+  --trace FILE.json (generate, serve, bench throughput): Chrome trace for Perfetto
 
 The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
 RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.
@@ -83,6 +91,7 @@ int main(int argc, char** argv) {
     if (cmd == "chat-template") return ridge::cli::cmd_chat_template(args);
     if (cmd == "tokenize") return ridge::cli::cmd_tokenize(args);
     if (cmd == "serve") return ridge::cli::cmd_serve(args);
+    if (cmd == "roofline") return ridge::cli::cmd_roofline(args);
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());

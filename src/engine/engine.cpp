@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "perf/tracer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge {
@@ -21,6 +22,34 @@ int64_t mem_available_bytes() {
   while (in >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return 0;
+}
+
+// A request's track ends: "finished" with its reason, and the whole "request" span.
+void trace_end(const Sequence& s) {
+  perf::trace_req_end(
+      s.id, s.finish_reason,
+      {{"generated", s.n_generated()}, {"prefix_hit", s.n_prefix_hit}, {"preemptions", s.n_preemptions}});
+}
+
+// Per-step counters: sequences and KV blocks.
+void trace_counters(const Scheduler& sched, const BlockManager& bm) {
+  perf::trace_counter("seqs", {{"running", sched.n_running()}, {"waiting", sched.n_waiting()}});
+  perf::trace_counter("kv_blocks", {{"free", bm.n_free()}, {"used", bm.n_total() - bm.n_free()}});
+}
+
+// The request tracks' view of one forward: a span per prompt chunk, a decode step for
+// the others. Called before the chunks' n_computed advance.
+void trace_chunks(const SchedulerOutput& so, int64_t t0, int64_t t1) {
+  perf::trace_counter("batch", {{"tokens", so.n_tokens()}, {"seqs", so.chunks.size()}});
+  for (const ScheduledChunk& c : so.chunks) {
+    const Sequence& s = *c.seq;
+    if (c.n_tokens == 1 && s.n_generated() > 0) {
+      perf::trace_req_decode(s.id, t0);
+    } else {
+      perf::trace_req_span(s.id, "prefill", t0, t1,
+                           {{"tokens", c.n_tokens}, {"pos", s.n_computed}, {"recompute", s.n_generated() > 0}});
+    }
+  }
 }
 
 }  // namespace
@@ -76,7 +105,12 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   runner_ = std::make_unique<ModelRunner>(model, *kv_, pool_);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Requests that never finished end their tracks here, not at the trace's close.
+  if (perf::trace_on())
+    for (const auto& [id, s] : seqs_)
+      if (!s->finished()) perf::trace_req_end(id, "dropped");
+}
 
 int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p) {
   RIDGE_CHECK(!prompt.empty(), "a request needs at least one prompt token");
@@ -93,10 +127,14 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   Sequence* raw = s.get();
   seqs_.emplace(id, std::move(s));
   ++n_unfinished_;
+  if (perf::trace_on())
+    perf::trace_req_begin(id, perf::trace_clock_ns(),
+                          {{"prompt_tokens", raw->n_prompt}, {"max_tokens", p.max_tokens}, {"priority", p.priority}});
   if (p.max_tokens == 0) {
     raw->status = SeqStatus::Finished;
     raw->finish_reason = "length";
     --n_unfinished_;
+    if (perf::trace_on()) trace_end(*raw);
   } else {
     sched_->add(raw);
   }
@@ -111,6 +149,7 @@ void Engine::finish(Sequence* s, const char* reason) {
   }
   sched_->finish(s);
   --n_unfinished_;
+  if (perf::trace_on()) trace_end(*s);
 }
 
 void Engine::abort(int64_t id) {
@@ -124,6 +163,7 @@ void Engine::abort(int64_t id) {
   }
   sched_->remove(s);  // no prefix insert: its K/V may be partial
   --n_unfinished_;
+  if (perf::trace_on()) trace_end(*s);
 }
 
 const Sequence* Engine::get(int64_t id) const {
@@ -140,7 +180,17 @@ void Engine::release(int64_t id) {
 
 std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events;
+  // Tracing: one relaxed load per step when off; the clock is read only when on.
+  const bool tr = perf::trace_on();
+  const int64_t t_step = tr ? perf::trace_clock_ns() : 0;
   SchedulerOutput so = sched_->schedule();
+  int64_t t_mark = tr ? perf::trace_clock_ns() : 0;
+  if (tr) {
+    perf::trace_span("schedule", "engine", t_step, t_mark,
+                     {{"chunks", so.chunks.size()}, {"preempted", so.n_preempted}, {"swap_out", so.swap_out.size()},
+                      {"swap_in", so.swap_in.size()}});
+    trace_counters(*sched_, *bm_);
+  }
   // KV copies first: blocks freed by swap-outs may be written by this very forward.
   for (Sequence* s : so.swap_out) {
     s->swap_slots = swap_->swap_out(s->swap_src);
@@ -150,13 +200,56 @@ std::vector<TokenEvent> Engine::step() {
     swap_->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
     s->swap_slots.clear();
   }
-  if (so.chunks.empty()) return events;
+  if (tr && (!so.swap_out.empty() || !so.swap_in.empty())) {
+    const int64_t t = perf::trace_clock_ns();
+    perf::trace_span("swap", "engine", t_mark, t, {{"out", so.swap_out.size()}, {"in", so.swap_in.size()}});
+    t_mark = t;
+  }
+  if (so.chunks.empty()) {
+    if (tr) perf::trace_span("step", "engine", t_step - 1, t_mark, {{"step", stats_.steps}, {"seqs", 0}});
+    return events;
+  }
 
   const auto t0 = Clock::now();
   const int32_t n_vocab = model_.hparams().n_vocab;
+  int32_t n_decodes = 0;
+  if (tr) {
+    for (const auto& c : so.chunks) n_decodes += c.n_tokens == 1 && c.seq->n_generated() > 0;
+    perf::trace_batch(int32_t(so.chunks.size()), n_decodes);
+  }
+  const int64_t t_fwd = tr ? perf::trace_clock_ns() : 0;
   const std::span<const float> logits = runner_->run(so.chunks, rows_);
+  const int64_t t_fwd_end = tr ? perf::trace_clock_ns() : 0;
+  if (tr) {
+    perf::trace_batch(-1, 0);  // a forward run outside a step does not inherit this shape
+    perf::trace_span("forward", "engine", t_fwd - 1, t_fwd_end,
+                     {{"seqs", so.chunks.size()}, {"tokens", so.n_tokens()}});
+    trace_chunks(so, t_fwd, t_fwd_end);
+  }
+
+  // Sample every row, then postprocess: two passes, so a trace shows them as phases.
+  // Sampling reads only its own sequence, and postprocessing (prefix inserts, freeing
+  // finished sequences) touches no logits, so the order changes no result.
+  std::vector<int32_t> sampled(so.chunks.size(), -1);
+  int64_t n_rows = 0;
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    if (rows_[i] < 0) continue;
+    Sequence* s = so.chunks[i].seq;
+    float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
+    if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
+    s->margins.push_back(top2_margin(lg, n_vocab));
+    // Logprobs are of the raw distribution: keep the row before the sampler edits it.
+    if (s->params.logprobs >= 0) raw_.assign(lg, lg + n_vocab);
+    const int32_t tok = s->sampler.sample(lg, s->tokens);
+    if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw_.data(), n_vocab, tok, s->params.logprobs));
+    sampled[i] = tok;
+    ++n_rows;
+  }
+  const int64_t t_sample = tr ? perf::trace_clock_ns() : 0;
+  if (tr) perf::trace_span("sample", "engine", t_fwd_end, t_sample, {{"rows", n_rows}});
+
   bool has_prompt_work = false;
-  int64_t produced = 0;
+  int64_t produced = 0, n_finished = 0;
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
     has_prompt_work |= so.chunks[i].n_tokens > 1 || s->n_generated() == 0;
@@ -164,21 +257,18 @@ std::vector<TokenEvent> Engine::step() {
     stats_.computed_tokens += so.chunks[i].n_tokens;
     sched_->on_computed(s);
     if (rows_[i] < 0) continue;
-    float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
-    if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
-    s->margins.push_back(top2_margin(lg, n_vocab));
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
-    // Logprobs are of the raw distribution: keep the row before the sampler edits it.
-    if (s->params.logprobs >= 0) raw_.assign(lg, lg + n_vocab);
-    const int32_t tok = s->sampler.sample(lg, s->tokens);
-    if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw_.data(), n_vocab, tok, s->params.logprobs));
+    const int32_t tok = sampled[i];
     s->tokens.push_back(tok);
     ++produced;
     const bool eos = !s->params.ignore_eos && tok_ && tok_->is_eog(tok);
     const bool stop_id = std::find(s->params.stop_token_ids.begin(), s->params.stop_token_ids.end(), tok) !=
                          s->params.stop_token_ids.end();
     const bool done = eos || stop_id || s->n_generated() >= s->params.max_tokens;
-    if (done) finish(s, eos || stop_id ? "stop" : "length");
+    if (done) {
+      finish(s, eos || stop_id ? "stop" : "length");
+      ++n_finished;
+    }
     events.push_back({s->id, tok, done});
   }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -192,6 +282,17 @@ std::vector<TokenEvent> Engine::step() {
   } else {
     stats_.decode_s += dt;
     stats_.decode_tokens += produced;
+  }
+  if (tr) {
+    const int64_t t_end = perf::trace_clock_ns();
+    perf::trace_span("postprocess", "engine", t_sample, t_end, {{"finished", n_finished}});
+    perf::trace_span("step", "engine", t_step - 1, t_end,
+                     {{"step", stats_.steps},
+                      {"seqs", so.chunks.size()},
+                      {"tokens", so.n_tokens()},
+                      {"prefill_tokens", so.n_tokens() - n_decodes},
+                      {"decodes", n_decodes},
+                      {"preempted", so.n_preempted}});
   }
 #ifdef RIDGE_DEBUG_CHECKS
   check_invariants();

@@ -81,6 +81,8 @@ class Engine {
   int32_t n_waiting() const { return sched_->n_waiting(); }
   int64_t kv_capacity_tokens() const { return int64_t(bm_->n_total()) * bm_->block_size(); }
   ThreadPool& pool() { return pool_; }
+  // The forward's per-op roofline accounting (perf/op_profile.h), accumulating over steps.
+  perf::OpProfile& op_profile() { return runner_->profile(); }
   // Every block's ref count equals the references held by sequences and the prefix
   // cache; free + referenced = total. Throws ridge::Error naming what is wrong.
   void check_invariants() const;

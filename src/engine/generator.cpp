@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "perf/tracer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge {
@@ -59,7 +60,10 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   while (engine.has_work()) {
     for (const TokenEvent& e : engine.step()) {
       const size_t i = size_t(e.id - ids.front());
-      if (ttft[i] < 0) ttft[i] = std::chrono::duration<double>(Clock::now() - t_start).count();
+      if (ttft[i] < 0) {
+        ttft[i] = std::chrono::duration<double>(Clock::now() - t_start).count();
+        if (perf::trace_on()) perf::trace_req_instant(e.id, "first_token", {{"ttft_ms", ttft[i] * 1e3}});
+      }
       if (on_token && e.token >= 0) on_token(i, e.token);
     }
   }

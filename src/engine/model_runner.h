@@ -30,6 +30,8 @@ class ModelRunner {
     return fwd_.run(batch_);
   }
 
+  perf::OpProfile& profile() { return fwd_.profile(); }
+
  private:
   Forward fwd_;
   Batch batch_;

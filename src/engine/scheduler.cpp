@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "perf/tracer.h"
 
 namespace ridge {
 
@@ -62,14 +63,28 @@ void Scheduler::on_computed(Sequence* s) {
 
 void Scheduler::swapped_out(Sequence* s) { s->swap_src.clear(); }
 
-void Scheduler::preempt(Sequence* v, SchedulerOutput& out) {
+void Scheduler::preempt(Sequence* v, SchedulerOutput& out, int64_t for_id) {
   std::erase(running_, v);
   ++n_preemptions_;
   ++v->n_preemptions;
   ++out.n_preempted;
   bool swap = cfg_.preemption == PreemptionMode::Swap ||
               (cfg_.preemption == PreemptionMode::Auto && cost_->prefer_swap(*v));
+  const bool wanted_swap = swap;
   if (swap && !cost_->can_swap(*v, swap_reserved_)) swap = false;  // no room: recompute instead
+  if (perf::trace_on()) {
+    const char* mode = swap ? "swap" : "recompute";
+    if (wanted_swap && !swap)
+      perf::trace_instant("preempt", "sched",
+                          {{"req", v->id}, {"reason", "out_of_kv_blocks"}, {"mode", mode}, {"blocks", v->blocks.size()},
+                           {"generated", v->n_generated()}, {"for", for_id}, {"fallback", "swap_space_full"}});
+    else
+      perf::trace_instant("preempt", "sched",
+                          {{"req", v->id}, {"reason", "out_of_kv_blocks"}, {"mode", mode}, {"blocks", v->blocks.size()},
+                           {"generated", v->n_generated()}, {"for", for_id}});
+    perf::trace_req_state(v->id, swap ? "swapped" : "preempted", perf::trace_clock_ns(),
+                          {{"mode", mode}, {"reason", "out_of_kv_blocks"}});
+  }
   if (swap) {
     swap_reserved_ += int64_t(v->blocks.size());
     // The blocks are free for reuse at once: the engine copies them out before this
@@ -96,7 +111,8 @@ bool Scheduler::make_room(int64_t need) {
   // Evict only when that makes enough room: a request that would still not fit must not
   // throw the prefix cache away on every step it waits.
   if (!radix_ || bm_.n_free() + radix_->n_evictable() < need) return false;
-  radix_->evict(int32_t(need - bm_.n_free()));
+  const int32_t evicted = radix_->evict(int32_t(need - bm_.n_free()));
+  if (perf::trace_on()) perf::trace_instant("evict", "sched", {{"blocks", evicted}});
   return bm_.n_free() >= need;
 }
 
@@ -104,7 +120,11 @@ bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std
   for (;;) {
     if (bm_.reserve(s->blocks, n_tokens)) return true;
     const int64_t need = bm_.blocks_for(n_tokens) - int64_t(s->blocks.size()) - bm_.n_free();
-    if (radix_ && radix_->evict(int32_t(need)) > 0) continue;
+    if (radix_) {
+      const int32_t evicted = radix_->evict(int32_t(need));
+      if (perf::trace_on() && evicted > 0) perf::trace_instant("evict", "sched", {{"blocks", evicted}, {"for", s->id}});
+      if (evicted > 0) continue;
+    }
     // The victim: the running sequence that would run last, among those not already
     // given work this step; s itself when it is that sequence.
     Sequence* victim = nullptr;
@@ -112,7 +132,7 @@ bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std
       if (std::find(scheduled.begin(), scheduled.end(), r) == scheduled.end() && (!victim || before(victim, r)))
         victim = r;
     if (!victim) victim = s;
-    preempt(victim, out);
+    preempt(victim, out, s->id);
     if (victim == s) return false;
   }
 }
@@ -134,6 +154,10 @@ SchedulerOutput Scheduler::schedule() {
     Sequence* s = running_[i];
     const int64_t n = std::min<int64_t>(s->pending(), budget);
     if (!reserve(s, s->n_computed + n, out, scheduled)) continue;  // s was preempted: same index
+    if (perf::trace_on() && !(n == 1 && s->n_generated() > 0))  // prompt (or recompute) work, not a decode
+      perf::trace_instant("chunk", "sched",
+                          {{"req", s->id}, {"tokens", n}, {"pos", s->n_computed},
+                           {"remaining", int64_t(s->tokens.size()) - s->n_computed - n}});
     out.chunks.push_back({s, int32_t(n)});
     scheduled.push_back(s);
     budget -= n;
@@ -156,6 +180,10 @@ SchedulerOutput Scheduler::schedule() {
       break;
     }
     swapped_.pop_front();
+    if (perf::trace_on()) {
+      perf::trace_instant("swap_in", "sched", {{"req", s->id}, {"blocks", s->blocks.size()}});
+      perf::trace_req_state(s->id, "", perf::trace_clock_ns());
+    }
     s->status = SeqStatus::Running;
     running_.push_back(s);
     out.swap_in.push_back(s);  // its decode is scheduled from the next step on
@@ -178,6 +206,7 @@ SchedulerOutput Scheduler::schedule() {
     if (radix_ && int32_t(s->tokens.size()) > bm_.block_size() && s->blocks.empty()) {
       const uint64_t key = first_block_key(s);
       if (std::find(pending_first.begin(), pending_first.end(), key) != pending_first.end()) {
+        if (perf::trace_on()) perf::trace_instant("defer", "sched", {{"req", s->id}, {"reason", "shared_first_block"}});
         deferred.push_back(s);
         continue;
       }
@@ -193,11 +222,22 @@ SchedulerOutput Scheduler::schedule() {
     const bool ok = make_room(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())) &&
                     bm_.reserve(s->blocks, s->n_computed + n);
     if (!ok) {  // no room without preempting running work: undo the match, wait
+      if (perf::trace_on())
+        perf::trace_instant("blocked", "sched",
+                            {{"req", s->id},
+                             {"need_blocks", bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())},
+                             {"free_blocks", bm_.n_free()}});
       bm_.release(s->blocks);
       s->n_computed = 0;
       s->n_prefix_hit = 0;
       s->n_inserted_blocks = 0;
       break;
+    }
+    if (perf::trace_on()) {
+      perf::trace_instant("admit", "sched",
+                          {{"req", s->id}, {"prompt", s->n_prompt}, {"prefix_hit", s->n_computed}, {"chunk", n},
+                           {"resumed", s->n_preemptions > 0}});
+      perf::trace_req_state(s->id, "", perf::trace_clock_ns());
     }
     s->status = SeqStatus::Running;
     running_.push_back(s);

@@ -1,11 +1,13 @@
 #include "model/forward.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
+#include "perf/tracer.h"
 #include "quant/quant.h"
 
 namespace ridge {
@@ -40,6 +42,27 @@ void Forward::validate(const Batch& b) const {
   for (int32_t t : b.tokens) RIDGE_CHECK(t >= 0 && t < h_.n_vocab, "token id {} is out of range (vocabulary {})", t, h_.n_vocab);
 }
 
+template <typename F>
+void Forward::op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn) {
+  const bool trace = perf::trace_on();
+  if (!profile_.timing && !trace) {
+    fn();
+    profile_.add(o, cls, c.flops, c.bytes, 0.0);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  fn();
+  const auto t1 = Clock::now();
+  profile_.add(o, cls, c.flops, c.bytes, profile_.timing ? std::chrono::duration<double>(t1 - t0).count() : 0.0);
+  if (trace) {
+    auto ns = [](Clock::time_point t) {
+      return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    perf::trace_op(perf::op_name(o), ns(t0), ns(t1), layer, T_, c.flops, c.bytes);
+  }
+}
+
 std::span<const float> Forward::run(const Batch& b) {
   validate(b);
   const Weights& w = m_.weights();
@@ -56,11 +79,17 @@ std::span<const float> Forward::run(const Batch& b) {
       kernels::rope_cache(rope_, tok_pos_[size_t(t)], rope_cs_.data() + t * h_.rope_dim);
     }
 
+  profile_.add_tokens(T);
+  seq_shape_.clear();
+  for (const auto& s : b.seqs) seq_shape_.emplace_back(s.pos0, s.n_tokens);
+
   x_.resize(size_t(T * E));
   const int64_t erow = row_bytes(w.tok_embd.type, E);
-  pool_.parallel_for(T, 16, [&](int64_t lo, int64_t hi, int) {
-    for (int64_t t = lo; t < hi; ++t)
-      quant::dequantize_row(w.tok_embd.type, w.tok_embd.data + b.tokens[size_t(t)] * erow, x_.data() + t * E, E);
+  op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, perf::embed_cost(T, E, w.tok_embd.type), [&] {
+    pool_.parallel_for(T, 16, [&](int64_t lo, int64_t hi, int) {
+      for (int64_t t = lo; t < hi; ++t)
+        quant::dequantize_row(w.tok_embd.type, w.tok_embd.data + b.tokens[size_t(t)] * erow, x_.data() + t * E, E);
+    });
   });
 
   for (int32_t il = 0; il < h_.n_layer; ++il) {
@@ -71,14 +100,18 @@ std::span<const float> Forward::run(const Batch& b) {
   // Final norm on the rows that need logits only (the head is the largest matmul).
   const int64_t rows = b.n_logit_rows();
   result_norm_.resize(size_t(rows * E));
-  int64_t r = 0, t0 = 0;
-  for (const auto& s : b.seqs) {
-    for (int32_t j = s.n_tokens - Batch::logit_rows(s); j < s.n_tokens; ++j, ++r)
-      kernels::rms_norm(x_.data() + (t0 + j) * E, w.output_norm.data(), result_norm_.data() + r * E, E, h_.rms_eps);
-    t0 += s.n_tokens;
-  }
+  op(perf::Op::ResultNorm, perf::ComputeClass::Fp32Fma, -1, perf::rms_norm_cost(rows, E), [&] {
+    int64_t r = 0, t0 = 0;
+    for (const auto& s : b.seqs) {
+      for (int32_t j = s.n_tokens - Batch::logit_rows(s); j < s.n_tokens; ++j, ++r)
+        kernels::rms_norm(x_.data() + (t0 + j) * E, w.output_norm.data(), result_norm_.data() + r * E, E, h_.rms_eps);
+      t0 += s.n_tokens;
+    }
+  });
   logits_.resize(size_t(rows * h_.n_vocab));
-  mm_.run(pool_, w.output, result_norm_.data(), rows, logits_.data());
+  op(perf::Op::Output, perf::matmul_class(w.output.type), -1,
+     perf::matmul_cost(rows, E, h_.n_vocab, w.output.type),
+     [&] { mm_.run(pool_, w.output, result_norm_.data(), rows, logits_.data()); });
   return logits_;
 }
 
@@ -89,45 +122,57 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int64_t nq = h_.n_q(), nk = h_.n_kv_k(), nv = h_.n_kv_v();
 
   attn_norm_.resize(size_t(T * E));
-  rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps); });
+  op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E), [&] {
+    rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps); });
+  });
 
   q_.resize(size_t(T * nq));
   k_.resize(size_t(T * nk));
   v_.resize(size_t(T * nv));
-  if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
-    mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
-  } else {
-    mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
-    mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
-    mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
-  }
+  // Q, K and V read the same activations: one activation pass, the three weights' bytes.
+  perf::OpCost qkv = perf::matmul_cost(T, E, nq, L.wq.type);
+  const perf::OpCost kc = perf::matmul_cost(T, E, nk, L.wk.type), vc = perf::matmul_cost(T, E, nv, L.wv.type);
+  qkv.flops += kc.flops + vc.flops;
+  qkv.bytes += kc.bytes + vc.bytes - 2.0 * 4.0 * double(T) * double(E);
+  op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
+    if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
+      mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
+    } else {
+      mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
+      mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
+      mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
+    }
+  });
 
   // Per token: biases, q/k norms, RoPE, and K/V into the token's own cache slot (tokens
   // never share a slot, so the rows run in parallel).
   const KVLayout& kl = kv_.layout();
-  rows(T, [&](int64_t t) {
-    float* q = q_.data() + t * nq;
-    float* k = k_.data() + t * nk;
-    float* v = v_.data() + t * nv;
-    if (!L.bq.empty()) {
-      kernels::add_inplace(q, L.bq.data(), nq);
-      kernels::add_inplace(k, L.bk.data(), nk);
-      kernels::add_inplace(v, L.bv.data(), nv);
-    }
-    const float* cs = rope_cs_.data() + t * h_.rope_dim;
-    for (int32_t hh = 0; hh < nh; ++hh) {
-      if (!L.q_norm.empty()) kernels::rms_norm(q + hh * dk, L.q_norm.data(), q + hh * dk, dk, h_.rms_eps);
-      kernels::rope_apply(rope_, cs, q + hh * dk);
-    }
-    const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
-    const int32_t pos = tok_pos_[size_t(t)];
-    const int32_t block = s.block_table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
-    for (int32_t hh = 0; hh < nkv; ++hh) {
-      if (!L.k_norm.empty()) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
-      kernels::rope_apply(rope_, cs, k + hh * dk);
-      kernels::from_f32(kl.dtype, k + hh * dk, kv_.k(il, block, hh, slot), dk);
-      kernels::from_f32(kl.dtype, v + hh * dv, kv_.v(il, block, hh, slot), dv);
-    }
+  op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
+     perf::rope_kv_cost(h_, T, !L.bq.empty(), !L.q_norm.empty(), kl.dtype), [&] {
+    rows(T, [&](int64_t t) {
+      float* q = q_.data() + t * nq;
+      float* k = k_.data() + t * nk;
+      float* v = v_.data() + t * nv;
+      if (!L.bq.empty()) {
+        kernels::add_inplace(q, L.bq.data(), nq);
+        kernels::add_inplace(k, L.bk.data(), nk);
+        kernels::add_inplace(v, L.bv.data(), nv);
+      }
+      const float* cs = rope_cs_.data() + t * h_.rope_dim;
+      for (int32_t hh = 0; hh < nh; ++hh) {
+        if (!L.q_norm.empty()) kernels::rms_norm(q + hh * dk, L.q_norm.data(), q + hh * dk, dk, h_.rms_eps);
+        kernels::rope_apply(rope_, cs, q + hh * dk);
+      }
+      const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
+      const int32_t pos = tok_pos_[size_t(t)];
+      const int32_t block = s.block_table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
+      for (int32_t hh = 0; hh < nkv; ++hh) {
+        if (!L.k_norm.empty()) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
+        kernels::rope_apply(rope_, cs, k + hh * dk);
+        kernels::from_f32(kl.dtype, k + hh * dk, kv_.k(il, block, hh, slot), dk);
+        kernels::from_f32(kl.dtype, v + hh * dv, kv_.v(il, block, hh, slot), dv);
+      }
+    });
   });
 
   // One task per (token, KV head): the group's query heads (adjacent in q_ and kqv_)
@@ -139,39 +184,57 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int64_t scratch_per = kernels::attention_scratch_floats(kl, group);
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   const float scale = 1.0f / std::sqrt(float(dk));
-  pool_.run(T * nkv, [&](int64_t task, int thread) {
-    const int64_t t = task / nkv;
-    const int32_t g = int32_t(task % nkv);
-    const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
-    kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
-    kernels::attention_group(a, g, group, q_.data() + t * nq + int64_t(g) * group * dk, dk,
-                             kqv_.data() + t * no + int64_t(g) * group * dv, dv,
-                             attn_scratch_.data() + thread * scratch_per);
+  op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(h_, seq_shape_, kl.dtype), [&] {
+    pool_.run(T * nkv, [&](int64_t task, int thread) {
+      const int64_t t = task / nkv;
+      const int32_t g = int32_t(task % nkv);
+      const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
+      kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
+      kernels::attention_group(a, g, group, q_.data() + t * nq + int64_t(g) * group * dk, dk,
+                               kqv_.data() + t * no + int64_t(g) * group * dv, dv,
+                               attn_scratch_.data() + thread * scratch_per);
+    });
   });
 
   attn_out_.resize(size_t(T * E));
-  mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data());
-  rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
+  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, no, E, L.wo.type),
+     [&] { mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data()); });
+  op(perf::Op::AttnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
+    rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
+  });
 }
 
 void Forward::ffn_block(int32_t il) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   ffn_norm_.resize(size_t(T * E));
-  rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps); });
+  op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E), [&] {
+    rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps); });
+  });
   ffn_gate_.resize(size_t(T * F));
   ffn_up_.resize(size_t(T * F));
   ffn_act_.resize(size_t(T * F));
-  if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
-    mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
-  } else {
-    mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
-    mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
-  }
-  rows(T, [&](int64_t t) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, ffn_act_.data() + t * F, F); });
+  perf::OpCost gu = perf::matmul_cost(T, E, F, L.w_gate.type);
+  const perf::OpCost uc = perf::matmul_cost(T, E, F, L.w_up.type);
+  gu.flops += uc.flops;
+  gu.bytes += uc.bytes - 4.0 * double(T) * double(E);  // one activation pass for both
+  op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
+    if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
+      mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
+    } else {
+      mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
+      mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
+    }
+  });
+  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(T, F), [&] {
+    rows(T, [&](int64_t t) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, ffn_act_.data() + t * F, F); });
+  });
   ffn_out_.resize(size_t(T * E));
-  mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data());
-  rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
+  op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, perf::matmul_cost(T, F, E, L.w_down.type),
+     [&] { mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data()); });
+  op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
+    rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
+  });
 }
 
 }  // namespace ridge

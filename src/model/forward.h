@@ -12,6 +12,8 @@
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "perf/op_cost.h"
+#include "perf/op_profile.h"
 
 namespace ridge {
 
@@ -23,10 +25,18 @@ class Forward {
   // [batch.n_logit_rows()][n_vocab], valid until the next call.
   std::span<const float> run(const Batch& batch);
 
+  // Every op's FLOPs and bytes accumulate here on every run (a few multiplications per
+  // op); set profile().timing to time each op too. The caller resets it between phases.
+  perf::OpProfile& profile() { return profile_; }
+
  private:
   void validate(const Batch& b) const;
   void attention_block(int32_t il, const Batch& b);
   void ffn_block(int32_t il);
+  // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
+  // when profiling or tracing, timing it.
+  template <typename F>
+  void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
   // fn(t) for every token row, spread over the pool (row ops write only their own row).
   template <typename F>
   void rows(int64_t T, F&& fn) {
@@ -42,6 +52,8 @@ class Forward {
   kernels::Matmul mm_;
   kernels::RopeParams rope_;
 
+  perf::OpProfile profile_;
+  std::vector<std::pair<int32_t, int32_t>> seq_shape_;  // [seqs] (pos0, n_tokens) for the attention cost
   int64_t T_ = 0;                  // tokens in the batch
   std::vector<int32_t> tok_seq_;   // [T] sequence index of each token
   std::vector<int32_t> tok_pos_;   // [T] absolute position

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "perf/tracer.h"
 #include "server/metrics.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/stream_decoder.h"
@@ -29,6 +30,7 @@ struct EngineLoop::Active {
   double first_token_s = 0;
   bool touched = false;        // has output to notify about
   bool prompt_counted = false;
+  const char* trace_cause = "";  // why the loop aborts it, for the trace
 };
 
 EngineLoop::EngineLoop(Engine& engine, const Tokenizer& tok, Metrics& metrics, const LoopOptions& o)
@@ -48,6 +50,12 @@ EngineLoop::~EngineLoop() {
 bool EngineLoop::submit(const std::shared_ptr<Job>& job) {
   job->arrival_s = steady_seconds();
   job->state.assign(job->choices.size(), ChoiceState{});
+  if (perf::trace_on()) {
+    perf::trace_thread_name("http");
+    perf::trace_instant("submit", "server",
+                        {{"choices", job->choices.size()},
+                         {"prompt_tokens", job->choices.empty() ? size_t(0) : job->choices[0].prompt.size()}});
+  }
   {
     std::lock_guard lk(mu_);
     if (stopping_) return false;
@@ -87,10 +95,14 @@ void EngineLoop::admit(const std::shared_ptr<Job>& job) {
       if (!spec.stop.empty()) a->ch[c].stop = std::make_unique<StopMatcher>(spec.stop);
       a->ch[c].seq = engine_.add_request(spec.prompt, spec.params);
       by_seq_[a->ch[c].seq] = {a.get(), c};
+      // The request track starts at the HTTP submit, not when this loop got to it. (Same
+      // clock: steady_clock, in seconds here.)
+      if (perf::trace_on()) perf::trace_req_arrival(a->ch[c].seq, int64_t(job->arrival_s * 1e9));
     }
   } catch (const std::exception& e) {
     for (auto& ch : a->ch)
       if (ch.seq >= 0) {
+        perf::trace_req_note_end(ch.seq, "abort", "refused");
         by_seq_.erase(ch.seq);
         engine_.release(ch.seq);
       }
@@ -120,6 +132,8 @@ void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
     metrics_.observe_ttft(now - a.job->arrival_s);
   }
   if (ch.last_token_s > 0) metrics_.observe_itl(now - ch.last_token_s);
+  else if (perf::trace_on())
+    perf::trace_req_instant(ch.seq, "first_token", {{"ttft_ms", (now - a.job->arrival_s) * 1e3}});
   ch.last_token_s = now;
 
   std::string text = ch.dec->push(ev.token);
@@ -183,7 +197,12 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
       if (s->n_generated() == 0) st.n_cached = s->n_prefix_hit;
     }
   }
-  if (abort_seq) engine_.abort(ch.seq);
+  if (abort_seq) {
+    // The engine would report "abort"; say why. (A no-op when not tracing.)
+    if (reason == "stop") perf::trace_req_note_end(ch.seq, "stop", "stop_string");
+    else if (*a.trace_cause) perf::trace_req_note_end(ch.seq, reason, a.trace_cause);
+    engine_.abort(ch.seq);
+  }
   by_seq_.erase(ch.seq);
   engine_.release(ch.seq);
   ch.seq = -1;
@@ -257,6 +276,7 @@ void EngineLoop::update_gauges(bool force) {
 }
 
 void EngineLoop::run() {
+  perf::trace_thread_name("engine loop");
   int64_t seen_prompt = 0, seen_gen = 0;
   bool checked_idle = true;
   for (;;) {
@@ -281,9 +301,12 @@ void EngineLoop::run() {
 
     const bool past_grace = stopping && steady_seconds() >= deadline;
     for (auto& a : active_)
-      if (past_grace || a->job->cancelled.load()) abort_job(*a);
-      else if (a->job->pending_bytes.load() > opt_.max_pending_bytes) {
+      if (past_grace || a->job->cancelled.load()) {
+        a->trace_cause = past_grace ? "shutdown" : "client_disconnect";
+        abort_job(*a);
+      } else if (a->job->pending_bytes.load() > opt_.max_pending_bytes) {
         std::fprintf(stderr, "serve: a client is not reading its stream; aborting its request\n");
+        a->trace_cause = "slow_client";
         abort_job(*a);
       }
 

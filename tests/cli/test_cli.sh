@@ -150,6 +150,15 @@ expect_error "serve a truncated model"          "trunc_data\.gguf"           "$R
 expect_error "serve --max-model-len too large"  "--max-model-len"            "$RIDGE" serve -m tiny.gguf --port 0 --kv-cache-memory 8M --max-model-len 100000000
 expect_error "serve --chat-template missing"    "no_such\.jinja"             "$RIDGE" serve -m tiny.gguf --port 0 --chat-template no_such.jinja
 expect_error "serve with a bad --max-body-size" "--max-body-size"            "$RIDGE" serve -m tiny.gguf --port 0 --max-body-size lots
+expect_error "generate --trace into a missing dir" "no_such_dir/t\.json"     "$RIDGE" generate -m tiny.gguf -p hi --trace no_such_dir/t.json
+expect_error "serve --trace into a missing dir" "no_such_dir/t\.json"        "$RIDGE" serve -m tiny.gguf --port 0 --trace no_such_dir/t.json
+expect_error "bench throughput --trace into a missing dir" "no_such_dir/t\.json" "$RIDGE" bench throughput -m tiny.gguf --trace no_such_dir/t.json
+expect_error "roofline with a bad --batch"      "--batch.*1,x"               "$RIDGE" roofline -m tiny.gguf --batch 1,x --peaks peaks.json
+expect_error "roofline --batch 0"               "--batch"                    "$RIDGE" roofline -m tiny.gguf --batch 0 --peaks peaks.json
+expect_error "roofline --html into a missing dir" "no_such_dir"              "$RIDGE" roofline -m tiny.gguf --batch 1 --html no_such_dir/r.html
+expect_error "roofline --from-json missing"     "no_such\.json"              "$RIDGE" roofline --from-json no_such.json
+expect_error "roofline --from-json not JSON"    "text\.gguf"                 "$RIDGE" roofline --from-json text.gguf
+expect_error "bench compare a missing file"     "no_such\.json"              "$RIDGE" bench compare no_such.json no_such.json
 
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
@@ -186,6 +195,14 @@ expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernel
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"
+# ridge roofline on the tiny model: text, JSON and HTML, re-rendered from its JSON, and
+# bench compare of a run against itself.
+expect_ok "roofline (tiny, batches 1 and 2)" "$RIDGE" roofline -m tiny.gguf --batch 1,2 --prompt 16 --decode-steps 2 \
+  -t 1 --peaks peaks.json --json roofline.json --html roofline.html
+grep -q "decode b2 is" "$TMP/out" && grep -q "<svg" roofline.html && why="" || why="no verdict or no SVG"
+report "roofline prints a verdict per phase and draws the SVG" "$why"
+expect_ok "roofline --from-json re-renders" "$RIDGE" roofline --from-json roofline.json
+expect_ok "bench compare a roofline run with itself" "$RIDGE" bench compare roofline.json roofline.json
 
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

@@ -2,7 +2,9 @@
 # The OpenAI-compatible server end to end, through the official openai npm client.
 # Three servers, all on --port 0 (the port is read from the "serve: ... on http://" line):
 #   stories  stories260K (real model, context 128), --api-key, --chat-template, a 1M KV
-#            cache (about 100 blocks: a large n preempts), --max-body-size 64K
+#            cache (about 100 blocks: a large n preempts), --max-body-size 64K,
+#            --trace: after its SIGINT shutdown check_trace.mjs reads the trace (step
+#            phases, per-op spans, request tracks)
 #   spm      random weights over the Llama 2 SentencePiece vocabulary (32000 tokens,
 #            byte-fallback <0xNN>), --max-num-seqs 32 --max-waiting 512, 2M KV cache,
 #            --shutdown-timeout 2
@@ -132,7 +134,7 @@ EOF
 KEY=sk-ridge-test-key
 BODY_LIMIT=65536
 start_server stories -m "$STORIES" --served-model-name stories -t 2 --kv-cache-memory 1M \
-  --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT
+  --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT --trace "$tmp/stories.trace.json"
 start_server spm -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 2M \
   --chat-template "$tmp/chat.jinja" --max-num-seqs 32 --max-waiting 512 --shutdown-timeout 2
 start_server queue -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \
@@ -161,6 +163,9 @@ phase "graceful shutdown" node tests/server/shutdown.mjs --url "$SPM_URL" --mode
 [ -n "${SERVER_TESTS_ONLY:-}" ] && kill -TERM "${PID[spm]}" 2>/dev/null
 wait_exit spm 30
 stop_server stories INT
+# (A SERVER_TESTS_ONLY run may have sent stories no request: nothing to check then.)
+[ -z "${SERVER_TESTS_ONLY:-}" ] &&
+  phase "trace of the stories server" node tests/server/check_trace.mjs "$tmp/stories.trace.json"
 
 echo "server tests: total $(($(date +%s) - t_all)) s"
 if ((${#failures[@]})); then

@@ -1,0 +1,52 @@
+// The roofline cost of each forward op for a batch: useful operations (2 per multiply-add;
+// elementwise work counted per element as written below) and the minimum bytes the op
+// must move between memory and the cores. "Minimum" means each weight byte once per
+// step, the KV context once per sequence per layer (GQA heads share it), activations in
+// and out once. Pure arithmetic, tested against hand-computed values.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "core/dtype.h"
+#include "model/hparams.h"
+#include "perf/op_profile.h"
+
+namespace ridge::perf {
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// y[m][n] = x[m][k] W^T with W stored as `type`: 2mkn; W's bytes + x (f32) + y (f32).
+OpCost matmul_cost(int64_t m, int64_t k, int64_t n, DType type);
+// The class of the kernel that runs a matmul on `type`: int8 VNNI for block-quantized
+// weights (activations are quantized to 8 bits), fp32 FMA for f32/f16/bf16 (converted on
+// load).
+ComputeClass matmul_class(DType type);
+// RMSNorm of `rows` rows of width n: 3 ops per element (square-accumulate, scale,
+// weight); the rows in and out plus the weight once.
+OpCost rms_norm_cost(int64_t rows, int64_t n);
+// x += y over rows x n: 1 op per element; read x and y, write x.
+OpCost residual_cost(int64_t rows, int64_t n);
+// silu(gate) * up over rows x n_ff: 5 ops per element (negate, exp, add, divide,
+// multiply); read gate and up, write the product.
+OpCost swiglu_cost(int64_t rows, int64_t n_ff);
+// Per token: optional biases (1 op per q/k/v element), optional q/k norms (3 per element),
+// RoPE on rope_dim of every q and k head (3 per rotated element: two products, one add);
+// read q, k, v, write q and k back and K/V into the cache in kv_type.
+OpCost rope_kv_cost(const HParams& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type);
+// Attention over the cache: each token at position p attends p + 1 keys: per query head
+// 2 (p + 1) head_dim_k ops for the scores and 2 (p + 1) head_dim_v for P.V (softmax
+// counted as 5 per score). Bytes: each sequence's K and V context once per layer (all
+// tokens and GQA heads of the sequence share it), q in, output out. seqs: (pos0, n_tokens).
+OpCost attention_cost(const HParams& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type);
+// Gathering `tokens` embedding rows of width n stored as `type`: no operations; the rows
+// read, the f32 rows written.
+OpCost embed_cost(int64_t tokens, int64_t n, DType type);
+// Sampling one logit row of n_vocab: about 4 ops per logit (max, exp, sum, compare);
+// the row read once.
+OpCost sampling_cost(int64_t rows, int64_t n_vocab);
+
+}  // namespace ridge::perf

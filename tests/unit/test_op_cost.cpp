@@ -1,0 +1,111 @@
+// Roofline accounting: each op's FLOPs and minimum bytes against values computed by hand
+// for a small model, and the forward's profile summing them per step.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
+#include "perf/op_cost.h"
+
+namespace ridge::perf {
+namespace {
+
+// A small llama: n_embd 64, 4 heads of 16, 2 KV heads, n_ff 128, vocab 100, rope on all 16.
+HParams small() {
+  HParams h;
+  h.n_vocab = 100;
+  h.n_embd = 64;
+  h.n_layer = 2;
+  h.n_ff = 128;
+  h.n_head = 4;
+  h.n_head_kv = 2;
+  h.head_dim_k = h.head_dim_v = h.rope_dim = 16;
+  return h;
+}
+
+TEST(OpCost, MatmulByHand) {
+  // 3 rows x k 64 x n 32 in q8_0: 2*3*64*32 = 12288 ops; weights 32 rows x 2 blocks x 34
+  // bytes = 2176, x 3*64*4 = 768, y 3*32*4 = 384.
+  const OpCost c = matmul_cost(3, 64, 32, DType::Q8_0);
+  EXPECT_EQ(c.flops, 12288.0);
+  EXPECT_EQ(c.bytes, 2176.0 + 768.0 + 384.0);
+  // f16: 32 x 64 x 2 = 4096 weight bytes.
+  EXPECT_EQ(matmul_cost(1, 64, 32, DType::F16).bytes, 4096.0 + 256.0 + 128.0);
+  EXPECT_EQ(matmul_class(DType::Q4_K), ComputeClass::Int8Vnni);
+  EXPECT_EQ(matmul_class(DType::BF16), ComputeClass::Fp32Fma);
+}
+
+TEST(OpCost, AttentionByHand) {
+  const HParams h = small();
+  // One sequence, a 3-token chunk at positions 5, 6, 7: keys 6 + 7 + 8 = 21 per head;
+  // per key 2*16 + 2*16 + 5 = 69 ops; 4 heads: 4 * 21 * 69 = 5796.
+  // Bytes: context 8 tokens x 2 KV heads x (16 + 16) x 2 (f16) = 1024; q in and out
+  // 3 x 4 x (64 + 64) = 1536.
+  const std::pair<int32_t, int32_t> one[] = {{5, 3}};
+  const OpCost c = attention_cost(h, one, DType::F16);
+  EXPECT_EQ(c.flops, 5796.0);
+  EXPECT_EQ(c.bytes, 1024.0 + 1536.0);
+  // Two decode tokens of two sequences at positions 9 and 0: keys 10 and 1.
+  const std::pair<int32_t, int32_t> two[] = {{9, 1}, {0, 1}};
+  const OpCost d = attention_cost(h, two, DType::F32);
+  EXPECT_EQ(d.flops, 4.0 * 11.0 * 69.0);
+  EXPECT_EQ(d.bytes, (10.0 + 1.0) * 2 * 32 * 4 + 2 * 4 * 128.0);
+}
+
+TEST(OpCost, ElementwiseByHand) {
+  EXPECT_EQ(rms_norm_cost(2, 64).flops, 384.0);
+  EXPECT_EQ(rms_norm_cost(2, 64).bytes, 4.0 * (256.0 + 64.0));
+  EXPECT_EQ(residual_cost(2, 64).flops, 128.0);
+  EXPECT_EQ(residual_cost(2, 64).bytes, 1536.0);
+  EXPECT_EQ(swiglu_cost(1, 128).flops, 640.0);
+  EXPECT_EQ(swiglu_cost(1, 128).bytes, 1536.0);
+  // RoPE: 3 x 16 x (4 + 2) = 288 per token; bytes 4*(64+32+32) + 4*(64+32) + 2*(32+32).
+  const HParams h = small();
+  EXPECT_EQ(rope_kv_cost(h, 1, false, false, DType::F16).flops, 288.0);
+  EXPECT_EQ(rope_kv_cost(h, 1, false, false, DType::F16).bytes, 512.0 + 384.0 + 128.0);
+  EXPECT_EQ(rope_kv_cost(h, 1, true, true, DType::F16).flops, 288.0 + 128.0 + 3.0 * 96.0);
+  EXPECT_EQ(embed_cost(2, 64, DType::Q8_0).bytes, 2 * (68.0 + 256.0));
+  EXPECT_EQ(embed_cost(2, 64, DType::Q8_0).flops, 0.0);
+}
+
+// The forward's profile on a real (synthetic) model: the matmul FLOPs of one step are
+// 2 x tokens x the layer matrices' elements, plus the head once per logit row.
+TEST(OpCost, ForwardProfileSumsTheModel) {
+  const std::string path = testing::TempDir() + "/opcost-llama.gguf";
+  make_model({"llama", "tiny", DType::Q8_0, 3, "", 0, 2}, path);
+  auto m = Model::load(path);
+  const HParams& h = m->hparams();
+  EngineConfig cfg;
+  cfg.threads = 1;
+  cfg.kv_cache_bytes = 8 << 20;
+  Engine e(*m, nullptr, cfg);
+  RequestParams rp;
+  rp.sampling.temperature = 0;
+  rp.max_tokens = 2;
+  e.add_request({1, 5, 9, 13, 17, 21, 25}, rp);
+  OpProfile& p = e.op_profile();
+  p.reset();
+  p.timing = true;
+  e.step();  // the prompt: 7 tokens, 1 logit row
+  const double layer_elems = double(h.n_embd) * (h.n_q() + h.n_kv_k() + h.n_kv_v()) + double(h.n_attn_out()) * h.n_embd +
+                             3.0 * double(h.n_embd) * h.n_ff;
+  const double mm = p.op(Op::AttnQkv).flops + p.op(Op::AttnOut).flops + p.op(Op::FfnGateUp).flops + p.op(Op::FfnDown).flops;
+  EXPECT_DOUBLE_EQ(mm, 2.0 * 7 * layer_elems * h.n_layer);
+  EXPECT_DOUBLE_EQ(p.op(Op::Output).flops, 2.0 * h.n_embd * h.n_vocab);
+  EXPECT_EQ(p.op(Op::AttnQkv).calls, h.n_layer);
+  EXPECT_EQ(p.op(Op::Output).calls, 1);
+  EXPECT_EQ(p.tokens(), 7);
+  for (int i = 0; i < int(Op::kCount); ++i)
+    if (p.op(Op(i)).calls && Op(i) != Op::Sampling) {
+      EXPECT_GT(p.op(Op(i)).seconds, 0.0) << op_name(Op(i));
+    }
+  // Decode: one token at position 7 attends 8 keys per head in every layer.
+  p.reset();
+  e.step();
+  EXPECT_EQ(p.tokens(), 1);
+  EXPECT_DOUBLE_EQ(p.op(Op::Attention).flops,
+                   h.n_layer * double(h.n_head) * 8.0 * (2.0 * h.head_dim_k + 2.0 * h.head_dim_v + 5.0));
+}
+
+}  // namespace
+}  // namespace ridge::perf
