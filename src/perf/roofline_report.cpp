@@ -29,6 +29,10 @@ constexpr double kOverheadStepRatio = 3.0;
 constexpr double kSmallOpPredictedFrac = 0.10;
 // - Overhead is the verdict when such ops plus the untimed part of the step are most of it.
 constexpr double kOverheadTimeShare = 0.5;
+// A memory- or compute-bound group within this factor of its ridge point, running under
+// this fraction of its roofline time, is bound by its kernels (both roofs are close there).
+constexpr double kNearRidgeFactor = 2.0;
+constexpr double kNearRidgeRoofFrac = 0.5;
 // How many ops a verdict names.
 constexpr size_t kVerdictOps = 3;
 
@@ -201,6 +205,23 @@ void diagnose(PhaseAnalysis& p, double bw) {
     p.bottleneck = in_step_name;
     p.verdict = fmt::format("{} is {}-bound: {}; {}. {}", who, in_step_name, bound_sentence(p, in_step, bw), timing,
                             technique(p.bottleneck));
+    // Near the ridge point both roofs are close, so an op group far under its roofline
+    // time is bound by its kernels, not by the memory system or the peak: say so, since
+    // "fewer bytes" would not help much there.
+    double secs = 0, pred = 0, flops = 0, bytes = 0, ridge_t = 0, ridge_w = 0;
+    for (const auto& o : p.ops)
+      if (o.bound == in_step && o.op->seconds > 0) {
+        secs += o.op->seconds, pred += o.predicted_seconds, flops += o.op->flops, bytes += o.op->bytes;
+        if (o.ridge > 0) ridge_t += o.ridge * o.op->seconds, ridge_w += o.op->seconds;
+      }
+    const double intensity = bytes > 0 ? flops / bytes : 0, ridge = ridge_w > 0 ? ridge_t / ridge_w : 0;
+    if (secs > 0 && pred < kNearRidgeRoofFrac * secs && ridge > 0 && intensity > ridge / kNearRidgeFactor &&
+        intensity < ridge * kNearRidgeFactor)
+      p.verdict += fmt::format(
+          " But these ops sit near the ridge point ({} FLOP/B against {}) and reach only {:.0f}% of their roofline "
+          "time, under both roofs: the kernels bind, not DRAM. Technique first: better GEMM tiling for this batch "
+          "size (more rows per weight load, tiles that keep the VNNI/FMA units fed).",
+          sig3(intensity), sig3(ridge), 100 * pred / secs);
   }
 }
 

@@ -73,8 +73,12 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
     cfg.max_num_seqs = batch;
     cfg.max_num_batched_tokens = std::max<int32_t>(o.max_batched_tokens, batch);
     cfg.prefix_cache = false;  // every prompt computed: the phase measures the model, not the cache
+    // Prompts finish their prefill a chunk apart, so the first ones start decoding early:
+    // enough tokens that decode_steps steps run with every sequence decoding.
+    const int64_t prefill_steps = (int64_t(batch) * o.prompt + cfg.max_num_batched_tokens - 1) / cfg.max_num_batched_tokens;
+    const int64_t seq_tokens = per_seq + prefill_steps;
     const int32_t bs = cfg.block_size;
-    const int64_t blocks = int64_t(batch) * ((per_seq + bs - 1) / bs) + 1;
+    const int64_t blocks = int64_t(batch) * ((seq_tokens + bs - 1) / bs) + 1;
     KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, bs, 0, cfg.kv_dtype};
     cfg.kv_cache_bytes = blocks * bs * kl.bytes_per_token();
     Engine engine(m, tok, cfg);
@@ -82,7 +86,7 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
 
     RequestParams rp;
     rp.sampling.temperature = 0;
-    rp.max_tokens = o.decode_steps + 1;  // the prefill's token, then decode_steps decode steps
+    rp.max_tokens = int32_t(o.decode_steps + prefill_steps + 1);
     rp.ignore_eos = true;
     for (int32_t s = 0; s < batch; ++s) {
       std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
@@ -108,7 +112,8 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
         prof.add_step(pf);
         prefill.merge(prof);
         prefill_wall += wall;
-      } else if (dc > 0) {
+      } else if (dc > 0 && prof.tokens() == batch && decode.steps() < o.decode_steps) {
+        // Only full-batch decode steps: the ramp and the tail would blur the batch size.
         prof.add_step(dc);
         decode.merge(prof);
         decode_wall += wall;

@@ -2,9 +2,18 @@
 
 #include <cmath>
 
+#include "core/cpu.h"
+
 namespace ridge::kernels {
 
+namespace detail {
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, float eps);
+void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void add_inplace_avx512(float* x, const float* y, int64_t n);
+}  // namespace detail
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  if (active_isa() == Isa::Avx512) return detail::rms_norm_avx512(x, w, y, n, eps);
   // Sum in double: one rounding for the whole row, and the reference test can be tight.
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
@@ -47,6 +56,7 @@ void rope_apply(const RopeParams& p, const float* cs, float* x) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (active_isa() == Isa::Avx512) return detail::swiglu_avx512(gate, up, out, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.f + std::exp(-g)) * up[i];
@@ -54,6 +64,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void add_inplace(float* x, const float* y, int64_t n) {
+  if (active_isa() == Isa::Avx512) return detail::add_inplace_avx512(x, y, n);
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
