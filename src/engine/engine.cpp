@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "perf/op_cost.h"
 #include "perf/tracer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -232,6 +233,8 @@ std::vector<TokenEvent> Engine::step() {
   // finished sequences) touches no logits, so the order changes no result.
   std::vector<int32_t> sampled(so.chunks.size(), -1);
   int64_t n_rows = 0;
+  perf::OpProfile& prof = runner_->profile();
+  const auto t_samp0 = prof.timing ? Clock::now() : Clock::time_point{};
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     if (rows_[i] < 0) continue;
     Sequence* s = so.chunks[i].seq;
@@ -244,6 +247,11 @@ std::vector<TokenEvent> Engine::step() {
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw_.data(), n_vocab, tok, s->params.logprobs));
     sampled[i] = tok;
     ++n_rows;
+  }
+  if (n_rows > 0) {
+    const perf::OpCost c = perf::sampling_cost(n_rows, n_vocab);
+    prof.add(perf::Op::Sampling, perf::ComputeClass::None, c.flops, c.bytes,
+             prof.timing ? std::chrono::duration<double>(Clock::now() - t_samp0).count() : 0.0);
   }
   const int64_t t_sample = tr ? perf::trace_clock_ns() : 0;
   if (tr) perf::trace_span("sample", "engine", t_fwd_end, t_sample, {{"rows", n_rows}});
@@ -272,6 +280,18 @@ std::vector<TokenEvent> Engine::step() {
     events.push_back({s->id, tok, done});
   }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Each sequence's share of this step, by the kind of work its chunk was.
+  const double per_token = dt / double(std::max<int64_t>(so.n_tokens(), 1));
+  for (const auto& c : so.chunks) {
+    Sequence* s = c.seq;
+    const int32_t start = s->n_computed - c.n_tokens;
+    const int32_t redo = std::max(0, std::min(start + c.n_tokens, s->max_computed) - start);
+    s->recompute_share_s += per_token * redo;
+    const double fresh = per_token * (c.n_tokens - redo);
+    if (c.n_tokens == 1 && start >= s->n_prompt) s->decode_share_s += fresh;
+    else s->prefill_share_s += fresh;
+    s->max_computed = std::max(s->max_computed, s->n_computed);
+  }
   ++stats_.steps;
   stats_.batched_seqs += int64_t(so.chunks.size());
   stats_.generated_tokens += produced;

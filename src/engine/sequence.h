@@ -48,6 +48,12 @@ struct Sequence {
   std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
   std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
 
+  // Attribution: this sequence's share of each step it rode in (the step's time x its
+  // tokens / the step's tokens), by kind of work. Recompute is prompt or generated tokens
+  // run again after a preemption dropped their KV.
+  double prefill_share_s = 0, decode_share_s = 0, recompute_share_s = 0;
+  int32_t max_computed = 0;      // high-water mark of n_computed (what recompute re-runs)
+
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   // Tokens still to run through the model: the prompt (or, after a preemption by
   // recompute, prompt + generated) and then one per decode step.

@@ -195,6 +195,10 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
     if (s) {
       st.n_generated = s->n_generated();
       if (s->n_generated() == 0) st.n_cached = s->n_prefix_hit;
+      st.prefill_s = s->prefill_share_s;
+      st.decode_s = s->decode_share_s;
+      st.recompute_s = s->recompute_share_s;
+      st.preemptions = s->n_preemptions;
     }
   }
   if (abort_seq) {
@@ -227,6 +231,11 @@ void EngineLoop::finish_job_if_done(Active& a) {
   }
   for (const auto& spec : j.choices) prompt = std::max(prompt, int32_t(spec.prompt.size()));
   metrics_.observe_e2e(now - j.arrival_s);
+  {
+    std::lock_guard lk(j.mu);
+    for (const auto& st : j.state)
+      metrics_.observe_attribution(st.prefill_s, st.decode_s, st.recompute_s, st.n_cached, st.preemptions);
+  }
   metrics_.observe_request_tokens(prompt, gen);
   if (a.first_token_s > 0 && gen > 1) {
     double last = 0;
@@ -326,6 +335,10 @@ void EngineLoop::run() {
           if (ch.done || (s && (s->n_computed > 0 || s->status == SeqStatus::Running))) {
             a->started = true;
             metrics_.observe_queue(t_step - a->job->arrival_s);
+            {
+              std::lock_guard lk(a->job->mu);
+              a->job->queued_s = t_step - a->job->arrival_s;
+            }
             break;
           }
         }

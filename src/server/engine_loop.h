@@ -48,6 +48,9 @@ struct ChoiceState {
   std::string finish_reason;       // "stop", "length", "abort"
   int32_t n_generated = 0;
   int32_t n_cached = 0;            // prompt tokens served by the prefix cache
+  // Attribution (set when finished): shares of the steps it rode in, by kind of work.
+  double prefill_s = 0, decode_s = 0, recompute_s = 0;
+  int32_t preemptions = 0;
 };
 
 struct Job {
@@ -58,6 +61,7 @@ struct Job {
   std::mutex mu;
   std::vector<ChoiceState> state;  // [choices]
   std::string error;               // set (and every choice finished) when the engine refused it
+  double queued_s = -1;            // arrival to first scheduled (set once scheduled)
   std::atomic<int64_t> pending_bytes{0};  // output not yet taken, for the slow-client bound
   std::function<void()> notify;    // set by the consumer before submit
   std::atomic<bool> cancelled{false};

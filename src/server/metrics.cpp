@@ -30,7 +30,12 @@ constexpr double kTokenCountBuckets[] = {1,    2,    5,     10,    20,    50,   
 
 constexpr size_t kMaxBounds = 22;
 
-enum Hist { kTtft, kTpot, kItl, kE2e, kQueue, kPromptTokens, kGenTokens, kNumHist };
+constexpr double kCountBuckets[] = {0, 1, 2, 5, 10, 20, 50, 100};
+
+enum Hist {
+  kTtft, kTpot, kItl, kE2e, kQueue, kPromptTokens, kGenTokens,
+  kPrefillTime, kDecodeTime, kRecomputeTime, kCachedTokens, kPreemptions, kNumHist
+};
 
 struct HistDef {
   const char* name;
@@ -54,6 +59,18 @@ const HistDef kHistDefs[kNumHist] = {
      kTokenCountBuckets},
     {"ridge:request_generation_tokens", "Number of generation tokens processed per request.",
      kTokenCountBuckets},
+    // Attribution: a request's share of each batched step it rode in (step time x its
+    // tokens / the step's tokens), split by phase.
+    {"ridge:request_prefill_time_seconds",
+     "Histogram of a request's share of the prefill steps it rode in, in seconds.", kRequestLatencyBuckets},
+    {"ridge:request_decode_time_seconds",
+     "Histogram of a request's share of the decode steps it rode in, in seconds.", kRequestLatencyBuckets},
+    {"ridge:request_recompute_time_seconds",
+     "Histogram of a request's share of steps spent recomputing KV lost to preemption, in seconds.",
+     kRequestLatencyBuckets},
+    {"ridge:request_cached_tokens", "Number of prompt tokens served by the prefix cache per request.",
+     kTokenCountBuckets},
+    {"ridge:request_preemptions", "Number of preemptions per request.", kCountBuckets},
 };
 
 struct Histogram {
@@ -195,6 +212,16 @@ void Metrics::observe_request_tokens(int prompt, int gen) {
   std::lock_guard lk(mu_);
   s_->observe(kPromptTokens, prompt);
   s_->observe(kGenTokens, gen);
+}
+
+void Metrics::observe_attribution(double prefill_s, double decode_s, double recompute_s, int cached_tokens,
+                                  int preemptions) {
+  std::lock_guard lk(mu_);
+  s_->observe(kPrefillTime, prefill_s);
+  s_->observe(kDecodeTime, decode_s);
+  s_->observe(kRecomputeTime, recompute_s);
+  s_->observe(kCachedTokens, cached_tokens);
+  s_->observe(kPreemptions, preemptions);
 }
 
 void Metrics::add_prompt_tokens(int64_t n) {

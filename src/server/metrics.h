@@ -39,6 +39,9 @@ class Metrics {
   void observe_queue(double s);
   // Per finished request; does not touch the *_tokens_total counters.
   void observe_request_tokens(int prompt, int gen);
+  // Per finished request: its shares of the prefill, decode and recompute steps it rode
+  // in (seconds), prompt tokens served by the prefix cache, times preempted.
+  void observe_attribution(double prefill_s, double decode_s, double recompute_s, int cached_tokens, int preemptions);
 
   // Counters. Negative increments are ignored: a counter only goes up.
   void add_prompt_tokens(int64_t n);

@@ -238,6 +238,7 @@ ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext
     r.include_usage = boolean(*so, "include_usage", false);
   }
   r.n = int32_t(integer(j, "n", 1, 1, ctx.max_n));
+  r.ridge_timings = boolean(j, "ridge_timings", false);
   if (ep == Endpoint::Completions) {
     r.echo = boolean(j, "echo", false);
     r.logprobs = int32_t(integer(j, "logprobs", -1, 0, ctx.max_logprobs));

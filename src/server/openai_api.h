@@ -50,6 +50,7 @@ struct ParsedRequest {
   int32_t n = 1;
   bool echo = false;
   int32_t logprobs = -1;            // completions: `logprobs`; chat: top_logprobs when logprobs
+  bool ridge_timings = false;       // attach the per-request attribution to the response
   std::vector<std::vector<int32_t>> prompts;   // [prompts][tokens]
   std::vector<std::string> prompt_texts;       // for echo: the text of each prompt
   std::vector<ChoiceSpec> choices;  // [prompts * n], choice i = prompt i / n

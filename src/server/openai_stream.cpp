@@ -79,6 +79,12 @@ class OpenAIStream : public HttpStream {
     if (!job_->all_finished()) return false;
     done_ = true;
     if (req_.stream) {
+      if (req_.ridge_timings) {
+        json t = chunk_base();
+        t["choices"] = json::array();
+        t["ridge_timings"] = timings();
+        out += "data: " + dump(t) + "\n\n";
+      }
       if (req_.include_usage) {
         json u = chunk_base();
         u["choices"] = json::array();
@@ -166,6 +172,20 @@ class OpenAIStream : public HttpStream {
             {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 
+  // Where the request's time went: queued, then its share of every batched step it rode
+  // in, by kind of work (ridge's extension, asked for with "ridge_timings": true).
+  json timings() const {
+    json choices = json::array();
+    for (size_t c = 0; c < job_->state.size(); ++c) {
+      const ChoiceState& st = job_->state[c];
+      choices.push_back({{"index", c}, {"prefill_ms", 1e3 * st.prefill_s}, {"decode_ms", 1e3 * st.decode_s},
+                         {"recompute_ms", 1e3 * st.recompute_s}, {"preemptions", st.preemptions},
+                         {"cached_tokens", st.n_cached}, {"generated_tokens", st.n_generated}});
+    }
+    return {{"queued_ms", job_->queued_s >= 0 ? json(1e3 * job_->queued_s) : json(nullptr)},
+            {"choices", std::move(choices)}};
+  }
+
   json full_response() {
     json choices = json::array();
     for (size_t c = 0; c < acc_.size(); ++c) {
@@ -183,8 +203,10 @@ class OpenAIStream : public HttpStream {
       ch["finish_reason"] = a.finish_reason;
       choices.push_back(std::move(ch));
     }
-    return {{"id", id_}, {"object", chat_ ? "chat.completion" : "text_completion"}, {"created", created_},
-            {"model", ctx_.model_name}, {"choices", std::move(choices)}, {"usage", usage()}};
+    json r = {{"id", id_}, {"object", chat_ ? "chat.completion" : "text_completion"}, {"created", created_},
+              {"model", ctx_.model_name}, {"choices", std::move(choices)}, {"usage", usage()}};
+    if (req_.ridge_timings) r["ridge_timings"] = timings();
+    return r;
   }
 
   json bytes_of(const std::string& s) const {

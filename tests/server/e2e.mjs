@@ -419,9 +419,21 @@ test("logit_bias: +100 forces a token at temperature 0; -100 bans the greedy one
 test("preemption: n=48 seeded choices through a small KV cache equal the same seeds alone", async () => {
   const body = { model: MODEL, prompt: "Once upon a time", max_tokens: 118, ignore_eos: true, temperature: 1, seed: 5000 };
   const before = await metricsOf(o.url);
-  const big = await client.completions.create({ ...body, n: 48 });
+  const big = await client.completions.create({ ...body, n: 48, ridge_timings: true });
   assert.equal(big.choices.length, 48);
   assert.equal(big.usage.completion_tokens, 48 * 118);
+  // Attribution: every choice rode prefill and decode steps; preempted choices recomputed.
+  const t = big.ridge_timings;
+  assert.ok(t && t.queued_ms >= 0 && t.choices.length === 48, "ridge_timings with every choice");
+  for (const c of t.choices) {
+    assert.ok(c.prefill_ms > 0 && c.decode_ms > 0 && c.recompute_ms >= 0, JSON.stringify(c));
+    assert.equal(c.generated_tokens, 118);
+    if (c.preemptions === 0) assert.equal(c.recompute_ms, 0, "recompute only after a preemption");
+  }
+  assert.ok(t.choices.some((c) => c.preemptions > 0 && c.recompute_ms > 0), "some choice was preempted and recomputed");
+  const m = await metricsOf(o.url);
+  assert.ok(m.get("ridge:request_recompute_time_seconds_sum") > 0, "recompute time on /metrics");
+  assert.ok(m.get("ridge:request_preemptions_count") >= 48);
   const after = await metricsOf(o.url);
   console.log(`     ${after.get("ridge:num_preemptions_total") - before.get("ridge:num_preemptions_total")} preemptions`);
   // Choice k uses seed + k: the same text as a request with that seed alone.
