@@ -31,6 +31,8 @@ int bench_throughput(Args& a) {
   const int64_t prefix = a.integer({"--prefix-len"}, 0, 0, 1 << 20);
   const uint64_t seed = uint64_t(a.integer({"--seed"}, 0, 0, INT64_MAX));
   const bool json = a.flag({"--json"});
+  const double price = a.number({"--price-per-hour"}, 0, 0, 1e9);
+  const auto peaks_file = a.str({"--peaks"});
   EngineConfig cfg = engine_config(a);
   const auto trace = a.str({"--trace"});
   a.finish();
@@ -54,8 +56,31 @@ int bench_throughput(Args& a) {
     while (int64_t(prompt.size()) < in_len) prompt.push_back(tok());
     e.add_request(std::move(prompt), p);
   }
-  while (e.has_work()) e.step();
+  // KV pool use: the peak over steps of blocks referenced (free excluded).
+  int32_t kv_peak_blocks = 0;
+  while (e.has_work()) {
+    e.step();
+    kv_peak_blocks = std::max(kv_peak_blocks, e.blocks().n_total() - e.blocks().n_free());
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double kv_peak = e.blocks().n_total() ? double(kv_peak_blocks) / e.blocks().n_total() : 0;
+  // Compute utilization: the time the run's useful operations would take at the peak of
+  // the kernel class that ran each op, over the elapsed time (needs --peaks).
+  const perf::OpProfile& prof = e.op_profile();
+  double at_peak_s = 0, useful_flops = prof.total_flops();
+  if (peaks_file) {
+    const Peaks pk = load_peaks(*peaks_file);
+    for (int i = 0; i < int(perf::Op::kCount); ++i) {
+      const perf::OpStat& os = prof.op(perf::Op(i));
+      const std::optional<ComputePeak>* peak = os.cls == perf::ComputeClass::Int8Vnni  ? &pk.int8_vnni
+                                               : os.cls == perf::ComputeClass::Fp32Fma ? &pk.fp32_fma
+                                               : os.cls == perf::ComputeClass::Fp16Fma ? &pk.fp16_fma
+                                               : os.cls == perf::ComputeClass::Bf16Dot ? &pk.bf16_dot
+                                                                                       : nullptr;
+      if (peak && *peak && (*peak)->all > 0) at_peak_s += os.flops / ((*peak)->all * 1e9);
+    }
+  }
+  const double compute_util = peaks_file && s > 0 ? at_peak_s / s : -1;
   const EngineStats& st = e.stats();
   const double mean_batch = st.steps ? double(st.batched_seqs) / double(st.steps) : 0;
   const double hit = st.prompt_tokens ? double(st.prefix_hit_tokens) / double(st.prompt_tokens) : 0;
@@ -63,33 +88,51 @@ int bench_throughput(Args& a) {
   // step mixing a prompt chunk with decodes counts as prefill).
   const double decode_tps = st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0;
   const double prefill_tps = st.prefill_s > 0 ? double(st.computed_tokens - st.decode_tokens) / st.prefill_s : 0;
+  const double out_tps = double(st.generated_tokens) / s, total_tps = double(st.prompt_tokens + st.generated_tokens) / s;
+  // Cost per million tokens at --price-per-hour: the hour's price over an hour's tokens.
+  const double cost_out = price > 0 && out_tps > 0 ? price / 3600.0 / out_tps * 1e6 : 0;
+  const double cost_total = price > 0 && total_tps > 0 ? price / 3600.0 / total_tps * 1e6 : 0;
+  const double rss = peak_rss_mib();
   if (json) {
     std::printf(
         "{\"model\":\"%s\",\"num_prompts\":%lld,\"input_len\":%lld,\"output_len\":%lld,\"prefix_len\":%lld,"
         "\"prefix_cache\":%s,\"threads\":%d,\"elapsed_s\":%.4f,\"requests_per_s\":%.4f,\"output_tok_per_s\":%.3f,"
         "\"total_tok_per_s\":%.3f,\"mean_batch\":%.3f,\"prefix_hit_rate\":%.4f,\"computed_tokens\":%lld,"
         "\"preemptions\":%lld,\"swaps\":%lld,\"steps\":%lld,\"kv_capacity_tokens\":%lld,\"prefill_tok_per_s\":%.3f,"
-        "\"decode_tok_per_s\":%.3f,\"prefill_s\":%.4f,\"decode_s\":%.4f}\n",
+        "\"decode_tok_per_s\":%.3f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"kv_peak_usage\":%.4f,\"peak_rss_mib\":%.1f,"
+        "\"useful_gflop\":%.3f,\"compute_utilization\":%.4f,\"price_per_hour\":%g,\"cost_per_m_output_tokens\":%.6f,"
+        "\"cost_per_m_total_tokens\":%.6f}\n",
         path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
         cfg.prefix_cache ? "true" : "false", e.pool().size(), s, double(n) / s, double(st.generated_tokens) / s,
         double(st.prompt_tokens + st.generated_tokens) / s, mean_batch, hit, (long long)st.computed_tokens,
         (long long)e.n_preemptions(), (long long)e.n_swaps(), (long long)st.steps, (long long)e.kv_capacity_tokens(),
-        prefill_tps, decode_tps, st.prefill_s, st.decode_s);
+        prefill_tps, decode_tps, st.prefill_s, st.decode_s, kv_peak, rss, useful_flops / 1e9, compute_util, price,
+        cost_out, cost_total);
   } else {
     std::printf("model %s, %lld prompts x (%lld in, %lld out), shared prefix %lld, prefix cache %s, %d threads\n",
                 path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
                 cfg.prefix_cache ? "on" : "off", e.pool().size());
     std::printf("elapsed          %.3f s\n", s);
     std::printf("requests/s       %.3f\n", double(n) / s);
-    std::printf("output tok/s     %.2f\n", double(st.generated_tokens) / s);
-    std::printf("total tok/s      %.2f\n", double(st.prompt_tokens + st.generated_tokens) / s);
+    std::printf("output tok/s     %.2f\n", out_tps);
+    std::printf("total tok/s      %.2f\n", total_tps);
     std::printf("prefill tok/s    %.2f (steps with prompt work, %.3f s)\n", prefill_tps, st.prefill_s);
     std::printf("decode tok/s     %.2f (decode-only steps, %.3f s)\n", decode_tps, st.decode_s);
     std::printf("mean batch       %.2f sequences/step (%lld steps)\n", mean_batch, (long long)st.steps);
     std::printf("prefix hit rate  %.1f%% (%lld of %lld prompt tokens; %lld tokens computed)\n", 100 * hit,
                 (long long)st.prefix_hit_tokens, (long long)st.prompt_tokens, (long long)st.computed_tokens);
     std::printf("preemptions      %lld (%lld by swap)\n", (long long)e.n_preemptions(), (long long)e.n_swaps());
-    std::printf("KV pool          %lld tokens\n", (long long)e.kv_capacity_tokens());
+    std::printf("KV pool          %lld tokens, peak use %.1f%%; peak RSS %.0f MiB\n", (long long)e.kv_capacity_tokens(),
+                100 * kv_peak, rss);
+    if (compute_util >= 0)
+      std::printf("compute          %.1f GFLOP useful, %.1f%% of the peaks of the kernels' classes\n", useful_flops / 1e9,
+                  100 * compute_util);
+    else
+      std::printf("compute          %.1f GFLOP useful, %.1f GFLOP/s (--peaks FILE for %% of peak)\n", useful_flops / 1e9,
+                  useful_flops / 1e9 / s);
+    if (price > 0)
+      std::printf("cost             %.4f per 1M output tokens, %.4f per 1M tokens (at %g per hour)\n", cost_out,
+                  cost_total, price);
   }
   return 0;
 }
@@ -185,6 +228,7 @@ int bench_serve_cmd(Args& a) {
   o.seed = uint64_t(a.integer({"--seed"}, 0, 0, INT64_MAX));
   const double ttft = a.number({"--slo-ttft"}, -1, 0, 1e9), tpot = a.number({"--slo-tpot"}, -1, 0, 1e9);
   o.timeout_s = a.number({"--timeout-s"}, o.timeout_s, 1e-3, 1e7);
+  o.price_per_hour = a.number({"--price-per-hour"}, 0, 0, 1e9);
   const std::string json_path = a.str({"--json"}, "");
   a.finish();
   if (ttft >= 0) o.slo_ttft_ms = ttft;

@@ -40,7 +40,9 @@ commands:
               line of ids per string out; --tokenizer-json FILE [--tokenizer-config FILE]
               instead of -m (HF tokenizer.json); --decode: JSON lines of ids in, text out
   bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
-              [--prefix-len P] [--seed S] [--json] + engine options
+              [--prefix-len P] [--seed S] [--json] [--peaks peaks.json] [--price-per-hour P]
+              + engine options; also KV pool peak use, peak RSS, compute utilization (%
+              of the peaks of the kernels' classes) and cost per 1M tokens
   bench kernels [--preset NAME] [--types f16,q8_0,...] [--m 1,16,512] [--shapes attn_q,...]
               [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
               [--attn-seqs N] [--attn-ctx TOKENS]   every matrix kernel and decode attention:
@@ -48,7 +50,7 @@ commands:
   bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
               [--input-len I] [--output-len O] [--prefix-len P] [--vocab-max V] [--seed S]
-              [--slo-ttft MS] [--slo-tpot MS] [--timeout-s T] [--json FILE|-]
+              [--slo-ttft MS] [--slo-tpot MS] [--timeout-s T] [--json FILE|-] [--price-per-hour P]
               load an OpenAI-compatible server as vllm bench serve does (Poisson
               arrivals, streamed answers): TTFT, TPOT, ITL, end-to-end latency,
               throughputs, goodput; exit status 1 if any request failed

@@ -39,6 +39,7 @@ struct ServeBenchOptions {
   uint64_t seed = 0;
   std::optional<double> slo_ttft_ms, slo_tpot_ms;
   double timeout_s = 600;  // per request, connect to last byte
+  double price_per_hour = 0;  // the server's cost per hour (any currency); > 0 adds cost per 1M tokens
 };
 
 // Throws an Error naming the first impossible setting.
@@ -101,6 +102,7 @@ struct ServeMetrics {
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   double request_goodput = 0;  // requests within both SLOs (an absent one: no limit) / s
   int64_t peak_in_flight = 0;
+  double cost_per_m_output = 0, cost_per_m_total = 0;  // price_per_hour over the token rates (0: no price)
   LatencyStats ttft, tpot, itl, e2el;
   std::vector<std::string> errors;  // the first 10
 };

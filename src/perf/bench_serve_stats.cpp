@@ -226,6 +226,11 @@ ServeMetrics compute_serve_metrics(const ServeBenchRun& run, const ServeBenchOpt
     m.request_goodput = double(good) / m.duration_s;
     m.output_throughput = double(m.total_output_tokens) / m.duration_s;
     m.total_token_throughput = double(m.total_input_tokens + m.total_output_tokens) / m.duration_s;
+    // Cost per million tokens: the hour's price over the tokens an hour at this rate.
+    if (o.price_per_hour > 0 && m.output_throughput > 0) {
+      m.cost_per_m_output = o.price_per_hour / 3600.0 / m.output_throughput * 1e6;
+      m.cost_per_m_total = o.price_per_hour / 3600.0 / m.total_token_throughput * 1e6;
+    }
   }
   m.ttft = latency_stats(ttft);
   m.tpot = latency_stats(tpot);
@@ -255,6 +260,10 @@ std::string serve_report_table(const ServeMetrics& m, const ServeBenchRun& run, 
   row("Output token throughput (tok/s):", f2(m.output_throughput));
   row("Peak concurrent requests:", std::to_string(m.peak_in_flight));
   row("Total Token throughput (tok/s):", f2(m.total_token_throughput));
+  if (o.price_per_hour > 0) {
+    row("Cost per 1M output tokens:", fmt::format("{:.4f}", m.cost_per_m_output));
+    row("Cost per 1M total tokens:", fmt::format("{:.4f}", m.cost_per_m_total));
+  }
   auto lat = [&](std::string_view title, std::string_view name, const LatencyStats& l) {
     head(title, '-');
     row(fmt::format("Mean {} (ms):", name), f2(l.mean));
@@ -304,6 +313,9 @@ std::string serve_report_json(const ServeMetrics& m, const ServeBenchRun& run, c
   j["total_output_tokens"] = m.total_output_tokens;
   j["request_throughput"] = m.request_throughput;
   j["request_goodput"] = m.request_goodput;
+  j["price_per_hour"] = o.price_per_hour;
+  j["cost_per_m_output_tokens"] = m.cost_per_m_output;
+  j["cost_per_m_total_tokens"] = m.cost_per_m_total;
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   j["max_concurrent_requests"] = m.peak_in_flight;
