@@ -33,6 +33,7 @@ int bench_throughput(Args& a) {
   const bool json = a.flag({"--json"});
   const double price = a.number({"--price-per-hour"}, 0, 0, 1e9);
   const auto peaks_file = a.str({"--peaks"});
+  const bool op_timing = a.flag({"--op-timing"});  // time every op (what ridge roofline does): its cost
   EngineConfig cfg = engine_config(a);
   const auto trace = a.str({"--trace"});
   a.finish();
@@ -46,6 +47,7 @@ int bench_throughput(Args& a) {
   std::vector<int32_t> shared(static_cast<size_t>(prefix));
   for (auto& t : shared) t = tok();
   Engine e(*model, nullptr, cfg);
+  e.op_profile().timing = op_timing;
   RequestParams p;
   p.max_tokens = int32_t(out_len);
   p.ignore_eos = true;

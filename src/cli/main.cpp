@@ -40,7 +40,7 @@ commands:
               line of ids per string out; --tokenizer-json FILE [--tokenizer-config FILE]
               instead of -m (HF tokenizer.json); --decode: JSON lines of ids in, text out
   bench throughput -m MODEL [--num-prompts N] [--input-len I] [--output-len O]
-              [--prefix-len P] [--seed S] [--json] [--peaks peaks.json] [--price-per-hour P]
+              [--prefix-len P] [--seed S] [--json] [--peaks peaks.json] [--price-per-hour P] [--op-timing]
               + engine options; also KV pool peak use, peak RSS, compute utilization (%
               of the peaks of the kernels' classes) and cost per 1M tokens
   bench kernels [--preset NAME] [--types f16,q8_0,...] [--m 1,16,512] [--shapes attn_q,...]
