@@ -417,11 +417,9 @@ int32_t thread_tid() {
   return t.tid;
 }
 
-void emit_x(std::string_view name, std::string_view cat, int pid, int64_t tid, int64_t t0, int64_t t1, TraceArgs args,
-            std::string_view extra_args = {}) {
-  Buf b;
-  head(b, name, cat, 'X', pid, tid, t0);
-  put_dur(b, t0, t1);
+// The args object (pre-rendered extra first, then the typed args), the closing brace,
+// and the event into the writer.
+void close_event(Buf& b, TraceArgs args, std::string_view extra_args) {
   if (args.size() || !extra_args.empty()) {
     b.append(std::string_view(",\"args\":{"));
     b.append(extra_args);
@@ -433,20 +431,20 @@ void emit_x(std::string_view name, std::string_view cat, int pid, int64_t tid, i
   g_writer.emit(b);
 }
 
+void emit_x(std::string_view name, std::string_view cat, int pid, int64_t tid, int64_t t0, int64_t t1, TraceArgs args,
+            std::string_view extra_args = {}) {
+  Buf b;
+  head(b, name, cat, 'X', pid, tid, t0);
+  put_dur(b, t0, t1);
+  close_event(b, args, extra_args);
+}
+
 void emit_i(std::string_view name, std::string_view cat, int pid, int64_t tid, int64_t t, TraceArgs args,
             std::string_view extra_args = {}) {
   Buf b;
   head(b, name, cat, 'i', pid, tid, t);
   b.append(std::string_view(",\"s\":\"t\""));
-  if (args.size() || !extra_args.empty()) {
-    b.append(std::string_view(",\"args\":{"));
-    b.append(extra_args);
-    if (args.size() && !extra_args.empty()) b.push_back(',');
-    put_arg_body(b, args);
-    b.push_back('}');
-  }
-  b.push_back('}');
-  g_writer.emit(b);
+  close_event(b, args, extra_args);
 }
 
 std::string arg_body(TraceArgs args) {
