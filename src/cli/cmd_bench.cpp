@@ -139,17 +139,6 @@ int bench_throughput(Args& a) {
   return 0;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    const size_t e = std::min(s.find(',', b), s.size());
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 // ridge bench kernels: every matrix kernel on a preset's shapes with % of its ceiling.
 int bench_kernels_cmd(Args& a) {
   KernelBenchOptions o;

@@ -19,8 +19,7 @@ namespace {
 
 std::vector<int32_t> int_list(const std::string& s, const char* flag) {
   std::vector<int32_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
+  for (const std::string& item : split_list(s)) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end || v < 1 || v > 4096) fail("{} '{}': expected a comma-separated list of 1..4096", flag, s);

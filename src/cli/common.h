@@ -1,6 +1,7 @@
 // Pieces shared by the commands: which model to load, the engine flags, peak memory.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "cli/args.h"
 #include "engine/generator.h"
@@ -22,5 +23,7 @@ int64_t parse_bytes(const std::string& s, const char* flag);
 // --presence-penalty, --frequency-penalty, --seed (default: from the clock, printed).
 SamplingParams sampling_params(Args& a, bool* seed_given = nullptr);
 double peak_rss_mib();
+// "a,b,,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& s);
 
 }  // namespace ridge::cli

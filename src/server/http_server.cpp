@@ -147,22 +147,14 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     respond(std::move(reply.response));
   }
 
-  static HttpResponse error_json(int status, const std::string& msg) {
+  // The errors the HTTP layer itself answers (bad HTTP, body too large, shutting down)
+  // in the application's error shape when it gave one, else as plain text.
+  HttpResponse error_json(int status, const std::string& msg) const {
+    if (srv_.opt.error_body) return srv_.opt.error_body(status, msg);
     HttpResponse r;
     r.status = status;
-    std::string esc;
-    for (char c : msg) {
-      if (c == '"' || c == '\\') esc += '\\';
-      if (static_cast<unsigned char>(c) < 0x20) continue;
-      esc += c;
-    }
-    // The API layer's names (openai_api.cpp error_response).
-    const char* type = status == 413   ? "RequestTooLarge"
-                       : status == 503 ? "ServiceUnavailableError"
-                       : status >= 500 ? "InternalServerError"
-                                       : "BadRequestError";
-    r.body = "{\"error\":{\"message\":\"" + esc + "\",\"type\":\"" + type + "\",\"param\":null,\"code\":" +
-             std::to_string(status) + "}}";
+    r.content_type = "text/plain";
+    r.body = msg + "\n";
     return r;
   }
 

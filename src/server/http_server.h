@@ -56,6 +56,9 @@ struct HttpOptions {
   int64_t max_body_bytes = 8 << 20;     // larger bodies get 413
   double read_timeout_s = 60;           // a request must arrive within this (slow-loris guard)
   double shutdown_timeout_s = 10;       // how long a shutdown waits for in-flight streams
+  // How the server's own errors (413, malformed HTTP, 503 while shutting down) look:
+  // the application's error shape; null: plain text.
+  std::function<HttpResponse(int status, const std::string& message)> error_body;
 };
 
 class HttpServer {

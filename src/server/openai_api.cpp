@@ -70,13 +70,6 @@ void refuse_unsupported(const json& j, Endpoint ep) {
     throw ApiError(400, "best_of > 1 is not supported by ridge yet", "best_of");
 }
 
-std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_special) {
-  std::vector<int32_t> ids = tok.encode(text, false, true);
-  if (add_special && tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids[0] != tok.bos()))
-    ids.insert(ids.begin(), tok.bos());
-  return ids;
-}
-
 std::vector<int32_t> token_list(const json& a, const Tokenizer& tok, const char* param) {
   std::vector<int32_t> ids;
   ids.reserve(a.size());
@@ -216,7 +209,14 @@ void check_model(const std::string& model, const ApiContext& ctx) {
     throw ApiError(404, fmt::format("The model `{}` does not exist.", model), "model", "NotFoundError");
 }
 
-ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx) {
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_special) {
+  std::vector<int32_t> ids = tok.encode(text, false, true);
+  if (add_special && tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids[0] != tok.bos()))
+    ids.insert(ids.begin(), tok.bos());
+  return ids;
+}
+
+json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
@@ -224,6 +224,14 @@ ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return j;
+}
+
+ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx) {
+  return parse_request_json(ep, parse_body(body), ctx);
+}
+
+ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& ctx) {
   if (const json* m = field(j, "model")) {
     if (!m->is_string()) throw ApiError(400, "model must be a string", "model");
     check_model(m->get<std::string>(), ctx);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -56,8 +57,14 @@ struct ParsedRequest {
   std::vector<ChoiceSpec> choices;  // [prompts * n], choice i = prompt i / n
 };
 
-// Parses and validates a request body. Throws ApiError.
+// The body as a JSON object; ApiError 400 when it is not valid JSON or not an object.
+nlohmann::json parse_body(std::string_view body);
+// Parses and validates a request. Throws ApiError.
 ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx);
+ParsedRequest parse_request_json(Endpoint ep, const nlohmann::json& body, const ApiContext& ctx);
+// Text -> ids, special tokens parsed; add_special: BOS first when the vocabulary wants it
+// (unless the text already starts with it, as rendered chat templates often do).
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_special);
 // The model field: empty or the served name; else ApiError 404.
 void check_model(const std::string& model, const ApiContext& ctx);
 

@@ -20,17 +20,6 @@ HttpResponse json_response(const json& j, int status = 200) {
   return r;
 }
 
-json parse_body(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return j;
-}
-
 }  // namespace
 
 Server::Server(Engine& engine, const Tokenizer& tok, ApiContext ctx, const ServeOptions& o)
@@ -39,8 +28,10 @@ Server::Server(Engine& engine, const Tokenizer& tok, ApiContext ctx, const Serve
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_ = std::make_unique<Metrics>(ctx_.model_name);
   loop_ = std::make_unique<EngineLoop>(engine, tok_, *metrics_, o.loop);
+  HttpOptions http = o.http;
+  http.error_body = [](int status, const std::string& msg) { return error_response(status, msg); };
   http_ = std::make_unique<HttpServer>(
-      o.http, [this](const HttpRequest& r) { return handle(r); },
+      http, [this](const HttpRequest& r) { return handle(r); },
       [this] { loop_->shutdown(opt_.http.shutdown_timeout_s); }, [this] { return loop_->idle(); });
   http_->set_on_status([this](int s) { metrics_->http_status(s); });
 }
@@ -144,16 +135,12 @@ HttpResponse Server::tokenize(const HttpRequest& req) const {
     text = it->get<std::string>();
   } else if (j.contains("messages")) {
     // The chat path renders the template exactly as a chat request would.
-    json body = j;
-    body.erase("add_special_tokens");
-    ParsedRequest pr = parse_request(Endpoint::Chat, body.dump(), ctx_);
+    ParsedRequest pr = parse_request_json(Endpoint::Chat, j, ctx_);
     return json_response({{"count", pr.prompts[0].size()}, {"max_model_len", ctx_.max_model_len}, {"tokens", pr.prompts[0]}});
   } else {
     throw ApiError(400, "give prompt (a string) or messages", "prompt");
   }
-  std::vector<int32_t> ids = tok_.encode(text, false, true);
-  if (add_special && tok_.add_bos() && tok_.bos() >= 0 && (ids.empty() || ids[0] != tok_.bos()))
-    ids.insert(ids.begin(), tok_.bos());
+  const std::vector<int32_t> ids = tokenize_prompt(tok_, text, add_special);
   return json_response({{"count", ids.size()}, {"max_model_len", ctx_.max_model_len}, {"tokens", ids}});
 }
 
