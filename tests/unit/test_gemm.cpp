@@ -130,23 +130,30 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
 
 TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   const DType t = GetParam();
-  const int64_t k = is_kquant(t) ? 512 : 320, n_out = 150, m = 23;  // 10 panels (last one partial), 23 = 3 x 6 + 5 rows
+  // 10 panels (last one partial); k long enough that a batch splits each reduction into
+  // several passes (gemm_avx512.cpp: 256 float columns, 16 Q8_0 / 32 Q4_0 blocks, 4 Q4_K /
+  // 2 Q6_K super-blocks) while a single row runs it in one. 23 = 3 x 6 + 5 rows is one
+  // row chunk (a decode batch: passes); 61 is two (prefill: one pass per tile).
+  const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800, n_out = 150;
   const Mat w = make(t, k, n_out, 11);
-  const auto x = acts(m, k, 12);
   ThreadPool p1(1), p2(2);
-  const auto all2 = run(p2, w, x, m, true);
-  const auto all1 = run(p1, w, x, m, true);
-  ASSERT_EQ(0, std::memcmp(all1.data(), all2.data(), all1.size() * sizeof(float)));
-  for (int64_t i = 0; i < m; ++i) {
-    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-    const auto yi = run(p2, w, xi, 1, true);
-    ASSERT_EQ(0, std::memcmp(yi.data(), all2.data() + i * n_out, size_t(n_out) * sizeof(float)))
-        << dtype_name(t) << ": row " << i << " alone differs from the same row in a batch of " << m;
+  for (const int64_t m : {23, 61}) {
+    SCOPED_TRACE("m = " + std::to_string(m));
+    const auto x = acts(m, k, uint32_t(12 + m));
+    const auto all2 = run(p2, w, x, m, true);
+    const auto all1 = run(p1, w, x, m, true);
+    ASSERT_EQ(0, std::memcmp(all1.data(), all2.data(), all1.size() * sizeof(float)));
+    for (int64_t i = 0; i < m; ++i) {
+      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+      const auto yi = run(p2, w, xi, 1, true);
+      ASSERT_EQ(0, std::memcmp(yi.data(), all2.data() + i * n_out, size_t(n_out) * sizeof(float)))
+          << dtype_name(t) << ": row " << i << " alone differs from the same row in a batch of " << m;
+    }
+    // Rows 3..9 as their own call: tiles start at a different row.
+    const std::vector<float> xs(x.begin() + 3 * k, x.begin() + 10 * k);
+    const auto ys = run(p2, w, xs, 7, true);
+    ASSERT_EQ(0, std::memcmp(ys.data(), all2.data() + 3 * n_out, ys.size() * sizeof(float)));
   }
-  // Rows 3..9 as their own call: tiles start at a different row.
-  const std::vector<float> xs(x.begin() + 3 * k, x.begin() + 10 * k);
-  const auto ys = run(p2, w, xs, 7, true);
-  ASSERT_EQ(0, std::memcmp(ys.data(), all2.data() + 3 * n_out, ys.size() * sizeof(float)));
 }
 
 TEST_P(GemmTest, AgreesWithThePerRowDots) {

@@ -50,6 +50,11 @@ struct GemmArgs {
   int64_t lda;
   float* y;
   int64_t ldy;
+  // The call's weights come from DRAM and are shared by few rows (a decode batch): the
+  // reduction runs in L1-sized passes with the next pass prefetched (gemm_avx512.cpp).
+  // Otherwise (prefill) every row tile reduces in one pass over weights kept in L2. The
+  // order changes no bit of the result.
+  bool stream = false;
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 

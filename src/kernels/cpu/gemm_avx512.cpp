@@ -15,6 +15,43 @@ namespace {
 
 inline __mmask16 lane_mask(int64_t lanes) { return lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1); }
 
+// Prefetches the next pass of a panel group (panels_over) into L2, a few lines per
+// kernel iteration, spread over the whole current pass: the pass's first row tile reads
+// its weights from DRAM in a burst, faster than the hardware prefetcher ramps up, and the
+// tiles after it read only L1, so without this the stream and the arithmetic take turns
+// (m = 16 took the DRAM time plus the compute time). Spread, not in one burst: a burst
+// fills the core's few line-fill buffers and stalls the loads behind it.
+struct PassPrefetch {
+  const char* base[2] = {nullptr, nullptr};  // the next pass's slice of each panel
+  int64_t len = 0;                           // bytes of that slice per panel
+  int64_t pos = 0;                           // over the slices back to back
+  int64_t end = 0;                           // len x panels
+  int32_t per_step = 0;                      // lines per kernel iteration
+
+  inline void step() {
+    for (int32_t i = 0; i < per_step && pos < end; ++i, pos += 64) {
+      const int q = pos >= len;
+      _mm_prefetch(base[q] + (pos - q * len), _MM_HINT_T1);
+    }
+  }
+};
+
+// The float accumulators of an MR x NP tile: zero at the start of the reduction, else
+// what an earlier part of it left in y.
+template <int MR, int NP>
+inline void acc_begin(__m512 (&acc)[MR][NP], bool first, const float* y, int64_t ldy, __mmask16 last) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p)
+      acc[i][p] = first ? _mm512_setzero_ps()
+                        : _mm512_maskz_loadu_ps(p == NP - 1 ? last : __mmask16(0xFFFF), y + i * ldy + p * 16);
+}
+
+template <int MR, int NP>
+inline void acc_end(const __m512 (&acc)[MR][NP], float* y, int64_t ldy, __mmask16 last) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), acc[i][p]);
+}
+
 struct LoadF32 {
   static __m512 at(const uint8_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
   static constexpr int64_t kColBytes = 64;
@@ -31,17 +68,23 @@ struct LoadBF16 {
   static constexpr int64_t kColBytes = 32;
 };
 
+// Every kernel computes columns [c0, c1) of the reduction, in its own unit (float:
+// columns, multiples of kGemmKc; Q8_0 / Q4_0: 32-blocks; K-quants: super-blocks). From
+// c0 > 0 it continues the sums y already holds: a float accumulator stored and reloaded
+// is the same value, so splitting the reduction changes no bit of any lane.
+//
 // Float weights. w: first panel (NP panels at stride ps bytes); x: MR rows at stride ldx;
 // y: MR rows at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
 template <int MR, int NP, typename L>
-void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t k, float* y, int64_t ldy,
-                __mmask16 last) {
-  for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
-    const int64_t k1 = std::min(k, k0 + kGemmKc);
+void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t c0, int64_t c1, float* y,
+                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+  for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
+    const int64_t k1 = std::min(c1, k0 + kGemmKc);
     __m512 acc[MR][NP];
     for (int i = 0; i < MR; ++i)
       for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
     for (int64_t c = k0; c < k1; ++c) {
+      if ((c & 15) == 0) pf.step();
       __m512 wv[NP];
       for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + c * L::kColBytes);
       for (int i = 0; i < MR; ++i) {
@@ -68,14 +111,13 @@ inline __m512i bcast4(const int8_t* p) {
 // Integer weights (Q8_0: 8 groups of (q + 128); Q4_0: 4 groups of nibble pairs), ActQ8
 // activations: MR rows at stride lda blocks.
 template <int MR, int NP, bool kQ4>
-void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nb, float* y, int64_t ldy,
-               __mmask16 last) {
+void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
+               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   constexpr int64_t kBlockBytes = kQ4 ? 16 * 18 : 16 * 34;
   constexpr int32_t kOffset = kQ4 ? 8 : 128;  // what the unsigned codes carry on top of the value
   __m512 accf[MR][NP];
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  acc_begin(accf, b0 == 0, y, ldy, last);
+  for (int64_t b = b0; b < b1; ++b) {
     // Each int32 sum starts at minus the offset the unsigned codes carry (exact integers,
     // so starting there instead of subtracting at the end changes no bit, and saves a
     // vector op per accumulator on the ports vpdpbusd needs).
@@ -84,6 +126,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * kOffset);
       for (int p = 0; p < NP; ++p) acci[i][p] = off;
     }
+    pf.step();
     const uint8_t* wb = w + b * kBlockBytes + 32;  // past the 16 scales
     if constexpr (kQ4) {
       const __m512i lo4 = _mm512_set1_epi8(0x0F);
@@ -117,21 +160,19 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       }
     }
   }
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+  acc_end(accf, y, ldy, last);
 }
 
 // Q4_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block b, so
 // one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
 template <int MR, int NP>
-void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nsb, float* y, int64_t ldy,
-              __mmask16 last) {
+void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
+              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   __m512 accf[MR][NP];
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
+  acc_begin(accf, s0 == 0, y, ldy, last);
+  for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * (16 * 148);
     __m512 dv[NP], dmv[NP];
     for (int p = 0; p < NP; ++p) {
@@ -139,6 +180,7 @@ void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
       dmv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps + 32)));
     }
     for (int b = 0; b < 8; ++b) {
+      pf.step();
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
       for (int i = 0; i < MR; ++i)
@@ -171,8 +213,7 @@ void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
       }
     }
   }
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+  acc_end(accf, y, ldy, last);
 }
 
 // The top 2 bits of group g's codes (packed_kquant.cpp) moved to bits 4..5 of each byte.
@@ -190,17 +231,17 @@ inline __m512i q6_high(__m512i hb) {
 // (scales 2b and 2b + 1 of the super-block), each with its own int32 sum:
 //   acc = fma(float(isum_h - 32 sum16_h), (d sc_{2b+h}) d_a, acc) for h = 0, 1.
 template <int MR, int NP>
-void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t nsb, float* y, int64_t ldy,
-              __mmask16 last) {
+void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
+              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   __m512 accf[MR][NP];
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
+  acc_begin(accf, s0 == 0, y, ldy, last);
+  for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * (16 * 210);
     __m512 dv[NP];
     for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
     for (int b = 0; b < 8; ++b) {
+      pf.step();
       const ActQ8* ab = a + s * 8 + b;
       __m512i acc0[MR][NP], acc1[MR][NP];  // start at -32 x the half's activation sum
       for (int i = 0; i < MR; ++i) {
@@ -246,53 +287,130 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
       }
     }
   }
-  for (int i = 0; i < MR; ++i)
-    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), accf[i][p]);
+  acc_end(accf, y, ldy, last);
 }
 
-// Tile drivers: rows in tiles of up to kMr, panels in groups of NP (4 when one row
-// streams the weights, 2 when rows share them), with smaller tiles for the remainders.
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Reduction units of a type (see kern_float) and how many one pass over a panel group
+// takes: about 8 KiB of each panel, so a pair of panels stays in L1 while every row
+// tile of the call passes over it.
+int64_t reduction_units(const GemmArgs& g) {
+  switch (g.type) {
+    case DType::Q8_0:
+    case DType::Q4_0: return g.k / 32;
+    case DType::Q4_K:
+    case DType::Q6_K: return g.k / 256;
+    default: return g.k;
+  }
+}
+int64_t units_per_pass(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return kGemmKc;  // f16: 8 KiB of a panel, f32: 16
+    case DType::Q8_0: return 16;       // 16 x 544 B
+    case DType::Q4_0: return 32;       // 32 x 288 B
+    case DType::Q4_K: return 4;        // 4 x 2368 B
+    case DType::Q6_K: return 2;        // 2 x 3360 B
+    default: return 1 << 30;
+  }
+}
+
+// One MR x NP tile over reduction units [c0, c1).
 template <int MR, int NP>
-void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last) {
+void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   float* y = g.y + m * g.ldy + p * kPanelRows;
+  const auto* q8 = static_cast<const ActQ8*>(g.act) + m * g.lda;
+  const auto* xf = static_cast<const float*>(g.act) + m * g.lda;
   switch (g.type) {
-    case DType::F32:
-      return kern_float<MR, NP, LoadF32>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
-    case DType::F16:
-      return kern_float<MR, NP, LoadF16>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
-    case DType::BF16:
-      return kern_float<MR, NP, LoadBF16>(w, ps, static_cast<const float*>(g.act) + m * g.lda, g.lda, g.k, y, g.ldy, last);
-    case DType::Q8_0:
-      return kern_int8<MR, NP, false>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
-    case DType::Q4_0:
-      return kern_int8<MR, NP, true>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 32, y, g.ldy, last);
-    case DType::Q4_K:
-      return kern_q4k<MR, NP>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256, y, g.ldy, last);
+    case DType::F32: return kern_float<MR, NP, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F16: return kern_float<MR, NP, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::BF16: return kern_float<MR, NP, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q8_0: return kern_int8<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_0: return kern_int8<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_K: return kern_q4k<MR, NP>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q6_K:
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
-        return kern_q6k<MR, NP>(w, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256, y, g.ldy, last);
+        return kern_q6k<MR, NP>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       else
         for (int p = 0; p < NP; ++p)
-          kern_q6k<MR, 1>(w + p * ps, ps, static_cast<const ActQ8*>(g.act) + m * g.lda, g.lda, g.k / 256,
-                          y + p * kPanelRows, g.ldy, p == NP - 1 ? last : __mmask16(0xFFFF));
+          kern_q6k<MR, 1>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
+                          p == NP - 1 ? last : __mmask16(0xFFFF), pf);
       return;
     default: return;
   }
 }
 
-template <int MR>
-void row_tile(const GemmArgs& g, int64_t m, int64_t p0, int64_t p1) {
+// Rows [m0, m1) of NP panels from p over units [c0, c1): tiles of kMr rows, then the
+// remainder as one smaller tile.
+template <int kMr, int NP>
+void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
+               PassPrefetch& pf) {
+  int64_t m = m0;
+  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf);
+  switch (m1 - m) {
+    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf); break;
+    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf); break;
+    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf); break;
+    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf); break;
+    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf); break;
+    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf); break;
+    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf); break;
+    default: break;
+  }
+}
+
+// Panels [p0, p1) in groups of NP (2, then 1 for an odd one); per group the reduction
+// runs in passes of units_per_pass, each pass taking every row tile while the group's
+// slice of weights is in L1. So the weights come from DRAM once, spread over all the
+// tiles' arithmetic, which lets the hardware prefetcher overlap the stream with the
+// compute (a group's whole reduction per row tile instead read DRAM in the first tile
+// and waited on it, and only reused the weights from L2 in the others).
+template <int kMr>
+void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t n_panels = (g.n_out + kPanelRows - 1) / kPanelRows;
   auto last_of = [&](int64_t p_end) {
     return p_end == n_panels ? lane_mask(g.n_out - (n_panels - 1) * kPanelRows) : __mmask16(0xFFFF);
   };
-  int64_t p = p0;
-  if constexpr (MR == 1)
-    for (; p + 4 <= p1; p += 4) tile<1, 4>(g, m, p, last_of(p + 4));
-  for (; p + 2 <= p1; p += 2) tile<MR, 2>(g, m, p, last_of(p + 2));
-  for (; p < p1; ++p) tile<MR, 1>(g, m, p, last_of(p + 1));
+  const int64_t units = reduction_units(g), step = g.stream ? units_per_pass(g.type) : units;
+  if (m1 - m0 == 1) {  // decode: four weight streams in flight, one pass
+    int64_t p = p0;
+    PassPrefetch none;
+    for (; p + 4 <= p1; p += 4) tile<1, 4>(g, m0, p, last_of(p + 4), 0, units, none);
+    for (; p + 2 <= p1; p += 2) tile<1, 2>(g, m0, p, last_of(p + 2), 0, units, none);
+    for (; p < p1; ++p) tile<1, 1>(g, m0, p, last_of(p + 1), 0, units, none);
+    return;
+  }
+  // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
+  // per 32-block of a super-block, float per 16 columns.
+  const int64_t steps_per_unit = g.type == DType::Q4_K || g.type == DType::Q6_K ? 8 : 1;
+  const int64_t unit_div = is_float_type(g.type) ? 16 : 1;
+  const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, row_tiles = (m1 - m0 + kMr - 1) / kMr;
+  for (int64_t p = p0; p < p1; p += 2) {
+    const bool pair = p + 2 <= p1;
+    const __mmask16 last = last_of(pair ? p + 2 : p + 1);
+    for (int64_t c0 = 0; c0 < units; c0 += step) {
+      const int64_t c1 = std::min(units, c0 + step);
+      // The pass after this one: the next slice of these panels, or the first slice of
+      // the next group in [p0, p1).
+      PassPrefetch pf;
+      const int64_t np = c1 < units ? p : p + 2, nc0 = c1 < units ? c1 : 0;
+      if (g.stream && np < p1) {
+        const int64_t nc1 = std::min(units, nc0 + step), n_next = np + 2 <= p1 ? 2 : 1;
+        for (int64_t q = 0; q < n_next; ++q)
+          pf.base[q] = reinterpret_cast<const char*>(g.packed + (np + q) * ps + nc0 * unit_bytes);
+        pf.len = (nc1 - nc0) * unit_bytes;
+        pf.end = pf.len * n_next;
+        const int64_t iters = std::max<int64_t>(1, row_tiles * (c1 - c0) * steps_per_unit / unit_div);
+        pf.per_step = int32_t((pf.end / 64 + iters - 1) / iters);
+      }
+      if (pair) rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
+      else rows_over<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
+    }
+  }
 }
 
 }  // namespace
@@ -326,24 +444,13 @@ void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, i
   //   float: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
   //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
   //   K-quants carry per-panel scale vectors too: 4 x 2.
-  const bool is_float = g.type == DType::F32 || g.type == DType::F16 || g.type == DType::BF16;
-  const bool wide = is_float || g.type == DType::Q8_0 || g.type == DType::Q4_0;
-  const int64_t mr = is_float ? 8 : wide ? 6 : 4;
-  int64_t m = m0;
-  for (; m + mr <= m1; m += mr) {
-    if (is_float) row_tile<8>(g, m, p0, p1);
-    else if (wide) row_tile<6>(g, m, p0, p1);
-    else row_tile<4>(g, m, p0, p1);
-  }
-  switch (m1 - m) {
-    case 7: row_tile<7>(g, m, p0, p1); break;
-    case 6: row_tile<6>(g, m, p0, p1); break;
-    case 5: row_tile<5>(g, m, p0, p1); break;
-    case 4: row_tile<4>(g, m, p0, p1); break;
-    case 3: row_tile<3>(g, m, p0, p1); break;
-    case 2: row_tile<2>(g, m, p0, p1); break;
-    case 1: row_tile<1>(g, m, p0, p1); break;
-    default: break;
+  switch (g.type) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return panels_over<8>(g, m0, m1, p0, p1);
+    case DType::Q8_0:
+    case DType::Q4_0: return panels_over<6>(g, m0, m1, p0, p1);
+    default: return panels_over<4>(g, m0, m1, p0, p1);
   }
 }
 

@@ -84,7 +84,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
   const int64_t pbytes = panel_bytes(w.type, w.k);
   for (size_t i = 0; i < n_outs; ++i) {
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
-    segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out}, np, tasks};
+    segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1}, np,
+               tasks};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;
   }
