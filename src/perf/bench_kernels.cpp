@@ -160,7 +160,7 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
 KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
   const PresetDims d = preset_dims(opt.preset);
   const int64_t seqs = opt.attn_seqs, ctx = opt.attn_ctx;
-  const int32_t group = d.n_head / d.n_head_kv, block = 16;
+  const int32_t group = d.n_head / d.n_head_kv, block = opt.attn_block;
   KVLayout l;
   l.n_layer = 1;
   l.n_kv_head = d.n_head_kv;
@@ -207,7 +207,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   }
   KernelResult r;
   r.kernel = "attention";
-  r.shape = fmt::format("decode {}x{}", seqs, ctx);
+  r.shape = fmt::format("decode {}x{} b{}", seqs, ctx, block);
   r.type = DType::F16;
   r.m = seqs;
   r.k = ctx;

@@ -36,6 +36,7 @@ struct KernelBenchOptions {
   // shuffled cache blocks, the preset's heads (0 sequences: skip).
   std::string preset = "tinyllama-1.1b";
   int64_t attn_seqs = 16, attn_ctx = 4096;
+  int32_t attn_block = 16;  // tokens per KV block (the engine's --block-size)
 };
 
 struct KernelResult {

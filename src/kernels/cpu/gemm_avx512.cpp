@@ -163,17 +163,20 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   acc_end(accf, y, ldy, last);
 }
 
-// Q4_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block b, so
-// one activation block meets one (scale, min) pair per row:
+// Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
+// b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
-template <int MR, int NP>
-void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
+// Q5_K's fifth bit comes from the block's h vector: bit g of a byte for the low nibble of
+// group g, bit 4 + g for the high one, moved to bit 4 (16-bit shifts are safe: the bit
+// that lands in bit 4 of a byte comes from the same byte).
+template <int MR, int NP, bool kQ5>
+void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
-    const uint8_t* sb = w + s * (16 * 148);
+    const uint8_t* sb = w + s * (kQ5 ? 16 * 180 : 16 * 148);
     __m512 dv[NP], dmv[NP];
     for (int p = 0; p < NP; ++p) {
       dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
@@ -185,12 +188,20 @@ void kern_q4k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
       __m512i acci[MR][NP];
       for (int i = 0; i < MR; ++i)
         for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
-      const uint8_t* qs = sb + 320 + b * 256;
+      const uint8_t* qs = sb + 320 + b * (kQ5 ? 320 : 256);
+      __m512i hb[NP];
+      if constexpr (kQ5)
+        for (int p = 0; p < NP; ++p) hb[p] = _mm512_loadu_si512(qs + p * ps + 256);
       for (int g = 0; g < 4; ++g)
         for (int p = 0; p < NP; ++p) {
           const __m512i v = _mm512_loadu_si512(qs + p * ps + g * 64);
-          const __m512i lo = _mm512_and_si512(v, lo4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          __m512i lo = _mm512_and_si512(v, lo4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          if constexpr (kQ5) {
+            const __m512i bit4 = _mm512_set1_epi8(0x10);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(hb[p], _mm_cvtsi32_si128(4 - g)), bit4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(hb[p], _mm_cvtsi32_si128(g)), bit4));
+          }
           for (int i = 0; i < MR; ++i) {
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
@@ -300,6 +311,7 @@ int64_t reduction_units(const GemmArgs& g) {
     case DType::Q8_0:
     case DType::Q4_0: return g.k / 32;
     case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K: return g.k / 256;
     default: return g.k;
   }
@@ -312,6 +324,7 @@ int64_t units_per_pass(DType t) {
     case DType::Q8_0: return 16;       // 16 x 544 B
     case DType::Q4_0: return 32;       // 32 x 288 B
     case DType::Q4_K: return 4;        // 4 x 2368 B
+    case DType::Q5_K: return 3;        // 3 x 2880 B
     case DType::Q6_K: return 2;        // 2 x 3360 B
     default: return 1 << 30;
   }
@@ -331,7 +344,8 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::BF16: return kern_float<MR, NP, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q8_0: return kern_int8<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q4_0: return kern_int8<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_K: return kern_q4k<MR, NP>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_K: return kern_q45k<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_K: return kern_q45k<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q6_K:
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
         return kern_q6k<MR, NP>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
@@ -386,7 +400,7 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
   }
   // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
   // per 32-block of a super-block, float per 16 columns.
-  const int64_t steps_per_unit = g.type == DType::Q4_K || g.type == DType::Q6_K ? 8 : 1;
+  const int64_t steps_per_unit = g.type == DType::Q4_K || g.type == DType::Q5_K || g.type == DType::Q6_K ? 8 : 1;
   const int64_t unit_div = is_float_type(g.type) ? 16 : 1;
   const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, row_tiles = (m1 - m0 + kMr - 1) / kMr;
   for (int64_t p = p0; p < p1; p += 2) {

@@ -22,6 +22,7 @@ bool can_pack(DType t) {
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K: return true;
     default: return false;
   }
@@ -35,6 +36,7 @@ int64_t panel_bytes(DType t, int64_t k) {
     case DType::Q8_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ8_0));
     case DType::Q4_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ4_0));
     case DType::Q4_K: return k / quant::kQKK * kPanelRows * 148;  // 144 + 4 unpacked scale bytes
+    case DType::Q5_K: return k / quant::kQKK * kPanelRows * 180;  // 176 + 4
     case DType::Q6_K: return k / quant::kQKK * kPanelRows * 210;
     default: fail("no panel layout for {}", dtype_name(t));
   }
@@ -104,6 +106,7 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::Q8_0: pack_q8_0(k, rows, in, out); break;
       case DType::Q4_0: pack_q4_0(k, rows, in, out); break;
       case DType::Q4_K: detail::pack_q4_k(k, rows, in, out); break;
+      case DType::Q5_K: detail::pack_q5_k(k, rows, in, out); break;
       case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;
       default: fail("no panel layout for {}", dtype_name(t));
     }

@@ -6,6 +6,7 @@
 namespace ridge::kernels::detail {
 
 void pack_q4_k(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst);
+void pack_q5_k(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst);
 void pack_q6_k(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst);
 
 }  // namespace ridge::kernels::detail
