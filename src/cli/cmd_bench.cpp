@@ -193,6 +193,12 @@ int bench_kernels_cmd(Args& a) {
     std::printf("%-12s %-5s %5lld %6lld %6lld %-14s %10.1f %8.2f %9.1f %-10s %6.1f%%\n", r.shape.c_str(),
                 std::string(dtype_name(r.type)).c_str(), (long long)r.m, (long long)r.k, (long long)r.n_out,
                 r.path.c_str(), r.us, r.gbs, r.gflops, r.bound.c_str(), r.pct);
+  // Attention reads a sequence's cache blocks in pool order, scattered: its other ceiling.
+  for (const auto& r : rs)
+    if (r.kernel == "attention" && peaks.dram_scattered_gbs > 0)
+      std::printf("attention: %.2f GB/s = %.0f%% of the scattered-read ceiling (%.1f GB/s, %lld-byte pieces)\n", r.gbs,
+                  100.0 * r.gbs / peaks.dram_scattered_gbs, peaks.dram_scattered_gbs,
+                  static_cast<long long>(kScatterPiece));
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");
     if (!f) fail("cannot write {}", json_path);

@@ -29,6 +29,8 @@ void print_table(const Peaks& p) {
   std::printf("  %-8s %10s\n", "threads", "GB/s");
   for (const auto& [t, g] : p.dram_read_gbs) std::printf("  %-8d %10.1f\n", t, g);
   std::printf("  %-8s %10.1f\n", "max", p.dram_read_gbs_max);
+  std::printf("  %-8s %10.1f   (%d threads, %lld-byte pieces in shuffled order)\n", "scattered", p.dram_scattered_gbs,
+              p.threads, static_cast<long long>(kScatterPiece));
   std::printf("\n%-12s %18s %18s\n", "compute", "per core", fmt::format("{} threads", p.threads).c_str());
   auto row = [](const char* name, const std::optional<ComputePeak>& c, const char* unit) {
     if (!c) {

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -220,6 +222,32 @@ void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool qui
     p.dram_read_gbs[t] = median(gbs);
     p.dram_read_gbs_max = std::max(p.dram_read_gbs_max, p.dram_read_gbs[t]);
   }
+  // The same bytes in kScatterPiece pieces, each thread its share in a shuffled order:
+  // what a paged cache's scattered blocks allow, with no arithmetic in the way.
+  const int64_t pieces = total / n_threads / kScatterPiece;
+  std::vector<std::vector<uint32_t>> order(static_cast<size_t>(n_threads));
+  std::mt19937 rng(1);
+  for (auto& o : order) {
+    o.resize(static_cast<size_t>(pieces));
+    std::iota(o.begin(), o.end(), 0u);
+    std::shuffle(o.begin(), o.end(), rng);
+  }
+  std::vector<double> gbs;
+  for (int r = 0; r <= reps; ++r) {
+    std::vector<uint64_t> sums(static_cast<size_t>(n_threads));
+    const double s = run_threads(n_threads, [&](int i) {
+      const int64_t base = pieces * kScatterPiece * i;
+      uint64_t acc = 0;
+      for (uint32_t k : order[size_t(i)]) {
+        const int64_t b = base + int64_t(k) * kScatterPiece;
+        acc += read_range(read, g, b, b + kScatterPiece);
+      }
+      sums[size_t(i)] = acc;
+    });
+    for (uint64_t v : sums) g_sink = g_sink + double(v);
+    if (r > 0) gbs.push_back(double(pieces * kScatterPiece) * n_threads / std::max(s, 1e-9) / 1e9);
+  }
+  p.dram_scattered_gbs = median(gbs);
 }
 
 // ---- compute peaks ----------------------------------------------------------------
@@ -368,6 +396,7 @@ std::string peaks_to_json(const Peaks& p) {
           {"dram_read_gbs", dram},
           {"dram_read_gbs_max", p.dram_read_gbs_max},
           {"dram_bytes", p.dram_bytes},
+          {"dram_scattered_gbs", p.dram_scattered_gbs},
           {"compute", ojson{{"fp32_fma", peak_json(p.fp32_fma)},
                             {"bf16_dot", peak_json(p.bf16_dot)},
                             {"int8_vnni", peak_json(p.int8_vnni)},
@@ -405,6 +434,7 @@ Peaks peaks_from_json(const std::string& s, const std::string& where) {
   }
   p.dram_read_gbs_max = num(j, "dram_read_gbs_max", where);
   p.dram_bytes = integer(j, "dram_bytes", where);
+  if (j.contains("dram_scattered_gbs")) p.dram_scattered_gbs = num(j, "dram_scattered_gbs", where);  // added later
   const auto& comp = field(j, "compute", where);
   p.fp32_fma = peak_from(comp, "fp32_fma", where);
   p.bf16_dot = peak_from(comp, "bf16_dot", where);

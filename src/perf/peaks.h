@@ -14,6 +14,9 @@
 //     "dram_read_gbs": {"1": 12.3, "2": 20.1},  // thread count -> GB/s (1e9 bytes/s), median
 //     "dram_read_gbs_max": 20.1,
 //     "dram_bytes": 1073741824,           // working set of the bandwidth test
+//     "dram_scattered_gbs": 15.2,         // every thread, the same set read in 2 KiB pieces in
+//                                         // shuffled order (a paged KV cache's access
+//                                         // pattern), median; 0 or absent: not measured
 //     "compute": {                        // per_core: one thread; all: every thread at once;
 //                                         // best of 3 runs of ~0.1 s each
 //       "fp32_fma":  {"per_core_gflops": 150.0, "all_gflops": 300.0},   // 2 FLOP per FMA lane
@@ -48,10 +51,15 @@ struct Peaks {
   std::map<int, double> dram_read_gbs;  // thread count -> GB/s
   double dram_read_gbs_max = 0;
   int64_t dram_bytes = 0;
+  double dram_scattered_gbs = 0;  // all threads, kScatterPiece pieces in shuffled order
   std::optional<ComputePeak> fp32_fma, bf16_dot, int8_vnni, fp16_fma;
   bool quick = false;
   double seconds = 0;
 };
+
+// The piece size of the scattered read: one KV block of one head (16 tokens x 64 dims x
+// f16), what a decode attention step fetches at a time from a fragmented cache.
+inline constexpr int64_t kScatterPiece = 2048;
 
 struct PeaksOptions {
   int threads = 0;         // 0: every hardware thread

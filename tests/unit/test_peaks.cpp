@@ -57,6 +57,8 @@ TEST(Peaks, QuickMeasurementIsPlausible) {
     EXPECT_LT(g, 1000.0) << t << " threads";
     EXPECT_LE(g, p.dram_read_gbs_max);
   }
+  EXPECT_GT(p.dram_scattered_gbs, 0.1);
+  EXPECT_LT(p.dram_scattered_gbs, 1000.0);
   expect_plausible(p.fp32_fma, "fp32_fma");
   const CpuFeatures& f = cpu_features();
   if (active_isa() == Isa::Avx512) {
@@ -89,6 +91,7 @@ TEST(Peaks, JsonRoundTrip) {
   EXPECT_EQ(q.dram_read_gbs, p.dram_read_gbs);  // doubles print round-trip exact
   EXPECT_EQ(q.dram_read_gbs_max, p.dram_read_gbs_max);
   EXPECT_EQ(q.dram_bytes, p.dram_bytes);
+  EXPECT_EQ(q.dram_scattered_gbs, p.dram_scattered_gbs);
   auto same = [](const std::optional<ComputePeak>& a, const std::optional<ComputePeak>& b, const char* name) {
     ASSERT_EQ(a.has_value(), b.has_value()) << name;
     if (!a) return;
@@ -115,6 +118,7 @@ TEST(Peaks, HandWrittenFileWithNullEntries) {
   EXPECT_EQ(p.l3, 8388608);
   EXPECT_DOUBLE_EQ(p.dram_read_gbs.at(1), 10.5);
   EXPECT_DOUBLE_EQ(p.dram_read_gbs.at(8), 40.0);
+  EXPECT_EQ(p.dram_scattered_gbs, 0.0);  // a file from before the key existed
   ASSERT_TRUE(p.fp32_fma);
   EXPECT_DOUBLE_EQ(p.fp32_fma->all, 700.0);
   EXPECT_FALSE(p.bf16_dot);
