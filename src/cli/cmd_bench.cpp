@@ -149,6 +149,10 @@ int bench_kernels_cmd(Args& a) {
   o.attn_seqs = a.integer({"--attn-seqs"}, 16, 0, 4096);
   o.attn_ctx = a.integer({"--attn-ctx"}, 4096, 1, 1 << 20);
   o.attn_block = int32_t(a.integer({"--attn-block"}, 16, 1, 1024));
+  if (const auto order = a.str({"--attn-order"})) {
+    if (*order != "shuffled" && *order != "ordered") fail("--attn-order: '{}' is not shuffled or ordered", *order);
+    o.attn_shuffled = *order == "shuffled";
+  }
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");
   o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);

@@ -179,7 +179,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   }
   std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  if (opt.attn_shuffled) std::shuffle(ids.begin(), ids.end(), rng);
   const int64_t per_seq = l.n_blocks / seqs;
   std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
@@ -207,7 +207,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   }
   KernelResult r;
   r.kernel = "attention";
-  r.shape = fmt::format("decode {}x{} b{}", seqs, ctx, block);
+  r.shape = fmt::format("decode {}x{} b{}{}", seqs, ctx, block, opt.attn_shuffled ? "" : " ordered");
   r.type = DType::F16;
   r.m = seqs;
   r.k = ctx;

@@ -36,7 +36,9 @@ struct KernelBenchOptions {
   // shuffled cache blocks, the preset's heads (0 sequences: skip).
   std::string preset = "tinyllama-1.1b";
   int64_t attn_seqs = 16, attn_ctx = 4096;
-  int32_t attn_block = 16;  // tokens per KV block (the engine's --block-size)
+  int32_t attn_block = 16;       // tokens per KV block (the engine's --block-size)
+  bool attn_shuffled = true;     // blocks in shuffled pool order (a long-running pool), else
+                                 // each sequence's blocks in ascending order (a fresh pool)
 };
 
 struct KernelResult {
