@@ -188,10 +188,12 @@ report "peaks --json - prints only JSON" "$why"
 expect_error "bench kernels with an unknown type"  "q9_9"     "$RIDGE" bench kernels --peaks peaks.json --types q9_9
 expect_error "bench kernels --m 0"                 "--m.*0"   "$RIDGE" bench kernels --peaks peaks.json --m 0
 expect_error "bench kernels --attn-ctx 0"          "--attn-ctx" "$RIDGE" bench kernels --peaks peaks.json --attn-ctx 0
+expect_error "bench kernels --attn-order sideways" "--attn-order" "$RIDGE" bench kernels --peaks peaks.json --attn-order sideways
 expect_error "bench kernels with an unknown shape" "ffn_xx"   "$RIDGE" bench kernels --peaks peaks.json --shapes ffn_xx
 expect_error "bench kernels with a corrupt peaks file" "tiny.gguf" "$RIDGE" bench kernels --peaks tiny.gguf
 expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernels --peaks peaks.json --preset tiny \
-  --types f32,f16,bf16,q8_0,q4_0,q4_k,q6_k,q5_0 --m 1,7 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 --json kernels.json
+  --types f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k,q5_0 --m 1,7 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 \
+  --attn-block 32 --attn-order ordered --json kernels.json
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"
