@@ -131,9 +131,10 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
 TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   const DType t = GetParam();
   // 10 panels (last one partial); k long enough that a batch splits each reduction into
-  // several passes (gemm_avx512.cpp: 256 float columns, 16 Q8_0 / 32 Q4_0 blocks, 4 Q4_K /
-  // 3 Q5_K / 2 Q6_K super-blocks) while a single row runs it in one. 23 = 3 x 6 + 5 rows
-  // is one row chunk (a decode batch: passes); 61 is two (prefill: one pass per tile).
+  // several passes (gemm_avx512.cpp: 256 float columns, 16-32 blocks of the 32-element
+  // formats, 2-4 super-blocks of the K-quants) while a single row runs it in one.
+  // 23 = 3 x 6 + 5 rows is one row chunk (a decode batch: passes); 61 is two (prefill:
+  // one pass per tile).
   const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800, n_out = 150;
   const Mat w = make(t, k, n_out, 11);
   ThreadPool p1(1), p2(2);
@@ -172,7 +173,8 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                                           DType::Q4_K, DType::Q5_K, DType::Q6_K),
+                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // On every path (the AVX-512 quantizer must give the scalar one's bits).

@@ -108,13 +108,22 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Integer weights (Q8_0: 8 groups of (q + 128); Q4_0: 4 groups of nibble pairs), ActQ8
-// activations: MR rows at stride lda blocks.
-template <int MR, int NP, bool kQ4>
+// The 32-element block formats with an int8 kernel (packed.h for the layouts).
+enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
+
+// Integer weights, ActQ8 activations (MR rows at stride lda blocks). Q8_0: 8 groups of
+// (q + 128); the others 4 groups of nibble pairs, with a fifth bit from the block's h
+// vector (Q5: as in kern_q45k), and the _1 types a per-row minimum:
+//   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
+template <int MR, int NP, Fmt F>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
-  constexpr int64_t kBlockBytes = kQ4 ? 16 * 18 : 16 * 34;
-  constexpr int32_t kOffset = kQ4 ? 8 : 128;  // what the unsigned codes carry on top of the value
+  constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
+  constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
+  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
+  constexpr int64_t kCodes = kMin ? 64 : 32;  // nibbles (or Q8_0's codes) past d (and m)
+  // What the unsigned codes carry on top of the value (the _1 types have none: m does it).
+  constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
   __m512 accf[MR][NP];
   acc_begin(accf, b0 == 0, y, ldy, last);
   for (int64_t b = b0; b < b1; ++b) {
@@ -127,14 +136,22 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       for (int p = 0; p < NP; ++p) acci[i][p] = off;
     }
     pf.step();
-    const uint8_t* wb = w + b * kBlockBytes + 32;  // past the 16 scales
-    if constexpr (kQ4) {
+    const uint8_t* wb = w + b * kBlockBytes + kCodes;
+    if constexpr (kNibbles) {
       const __m512i lo4 = _mm512_set1_epi8(0x0F);
+      __m512i hb[NP];
+      if constexpr (kHigh)
+        for (int p = 0; p < NP; ++p) hb[p] = _mm512_loadu_si512(wb + p * ps + 256);
       for (int g = 0; g < 4; ++g)
         for (int p = 0; p < NP; ++p) {
           const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
-          const __m512i lo = _mm512_and_si512(v, lo4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          __m512i lo = _mm512_and_si512(v, lo4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+          if constexpr (kHigh) {
+            const __m512i bit4 = _mm512_set1_epi8(0x10);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(hb[p], _mm_cvtsi32_si128(4 - g)), bit4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(hb[p], _mm_cvtsi32_si128(g)), bit4));
+          }
           for (int i = 0; i < MR; ++i) {
             const int8_t* q = a[i * lda + b].qs;
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
@@ -149,14 +166,22 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
         }
     }
-    __m512 dw[NP];
-    for (int p = 0; p < NP; ++p)
-      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * ps + b * kBlockBytes)));
+    __m512 dw[NP], mw[NP];
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* sc = w + p * ps + b * kBlockBytes;
+      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+      if constexpr (kMin) mw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
+    }
     for (int i = 0; i < MR; ++i) {
-      const __m512 da = _mm512_set1_ps(a[i * lda + b].d);
+      const ActQ8& q = a[i * lda + b];
+      const __m512 da = _mm512_set1_ps(q.d);
       for (int p = 0; p < NP; ++p) {
         const __m512 t = _mm512_cvtepi32_ps(acci[i][p]);
         accf[i][p] = _mm512_fmadd_ps(t, _mm512_mul_ps(dw[p], da), accf[i][p]);
+      }
+      if constexpr (kMin) {
+        const __m512 dsum = _mm512_set1_ps(q.d * float(q.sum()));
+        for (int p = 0; p < NP; ++p) accf[i][p] = _mm512_fmadd_ps(mw[p], dsum, accf[i][p]);
       }
     }
   }
@@ -309,7 +334,10 @@ bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == 
 int64_t reduction_units(const GemmArgs& g) {
   switch (g.type) {
     case DType::Q8_0:
-    case DType::Q4_0: return g.k / 32;
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1: return g.k / 32;
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return g.k / 256;
@@ -323,6 +351,9 @@ int64_t units_per_pass(DType t) {
     case DType::BF16: return kGemmKc;  // f16: 8 KiB of a panel, f32: 16
     case DType::Q8_0: return 16;       // 16 x 544 B
     case DType::Q4_0: return 32;       // 32 x 288 B
+    case DType::Q4_1: return 24;       // 24 x 320 B
+    case DType::Q5_0: return 24;       // 24 x 352 B
+    case DType::Q5_1: return 20;       // 20 x 384 B
     case DType::Q4_K: return 4;        // 4 x 2368 B
     case DType::Q5_K: return 3;        // 3 x 2880 B
     case DType::Q6_K: return 2;        // 2 x 3360 B
@@ -342,8 +373,11 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::F32: return kern_float<MR, NP, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::F16: return kern_float<MR, NP, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::BF16: return kern_float<MR, NP, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q8_0: return kern_int8<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_0: return kern_int8<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q8_0: return kern_int8<MR, NP, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_0: return kern_int8<MR, NP, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_1: return kern_int8<MR, NP, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_0: return kern_int8<MR, NP, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_1: return kern_int8<MR, NP, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q4_K: return kern_q45k<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q5_K: return kern_q45k<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q6_K:
@@ -457,7 +491,8 @@ void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, i
   // 2 per cycle need >= 10 chains), few enough to stay in 32 registers:
   //   float: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
   //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
-  //   K-quants carry per-panel scale vectors too: 4 x 2.
+  //   K-quants, Q4_1 and the Q5 types carry per-panel scale, min or fifth-bit vectors
+  //   too: 4 x 2.
   switch (g.type) {
     case DType::F32:
     case DType::F16:

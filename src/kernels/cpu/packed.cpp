@@ -21,6 +21,9 @@ bool can_pack(DType t) {
     case DType::BF16:
     case DType::Q8_0:
     case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return true;
@@ -35,6 +38,9 @@ int64_t panel_bytes(DType t, int64_t k) {
     case DType::BF16: return k * kPanelRows * 2;
     case DType::Q8_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ8_0));
     case DType::Q4_0: return k / kQK * kPanelRows * int64_t(sizeof(BlockQ4_0));
+    case DType::Q4_1: return k / kQK * kPanelRows * int64_t(sizeof(quant::BlockQ4_1));
+    case DType::Q5_0: return k / kQK * kPanelRows * int64_t(sizeof(quant::BlockQ5_0));
+    case DType::Q5_1: return k / kQK * kPanelRows * int64_t(sizeof(quant::BlockQ5_1));
     case DType::Q4_K: return k / quant::kQKK * kPanelRows * 148;  // 144 + 4 unpacked scale bytes
     case DType::Q5_K: return k / quant::kQKK * kPanelRows * 180;  // 176 + 4
     case DType::Q6_K: return k / quant::kQKK * kPanelRows * 210;
@@ -76,16 +82,32 @@ void pack_q8_0(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   }
 }
 
-void pack_q4_0(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+// Q4_0, Q4_1, Q5_0, Q5_1: [d 16 x f16] [m 16 x f16 (_1 only)] [4 g][16 r][4] nibbles
+// [h: 16 r][4] (Q5 only): bit g of byte j is the fifth bit of element 4g + j, bit 4 + g
+// that of element 16 + 4g + j (the Q5_K panel's h vector).
+template <typename Block, bool kMin, bool kHigh>
+void pack_legacy(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   const int64_t nb = k / kQK;
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* blk = dst + b * kPanelRows * int64_t(sizeof(BlockQ4_0));  // [d 16 x f16][4 g][16 r][4]
+    uint8_t* blk = dst + b * kPanelRows * int64_t(sizeof(Block));
     auto* d = reinterpret_cast<uint16_t*>(blk);
-    uint8_t* qs = blk + kPanelRows * 2;
+    auto* m = d + kPanelRows;
+    uint8_t* qs = blk + kPanelRows * (kMin ? 4 : 2);
+    uint8_t* h = qs + 4 * kPanelRows * 4;
     for (int64_t r = 0; r < rows; ++r) {
-      const auto& x = reinterpret_cast<const BlockQ4_0*>(src + r * nb * int64_t(sizeof(BlockQ4_0)))[b];
+      const auto& x = reinterpret_cast<const Block*>(src + r * nb * int64_t(sizeof(Block)))[b];
       d[r] = x.d;
+      if constexpr (kMin) m[r] = x.m;
       for (int g = 0; g < 4; ++g) std::memcpy(qs + (g * kPanelRows + r) * 4, x.qs + 4 * g, 4);
+      if constexpr (kHigh) {
+        uint32_t qh;
+        std::memcpy(&qh, x.qh, 4);  // bit e: element e's fifth bit
+        for (int j = 0; j < 4; ++j) {
+          uint32_t v = 0;
+          for (int g = 0; g < 4; ++g) v |= ((qh >> (4 * g + j)) & 1) << g | ((qh >> (16 + 4 * g + j)) & 1) << (4 + g);
+          h[r * 4 + j] = uint8_t(v);
+        }
+      }
     }
   }
 }
@@ -104,7 +126,10 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::F16:
       case DType::BF16: pack_plain<uint16_t>(k, rows, in, out); break;
       case DType::Q8_0: pack_q8_0(k, rows, in, out); break;
-      case DType::Q4_0: pack_q4_0(k, rows, in, out); break;
+      case DType::Q4_0: pack_legacy<BlockQ4_0, false, false>(k, rows, in, out); break;
+      case DType::Q4_1: pack_legacy<quant::BlockQ4_1, true, false>(k, rows, in, out); break;
+      case DType::Q5_0: pack_legacy<quant::BlockQ5_0, false, true>(k, rows, in, out); break;
+      case DType::Q5_1: pack_legacy<quant::BlockQ5_1, true, true>(k, rows, in, out); break;
       case DType::Q4_K: detail::pack_q4_k(k, rows, in, out); break;
       case DType::Q5_K: detail::pack_q5_k(k, rows, in, out); break;
       case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;

@@ -17,6 +17,8 @@
 //   Q4_0: per block b: d[16] f16, then 4 groups g of [16 rows][4 bytes] holding the GGUF
 //         bytes qs[4g .. 4g+3]: low nibbles are elements 4g.., high nibbles 16+4g..
 //         -> 32 + 256 = 288 B per block = 16 x 18, the GGUF size
+//   Q4_1, Q5_0, Q5_1: Q4_0's, with m[16] f16 after d (the _1 types) and a vector of
+//         fifth bits after the nibbles (the Q5 types; packed.cpp): the GGUF sizes
 //   Q4_K, Q5_K, Q6_K: super-blocks of 16 rows, see packed_kquant.cpp (Q6_K: the GGUF
 //         size; Q4_K, Q5_K: +4 bytes per 144 / 176 for unpacked sub-block scales)
 // Same bytes as the file (but Q4_K's +2.8%), so decode streams the GGUF's weight bytes.
