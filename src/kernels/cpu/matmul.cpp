@@ -68,13 +68,21 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
     act = a;
     lda = nb;
   }
-  // Tasks: groups of 4 panels (64 output rows) x chunks of up to 48 activation rows, per
-  // output. Consecutive tasks share a panel group, so its weights stay in L2 while the
-  // row chunks pass; 4 panels keep 4 weight streams in flight for decode.
-  constexpr int64_t pg = 4, mc = 48;
+  // Tasks: groups of pg panels x chunks of up to 48 activation rows, per output.
+  // Consecutive tasks share a panel group, so its weights stay in L2 while the row chunks
+  // pass. Decode runs 4 weight streams in flight (tile<1, 4>); there a task takes up to 16
+  // panels, still 4 tasks per thread or more: panels lie back to back, so a thread
+  // that walks 16 in a row keeps one of its streams warm from group to group, where
+  // with 4 per task it jumped past the other thread's group at every task (measured:
+  // q4_0 / q4_k at k = 2048 +5-7% of DRAM, see docs/BENCHMARKS.md).
+  constexpr int64_t mc = 48;
+  auto panels_per_task = [&](int64_t np) -> int64_t {
+    if (m != 1) return 4;
+    return std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4, 16);
+  };
   struct Seg {
     GemmArgs g;
-    int64_t n_panels, first_task;
+    int64_t n_panels, first_task, pg;
   };
   Seg segs[4];
   RIDGE_CHECK(n_outs <= 4, "fused matmul of more than 4 outputs");
@@ -84,8 +92,9 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
   const int64_t pbytes = panel_bytes(w.type, w.k);
   for (size_t i = 0; i < n_outs; ++i) {
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
+    const int64_t pg = panels_per_task(np);
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1}, np,
-               tasks};
+               tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;
   }
@@ -94,8 +103,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
     while (i + 1 < n_outs && t >= segs[i + 1].first_task) ++i;
     const Seg& s = segs[i];
     const int64_t lt = t - s.first_task;
-    const int64_t p0 = (lt / n_mc) * pg, m0 = (lt % n_mc) * mc;
-    gemm_panels(s.g, m0, std::min(m, m0 + mc), p0, std::min(s.n_panels, p0 + pg));
+    const int64_t p0 = (lt / n_mc) * s.pg, m0 = (lt % n_mc) * mc;
+    gemm_panels(s.g, m0, std::min(m, m0 + mc), p0, std::min(s.n_panels, p0 + s.pg));
   });
 }
 
