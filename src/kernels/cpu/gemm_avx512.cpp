@@ -102,6 +102,22 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
   }
 }
 
+// Group g of a nibble vector v as two code vectors: lo = elements 4g + j (low nibbles),
+// hi = elements 16 + 4g + j (high nibbles), each with its fifth bit from h when kHigh:
+// bit g of a byte for lo, bit 4 + g for hi, moved to bit 4 (16-bit shifts are safe: the
+// bit that lands in bit 4 of a byte comes from the same byte).
+template <bool kHigh>
+inline __attribute__((always_inline)) void nibble_codes(__m512i v, __m512i h, int g, __m512i& lo, __m512i& hi) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  lo = _mm512_and_si512(v, lo4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+  if constexpr (kHigh) {
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - g)), bit4));
+    hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(g)), bit4));
+  }
+}
+
 inline __m512i bcast4(const int8_t* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
@@ -113,7 +129,7 @@ enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
 
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks). Q8_0: 8 groups of
 // (q + 128); the others 4 groups of nibble pairs, with a fifth bit from the block's h
-// vector (Q5: as in kern_q45k), and the _1 types a per-row minimum:
+// vector (the Q5 types, nibble_codes), and the _1 types a per-row minimum:
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
 template <int MR, int NP, Fmt F>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
@@ -138,20 +154,12 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     pf.step();
     const uint8_t* wb = w + b * kBlockBytes + kCodes;
     if constexpr (kNibbles) {
-      const __m512i lo4 = _mm512_set1_epi8(0x0F);
       __m512i hb[NP];
-      if constexpr (kHigh)
-        for (int p = 0; p < NP; ++p) hb[p] = _mm512_loadu_si512(wb + p * ps + 256);
+      for (int p = 0; p < NP; ++p) hb[p] = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
       for (int g = 0; g < 4; ++g)
         for (int p = 0; p < NP; ++p) {
-          const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
-          __m512i lo = _mm512_and_si512(v, lo4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-          if constexpr (kHigh) {
-            const __m512i bit4 = _mm512_set1_epi8(0x10);
-            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(hb[p], _mm_cvtsi32_si128(4 - g)), bit4));
-            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(hb[p], _mm_cvtsi32_si128(g)), bit4));
-          }
+          __m512i lo, hi;
+          nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
           for (int i = 0; i < MR; ++i) {
             const int8_t* q = a[i * lda + b].qs;
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
@@ -191,13 +199,10 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
-// Q5_K's fifth bit comes from the block's h vector: bit g of a byte for the low nibble of
-// group g, bit 4 + g for the high one, moved to bit 4 (16-bit shifts are safe: the bit
-// that lands in bit 4 of a byte comes from the same byte).
+// Q5_K's fifth bits come from the block's h vector (nibble_codes).
 template <int MR, int NP, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
@@ -215,18 +220,11 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
         for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
       const uint8_t* qs = sb + 320 + b * (kQ5 ? 320 : 256);
       __m512i hb[NP];
-      if constexpr (kQ5)
-        for (int p = 0; p < NP; ++p) hb[p] = _mm512_loadu_si512(qs + p * ps + 256);
+      for (int p = 0; p < NP; ++p) hb[p] = kQ5 ? _mm512_loadu_si512(qs + p * ps + 256) : _mm512_setzero_si512();
       for (int g = 0; g < 4; ++g)
         for (int p = 0; p < NP; ++p) {
-          const __m512i v = _mm512_loadu_si512(qs + p * ps + g * 64);
-          __m512i lo = _mm512_and_si512(v, lo4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-          if constexpr (kQ5) {
-            const __m512i bit4 = _mm512_set1_epi8(0x10);
-            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(hb[p], _mm_cvtsi32_si128(4 - g)), bit4));
-            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(hb[p], _mm_cvtsi32_si128(g)), bit4));
-          }
+          __m512i lo, hi;
+          nibble_codes<kQ5>(_mm512_loadu_si512(qs + p * ps + g * 64), hb[p], g, lo, hi);
           for (int i = 0; i < MR; ++i) {
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
             acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
