@@ -185,6 +185,20 @@ uint64_t read_range(uint64_t (*read)(const void*, int64_t), const Region& g, int
   return s;
 }
 
+// Median GB/s of `reps` runs (after one warm-up) of t threads, thread i reading `share`
+// bytes through read_share(i), which returns a sum the optimizer cannot drop.
+template <typename F>
+double median_read_gbs(int t, int reps, int64_t share, F read_share) {
+  std::vector<double> gbs;
+  for (int r = 0; r <= reps; ++r) {  // r == 0 warms up and is not counted
+    std::vector<uint64_t> sums(static_cast<size_t>(t));
+    const double s = run_threads(t, [&](int i) { sums[size_t(i)] = read_share(i); });
+    for (uint64_t v : sums) g_sink = g_sink + double(v);
+    if (r > 0) gbs.push_back(double(share) * t / std::max(s, 1e-9) / 1e9);
+  }
+  return median(gbs);
+}
+
 // `want` bytes if the first touch allows: fresh pages cost a fault each, and some VMs
 // fault at a few hundred MB/s, so past `floor` bytes the touch stops after ~4 s.
 void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool quick) {
@@ -212,14 +226,8 @@ void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool qui
   const int reps = quick ? 3 : 5;
   for (int t : counts) {
     const int64_t share = total / t / 4096 * 4096;  // each thread's disjoint part
-    std::vector<double> gbs;
-    for (int r = 0; r <= reps; ++r) {  // r == 0 warms up and is not counted
-      std::vector<uint64_t> sums(static_cast<size_t>(t));
-      const double s = run_threads(t, [&](int i) { sums[size_t(i)] = read_range(read, g, share * i, share * (i + 1)); });
-      for (uint64_t v : sums) g_sink = g_sink + double(v);
-      if (r > 0) gbs.push_back(double(share) * t / std::max(s, 1e-9) / 1e9);
-    }
-    p.dram_read_gbs[t] = median(gbs);
+    p.dram_read_gbs[t] =
+        median_read_gbs(t, reps, share, [&](int i) { return read_range(read, g, share * i, share * (i + 1)); });
     p.dram_read_gbs_max = std::max(p.dram_read_gbs_max, p.dram_read_gbs[t]);
   }
   // The same bytes in kScatterPiece pieces, each thread its share in a shuffled order:
@@ -232,22 +240,15 @@ void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool qui
     std::iota(o.begin(), o.end(), 0u);
     std::shuffle(o.begin(), o.end(), rng);
   }
-  std::vector<double> gbs;
-  for (int r = 0; r <= reps; ++r) {
-    std::vector<uint64_t> sums(static_cast<size_t>(n_threads));
-    const double s = run_threads(n_threads, [&](int i) {
-      const int64_t base = pieces * kScatterPiece * i;
-      uint64_t acc = 0;
-      for (uint32_t k : order[size_t(i)]) {
-        const int64_t b = base + int64_t(k) * kScatterPiece;
-        acc += read_range(read, g, b, b + kScatterPiece);
-      }
-      sums[size_t(i)] = acc;
-    });
-    for (uint64_t v : sums) g_sink = g_sink + double(v);
-    if (r > 0) gbs.push_back(double(pieces * kScatterPiece) * n_threads / std::max(s, 1e-9) / 1e9);
-  }
-  p.dram_scattered_gbs = median(gbs);
+  const int64_t share = pieces * kScatterPiece;
+  p.dram_scattered_gbs = median_read_gbs(n_threads, reps, share, [&](int i) {
+    uint64_t acc = 0;
+    for (uint32_t k : order[size_t(i)]) {
+      const int64_t b = share * i + int64_t(k) * kScatterPiece;
+      acc += read_range(read, g, b, b + kScatterPiece);
+    }
+    return acc;
+  });
 }
 
 // ---- compute peaks ----------------------------------------------------------------

@@ -325,22 +325,13 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
 }
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_kquant_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 // Reduction units of a type (see kern_float) and how many one pass over a panel group
 // takes: about 8 KiB of each panel, so a pair of panels stays in L1 while every row
 // tile of the call passes over it.
 int64_t reduction_units(const GemmArgs& g) {
-  switch (g.type) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1: return g.k / 32;
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: return g.k / 256;
-    default: return g.k;
-  }
+  return is_float_type(g.type) ? g.k : is_kquant_type(g.type) ? g.k / 256 : g.k / 32;
 }
 int64_t units_per_pass(DType t) {
   switch (t) {
@@ -432,7 +423,7 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
   }
   // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
   // per 32-block of a super-block, float per 16 columns.
-  const int64_t steps_per_unit = g.type == DType::Q4_K || g.type == DType::Q5_K || g.type == DType::Q6_K ? 8 : 1;
+  const int64_t steps_per_unit = is_kquant_type(g.type) ? 8 : 1;
   const int64_t unit_div = is_float_type(g.type) ? 16 : 1;
   const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, row_tiles = (m1 - m0 + kMr - 1) / kMr;
   for (int64_t p = p0; p < p1; p += 2) {
