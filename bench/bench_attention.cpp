@@ -45,7 +45,7 @@ struct Data {
     std::vector<uint16_t> pool(1 << 16);
     for (auto& h : pool) h = f32_to_f16(g(rng));
     // K and V of the layer are each one contiguous run of n_blocks blocks.
-    for (uint8_t* base : {kv->k(0, 0, 0, 0), kv->v(0, 0, 0, 0)}) {
+    for (uint8_t* base : {kv->k_tile(0, 0, 0), kv->v(0, 0, 0, 0)}) {
       auto* h = reinterpret_cast<uint16_t*>(base);
       const int64_t n = kv->k_block_bytes() / 2 * l.n_blocks;
       for (int64_t i = 0; i < n; ++i) h[i] = pool[size_t((i * 7 + (i >> 16)) & 0xFFFF)];

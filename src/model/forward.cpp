@@ -169,8 +169,8 @@ void Forward::attention_block(int32_t il, const Batch& b) {
       for (int32_t hh = 0; hh < nkv; ++hh) {
         if (!L.k_norm.empty()) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
         kernels::rope_apply(rope_, cs, k + hh * dk);
-        kernels::from_f32(kl.dtype, k + hh * dk, kv_.k(il, block, hh, slot), dk);
-        kernels::from_f32(kl.dtype, v + hh * dv, kv_.v(il, block, hh, slot), dv);
+        kv_.write_k(il, block, hh, slot, k + hh * dk);
+        kv_.write_v(il, block, hh, slot, v + hh * dv);
       }
     });
   });

@@ -3,8 +3,12 @@
 // p % block_size. Which blocks belong to whom is the engine's business (block manager);
 // this class only owns the bytes and knows the layout.
 //
-// Layout per layer, K and V alike: [n_blocks][n_kv_head][block_size][head_dim] in the
-// cache dtype, so that one head's positions within a block are contiguous for attention.
+// Layout per layer, in the cache dtype:
+//   K [n_blocks][n_kv_head][head_dim_k][block_size]   one head's tile dimension-major
+//   V [n_blocks][n_kv_head][block_size][head_dim_v]   one head's tile position-major
+// Attention computes a tile's scores with keys across the vector lanes (16 slots of one
+// dimension are one load, no transpose) and P.V with dimensions across the lanes (one
+// position's V row is one load). Either way one head's tile is contiguous.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,13 +44,21 @@ class KVCache {
   int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
   int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }
 
-  // Address of head h's vector at (block, slot) in layer `layer`.
-  uint8_t* k(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
-    return k_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_k) * esz_;
+  // Head h's K tile [head_dim_k][block_size] of (layer, block).
+  uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
+    return k_ + ((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size * l_.head_dim_k * esz_;
   }
+  // Head h's V vector at (block, slot): head_dim_v contiguous elements.
   uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
     return v_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_v) * esz_;
   }
+
+  // One position's K or V vector of one head, from or to f32 (K's elements lie
+  // block_size apart, V's are contiguous).
+  void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
+  void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
+  void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
+  void read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
 
  private:
   KVLayout l_;

@@ -172,7 +172,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   // Finite f16 values everywhere; blocks handed out in a shuffled order as a long-running
   // pool would have them.
   std::mt19937_64 rng(3);
-  for (uint8_t* base : {kv.k(0, 0, 0, 0), kv.v(0, 0, 0, 0)}) {
+  for (uint8_t* base : {kv.k_tile(0, 0, 0), kv.v(0, 0, 0, 0)}) {
     auto* h = reinterpret_cast<uint16_t*>(base);
     const int64_t n = kv.k_block_bytes() / 2 * l.n_blocks;
     for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(float(int64_t(rng() % 2001) - 1000) * 1e-3f);

@@ -77,16 +77,16 @@ struct Cache {
       for (int32_t b = 0; b < l.n_blocks; ++b)
         for (int32_t h = 0; h < l.n_kv_head; ++h)
           for (int32_t s = 0; s < bs; ++s) {
-            from_f32(t, nan_k.data(), kv->k(layer, b, h, s), dk);
-            from_f32(t, nan_v.data(), kv->v(layer, b, h, s), dv);
+            kv->write_k(layer, b, h, s, nan_k.data());
+            kv->write_v(layer, b, h, s, nan_v.data());
           }
     std::vector<float> x(size_t(dk > dv ? dk : dv));
     for (int32_t p = 0; p < n_ctx; ++p) {
       const int32_t b = table[size_t(p / bs)], s = p % bs;
       for (auto& e : x) e = g(rng);
-      from_f32(t, x.data(), kv->k(kLayer, b, kKvHead, s), dk);
+      kv->write_k(kLayer, b, kKvHead, s, x.data());
       for (auto& e : x) e = g(rng);
-      from_f32(t, x.data(), kv->v(kLayer, b, kKvHead, s), dv);
+      kv->write_v(kLayer, b, kKvHead, s, x.data());
     }
   }
 
@@ -96,7 +96,8 @@ struct Cache {
   std::vector<float> row(bool is_k, int32_t p) const {
     const int32_t b = table[size_t(p / l.block_size)], s = p % l.block_size, d = is_k ? l.head_dim_k : l.head_dim_v;
     std::vector<float> r(static_cast<size_t>(d));
-    to_f32(l.dtype, is_k ? kv->k(kLayer, b, kKvHead, s) : kv->v(kLayer, b, kKvHead, s), r.data(), d);
+    if (is_k) kv->read_k(kLayer, b, kKvHead, s, r.data());
+    else kv->read_v(kLayer, b, kKvHead, s, r.data());
     return r;
   }
 };

@@ -10,15 +10,25 @@
 
 namespace ridge::kernels {
 
-// The SIMD paths' scratch (the scalar path uses less), with bsp = block_size and dkp =
-// head_dim_k rounded up to 16, and 16 floats of room to align the start to 64 bytes:
-//   kf [bsp * dkp]                   one K tile in f32, packed for the dot
-//   vf [block_size * dv, to 16]      one V tile in f32
-//   sc [n_q][bsp]                    each row's scores, then its probabilities
+int32_t detail::attention_tile_blocks(int32_t block_size) {
+  return block_size >= detail::kTileKeys ? 1 : detail::kTileKeys / block_size;
+}
+
+int32_t detail::attention_tile_lanes(int32_t block_size) {
+  return attention_tile_blocks(block_size) * ((block_size + 15) / 16) * 16;
+}
+
+// Floats of scratch, for whichever path runs, with bsp = block_size and dkp = head_dim_k
+// rounded up to 16, and 16 floats of room to align the start to 64 bytes:
+//   kf [bsp * dkp]                   one K tile in f32 (scalar and AVX2 paths)
+//   vf [block_size * dv, to 16]      one V tile in f32 (same)
+//   sc [n_q][max(bsp, tile lanes)]   each row's scores, then its probabilities
 //   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
+// The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
-  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * bsp + 3 * int64_t(n_q);
+  const int64_t row = std::max<int64_t>(bsp, detail::attention_tile_lanes(l.block_size));
+  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q);
 }
 
 namespace {
@@ -29,7 +39,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
                             float* out, int64_t ldo, float* scratch) {
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
-  float* kf = scratch;                        // [bs][dk]
+  float* kf = scratch;                        // [dk][bs], the cache's K tile layout
   float* vf = kf + int64_t(bs) * dk;          // [bs][dv]
   float* s = vf + int64_t(bs) * dv;           // [bs]
   float* m = s + (bs + 15) / 16 * 16;         // [n_q]
@@ -45,17 +55,16 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
-    // A head's slots are contiguous within a block: one conversion per tile.
-    to_f32(l.dtype, a.kv->k(a.layer, block, kv_head, 0), kf, int64_t(n) * dk);
+    // A head's tiles are contiguous: one conversion each (K's slots past n too, unread).
+    to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, int64_t(bs) * dk);
     to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, 0), vf, int64_t(n) * dv);
     for (int32_t i = 0; i < n_q; ++i) {
       const float* qi = q + i * ldq;
       float* o = out + i * ldo;
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int32_t j = 0; j < n; ++j) {
-        const float* krow = kf + int64_t(j) * dk;
         float dot = 0.f;
-        for (int32_t d = 0; d < dk; ++d) dot += qi[d] * krow[d];
+        for (int32_t d = 0; d < dk; ++d) dot += qi[d] * kf[int64_t(d) * bs + j];
         s[j] = dot * a.scale;
         tile_max = std::max(tile_max, s[j]);
       }
@@ -89,7 +98,7 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
   const Isa isa = active_isa();
   if (isa == Isa::Scalar) return attention_group_scalar(a, kv_head, n_q, q, ldq, out, ldo, scratch);
   detail::AttnView v;
-  v.k0 = a.kv->k(a.layer, 0, kv_head, 0);
+  v.k0 = a.kv->k_tile(a.layer, 0, kv_head);
   v.v0 = a.kv->v(a.layer, 0, kv_head, 0);
   v.k_block_stride = a.kv->k_block_bytes();
   v.v_block_stride = a.kv->v_block_bytes();

@@ -43,8 +43,8 @@ namespace detail {
 // shared header (an ISA file's out-of-line copy of one could be kept by the linker for
 // baseline callers too).
 struct AttnView {
-  const uint8_t* k0 = nullptr;  // K of (layer, block 0, kv_head, slot 0)
-  const uint8_t* v0 = nullptr;  // V of the same
+  const uint8_t* k0 = nullptr;  // K tile [dk][block_size] of (layer, block 0, kv_head)
+  const uint8_t* v0 = nullptr;  // V tile [block_size][dv] of the same
   int64_t k_block_stride = 0;   // bytes from one block's K of this head to the next block's
   int64_t v_block_stride = 0;
   const int32_t* blocks = nullptr;  // block table
@@ -52,6 +52,15 @@ struct AttnView {
   DType dtype = DType::F16;  // F32, F16 or BF16
   float scale = 1.f;
 };
+
+// The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute
+// positions, of about kTileKeys keys (max(1, kTileKeys / block_size) blocks), so the
+// per-step bookkeeping (max and sum trees, rescale exp, the output's load and store) is
+// paid once per 64 keys instead of once per block.
+constexpr int32_t kTileKeys = 64;
+int32_t attention_tile_blocks(int32_t block_size);
+// Score lanes per row of such a tile: each block's slots padded to groups of 16 lanes.
+int32_t attention_tile_lanes(int32_t block_size);
 
 void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
                             float* scratch);

@@ -2,9 +2,10 @@
 // attention_group after a CPU check). Same linkage rule as attention_avx512.cpp: nothing
 // here may be an inline function of a shared header.
 //
-// The AVX-512 path's algorithm on 8 lanes: tiles converted to f32 once, then per query
-// row 8 keys at a time, q.k in 8-lane partial sums reduced by a fixed hadd tree, a vector
-// exp, p.V accumulated over head_dim. Nothing a row computes depends on the other rows.
+// Per block: the K and V tiles converted to f32 once, then per query row the scores 8
+// keys to a vector (K's dimension-major tile puts 8 keys of one dimension in one load),
+// a vector exp, p.V accumulated over head_dim. Nothing a row computes depends on the
+// other rows.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -82,38 +83,6 @@ void to_f32_n(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
-// The tile's K rows [n][dk] in the layout dot8 reads: [key group][dk chunk][8 keys][8
-// lanes], so that one group's loads are at fixed offsets from one pointer. Zero past dk
-// and past key n (whole groups exist and are finite).
-template <DType T>
-void pack_k(const uint8_t* src, int32_t n, int32_t dk, float* dst) {
-  constexpr int64_t esz = T == DType::F32 ? 4 : 2;
-  const int32_t nc = (dk + 7) / 8, ng = (n + 7) / 8, full = dk / 8;
-  for (int32_t j = 0; j < ng * 8; ++j) {
-    float* d = dst + (int64_t(j / 8) * nc * 8 + j % 8) * 8;
-    if (j >= n) {
-      for (int32_t c = 0; c < nc; ++c) _mm256_store_ps(d + c * 64, _mm256_setzero_ps());
-      continue;
-    }
-    const uint8_t* row = src + int64_t(j) * dk * esz;
-    for (int32_t c = 0; c < full; ++c) {
-      if constexpr (T == DType::F16) {
-        _mm256_store_ps(d + c * 64, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c))));
-      } else if constexpr (T == DType::BF16) {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * c)));
-        _mm256_store_ps(d + c * 64, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-      } else {
-        _mm256_store_ps(d + c * 64, _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * c));
-      }
-    }
-    if (full < nc) {
-      float tail[8] = {};
-      to_f32_n<T>(row + 8 * full * esz, tail, dk - 8 * full);
-      _mm256_store_ps(d + full * 64, _mm256_loadu_ps(tail));
-    }
-  }
-}
-
 ATTN_INLINE float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -128,23 +97,22 @@ ATTN_INLINE float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Lane j of the result = sum of a[j]'s 8 lanes, by one fixed tree.
-ATTN_INLINE __m256 reduce8(const __m256* a) {
-  const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
-}
-
-// Lane j = q . k_j for the 8 keys of one pack_k group.
-ATTN_INLINE __m256 dot8(const float* q, const float* kg, int32_t dk) {
-  __m256 acc[8];
-  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-  const int32_t nc = (dk + 7) / 8;
-  for (int32_t c = 0; c < nc; ++c) {
-    const __m256 qv = c < nc - 1 ? _mm256_loadu_ps(q + 8 * c) : _mm256_maskload_ps(q + 8 * c, first_lanes(dk - 8 * c));
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_load_ps(kg + c * 64 + j * 8), acc[j]);
+// s[8g, 8g + 8) = (q . k_j) * scale for the keys of groups g0..g0+G-1 of an f32 K tile
+// kf[dk][bs] (key j in lane j % 8 of group j / 8; one fma chain per key over d = 0..dk-1).
+// Lanes past the tile's keys read whatever follows in the scratch and are overwritten.
+template <int G>
+ATTN_INLINE void scores8(const float* q, const float* kf, int32_t bs, int32_t dk, int32_t g0, int32_t n, __m256 scale,
+                         float* s) {
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int32_t d = 0; d < dk; ++d) {
+    const __m256 qd = _mm256_broadcast_ss(q + d);
+    const float* row = kf + int64_t(d) * bs + 8 * g0;
+    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 8 * g), acc[g]);
   }
-  return reduce8(acc);
+  for (int g = 0; g < G; ++g)
+    _mm256_storeu_ps(s + 8 * (g0 + g), _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_mul_ps(acc[g], scale),
+                                                         _mm256_castsi256_ps(first_lanes(n - 8 * (g0 + g)))));
 }
 
 // o[d0, d0 + 8 NC) = o * corr + sum_j p[j] v_j; with Tail the last chunk is partial
@@ -216,13 +184,12 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // The scratch layout of attention_scratch_floats (sized for 16-key groups).
   const int32_t bsp = (bs + 15) / 16 * 16, dkp = (dk + 15) / 16 * 16;
   float* kf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-  //                                         [bsp * dkp] K tile, pack_k layout
+  //                                         [dk][bs] K tile in f32 (room for bsp * dkp)
   float* vf = kf + int64_t(bsp) * dkp;    // [bs][dv] V tile in f32
   float* sc = vf + (int64_t(bs) * dv + 15) / 16 * 16;  // [n_q][bsp] scores, then probabilities
   float* m = sc + int64_t(n_q) * bsp;     // [n_q] running max
   float* l = m + n_q;                     // [n_q] running sum of exp
   float* cr = l + n_q;                    // [n_q] this tile's rescale of the running state
-  const int32_t nc = (dk + 7) / 8;        // K chunks of 8 in pack_k
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
@@ -241,7 +208,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     prefetch_tile(a, t + kPrefetchTiles, n_tiles, k_tile_bytes, v_tile_bytes);
     const uint8_t* kb = a.k0 + a.blocks[t] * a.k_block_stride;
     const uint8_t* vb = a.v0 + a.blocks[t] * a.v_block_stride;
-    pack_k<T>(kb, n, dk, kf);
+    to_f32_n<T>(kb, kf, int64_t(bs) * dk);  // [dk][bs], slots past n too (never used)
     const float* vt = T == DType::F32 ? reinterpret_cast<const float*>(vb) : vf;
     if (T != DType::F32) to_f32_n<T>(vb, vf, int64_t(n) * dv);
 
@@ -249,11 +216,12 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     for (int32_t i = 0; i < n_q; ++i) {
       const float* qi = q + i * ldq;
       float* si = sc + int64_t(i) * bsp;
-      for (int32_t g = 0; g < ng; ++g) {
-        const __m256 s = _mm256_mul_ps(dot8(qi, kf + int64_t(g) * nc * 64, dk), scale);
-        _mm256_storeu_ps(si + 8 * g,
-                         _mm256_blendv_ps(_mm256_set1_ps(kNegInf), s, _mm256_castsi256_ps(first_lanes(n - 8 * g))));
-      }
+      for (int32_t g = 0; g < ng; g += 4) switch (ng - g) {
+          case 1: scores8<1>(qi, kf, bs, dk, g, n, scale, si); break;
+          case 2: scores8<2>(qi, kf, bs, dk, g, n, scale, si); break;
+          case 3: scores8<3>(qi, kf, bs, dk, g, n, scale, si); break;
+          default: scores8<4>(qi, kf, bs, dk, g, n, scale, si); break;
+        }
     }
     for (int32_t i = 0; i < n_q; ++i) {
       float* si = sc + int64_t(i) * bsp;
