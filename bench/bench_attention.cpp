@@ -44,12 +44,9 @@ struct Data {
     std::normal_distribution<float> g(0.f, 1.f);
     std::vector<uint16_t> pool(1 << 16);
     for (auto& h : pool) h = f32_to_f16(g(rng));
-    // K and V of the layer are each one contiguous run of n_blocks blocks.
-    for (uint8_t* base : {kv->k_tile(0, 0, 0), kv->v(0, 0, 0, 0)}) {
-      auto* h = reinterpret_cast<uint16_t*>(base);
-      const int64_t n = kv->k_block_bytes() / 2 * l.n_blocks;
-      for (int64_t i = 0; i < n; ++i) h[i] = pool[size_t((i * 7 + (i >> 16)) & 0xFFFF)];
-    }
+    // One layer: the whole cache is its K and V tiles.
+    auto* h = reinterpret_cast<uint16_t*>(kv->k_tile(0, 0, 0));
+    for (int64_t i = 0; i < kv->total_bytes() / 2; ++i) h[i] = pool[size_t((i * 7 + (i >> 16)) & 0xFFFF)];
     std::vector<int32_t> ids(size_t(l.n_blocks));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);

@@ -175,23 +175,27 @@ void Forward::attention_block(int32_t il, const Batch& b) {
     });
   });
 
-  // One task per (token, KV head): the group's query heads (adjacent in q_ and kqv_)
-  // share each K/V tile, read back from the cache in the stored dtype, so a row sees
-  // exactly what a later decode step will see.
+  // Tasks of (token, a run of KV heads): each head's group of query heads (adjacent in q_
+  // and kqv_) shares each K/V tile, and a run of heads reads its tiles of a block as one
+  // piece; as few runs per token as keep every thread busy. K/V are read back from the
+  // cache in the stored dtype, so a row sees exactly what a later decode step will see.
   const int64_t no = h_.n_attn_out();
   kqv_.resize(size_t(T * no));
   const int32_t group = nh / nkv;
-  const int64_t scratch_per = kernels::attention_scratch_floats(kl, group);
+  const int32_t splits = kernels::attention_head_splits(T, nkv, pool_.size());
+  const int32_t run = (nkv + splits - 1) / splits;  // KV heads per task
+  const int64_t scratch_per = kernels::attention_scratch_floats(kl, run * group);
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   const float scale = 1.0f / std::sqrt(float(dk));
   op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(h_, seq_shape_, kl.dtype), [&] {
-    pool_.run(T * nkv, [&](int64_t task, int thread) {
-      const int64_t t = task / nkv;
-      const int32_t g = int32_t(task % nkv);
+    pool_.run(T * splits, [&](int64_t task, int thread) {
+      const int64_t t = task / splits;
+      const int32_t h0 = int32_t(task % splits) * run, n = std::min(run, nkv - h0);
+      if (n <= 0) return;
       const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
       kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
-      kernels::attention_group(a, g, group, q_.data() + t * nq + int64_t(g) * group * dk, dk,
-                               kqv_.data() + t * no + int64_t(g) * group * dv, dv,
+      kernels::attention_heads(a, h0, n, group, q_.data() + t * nq + int64_t(h0) * group * dk, dk,
+                               kqv_.data() + t * no + int64_t(h0) * group * dv, dv,
                                attn_scratch_.data() + thread * scratch_per);
     });
   });

@@ -17,10 +17,7 @@ KVCache::KVCache(const KVLayout& layout) : l_(layout) {
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");
   RIDGE_CHECK(l_.block_size <= 1024, "KV cache block size {} is over 1024 tokens", l_.block_size);
   esz_ = dtype_info(l_.dtype).type_size;
-  const int64_t per_block = int64_t(l_.n_layer) * l_.n_kv_head * l_.block_size * esz_;
-  const int64_t kbytes = per_block * l_.head_dim_k * l_.n_blocks;
-  const int64_t vbytes = per_block * l_.head_dim_v * l_.n_blocks;
-  bytes_ = kbytes + vbytes;
+  bytes_ = block_bytes() * l_.n_blocks;
   // Anonymous pages: zeroed (a never-written slot is never NaN garbage) and committed
   // lazily, so a large pool costs memory only as it fills.
   const size_t len = size_t(bytes_);
@@ -32,8 +29,7 @@ KVCache::KVCache(const KVLayout& layout) : l_(layout) {
   // sweeps). Advisory: THP may be off, then nothing changes.
   ::madvise(p, len, MADV_HUGEPAGE);
   mem_ = {static_cast<uint8_t*>(p), [](uint8_t*) {}};
-  k_ = mem_.get();
-  v_ = k_ + kbytes;
+  base_ = mem_.get();
 }
 
 KVCache::~KVCache() {

@@ -3,12 +3,16 @@
 // p % block_size. Which blocks belong to whom is the engine's business (block manager);
 // this class only owns the bytes and knows the layout.
 //
-// Layout per layer, in the cache dtype:
-//   K [n_blocks][n_kv_head][head_dim_k][block_size]   one head's tile dimension-major
-//   V [n_blocks][n_kv_head][block_size][head_dim_v]   one head's tile position-major
+// Layout, in the cache dtype: per layer, per block, the K tiles of every KV head and then
+// their V tiles, one contiguous run:
+//   [n_layer][n_blocks] { K [n_kv_head][head_dim_k][block_size],
+//                         V [n_kv_head][block_size][head_dim_v] }
 // Attention computes a tile's scores with keys across the vector lanes (16 slots of one
 // dimension are one load, no transpose) and P.V with dimensions across the lanes (one
-// position's V row is one load). Either way one head's tile is contiguous.
+// position's V row is one load). A decode step reads a sequence's blocks scattered over
+// the pool; keeping all of a block's K and V for a layer in one run lets an attention
+// task over several heads read one long piece per block, which the hardware prefetchers
+// can follow (2 KiB pieces read at about half the DRAM rate of 8 KiB ones here).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -39,18 +43,24 @@ class KVCache {
   const KVLayout& layout() const { return l_; }
   int64_t total_bytes() const { return bytes_; }
 
-  // One block of one layer is contiguous: [n_kv_head][block_size][head_dim] for K and V.
+  // Sizes of one block's K tiles (all heads) and V tiles in one layer, and the bytes from
+  // one block's tiles to the next block's in that layer.
   int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_k * esz_; }
   int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
-  int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }
+  int64_t block_stride() const { return k_block_bytes() + v_block_bytes(); }
+  int64_t block_bytes() const { return int64_t(l_.n_layer) * block_stride(); }  // all layers
+  // Bytes from one head's K (V) tile to the next head's in a block.
+  int64_t k_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_k * esz_; }
+  int64_t v_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_v * esz_; }
 
   // Head h's K tile [head_dim_k][block_size] of (layer, block).
   uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
-    return k_ + ((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size * l_.head_dim_k * esz_;
+    return base_ + (int64_t(layer) * l_.n_blocks + block) * block_stride() + head * k_head_bytes();
   }
   // Head h's V vector at (block, slot): head_dim_v contiguous elements.
   uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
-    return v_ + ((((int64_t(layer) * l_.n_blocks + block) * l_.n_kv_head + head) * l_.block_size + slot) * l_.head_dim_v) * esz_;
+    return base_ + (int64_t(layer) * l_.n_blocks + block) * block_stride() + k_block_bytes() + head * v_head_bytes() +
+           int64_t(slot) * l_.head_dim_v * esz_;
   }
 
   // One position's K or V vector of one head, from or to f32 (K's elements lie
@@ -66,8 +76,7 @@ class KVCache {
   int64_t bytes_ = 0;
   size_t map_len_ = 0;
   std::unique_ptr<uint8_t[], void (*)(uint8_t*)> mem_{nullptr, nullptr};
-  uint8_t* k_ = nullptr;
-  uint8_t* v_ = nullptr;
+  uint8_t* base_ = nullptr;
 };
 
 }  // namespace ridge

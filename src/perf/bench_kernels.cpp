@@ -172,10 +172,9 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   // Finite f16 values everywhere; blocks handed out in a shuffled order as a long-running
   // pool would have them.
   std::mt19937_64 rng(3);
-  for (uint8_t* base : {kv.k_tile(0, 0, 0), kv.v(0, 0, 0, 0)}) {
-    auto* h = reinterpret_cast<uint16_t*>(base);
-    const int64_t n = kv.k_block_bytes() / 2 * l.n_blocks;
-    for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(float(int64_t(rng() % 2001) - 1000) * 1e-3f);
+  {  // one layer: the whole cache is its K and V tiles
+    auto* h = reinterpret_cast<uint16_t*>(kv.k_tile(0, 0, 0));
+    for (int64_t i = 0; i < kv.total_bytes() / 2; ++i) h[i] = f32_to_f16(float(int64_t(rng() % 2001) - 1000) * 1e-3f);
   }
   std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
@@ -183,16 +182,20 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   const int64_t per_seq = l.n_blocks / seqs;
   std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
-  const int64_t per = kernels::attention_scratch_floats(l, group);
+  // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
+  const int32_t splits = kernels::attention_head_splits(seqs, d.n_head_kv, pool.size());
+  const int32_t run = (d.n_head_kv + splits - 1) / splits;
+  const int64_t per = kernels::attention_scratch_floats(l, run * group);
   std::vector<float> scratch(static_cast<size_t>(per * pool.size()));
   auto step = [&] {
-    pool.run(seqs * d.n_head_kv, [&](int64_t task, int thread) {
-      const int64_t s = task / d.n_head_kv;
-      const int32_t g = int32_t(task % d.n_head_kv);
+    pool.run(seqs * splits, [&](int64_t task, int thread) {
+      const int64_t s = task / splits;
+      const int32_t h0 = int32_t(task % splits) * run, n = std::min(run, d.n_head_kv - h0);
+      if (n <= 0) return;
       const kernels::AttnArgs a{&kv, 0, std::span<const int32_t>(ids.data() + s * per_seq, size_t(per_seq)),
                                 int32_t(ctx), 0.125f};
-      const int64_t off = (s * d.n_head + int64_t(g) * group) * d.head_dim;
-      kernels::attention_group(a, g, group, q.data() + off, d.head_dim, out.data() + off, d.head_dim,
+      const int64_t off = (s * d.n_head + int64_t(h0) * group) * d.head_dim;
+      kernels::attention_heads(a, h0, n, group, q.data() + off, d.head_dim, out.data() + off, d.head_dim,
                                scratch.data() + thread * per);
     });
   };

@@ -90,6 +90,20 @@ struct Cache {
     }
   }
 
+  // Random K/V for head h too (the constructor fills kKvHead only).
+  void fill_head(int32_t h, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::vector<float> x(size_t(std::max(l.head_dim_k, l.head_dim_v)));
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      const int32_t b = table[size_t(p / l.block_size)], s = p % l.block_size;
+      for (auto& e : x) e = g(rng);
+      kv->write_k(kLayer, b, h, s, x.data());
+      for (auto& e : x) e = g(rng);
+      kv->write_v(kLayer, b, h, s, x.data());
+    }
+  }
+
   AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale}; }
 
   // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
@@ -266,6 +280,37 @@ TEST(Attention, RowBitsIgnoreSiblingsAndTableLength) {
       EXPECT_EQ(std::memcmp(&all.out[size_t((i + 3) * all.ldo)], &part.out[size_t(i * part.ldo)], 64 * 4), 0)
           << isa_name(isa) << " row " << i + 3;
   }
+}
+
+// A task over a run of KV heads (one piece of each block read for them all) gives every
+// row the bits of its head's own call, on every ISA.
+TEST(Attention, HeadRunsGiveEachHeadsOwnBits) {
+  IsaGuard guard;
+  for (DType t : {DType::F16, DType::F32})
+    for (int32_t bs : {16, 5, 32})
+      for (int32_t group : {1, 3, 8, 9}) {
+        Cache st(t, 64, 48, bs, 83, uint32_t(bs * 10 + group));
+        st.fill_head(0, 11);
+        st.fill_head(1, 12);
+        const int32_t rows = 3 * group, ldq = 64, ldo = 48;
+        std::vector<float> q(size_t(rows * ldq));
+        std::mt19937 rng{uint32_t(group)};
+        std::normal_distribution<float> g(0.f, 1.5f);
+        for (auto& x : q) x = g(rng);
+        for (Isa isa : isas()) {
+          set_isa(isa);
+          const std::string where = case_name(t, 64, 48, bs, 83, group) + " isa=" + std::string(isa_name(isa));
+          std::vector<float> each(size_t(rows * ldo)), run(size_t(rows * ldo)), tail(size_t(2 * group * ldo));
+          std::vector<float> scratch(size_t(attention_scratch_floats(st.l, rows)), std::numeric_limits<float>::quiet_NaN());
+          for (int32_t h = 0; h < 3; ++h)
+            attention_group(st.args(0.125f), h, group, q.data() + h * group * ldq, ldq, each.data() + h * group * ldo, ldo,
+                            scratch.data());
+          attention_heads(st.args(0.125f), 0, 3, group, q.data(), ldq, run.data(), ldo, scratch.data());
+          attention_heads(st.args(0.125f), 1, 2, group, q.data() + group * ldq, ldq, tail.data(), ldo, scratch.data());
+          ASSERT_EQ(std::memcmp(each.data(), run.data(), each.size() * 4), 0) << where << ": heads [0, 3)";
+          ASSERT_EQ(std::memcmp(each.data() + group * ldo, tail.data(), tail.size() * 4), 0) << where << ": heads [1, 3)";
+        }
+      }
 }
 
 TEST(Attention, EmptyContextGivesZeros) {

@@ -89,19 +89,27 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
 
 }  // namespace
 
-void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq, float* out,
-                     int64_t ldo, float* scratch) {
+void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
+                     float* out, int64_t ldo, float* scratch) {
   const KVLayout& l = a.kv->layout();
   RIDGE_CHECK(a.n_ctx >= 0 && int64_t(a.block_table.size()) * l.block_size >= a.n_ctx,
               "attention: {} positions but the block table covers {}", a.n_ctx,
               int64_t(a.block_table.size()) * l.block_size);
+  RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
+              "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   const Isa isa = active_isa();
-  if (isa == Isa::Scalar) return attention_group_scalar(a, kv_head, n_q, q, ldq, out, ldo, scratch);
+  if (isa == Isa::Scalar) {
+    for (int32_t h = 0; h < n_heads; ++h)
+      attention_group_scalar(a, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
+                             scratch);
+    return;
+  }
   detail::AttnView v;
   v.k0 = a.kv->k_tile(a.layer, 0, kv_head);
   v.v0 = a.kv->v(a.layer, 0, kv_head, 0);
-  v.k_block_stride = a.kv->k_block_bytes();
-  v.v_block_stride = a.kv->v_block_bytes();
+  v.k_block_stride = v.v_block_stride = a.kv->block_stride();
+  v.k_head_stride = a.kv->k_head_bytes();
+  v.v_head_stride = a.kv->v_head_bytes();
   v.blocks = a.block_table.data();
   v.n_ctx = a.n_ctx;
   v.block_size = l.block_size;
@@ -109,8 +117,26 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
   v.dv = l.head_dim_v;
   v.dtype = l.dtype;
   v.scale = a.scale;
-  if (isa == Isa::Avx512) return detail::attention_group_avx512(v, n_q, q, ldq, out, ldo, scratch);
-  detail::attention_group_avx2(v, n_q, q, ldq, out, ldo, scratch);
+  if (isa == Isa::Avx512) {
+    v.n_heads = n_heads;
+    return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
+  }
+  for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2
+    detail::attention_group_avx2(v, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
+                                 scratch);
+    v.k0 += v.k_head_stride;
+    v.v0 += v.v_head_stride;
+  }
+}
+
+void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq, float* out,
+                     int64_t ldo, float* scratch) {
+  attention_heads(a, kv_head, 1, n_q, q, ldq, out, ldo, scratch);
+}
+
+int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads) {
+  const int64_t want = (2 * int64_t(std::max(threads, 1)) + std::max<int64_t>(tokens, 1) - 1) / std::max<int64_t>(tokens, 1);
+  return int32_t(std::clamp<int64_t>(want, 1, std::max(n_kv_head, 1)));
 }
 
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {

@@ -34,6 +34,18 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
 void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq, float* out,
                      int64_t ldo, float* scratch);
 
+// The query rows of n_heads consecutive KV heads [kv_head, kv_head + n_heads), `group`
+// rows per head, head h's after head h - 1's: q[n_heads * group][head_dim_k] -> out[same]
+// [head_dim_v]. A block's K/V tiles of those heads are one piece in the cache, read once
+// per call. Same per-row arithmetic as attention_group (bit for bit), whatever n_heads is.
+// scratch: attention_scratch_floats(layout, n_heads * group).
+void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
+                     float* out, int64_t ldo, float* scratch);
+
+// Into how many tasks to split each token's KV heads so that `threads` threads have at
+// least two tasks each (one task per token where that is enough: the longest pieces).
+int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads);
+
 // One query row: attention_group with n_q = 1.
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch);
 
@@ -47,6 +59,9 @@ struct AttnView {
   const uint8_t* v0 = nullptr;  // V tile [block_size][dv] of the same
   int64_t k_block_stride = 0;   // bytes from one block's K of this head to the next block's
   int64_t v_block_stride = 0;
+  int64_t k_head_stride = 0;    // bytes from one head's K tile to the next head's
+  int64_t v_head_stride = 0;
+  int32_t n_heads = 1;          // the call's rows: n_heads heads of n_q / n_heads rows
   const int32_t* blocks = nullptr;  // block table
   int32_t n_ctx = 0, block_size = 0, dk = 0, dv = 0;
   DType dtype = DType::F16;  // F32, F16 or BF16

@@ -3,7 +3,8 @@
 // inline function of a shared header: the linker must never keep an AVX-512 copy of one.
 //
 // One online-softmax step covers a tile of whole blocks, about kTileKeys keys, aligned to
-// absolute positions. Per tile the rows of the call (up to 8 at a time) run as small
+// absolute positions, for every KV head of the call (a run of heads reads each block's
+// tiles as one piece). Per tile the rows of each head (up to 8 at a time) run as small
 // register-tiled matrix products, each K/V vector loaded and converted once for them all:
 //  - scores S[8 rows][2 x 16 keys] in 16 accumulators: the cache keeps K dimension-major
 //    per block ([dk][block_size]), so one load is dimension d of 16 keys and a broadcast
@@ -115,12 +116,12 @@ struct Prefetcher {
 // group's keys. Per (row, key) one fma chain over d = 0..dk-1, whatever R and G are.
 template <int R, int G, DType T>
 ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t kstride, int32_t dk, float scale,
-                        float* s, int64_t lds, Prefetcher& pf) {
+                        float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
   __m512 acc[R][G];
   ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
   const uint8_t* kp[G];
   __mmask16 km[G];
-  ATTN_UNROLL for (int g = 0; g < G; ++g) kp[g] = gr[g].k, km[g] = gr[g].slots;
+  ATTN_UNROLL for (int g = 0; g < G; ++g) kp[g] = gr[g].k + koff, km[g] = gr[g].slots;
   for (int32_t d = 0; d < dk; ++d) {
     pf.step();
     __m512 kv[G];
@@ -137,24 +138,24 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
 
 template <int R, DType T>
 void scores_tile(const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk, float scale,
-                 float* s, int64_t lds, Prefetcher& pf) {
+                 float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
   int32_t g = 0;
-  for (; g + 2 <= ng; g += 2) scores<R, 2, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, pf);
-  if (g < ng) scores<R, 1, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, pf);
+  for (; g + 2 <= ng; g += 2) scores<R, 2, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
+  if (g < ng) scores<R, 1, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
 }
 
 template <DType T>
 void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk,
-                 float scale, float* s, int64_t lds, Prefetcher& pf) {
+                 float scale, float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
   switch (rows) {
-    case 1: return scores_tile<1, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 2: return scores_tile<2, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 3: return scores_tile<3, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 4: return scores_tile<4, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 5: return scores_tile<5, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 6: return scores_tile<6, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    case 7: return scores_tile<7, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
-    default: return scores_tile<8, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, pf);
+    case 1: return scores_tile<1, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 2: return scores_tile<2, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 3: return scores_tile<3, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 4: return scores_tile<4, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 5: return scores_tile<5, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 6: return scores_tile<6, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    case 7: return scores_tile<7, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
+    default: return scores_tile<8, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
   }
 }
 
@@ -220,7 +221,7 @@ void softmax_rows(float* s, int64_t lds, int32_t ng, int32_t R, float* m, float*
 // serving all R rows, 2R accumulators in registers.
 template <int R, DType T>
 void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o, int64_t ldo, int32_t d0,
-        int32_t dv, Prefetcher& pf) {
+        int32_t dv, int64_t voff, Prefetcher& pf) {
   constexpr int64_t esz = T == DType::F32 ? 4 : 2;
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   __m512 acc[R][2];
@@ -230,7 +231,7 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
     acc[r][1] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, o + r * ldo + d0 + 16), c);
   }
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
-    const uint8_t* vb = tl.v[b] + d0 * esz;
+    const uint8_t* vb = tl.v[b] + voff + d0 * esz;
     const float* pb = p + b * lpb;
     for (int32_t j = 0; j < tl.keys[b]; ++j) {
       pf.step();
@@ -251,16 +252,16 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
 
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o,
-             int64_t ldo, int32_t d0, int32_t dv, Prefetcher& pf) {
+             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
   switch (rows) {
-    case 1: return pv<1, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 2: return pv<2, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 3: return pv<3, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 4: return pv<4, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 5: return pv<5, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 6: return pv<6, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    case 7: return pv<7, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
-    default: return pv<8, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, pf);
+    case 1: return pv<1, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 2: return pv<2, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 3: return pv<3, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 4: return pv<4, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 5: return pv<5, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 6: return pv<6, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    case 7: return pv<7, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    default: return pv<8, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
   }
 }
 
@@ -290,11 +291,13 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const int64_t kstride = int64_t(bs) * esz;  // bytes between dimensions of a K tile
   Prefetcher pf;
   pf.a = &a;
-  pf.k_lines = (int64_t(bs) * dk * esz + 63) / 64;
-  pf.v_lines = (int64_t(bs) * dv * esz + 63) / 64;
+  const int32_t nh = a.n_heads, grp = n_q / nh;  // heads, rows per head
+  // A block's K tiles of the call's heads are one piece, and so are its V tiles.
+  pf.k_lines = (int64_t(nh) * bs * dk * esz + 63) / 64;
+  pf.v_lines = (int64_t(nh) * bs * dv * esz + 63) / 64;
   pf.start(0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk);
   pf.finish();
-  const int32_t row_units = (n_q + kRows - 1) / kRows, col_units = (dv + 31) / 32;
+  const int32_t row_units = nh * ((grp + kRows - 1) / kRows), col_units = (dv + 31) / 32;
   Tile tl;
   Group gr[kMaxTileBlocks * 4];
   for (int32_t t = 0; t < n_tiles; ++t) {
@@ -321,16 +324,23 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     const int64_t iters = int64_t(row_units) * ((ng + 1) / 2 * dk + col_units * keys_in_tile);
     pf.per = int32_t((pf.lines() + iters - 1) / iters);
 
-    for (int32_t r0 = 0; r0 < n_q; r0 += kRows)
-      scores_rows<T>(n_q - r0 < kRows ? n_q - r0 : kRows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale,
-                     sc + int64_t(r0) * lds, lds, pf);
+    // Row units never straddle two heads (their K/V tiles differ).
+    for (int32_t h = 0; h < nh; ++h)
+      for (int32_t i = 0; i < grp; i += kRows) {
+        const int32_t r0 = h * grp + i;
+        scores_rows<T>(grp - i < kRows ? grp - i : kRows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale,
+                       sc + int64_t(r0) * lds, lds, h * a.k_head_stride, pf);
+      }
     for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
       softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
                    cr + r0);
-    for (int32_t r0 = 0; r0 < n_q; r0 += kRows)
-      for (int32_t d0 = 0; d0 < dv; d0 += 32)
-        pv_rows<T>(n_q - r0 < kRows ? n_q - r0 : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
-                   out + r0 * ldo, ldo, d0, dv, pf);
+    for (int32_t h = 0; h < nh; ++h)
+      for (int32_t i = 0; i < grp; i += kRows) {
+        const int32_t r0 = h * grp + i;
+        for (int32_t d0 = 0; d0 < dv; d0 += 32)
+          pv_rows<T>(grp - i < kRows ? grp - i : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
+                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+      }
     pf.finish();
   }
   for (int32_t i = 0; i < n_q; ++i) {
