@@ -75,40 +75,48 @@ struct Group {
   int32_t lane;
 };
 
-// Asks for a later tile's K/V during this one, a line at a time from the inner loops of
-// the scores and P.V: the blocks lie scattered in the pool, so the hardware prefetchers,
-// which follow one stream within a page, cannot guess them, and a burst of more lines
-// than the core has fill buffers holds up every load behind it. The tile's K tiles go
-// first (its scores need them all at once), then its V tiles.
+// Asks for a later tile's K/V during this one, one line per inner iteration of the scores
+// and P.V: the blocks lie scattered in the pool, so the hardware prefetchers, which
+// follow one stream within a page, cannot guess them, and a burst of more lines than the
+// core has fill buffers holds up every load behind it. With a 2-byte cache dtype a tile
+// has as many lines as iterations (a score iteration reads 2 lines' worth of K for 16
+// keys, 32 columns of P.V read a V line per key); what is left, with f32, goes out at the
+// tile's end. The tile's K tiles go first (its scores need them all at once), then its V
+// tiles. The issuing position stays in registers through a loop (Cursor): the hot loops
+// hold 16 accumulators and must call nothing.
 struct Prefetcher {
-  const AttnView* a = nullptr;
-  int64_t k_lines = 0, v_lines = 0;  // per block
-  int32_t seg = 0, n_seg = 0, b0 = 0;  // segments: K of blocks b0.., then V of them
-  const char* p = nullptr;
-  int64_t left = 0;    // lines left in the current segment
-  int32_t per = 1;     // lines per call of step()
+  // Where the issuing stands: kept in the hot loops' registers (a copy), saved after.
+  struct Cursor {
+    const char* p;
+    int32_t left, seg;  // lines left in segment seg - 1
+  };
+  const char* seg_p[2 * kMaxTileBlocks];  // K pieces of the tile's blocks, then V pieces
+  int32_t seg_n[2 * kMaxTileBlocks];      // their lines
+  int32_t n_seg = 0;
+  Cursor cur{nullptr, 0, 0};
 
-  void start(int32_t b_begin, int32_t b_end) {
-    b0 = b_begin, n_seg = 2 * (b_end - b_begin), seg = -1, left = 0;
-    next();
-  }
-  int64_t lines() const { return n_seg / 2 * (k_lines + v_lines); }
-  void next() {
-    if (++seg >= n_seg) return (void)(left = 0);
-    const int32_t nb = n_seg / 2, b = b0 + (seg < nb ? seg : seg - nb);
-    const uint8_t* base = seg < nb ? a->k0 + a->blocks[b] * a->k_block_stride : a->v0 + a->blocks[b] * a->v_block_stride;
-    p = reinterpret_cast<const char*>(base);
-    left = seg < nb ? k_lines : v_lines;
-  }
-  ATTN_INLINE void step() {
-    for (int32_t i = 0; i < per && left > 0; ++i) {
-      _mm_prefetch(p, _MM_HINT_T1);
-      p += 64;
-      if (--left == 0) next();
+  // Blocks [b0, b1): per block k_lines from its K tile of the call's first head (the
+  // heads' K tiles are adjacent), then v_lines from its V tiles.
+  void start(const AttnView& a, int32_t b0, int32_t b1, int32_t k_lines, int32_t v_lines) {
+    n_seg = 0;
+    for (int32_t b = b0; b < b1; ++b, ++n_seg) {
+      seg_p[n_seg] = reinterpret_cast<const char*>(a.k0 + a.blocks[b] * a.k_block_stride), seg_n[n_seg] = k_lines;
+      seg_p[n_seg + b1 - b0] = reinterpret_cast<const char*>(a.v0 + a.blocks[b] * a.v_block_stride);
+      seg_n[n_seg + b1 - b0] = v_lines;
     }
+    n_seg *= 2;
+    cur = Cursor{nullptr, 0, 0};
+  }
+  ATTN_INLINE void step(Cursor& c) const {
+    if (c.left == 0) {
+      if (c.seg == n_seg) return;
+      c.p = seg_p[c.seg], c.left = seg_n[c.seg], ++c.seg;
+    }
+    _mm_prefetch(c.p, _MM_HINT_T1);
+    c.p += 64, --c.left;
   }
   void finish() {
-    while (left > 0) step();
+    while (cur.left > 0 || cur.seg < n_seg) step(cur);
   }
 };
 
@@ -122,8 +130,9 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
   const uint8_t* kp[G];
   __mmask16 km[G];
   ATTN_UNROLL for (int g = 0; g < G; ++g) kp[g] = gr[g].k + koff, km[g] = gr[g].slots;
+  Prefetcher::Cursor c = pf.cur;
   for (int32_t d = 0; d < dk; ++d) {
-    pf.step();
+    pf.step(c);
     __m512 kv[G];
     ATTN_UNROLL for (int g = 0; g < G; ++g) kv[g] = load16<T>(kp[g] + d * kstride, 0, km[g]);
     ATTN_UNROLL for (int r = 0; r < R; ++r) {
@@ -131,6 +140,7 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
       ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_fmadd_ps(qb, kv[g], acc[r][g]);
     }
   }
+  pf.cur = c;
   const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(kNegInf);
   ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g)
     _mm512_storeu_ps(s + r * lds + gr[g].lane, _mm512_mask_mov_ps(ninf, gr[g].keys, _mm512_mul_ps(acc[r][g], vs)));
@@ -230,11 +240,12 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
     acc[r][0] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, o + r * ldo + d0), c);
     acc[r][1] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, o + r * ldo + d0 + 16), c);
   }
+  Prefetcher::Cursor c = pf.cur;
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
     const uint8_t* vb = tl.v[b] + voff + d0 * esz;
     const float* pb = p + b * lpb;
     for (int32_t j = 0; j < tl.keys[b]; ++j) {
-      pf.step();
+      pf.step(c);
       const uint8_t* vj = vb + int64_t(j) * dv * esz;
       const __m512 v0 = load16<T>(vj, 0, m0), v1 = load16<T>(vj, 16, m1);
       ATTN_UNROLL for (int r = 0; r < R; ++r) {
@@ -244,6 +255,7 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
       }
     }
   }
+  pf.cur = c;
   ATTN_UNROLL for (int r = 0; r < R; ++r) {
     _mm512_mask_storeu_ps(o + r * ldo + d0, m0, acc[r][0]);
     _mm512_mask_storeu_ps(o + r * ldo + d0 + 16, m1, acc[r][1]);
@@ -290,26 +302,23 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const int32_t n_tiles = (n_blk + tb - 1) / tb;
   const int64_t kstride = int64_t(bs) * esz;  // bytes between dimensions of a K tile
   Prefetcher pf;
-  pf.a = &a;
   const int32_t nh = a.n_heads, grp = n_q / nh;  // heads, rows per head
   // A block's K tiles of the call's heads are one piece, and so are its V tiles.
-  pf.k_lines = (int64_t(nh) * bs * dk * esz + 63) / 64;
-  pf.v_lines = (int64_t(nh) * bs * dv * esz + 63) / 64;
-  pf.start(0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk);
+  const int32_t k_lines = int32_t((int64_t(nh) * bs * dk * esz + 63) / 64);
+  const int32_t v_lines = int32_t((int64_t(nh) * bs * dv * esz + 63) / 64);
+  pf.start(a, 0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk, k_lines, v_lines);
   pf.finish();
-  const int32_t row_units = nh * ((grp + kRows - 1) / kRows), col_units = (dv + 31) / 32;
   Tile tl;
   Group gr[kMaxTileBlocks * 4];
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int32_t b0 = t * tb, b1 = b0 + tb < n_blk ? b0 + tb : n_blk;
     tl.n_blocks = b1 - b0;
-    int32_t ng = 0, keys_in_tile = 0;
+    int32_t ng = 0;
     for (int32_t b = b0; b < b1; ++b) {
       const int32_t i = b - b0, keys = a.n_ctx - b * bs < bs ? a.n_ctx - b * bs : bs;
       tl.k[i] = a.k0 + a.blocks[b] * a.k_block_stride;
       tl.v[i] = a.v0 + a.blocks[b] * a.v_block_stride;
       tl.keys[i] = keys;
-      keys_in_tile += keys;
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
         gr[ng++] = Group{tl.k[i] + 16 * g * esz, first_lanes(bs - 16 * g), first_lanes(keys - 16 * g), (i * gpb + g) * 16};
     }
@@ -320,9 +329,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       for (int32_t x = gr[ng - 1].lane + 16; x < lanes; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
     // The tile kPrefetchTiles ahead, spread over this tile's inner iterations.
     const int32_t p0 = b0 + kPrefetchTiles * tb;
-    pf.start(p0 < n_blk ? p0 : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk);
-    const int64_t iters = int64_t(row_units) * ((ng + 1) / 2 * dk + col_units * keys_in_tile);
-    pf.per = int32_t((pf.lines() + iters - 1) / iters);
+    pf.start(a, p0 < n_blk ? p0 : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_lines, v_lines);
 
     // Row units never straddle two heads (their K/V tiles differ).
     for (int32_t h = 0; h < nh; ++h)
