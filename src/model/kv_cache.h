@@ -12,7 +12,8 @@
 // position's V row is one load). A decode step reads a sequence's blocks scattered over
 // the pool; keeping all of a block's K and V for a layer in one run lets an attention
 // task over several heads read one long piece per block, which the hardware prefetchers
-// can follow (2 KiB pieces read at about half the DRAM rate of 8 KiB ones here).
+// can follow: in shuffled order, 2 KiB pieces (one head's tile) read at 14.4 GB/s and
+// 16 KiB ones (TinyLlama's whole block) at 22.0, against 28.7 sequential (2 threads).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -14,7 +14,7 @@
 //     "dram_read_gbs": {"1": 12.3, "2": 20.1},  // thread count -> GB/s (1e9 bytes/s), median
 //     "dram_read_gbs_max": 20.1,
 //     "dram_bytes": 1073741824,           // working set of the bandwidth test
-//     "dram_scattered_gbs": 15.2,         // every thread, the same set read in 2 KiB pieces in
+//     "dram_scattered_gbs": 15.2,         // every thread, the same set read in 16 KiB pieces in
 //                                         // shuffled order (a paged KV cache's access
 //                                         // pattern), median; 0 or absent: not measured
 //     "compute": {                        // per_core: one thread; all: every thread at once;
@@ -57,9 +57,10 @@ struct Peaks {
   double seconds = 0;
 };
 
-// The piece size of the scattered read: one KV block of one head (16 tokens x 64 dims x
-// f16), what a decode attention step fetches at a time from a fragmented cache.
-inline constexpr int64_t kScatterPiece = 2048;
+// The piece size of the scattered read: one KV block of one layer, K and V of every KV
+// head (16 tokens x 4 heads x (64 + 64) dims x f16 for TinyLlama), the run a decode
+// attention task reads at a time from a fragmented cache (model/kv_cache.h).
+inline constexpr int64_t kScatterPiece = 16384;
 
 struct PeaksOptions {
   int threads = 0;         // 0: every hardware thread
