@@ -135,8 +135,12 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
 }
 
 int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads) {
-  const int64_t want = (2 * int64_t(std::max(threads, 1)) + std::max<int64_t>(tokens, 1) - 1) / std::max<int64_t>(tokens, 1);
-  return int32_t(std::clamp<int64_t>(want, 1, std::max(n_kv_head, 1)));
+  // Heads cost the same, so the split only has to make the task count a multiple of the
+  // threads (even shares), or large enough that the uneven last round is small.
+  const int64_t t = std::max<int64_t>(tokens, 1), th = std::max(threads, 1);
+  for (int32_t s = 1; s < n_kv_head; ++s)
+    if ((t * s) % th == 0 || t * s >= 4 * th) return s;
+  return std::max(n_kv_head, 1);
 }
 
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {

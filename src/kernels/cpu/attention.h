@@ -42,8 +42,9 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
 void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
                      float* out, int64_t ldo, float* scratch);
 
-// Into how many tasks to split each token's KV heads so that `threads` threads have at
-// least two tasks each (one task per token where that is enough: the longest pieces).
+// Into how many runs to split each token's KV heads so that `threads` threads get even
+// shares: the fewest (the longest pieces) that make the task count a multiple of the
+// threads or at least 4 per thread. Decode of one sequence on 2 threads: 2 runs.
 int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads);
 
 // One query row: attention_group with n_q = 1.
