@@ -1,9 +1,10 @@
 // Decode attention: 16 sequences x 4096 cached tokens, TinyLlama's heads (32 query heads
 // over 4 KV heads, head_dim 64), f16 KV, one layer. One decode step reads every cached
 // K/V byte once: 16 * 4096 * 4 * 64 * 2 (K and V) * 2 bytes = 128 MiB, reported as
-// bytes/s. Tasks are (sequence, KV head), 64 of them, over the ThreadPool as forward.cpp
-// runs them; PerHead is the task split before GQA grouping (one task per query head,
-// each reading its K/V again), for comparison.
+// bytes/s. Tasks are (sequence, KV head), 64 of them, over the ThreadPool (forward.cpp
+// now gives a task a run of KV heads: `ridge bench kernels` measures that split);
+// PerHead is the split before GQA grouping (one task per query head, each reading its
+// K/V again), for comparison.
 //   ridge_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 

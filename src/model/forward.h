@@ -74,7 +74,7 @@ class Forward {
   std::vector<float> ffn_out_;     // [T][n_embd]
   std::vector<float> result_norm_; // [rows][n_embd] final norm of the logit rows
   std::vector<float> logits_;      // [rows][n_vocab]
-  std::vector<float> attn_scratch_;  // [threads][kernels::attention_scratch_floats(kv, group)]
+  std::vector<float> attn_scratch_;  // [threads][kernels::attention_scratch_floats(kv, run * group)]
 };
 
 }  // namespace ridge

@@ -398,6 +398,7 @@ std::string peaks_to_json(const Peaks& p) {
           {"dram_read_gbs_max", p.dram_read_gbs_max},
           {"dram_bytes", p.dram_bytes},
           {"dram_scattered_gbs", p.dram_scattered_gbs},
+          {"dram_scattered_piece", kScatterPiece},
           {"compute", ojson{{"fp32_fma", peak_json(p.fp32_fma)},
                             {"bf16_dot", peak_json(p.bf16_dot)},
                             {"int8_vnni", peak_json(p.int8_vnni)},
@@ -435,7 +436,11 @@ Peaks peaks_from_json(const std::string& s, const std::string& where) {
   }
   p.dram_read_gbs_max = num(j, "dram_read_gbs_max", where);
   p.dram_bytes = integer(j, "dram_bytes", where);
-  if (j.contains("dram_scattered_gbs")) p.dram_scattered_gbs = num(j, "dram_scattered_gbs", where);  // added later
+  // Added later, and measured in 2 KiB pieces before the piece size was stored: a figure
+  // for another piece size than this build's is not this build's ceiling.
+  if (j.contains("dram_scattered_gbs") && j.contains("dram_scattered_piece") &&
+      integer(j, "dram_scattered_piece", where) == kScatterPiece)
+    p.dram_scattered_gbs = num(j, "dram_scattered_gbs", where);
   const auto& comp = field(j, "compute", where);
   p.fp32_fma = peak_from(comp, "fp32_fma", where);
   p.bf16_dot = peak_from(comp, "bf16_dot", where);

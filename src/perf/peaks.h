@@ -17,6 +17,7 @@
 //     "dram_scattered_gbs": 15.2,         // every thread, the same set read in 16 KiB pieces in
 //                                         // shuffled order (a paged KV cache's access
 //                                         // pattern), median; 0 or absent: not measured
+//     "dram_scattered_piece": 16384,      // its piece size (a file with another is ignored)
 //     "compute": {                        // per_core: one thread; all: every thread at once;
 //                                         // best of 3 runs of ~0.1 s each
 //       "fp32_fma":  {"per_core_gflops": 150.0, "all_gflops": 300.0},   // 2 FLOP per FMA lane

@@ -239,7 +239,7 @@ TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
 TEST(Attention, OddBlockSizesAndHeadDims) {
   double worst = 0;
   for (DType t : {DType::F32, DType::F16})
-    for (int32_t bs : {1, 5, 24, 32})
+    for (int32_t bs : {1, 5, 24, 32, 48, 100})
       for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
         for (int32_t n_ctx : {1, 23, 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
@@ -286,20 +286,24 @@ TEST(Attention, RowBitsIgnoreSiblingsAndTableLength) {
 // row the bits of its head's own call, on every ISA.
 TEST(Attention, HeadRunsGiveEachHeadsOwnBits) {
   IsaGuard guard;
-  for (DType t : {DType::F16, DType::F32})
-    for (int32_t bs : {16, 5, 32})
-      for (int32_t group : {1, 3, 8, 9}) {
-        Cache st(t, 64, 48, bs, 83, uint32_t(bs * 10 + group));
+  // Block sizes: one-block tiles of 16 (4 per tile), several blocks per tile with short
+  // and straddling 16-lane groups (5, 17), one block of several groups per tile (48); 83
+  // positions make two tiles or more with a short last block. dv = 40 ends in a partial
+  // vector; 16 rows a head make 48 rows, three 16-row softmax blocks.
+  for (DType t : {DType::F16, DType::BF16, DType::F32})
+    for (int32_t bs : {16, 5, 17, 48})
+      for (int32_t group : {1, 3, 8, 16}) {
+        Cache st(t, 64, 40, bs, 83, uint32_t(bs * 10 + group));
         st.fill_head(0, 11);
         st.fill_head(1, 12);
-        const int32_t rows = 3 * group, ldq = 64, ldo = 48;
+        const int32_t rows = 3 * group, ldq = 64, ldo = 40;
         std::vector<float> q(size_t(rows * ldq));
         std::mt19937 rng{uint32_t(group)};
         std::normal_distribution<float> g(0.f, 1.5f);
         for (auto& x : q) x = g(rng);
         for (Isa isa : isas()) {
           set_isa(isa);
-          const std::string where = case_name(t, 64, 48, bs, 83, group) + " isa=" + std::string(isa_name(isa));
+          const std::string where = case_name(t, 64, 40, bs, 83, group) + " isa=" + std::string(isa_name(isa));
           std::vector<float> each(size_t(rows * ldo)), run(size_t(rows * ldo)), tail(size_t(2 * group * ldo));
           std::vector<float> scratch(size_t(attention_scratch_floats(st.l, rows)), std::numeric_limits<float>::quiet_NaN());
           for (int32_t h = 0; h < 3; ++h)
@@ -311,6 +315,23 @@ TEST(Attention, HeadRunsGiveEachHeadsOwnBits) {
           ASSERT_EQ(std::memcmp(each.data() + group * ldo, tail.data(), tail.size() * 4), 0) << where << ": heads [1, 3)";
         }
       }
+}
+
+// Task splits: every run of ceil(n / splits) heads is non-empty; one sequence on 2
+// threads takes 2 runs, 16 sequences one run each.
+TEST(Attention, HeadSplitsCoverEveryHeadWithNoEmptyRun) {
+  for (int32_t nkv = 1; nkv <= 9; ++nkv)
+    for (int32_t threads = 1; threads <= 5; ++threads)
+      for (int64_t tokens = 1; tokens <= 20; ++tokens) {
+        const int32_t s = attention_head_splits(tokens, nkv, threads);
+        ASSERT_GE(s, 1);
+        ASSERT_LE(s, nkv);
+        const int32_t run = (nkv + s - 1) / s;
+        EXPECT_EQ((nkv + run - 1) / run, s) << nkv << " heads, " << threads << " threads, " << tokens << " tokens";
+      }
+  EXPECT_EQ(attention_head_splits(1, 4, 2), 2);
+  EXPECT_EQ(attention_head_splits(16, 4, 2), 1);
+  EXPECT_EQ(attention_head_splits(512, 8, 16), 1);
 }
 
 TEST(Attention, EmptyContextGivesZeros) {

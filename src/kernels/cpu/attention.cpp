@@ -136,11 +136,15 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
 
 int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads) {
   // Heads cost the same, so the split only has to make the task count a multiple of the
-  // threads (even shares), or large enough that the uneven last round is small.
+  // threads (even shares), or large enough that the uneven last round is small. Runs of
+  // ceil(n_kv_head / s) heads make exactly s tasks only for some s: walk the run lengths.
   const int64_t t = std::max<int64_t>(tokens, 1), th = std::max(threads, 1);
-  for (int32_t s = 1; s < n_kv_head; ++s)
+  const int32_t nkv = std::max(n_kv_head, 1);
+  for (int32_t run = nkv; run > 1; --run) {
+    const int32_t s = (nkv + run - 1) / run;
     if ((t * s) % th == 0 || t * s >= 4 * th) return s;
-  return std::max(n_kv_head, 1);
+  }
+  return nkv;
 }
 
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {

@@ -44,7 +44,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
 
 // Into how many runs to split each token's KV heads so that `threads` threads get even
 // shares: the fewest (the longest pieces) that make the task count a multiple of the
-// threads or at least 4 per thread. Decode of one sequence on 2 threads: 2 runs.
+// threads or at least 4 per thread. Decode of one sequence on 2 threads: 2 runs. Runs
+// of ceil(n_kv_head / splits) heads cover the heads with no empty one.
 int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads);
 
 // One query row: attention_group with n_q = 1.

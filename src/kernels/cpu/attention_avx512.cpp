@@ -95,16 +95,21 @@ struct Prefetcher {
   int32_t n_seg = 0;
   Cursor cur{nullptr, 0, 0};
 
-  // Blocks [b0, b1): per block k_lines from its K tile of the call's first head (the
-  // heads' K tiles are adjacent), then v_lines from its V tiles.
-  void start(const AttnView& a, int32_t b0, int32_t b1, int32_t k_lines, int32_t v_lines) {
-    n_seg = 0;
-    for (int32_t b = b0; b < b1; ++b, ++n_seg) {
-      seg_p[n_seg] = reinterpret_cast<const char*>(a.k0 + a.blocks[b] * a.k_block_stride), seg_n[n_seg] = k_lines;
-      seg_p[n_seg + b1 - b0] = reinterpret_cast<const char*>(a.v0 + a.blocks[b] * a.v_block_stride);
-      seg_n[n_seg + b1 - b0] = v_lines;
+  // Blocks [b0, b1): per block the k_bytes of its K tiles from the call's first head (the
+  // heads' K tiles are adjacent), then the v_bytes of its V tiles; every line a piece
+  // touches, whatever its alignment.
+  void start(const AttnView& a, int32_t b0, int32_t b1, int64_t k_bytes, int64_t v_bytes) {
+    auto piece = [&](int32_t i, const uint8_t* p, int64_t bytes) {
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
+      seg_p[i] = reinterpret_cast<const char*>(lo);
+      seg_n[i] = int32_t((reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes) - lo + 63) / 64);
+    };
+    const int32_t nb = b1 - b0;
+    for (int32_t b = b0; b < b1; ++b) {
+      piece(b - b0, a.k0 + a.blocks[b] * a.k_block_stride, k_bytes);
+      piece(nb + b - b0, a.v0 + a.blocks[b] * a.v_block_stride, v_bytes);
     }
-    n_seg *= 2;
+    n_seg = 2 * nb;
     cur = Cursor{nullptr, 0, 0};
   }
   ATTN_INLINE void step(Cursor& c) const {
@@ -304,9 +309,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   Prefetcher pf;
   const int32_t nh = a.n_heads, grp = n_q / nh;  // heads, rows per head
   // A block's K tiles of the call's heads are one piece, and so are its V tiles.
-  const int32_t k_lines = int32_t((int64_t(nh) * bs * dk * esz + 63) / 64);
-  const int32_t v_lines = int32_t((int64_t(nh) * bs * dv * esz + 63) / 64);
-  pf.start(a, 0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk, k_lines, v_lines);
+  const int64_t k_bytes = int64_t(nh) * bs * dk * esz, v_bytes = int64_t(nh) * bs * dv * esz;
+  pf.start(a, 0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk, k_bytes, v_bytes);
   pf.finish();
   Tile tl;
   Group gr[kMaxTileBlocks * 4];
@@ -329,7 +333,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       for (int32_t x = gr[ng - 1].lane + 16; x < lanes; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
     // The tile kPrefetchTiles ahead, spread over this tile's inner iterations.
     const int32_t p0 = b0 + kPrefetchTiles * tb;
-    pf.start(a, p0 < n_blk ? p0 : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_lines, v_lines);
+    pf.start(a, p0 < n_blk ? p0 : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_bytes, v_bytes);
 
     // Row units never straddle two heads (their K/V tiles differ).
     for (int32_t h = 0; h < nh; ++h)
