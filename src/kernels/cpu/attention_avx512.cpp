@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/vexp_avx512.h"
@@ -43,6 +44,22 @@ constexpr int32_t kRows = 8;           // scores and P.V: 8 rows x 32 lanes of a
 
 ATTN_INLINE __mmask16 first_lanes(int32_t k) {
   return k >= 16 ? __mmask16(0xFFFF) : k <= 0 ? __mmask16(0) : __mmask16((1u << k) - 1);
+}
+
+// f(std::integral_constant<int, R>) for R = rows, 1..kRows: the register tiles' row count
+// is a template argument.
+template <class F>
+ATTN_INLINE void with_rows(int32_t rows, F&& f) {
+  switch (rows) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
 }
 
 // Elements [i, i + 16) of a cache row in f32, lanes outside m zero (and not read).
@@ -159,20 +176,6 @@ void scores_tile(const float* q, int64_t ldq, const Group* gr, int32_t ng, int64
   if (g < ng) scores<R, 1, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
 }
 
-template <DType T>
-void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk,
-                 float scale, float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
-  switch (rows) {
-    case 1: return scores_tile<1, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 2: return scores_tile<2, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 3: return scores_tile<3, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 4: return scores_tile<4, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 5: return scores_tile<5, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 6: return scores_tile<6, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    case 7: return scores_tile<7, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-    default: return scores_tile<8, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf);
-  }
-}
 
 // Lane j of the result = a[j]'s 16 lanes combined (sum, or max with Max) by one fixed
 // tree, the same for every j: row j's result does not depend on the other inputs.
@@ -230,6 +233,13 @@ void softmax_rows(float* s, int64_t lds, int32_t ng, int32_t R, float* m, float*
   _mm512_mask_storeu_ps(l, rm, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(rm, l), c, reduce16<false>(x)));
 }
 
+// The scores (and below, P.V) of `rows` rows: a run-time count to the kernels' template.
+template <DType T>
+void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk,
+                 float scale, float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
+  with_rows(rows, [&](auto R) { scores_tile<decltype(R)::value, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf); });
+}
+
 // o_r[d0, d0 + 32) = o_r * cr[r] + sum_j p_r[j] v_j for R rows (lanes past dv masked
 // off), over the tile's keys in position order per element; block b's key j has its
 // probability in lane b * lpb + j. V comes straight from the cache, each converted vector
@@ -267,19 +277,11 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
   }
 }
 
+
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o,
              int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
-  switch (rows) {
-    case 1: return pv<1, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 2: return pv<2, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 3: return pv<3, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 4: return pv<4, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 5: return pv<5, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 6: return pv<6, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    case 7: return pv<7, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-    default: return pv<8, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf);
-  }
+  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
 }
 
 template <DType T>
