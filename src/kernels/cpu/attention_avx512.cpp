@@ -96,9 +96,9 @@ struct Group {
 // and P.V: the blocks lie scattered in the pool, so the hardware prefetchers, which
 // follow one stream within a page, cannot guess them, and a burst of more lines than the
 // core has fill buffers holds up every load behind it. With a 2-byte cache dtype a tile
-// has as many lines as iterations (a score iteration reads 2 lines' worth of K for 16
-// keys, 32 columns of P.V read a V line per key); what is left, with f32, goes out at the
-// tile's end. The tile's K tiles go first (its scores need them all at once), then its V
+// has as many lines as iterations (a score iteration reads one dimension of 32 keys, a
+// P.V iteration 32 columns of one key's V: 64 bytes each); what is left, with f32, goes
+// out at the tile's end. The tile's K tiles go first (its scores need them all at once), then its V
 // tiles. The issuing position stays in registers through a loop (Cursor): the hot loops
 // hold 16 accumulators and must call nothing.
 struct Prefetcher {
