@@ -182,16 +182,14 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int64_t no = h_.n_attn_out();
   kqv_.resize(size_t(T * no));
   const int32_t group = nh / nkv;
-  const int32_t splits = kernels::attention_head_splits(T, nkv, pool_.size());
-  const int32_t run = (nkv + splits - 1) / splits;  // KV heads per task
-  const int64_t scratch_per = kernels::attention_scratch_floats(kl, run * group);
+  const kernels::AttnHeadRuns hr = kernels::attention_head_runs(T, nkv, pool_.size());
+  const int64_t scratch_per = kernels::attention_scratch_floats(kl, hr.run * group);
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   const float scale = 1.0f / std::sqrt(float(dk));
   op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(h_, seq_shape_, kl.dtype), [&] {
-    pool_.run(T * splits, [&](int64_t task, int thread) {
-      const int64_t t = task / splits;
-      const int32_t h0 = int32_t(task % splits) * run, n = std::min(run, nkv - h0);
-      if (n <= 0) return;
+    pool_.run(T * hr.splits, [&](int64_t task, int thread) {
+      const int64_t t = task / hr.splits;
+      const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, nkv - h0);
       const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
       kernels::AttnArgs a{&kv_, il, s.block_table, tok_pos_[size_t(t)] + 1, scale};
       kernels::attention_heads(a, h0, n, group, q_.data() + t * nq + int64_t(h0) * group * dk, dk,

@@ -183,15 +183,13 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
-  const int32_t splits = kernels::attention_head_splits(seqs, d.n_head_kv, pool.size());
-  const int32_t run = (d.n_head_kv + splits - 1) / splits;
-  const int64_t per = kernels::attention_scratch_floats(l, run * group);
+  const kernels::AttnHeadRuns hr = kernels::attention_head_runs(seqs, d.n_head_kv, pool.size());
+  const int64_t per = kernels::attention_scratch_floats(l, hr.run * group);
   std::vector<float> scratch(static_cast<size_t>(per * pool.size()));
   auto step = [&] {
-    pool.run(seqs * splits, [&](int64_t task, int thread) {
-      const int64_t s = task / splits;
-      const int32_t h0 = int32_t(task % splits) * run, n = std::min(run, d.n_head_kv - h0);
-      if (n <= 0) return;
+    pool.run(seqs * hr.splits, [&](int64_t task, int thread) {
+      const int64_t s = task / hr.splits;
+      const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, d.n_head_kv - h0);
       const kernels::AttnArgs a{&kv, 0, std::span<const int32_t>(ids.data() + s * per_seq, size_t(per_seq)),
                                 int32_t(ctx), 0.125f};
       const int64_t off = (s * d.n_head + int64_t(h0) * group) * d.head_dim;

@@ -323,15 +323,16 @@ TEST(Attention, HeadSplitsCoverEveryHeadWithNoEmptyRun) {
   for (int32_t nkv = 1; nkv <= 9; ++nkv)
     for (int32_t threads = 1; threads <= 5; ++threads)
       for (int64_t tokens = 1; tokens <= 20; ++tokens) {
-        const int32_t s = attention_head_splits(tokens, nkv, threads);
+        const AttnHeadRuns hr = attention_head_runs(tokens, nkv, threads);
+        const int32_t s = hr.splits, run = hr.run;
         ASSERT_GE(s, 1);
         ASSERT_LE(s, nkv);
-        const int32_t run = (nkv + s - 1) / s;
+        ASSERT_EQ(run, (nkv + s - 1) / s);
         EXPECT_EQ((nkv + run - 1) / run, s) << nkv << " heads, " << threads << " threads, " << tokens << " tokens";
       }
-  EXPECT_EQ(attention_head_splits(1, 4, 2), 2);
-  EXPECT_EQ(attention_head_splits(16, 4, 2), 1);
-  EXPECT_EQ(attention_head_splits(512, 8, 16), 1);
+  EXPECT_EQ(attention_head_runs(1, 4, 2).splits, 2);
+  EXPECT_EQ(attention_head_runs(16, 4, 2).splits, 1);
+  EXPECT_EQ(attention_head_runs(512, 8, 16).splits, 1);
 }
 
 TEST(Attention, EmptyContextGivesZeros) {

@@ -134,7 +134,7 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
   attention_heads(a, kv_head, 1, n_q, q, ldq, out, ldo, scratch);
 }
 
-int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads) {
+AttnHeadRuns attention_head_runs(int64_t tokens, int32_t n_kv_head, int32_t threads) {
   // Heads cost the same, so the split only has to make the task count a multiple of the
   // threads (even shares), or large enough that the uneven last round is small. Runs of
   // ceil(n_kv_head / s) heads make exactly s tasks only for some s: walk the run lengths.
@@ -142,9 +142,9 @@ int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads
   const int32_t nkv = std::max(n_kv_head, 1);
   for (int32_t run = nkv; run > 1; --run) {
     const int32_t s = (nkv + run - 1) / run;
-    if ((t * s) % th == 0 || t * s >= 4 * th) return s;
+    if ((t * s) % th == 0 || t * s >= 4 * th) return {s, (nkv + s - 1) / s};
   }
-  return nkv;
+  return {nkv, 1};
 }
 
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {

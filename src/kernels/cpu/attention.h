@@ -42,11 +42,15 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
 void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
                      float* out, int64_t ldo, float* scratch);
 
-// Into how many runs to split each token's KV heads so that `threads` threads get even
-// shares: the fewest (the longest pieces) that make the task count a multiple of the
-// threads or at least 4 per thread. Decode of one sequence on 2 threads: 2 runs. Runs
-// of ceil(n_kv_head / splits) heads cover the heads with no empty one.
-int32_t attention_head_splits(int64_t tokens, int32_t n_kv_head, int32_t threads);
+// How to split each token's KV heads into runs, one task each, so that `threads` threads
+// get even shares: the fewest runs (the longest pieces) that make the task count a
+// multiple of the threads or at least 4 per thread. Decode of one sequence on 2 threads:
+// 2 runs. Run i covers heads [i * run, min((i + 1) * run, n_kv_head)), never empty.
+struct AttnHeadRuns {
+  int32_t splits = 1;  // runs per token
+  int32_t run = 1;     // KV heads per run (the last may have fewer)
+};
+AttnHeadRuns attention_head_runs(int64_t tokens, int32_t n_kv_head, int32_t threads);
 
 // One query row: attention_group with n_q = 1.
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch);
