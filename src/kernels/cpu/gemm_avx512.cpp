@@ -36,6 +36,24 @@ struct PassPrefetch {
   }
 };
 
+// Decode (one activation row) streams each panel once. With the arithmetic between the
+// loads, the hardware prefetchers alone leave a thread's 4 panel streams about 11% under
+// a plain read (bench/bench_stream.cpp); a software prefetch a fixed distance ahead in
+// every stream, one per line spread over the iterations, wins that back: decode b1 +6-11%
+// on f16, +13-18% on q4_k_m (docs/BENCHMARKS.md, session 6). 1 KiB and 2 KiB measured the
+// same in the kernels.
+inline constexpr int64_t kAheadBytes = 1024;
+
+// Prefetches the lines kAheadBytes past [off, off + kBytes) of NP panels at stride ps.
+// Stepping 64 bytes from each iteration's start covers every line of a stream that the
+// iterations walk back to back.
+template <int NP, int64_t kBytes>
+inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off) {
+  for (int p = 0; p < NP; ++p)
+    for (int64_t j = 0; j < kBytes; j += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + kAheadBytes + j), _MM_HINT_T0);
+}
+
 // The float accumulators of an MR x NP tile: zero at the start of the reduction, else
 // what an earlier part of it left in y.
 template <int MR, int NP>
@@ -75,7 +93,7 @@ struct LoadBF16 {
 //
 // Float weights. w: first panel (NP panels at stride ps bytes); x: MR rows at stride ldx;
 // y: MR rows at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
-template <int MR, int NP, typename L>
+template <int MR, int NP, bool kAhead, typename L>
 void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t c0, int64_t c1, float* y,
                 int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
@@ -85,6 +103,8 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
       for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
     for (int64_t c = k0; c < k1; ++c) {
       if ((c & 15) == 0) pf.step();
+      if constexpr (kAhead)
+        if ((c & (64 / L::kColBytes - 1)) == 0) stream_ahead<NP, 64>(w, ps, c * L::kColBytes);
       __m512 wv[NP];
       for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + c * L::kColBytes);
       for (int i = 0; i < MR; ++i) {
@@ -131,7 +151,7 @@ enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
 // (q + 128); the others 4 groups of nibble pairs, with a fifth bit from the block's h
 // vector (the Q5 types, nibble_codes), and the _1 types a per-row minimum:
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
-template <int MR, int NP, Fmt F>
+template <int MR, int NP, bool kAhead, Fmt F>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
@@ -152,6 +172,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       for (int p = 0; p < NP; ++p) acci[i][p] = off;
     }
     pf.step();
+    if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     const uint8_t* wb = w + b * kBlockBytes + kCodes;
     if constexpr (kNibbles) {
       __m512i hb[NP];
@@ -200,7 +221,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
 // Q5_K's fifth bits come from the block's h vector (nibble_codes).
-template <int MR, int NP, bool kQ5>
+template <int MR, int NP, bool kAhead, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   __m512 accf[MR][NP];
@@ -214,6 +235,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     }
     for (int b = 0; b < 8; ++b) {
       pf.step();
+      if constexpr (kAhead) stream_ahead<NP, (kQ5 ? 180 : 148) * 16 / 8>(sb, ps, b * ((kQ5 ? 180 : 148) * 16 / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
       for (int i = 0; i < MR; ++i)
@@ -264,7 +286,7 @@ inline __m512i q6_high(__m512i hb) {
 // Q6_K: codes q in 0..63 stand for q - 32; a 32-block holds two 16-element sub-blocks
 // (scales 2b and 2b + 1 of the super-block), each with its own int32 sum:
 //   acc = fma(float(isum_h - 32 sum16_h), (d sc_{2b+h}) d_a, acc) for h = 0, 1.
-template <int MR, int NP>
+template <int MR, int NP, bool kAhead>
 void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
@@ -276,6 +298,7 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
     for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
     for (int b = 0; b < 8; ++b) {
       pf.step();
+      if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acc0[MR][NP], acc1[MR][NP];  // start at -32 x the half's activation sum
       for (int i = 0; i < MR; ++i) {
@@ -351,7 +374,7 @@ int64_t units_per_pass(DType t) {
 }
 
 // One MR x NP tile over reduction units [c0, c1).
-template <int MR, int NP>
+template <int MR, int NP, bool kAhead = false>
 void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
@@ -359,22 +382,22 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   const auto* q8 = static_cast<const ActQ8*>(g.act) + m * g.lda;
   const auto* xf = static_cast<const float*>(g.act) + m * g.lda;
   switch (g.type) {
-    case DType::F32: return kern_float<MR, NP, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::F16: return kern_float<MR, NP, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::BF16: return kern_float<MR, NP, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q8_0: return kern_int8<MR, NP, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_0: return kern_int8<MR, NP, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_1: return kern_int8<MR, NP, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_0: return kern_int8<MR, NP, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_1: return kern_int8<MR, NP, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_K: return kern_q45k<MR, NP, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_K: return kern_q45k<MR, NP, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q6_K:
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
-        return kern_q6k<MR, NP>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       else
         for (int p = 0; p < NP; ++p)
-          kern_q6k<MR, 1>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
+          kern_q6k<MR, 1, kAhead>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
                           p == NP - 1 ? last : __mmask16(0xFFFF), pf);
       return;
     default: return;
@@ -416,9 +439,9 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
   if (m1 - m0 == 1) {  // decode: four weight streams in flight, one pass
     int64_t p = p0;
     PassPrefetch none;
-    for (; p + 4 <= p1; p += 4) tile<1, 4>(g, m0, p, last_of(p + 4), 0, units, none);
-    for (; p + 2 <= p1; p += 2) tile<1, 2>(g, m0, p, last_of(p + 2), 0, units, none);
-    for (; p < p1; ++p) tile<1, 1>(g, m0, p, last_of(p + 1), 0, units, none);
+    for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none);
+    for (; p + 2 <= p1; p += 2) tile<1, 2, true>(g, m0, p, last_of(p + 2), 0, units, none);
+    for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
     return;
   }
   // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
