@@ -171,26 +171,39 @@ TokenLogprobs token_logprobs(const float* logits, int32_t n, int32_t chosen, int
   return out;
 }
 
-int32_t argmax(const float* logits, int32_t n) {
-  int32_t best = 0;
-  float best_v = -std::numeric_limits<float>::infinity();
-  bool found = false;
-  for (int32_t i = 0; i < n; ++i) {
-    const float v = logits[i];
-    if (std::isnan(v)) continue;
-    if (!found || v > best_v) {
-      best = i, best_v = v, found = true;
-    }
-  }
+namespace {
+
+// The largest of x[b, e) (NaN never taken: it compares false), -inf if none. Kept in
+// kLanes running maxima with a compare-and-select the compiler vectorizes: one scalar,
+// branchy pass per row over a 32000-entry vocabulary was 1.7 ms of a 16-sequence decode
+// step (ridge roofline --batch 16), three of them per sampled row.
+constexpr int32_t kLanes = 16;
+float max_of(const float* x, int32_t b, int32_t e) {
+  float m[kLanes];
+  for (float& v : m) v = -std::numeric_limits<float>::infinity();
+  int32_t i = b;
+  for (; i + kLanes <= e; i += kLanes)
+    for (int32_t j = 0; j < kLanes; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+  float best = -std::numeric_limits<float>::infinity();
+  for (; i < e; ++i) best = x[i] > best ? x[i] : best;
+  for (float v : m) best = v > best ? v : best;
   return best;
+}
+
+}  // namespace
+
+// The first index of the largest logit, NaN skipped; 0 if every logit is NaN.
+int32_t argmax(const float* logits, int32_t n) {
+  const float best = max_of(logits, 0, n);
+  for (int32_t i = 0; i < n; ++i)
+    if (logits[i] == best) return i;
+  return 0;
 }
 
 float top2_margin(const float* logits, int32_t n) {
   if (n < 2) return std::numeric_limits<float>::infinity();
   const int32_t b = argmax(logits, n);
-  float second = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n; ++i)
-    if (i != b && !std::isnan(logits[i])) second = std::max(second, logits[i]);
+  const float second = std::max(max_of(logits, 0, b), max_of(logits, b + 1, n));
   return logits[b] - second;
 }
 

@@ -39,6 +39,32 @@ TEST(Sampler, ArgmaxAndMargin) {
   EXPECT_TRUE(std::isinf(top2_margin(m.data() + 1, 1)));
 }
 
+// Rows longer than the vectorized lanes, against a scalar reference: NaNs anywhere, ties
+// in different lanes (the lowest index wins), odd lengths, all -inf and all NaN.
+TEST(Sampler, ArgmaxAndMarginLongRows) {
+  std::mt19937_64 g(7);
+  for (int n : {2, 15, 16, 17, 33, 1000, 32000}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> v = random_logits(n, g());
+      for (int j = 0; j < n / 10; ++j) v[g() % uint64_t(n)] = NAN;
+      if (trial % 3 == 0) v[g() % uint64_t(n)] = 11.0f, v[g() % uint64_t(n)] = 11.0f;  // a tie at the top
+      int32_t ref = -1;
+      for (int i = 0; i < n; ++i)
+        if (!std::isnan(v[i]) && (ref < 0 || v[i] > v[ref])) ref = i;
+      if (ref < 0) ref = 0;
+      ASSERT_EQ(argmax(v.data(), n), ref) << "n " << n << " trial " << trial;
+      float second = -INFINITY;
+      for (int i = 0; i < n; ++i)
+        if (i != ref && !std::isnan(v[i])) second = std::max(second, v[i]);
+      ASSERT_EQ(top2_margin(v.data(), n), v[ref] - second) << "n " << n;
+    }
+  }
+  std::vector<float> ninf(40, -INFINITY), nan(40, NAN);
+  ninf[0] = NAN;
+  EXPECT_EQ(argmax(ninf.data(), 40), 1);
+  EXPECT_EQ(argmax(nan.data(), 40), 0);
+}
+
 TEST(Sampler, GreedyIsArgmax) {
   SamplingParams p;
   p.temperature = 0.0f;
