@@ -133,12 +133,13 @@ TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   // 10 panels (last one partial); k long enough that a batch splits each reduction into
   // several passes (gemm_avx512.cpp: 256 float columns, 16-32 blocks of the 32-element
   // formats, 2-4 super-blocks of the K-quants) while a single row runs it in one.
-  // 23 = 3 x 6 + 5 rows is one row chunk (a decode batch: passes); 61 is two (prefill:
-  // one pass per tile).
+  // 23 and 48 rows are one row chunk (a decode batch: the int8 formats run block by block
+  // in row tiles of 4, 23 = 5 x 4 + 3; the others in passes); 61 is two (prefill: one
+  // pass per tile).
   const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800, n_out = 150;
   const Mat w = make(t, k, n_out, 11);
   ThreadPool p1(1), p2(2);
-  for (const int64_t m : {23, 61}) {
+  for (const int64_t m : {23, 48, 61}) {
     SCOPED_TRACE("m = " + std::to_string(m));
     const auto x = acts(m, k, uint32_t(12 + m));
     const auto all2 = run(p2, w, x, m, true);

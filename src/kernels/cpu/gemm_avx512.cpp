@@ -221,6 +221,93 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   acc_end(accf, y, ldy, last);
 }
 
+// kern_int8 for a decode batch: rows [0, rows) (at most kBatchRows) against NP panels,
+// block by block, each block in row tiles of 4. A block's weights come from DRAM as the
+// first row tile reads them and from L1 for the others right after, so the panels
+// stream at the pace of the arithmetic, NP streams at once with a prefetch ahead as in
+// decode. (kern_int8's L1-sized passes instead fetch the next pass with software
+// prefetches, which the core's few fill buffers cap near 10 GB/s.) The float sums of
+// every row sit in an aligned scratch, loaded and stored around the same fma on the same
+// values as kern_int8's, so every lane keeps its bits.
+inline constexpr int64_t kBatchRows = 48;
+
+template <int MR, int NP, Fmt F>
+inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
+                                                      int64_t b, const __m512 (&dw)[NP], const __m512 (&mw)[NP],
+                                                      float (*accm)[NP][16]) {
+  constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
+  constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
+  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
+  constexpr int64_t kCodes = kMin ? 64 : 32;
+  constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
+  __m512i acci[MR][NP];
+  for (int i = 0; i < MR; ++i) {
+    const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * kOffset);
+    for (int p = 0; p < NP; ++p) acci[i][p] = off;
+  }
+  const uint8_t* wb = w + b * kBlockBytes + kCodes;
+  if constexpr (kNibbles) {
+    __m512i hb[NP];
+    for (int p = 0; p < NP; ++p) hb[p] = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g)
+      for (int p = 0; p < NP; ++p) {
+        __m512i lo, hi;
+        nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
+        for (int i = 0; i < MR; ++i) {
+          const int8_t* q = a[i * lda + b].qs;
+          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
+          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(q + 16 + 4 * g));
+        }
+      }
+  } else {
+    for (int g = 0; g < 8; ++g)
+      for (int p = 0; p < NP; ++p) {
+        const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
+        for (int i = 0; i < MR; ++i) acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
+      }
+  }
+  for (int i = 0; i < MR; ++i) {
+    const ActQ8& q = a[i * lda + b];
+    const __m512 da = _mm512_set1_ps(q.d);
+    for (int p = 0; p < NP; ++p) {
+      __m512 acc = _mm512_load_ps(accm[i][p]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[i][p]), _mm512_mul_ps(dw[p], da), acc);
+      if constexpr (kMin) acc = _mm512_fmadd_ps(mw[p], _mm512_set1_ps(q.d * float(q.sum())), acc);
+      _mm512_store_ps(accm[i][p], acc);
+    }
+  }
+}
+
+template <int NP, Fmt F>
+void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t nb, float* y,
+                     int64_t ldy, __mmask16 last) {
+  constexpr bool kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
+  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (F == Fmt::Q5_0 || F == Fmt::Q5_1 ? 4 : 0));
+  alignas(64) float accm[kBatchRows][NP][16];
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
+    __m512 dw[NP], mw[NP];
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* sc = w + p * ps + b * kBlockBytes;
+      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+      mw[p] = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : _mm512_setzero_ps();
+    }
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) batch_tile<4, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r);
+    switch (rows - r) {
+      case 3: batch_tile<3, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
+      case 2: batch_tile<2, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
+      case 1: batch_tile<1, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
+      default: break;
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p)
+      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
+}
+
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
@@ -408,6 +495,24 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   }
 }
 
+// kern_int8_batch for rows [m0, m1) of NP panels from p.
+template <int NP>
+void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last) {
+  const int64_t ps = panel_bytes(g.type, g.k), nb = g.k / 32;
+  const uint8_t* w = g.packed + p * ps;
+  float* y = g.y + m0 * g.ldy + p * kPanelRows;
+  const auto* a = static_cast<const ActQ8*>(g.act) + m0 * g.lda;
+  const int64_t rows = m1 - m0;
+  switch (g.type) {
+    case DType::Q8_0: return kern_int8_batch<NP, Fmt::Q8_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    case DType::Q4_0: return kern_int8_batch<NP, Fmt::Q4_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    case DType::Q4_1: return kern_int8_batch<NP, Fmt::Q4_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    case DType::Q5_0: return kern_int8_batch<NP, Fmt::Q5_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    case DType::Q5_1: return kern_int8_batch<NP, Fmt::Q5_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    default: return;
+  }
+}
+
 // Rows [m0, m1) of NP panels from p over units [c0, c1): tiles of kMr rows, then the
 // remainder as one smaller tile.
 template <int kMr, int NP>
@@ -446,6 +551,14 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none);
     for (; p + 2 <= p1; p += 2) tile<1, 2, true>(g, m0, p, last_of(p + 2), 0, units, none);
     for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
+    return;
+  }
+  // Decode batches of the 32-block int8 types: kern_int8_batch, 4 panels at a time.
+  if (g.stream && m1 - m0 <= kBatchRows && !is_float_type(g.type) && !is_kquant_type(g.type)) {
+    int64_t p = p0;
+    for (; p + 4 <= p1; p += 4) batch_over<4>(g, m0, m1, p, last_of(p + 4));
+    for (; p + 2 <= p1; p += 2) batch_over<2>(g, m0, m1, p, last_of(p + 2));
+    for (; p < p1; ++p) batch_over<1>(g, m0, m1, p, last_of(p + 1));
     return;
   }
   // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
