@@ -23,9 +23,14 @@ namespace {
 
 constexpr size_t kBytes = size_t(1) << 30, kPanel = 18432, kGroup = 4 * kPanel;
 
+struct Free {
+  void operator()(char* q) const { std::free(q); }
+};
 struct Buffer {
-  std::unique_ptr<char, decltype(&std::free)> p{static_cast<char*>(std::aligned_alloc(4096, kBytes)), &std::free};
-  Buffer() { std::memset(p.get(), 1, kBytes); }
+  std::unique_ptr<char, Free> p{static_cast<char*>(std::aligned_alloc(4096, kBytes))};
+  Buffer() {
+    if (p) std::memset(p.get(), 1, kBytes);
+  }
 };
 Buffer& buffer() {
   static Buffer b;
@@ -62,6 +67,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t read_half(const c
 void run(benchmark::State& st, Work work, size_t ahead) {
   if (!cpu_features().avx512vnni) return st.SkipWithError("needs AVX-512 VNNI");
   const char* base = buffer().p.get();
+  if (!base) return st.SkipWithError("could not allocate the 1 GiB buffer");
   int32_t sink[2] = {0, 0};
   for (auto _ : st) {
     std::thread other([&] { sink[1] = read_half(base + kBytes / 2, work, ahead); });

@@ -151,54 +151,69 @@ inline __m512i bcast4(const int8_t* p) {
 // The 32-element block formats with an int8 kernel (packed.h for the layouts).
 enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
 
-// Integer weights, ActQ8 activations (MR rows at stride lda blocks). Q8_0: 8 groups of
-// (q + 128); the others 4 groups of nibble pairs, with a fifth bit from the block's h
-// vector (the Q5 types, nibble_codes), and the _1 types a per-row minimum:
+// The block layout of a 32-block format (packed.h).
+template <Fmt F>
+struct FmtInfo {
+  static constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
+  static constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
+  static constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
+  static constexpr int64_t kCodes = kMin ? 64 : 32;  // nibbles (or Q8_0's codes) past d (and m)
+  // What the unsigned codes carry on top of the value (the _1 types have none: m does it).
+  static constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
+};
+
+// The exact int32 sums of block b for MR activation rows x NP panels: Q8_0's 8 groups of
+// (q + 128), or the others' 4 groups of nibble pairs with a fifth bit from the block's h
+// vector (the Q5 types, nibble_codes). Each sum starts at minus the offset the unsigned
+// codes carry (exact integers, so starting there instead of subtracting at the end
+// changes no bit, and saves a vector op per sum on the ports vpdpbusd needs).
+template <int MR, int NP, Fmt F>
+inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
+                                                       int64_t b, __m512i (&acci)[MR][NP]) {
+  using I = FmtInfo<F>;
+  for (int i = 0; i < MR; ++i) {
+    const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * I::kOffset);
+    for (int p = 0; p < NP; ++p) acci[i][p] = off;
+  }
+  const uint8_t* wb = w + b * I::kBlockBytes + I::kCodes;
+  if constexpr (I::kNibbles) {
+    __m512i hb[NP];
+    for (int p = 0; p < NP; ++p) hb[p] = I::kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g)
+      for (int p = 0; p < NP; ++p) {
+        __m512i lo, hi;
+        nibble_codes<I::kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
+        for (int i = 0; i < MR; ++i) {
+          const int8_t* q = a[i * lda + b].qs;
+          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
+          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(q + 16 + 4 * g));
+        }
+      }
+  } else {
+    for (int g = 0; g < 8; ++g)
+      for (int p = 0; p < NP; ++p) {
+        const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
+        for (int i = 0; i < MR; ++i) acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
+      }
+  }
+}
+
+// Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
+// exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
 template <int MR, int NP, bool kAhead, Fmt F>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
-  constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
-  constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
-  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
-  constexpr int64_t kCodes = kMin ? 64 : 32;  // nibbles (or Q8_0's codes) past d (and m)
-  // What the unsigned codes carry on top of the value (the _1 types have none: m does it).
-  constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
+  using I = FmtInfo<F>;
+  constexpr bool kMin = I::kMin;
+  constexpr int64_t kBlockBytes = I::kBlockBytes;
   __m512 accf[MR][NP];
   acc_begin(accf, b0 == 0, y, ldy, last);
   for (int64_t b = b0; b < b1; ++b) {
-    // Each int32 sum starts at minus the offset the unsigned codes carry (exact integers,
-    // so starting there instead of subtracting at the end changes no bit, and saves a
-    // vector op per accumulator on the ports vpdpbusd needs).
-    __m512i acci[MR][NP];
-    for (int i = 0; i < MR; ++i) {
-      const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * kOffset);
-      for (int p = 0; p < NP; ++p) acci[i][p] = off;
-    }
     pf.step();
     if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
-    const uint8_t* wb = w + b * kBlockBytes + kCodes;
-    if constexpr (kNibbles) {
-      __m512i hb[NP];
-      for (int p = 0; p < NP; ++p) hb[p] = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g)
-        for (int p = 0; p < NP; ++p) {
-          __m512i lo, hi;
-          nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
-          for (int i = 0; i < MR; ++i) {
-            const int8_t* q = a[i * lda + b].qs;
-            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
-            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(q + 16 + 4 * g));
-          }
-        }
-    } else {
-      for (int g = 0; g < 8; ++g)
-        for (int p = 0; p < NP; ++p) {
-          const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
-          for (int i = 0; i < MR; ++i)
-            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
-        }
-    }
+    __m512i acci[MR][NP];
+    block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * kBlockBytes;
@@ -235,37 +250,9 @@ template <int MR, int NP, Fmt F>
 inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
                                                       int64_t b, const __m512 (&dw)[NP], const __m512 (&mw)[NP],
                                                       float (*accm)[NP][16]) {
-  constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
-  constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
-  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
-  constexpr int64_t kCodes = kMin ? 64 : 32;
-  constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
+  constexpr bool kMin = FmtInfo<F>::kMin;
   __m512i acci[MR][NP];
-  for (int i = 0; i < MR; ++i) {
-    const __m512i off = _mm512_set1_epi32(-a[i * lda + b].sum() * kOffset);
-    for (int p = 0; p < NP; ++p) acci[i][p] = off;
-  }
-  const uint8_t* wb = w + b * kBlockBytes + kCodes;
-  if constexpr (kNibbles) {
-    __m512i hb[NP];
-    for (int p = 0; p < NP; ++p) hb[p] = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
-    for (int g = 0; g < 4; ++g)
-      for (int p = 0; p < NP; ++p) {
-        __m512i lo, hi;
-        nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
-        for (int i = 0; i < MR; ++i) {
-          const int8_t* q = a[i * lda + b].qs;
-          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
-          acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(q + 16 + 4 * g));
-        }
-      }
-  } else {
-    for (int g = 0; g < 8; ++g)
-      for (int p = 0; p < NP; ++p) {
-        const __m512i v = _mm512_loadu_si512(wb + p * ps + g * 64);
-        for (int i = 0; i < MR; ++i) acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
-      }
-  }
+  block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
   for (int i = 0; i < MR; ++i) {
     const ActQ8& q = a[i * lda + b];
     const __m512 da = _mm512_set1_ps(q.d);
@@ -281,8 +268,8 @@ inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t 
 template <int NP, Fmt F>
 void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t nb, float* y,
                      int64_t ldy, __mmask16 last) {
-  constexpr bool kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
-  constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (F == Fmt::Q5_0 || F == Fmt::Q5_1 ? 4 : 0));
+  constexpr bool kMin = FmtInfo<F>::kMin;
+  constexpr int64_t kBlockBytes = FmtInfo<F>::kBlockBytes;
   alignas(64) float accm[kBatchRows][NP][16];
   for (int64_t i = 0; i < rows; ++i)
     for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
