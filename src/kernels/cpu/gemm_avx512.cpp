@@ -305,44 +305,66 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
 // Q5_K's fifth bits come from the block's h vector (nibble_codes).
+// Sub-block b of a Q4_K / Q5_K super-block sb (per panel): the exact int32 sums of MR
+// activation rows (ab: the rows' ActQ8 of that 32-block, stride lda) x NP panels.
+template <int MR, int NP, bool kQ5>
+inline __attribute__((always_inline)) void q45k_isums(const uint8_t* sb, int64_t ps, const ActQ8* ab, int64_t lda,
+                                                      int b, __m512i (&acci)[MR][NP]) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+  const uint8_t* qs = sb + 320 + b * (kQ5 ? 320 : 256);
+  __m512i hb[NP];
+  for (int p = 0; p < NP; ++p) hb[p] = kQ5 ? _mm512_loadu_si512(qs + p * ps + 256) : _mm512_setzero_si512();
+  for (int g = 0; g < 4; ++g)
+    for (int p = 0; p < NP; ++p) {
+      __m512i lo, hi;
+      nibble_codes<kQ5>(_mm512_loadu_si512(qs + p * ps + g * 64), hb[p], g, lo, hi);
+      for (int i = 0; i < MR; ++i) {
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+      }
+    }
+}
+
+// Sub-block b's scale and min of every row of NP panels: d sc_b and dmin m_b.
+template <int NP>
+inline __attribute__((always_inline)) void q45k_scales(const uint8_t* sb, int64_t ps, int b, const __m512 (&dv)[NP],
+                                                       const __m512 (&dmv)[NP], __m512 (&scf)[NP], __m512 (&mf)[NP]) {
+  for (int p = 0; p < NP; ++p) {
+    const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 64 + b * 16);
+    const auto* mn = reinterpret_cast<const __m128i*>(sb + p * ps + 192 + b * 16);
+    scf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sc))), dv[p]);
+    mf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(mn))), dmv[p]);
+  }
+}
+
+// A super-block's d and dmin of every row of NP panels.
+template <int NP>
+inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps, __m512 (&dv)[NP], __m512 (&dmv)[NP]) {
+  for (int p = 0; p < NP; ++p) {
+    dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+    dmv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps + 32)));
+  }
+}
+
 template <int MR, int NP, bool kAhead, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+  constexpr int64_t kSuper = kQ5 ? 16 * 180 : 16 * 148;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
-    const uint8_t* sb = w + s * (kQ5 ? 16 * 180 : 16 * 148);
+    const uint8_t* sb = w + s * kSuper;
     __m512 dv[NP], dmv[NP];
-    for (int p = 0; p < NP; ++p) {
-      dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
-      dmv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps + 32)));
-    }
+    q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
-      if constexpr (kAhead) stream_ahead<NP, (kQ5 ? 180 : 148) * 16 / 8>(sb, ps, b * ((kQ5 ? 180 : 148) * 16 / 8));
+      if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
-      for (int i = 0; i < MR; ++i)
-        for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
-      const uint8_t* qs = sb + 320 + b * (kQ5 ? 320 : 256);
-      __m512i hb[NP];
-      for (int p = 0; p < NP; ++p) hb[p] = kQ5 ? _mm512_loadu_si512(qs + p * ps + 256) : _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g)
-        for (int p = 0; p < NP; ++p) {
-          __m512i lo, hi;
-          nibble_codes<kQ5>(_mm512_loadu_si512(qs + p * ps + g * 64), hb[p], g, lo, hi);
-          for (int i = 0; i < MR; ++i) {
-            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
-            acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
-          }
-        }
+      q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
       __m512 scf[NP], mf[NP];
-      for (int p = 0; p < NP; ++p) {
-        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 64 + b * 16);
-        const auto* mn = reinterpret_cast<const __m128i*>(sb + p * ps + 192 + b * 16);
-        scf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sc))), dv[p]);
-        mf[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(mn))), dmv[p]);
-      }
+      q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       for (int i = 0; i < MR; ++i) {
         const __m512 da = _mm512_set1_ps(ab[i * lda].d);
         const __m512 dsum = _mm512_set1_ps(ab[i * lda].d * float(ab[i * lda].sum()));
@@ -354,6 +376,59 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     }
   }
   acc_end(accf, y, ldy, last);
+}
+
+// kern_int8_batch's order for Q4_K / Q5_K: every row of the call (at most kBatchRows)
+// against NP panels, one 32-block sub-block at a time in row tiles of 4, the sub-block's
+// scales converted once for all the tiles, the float sums in an aligned scratch around
+// kern_q45k's fma and fnmadd (so every lane keeps its bits).
+template <int MR, int NP, bool kQ5>
+inline __attribute__((always_inline)) void q45k_batch_tile(const uint8_t* sb, int64_t ps, const ActQ8* ab, int64_t lda,
+                                                           int b, const __m512 (&scf)[NP], const __m512 (&mf)[NP],
+                                                           float (*accm)[NP][16]) {
+  __m512i acci[MR][NP];
+  q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
+  for (int i = 0; i < MR; ++i) {
+    const __m512 da = _mm512_set1_ps(ab[i * lda].d);
+    const __m512 dsum = _mm512_set1_ps(ab[i * lda].d * float(ab[i * lda].sum()));
+    for (int p = 0; p < NP; ++p) {
+      __m512 acc = _mm512_load_ps(accm[i][p]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[i][p]), _mm512_mul_ps(scf[p], da), acc);
+      acc = _mm512_fnmadd_ps(mf[p], dsum, acc);
+      _mm512_store_ps(accm[i][p], acc);
+    }
+  }
+}
+
+template <int NP, bool kQ5>
+void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t n_super,
+                     float* y, int64_t ldy, __mmask16 last) {
+  constexpr int64_t kSuper = kQ5 ? 16 * 180 : 16 * 148;
+  alignas(64) float accm[kBatchRows][NP][16];
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
+  for (int64_t s = 0; s < n_super; ++s) {
+    const uint8_t* sb = w + s * kSuper;
+    __m512 dv[NP], dmv[NP];
+    q45k_d(sb, ps, dv, dmv);
+    for (int b = 0; b < 8; ++b) {
+      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
+      __m512 scf[NP], mf[NP];
+      q45k_scales(sb, ps, b, dv, dmv, scf, mf);
+      const ActQ8* ab = a + s * 8 + b;
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) q45k_batch_tile<4, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
+      switch (rows - r) {
+        case 3: q45k_batch_tile<3, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
+        case 2: q45k_batch_tile<2, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
+        case 1: q45k_batch_tile<1, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
+        default: break;
+      }
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p)
+      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
 }
 
 // The top 2 bits of group g's codes (packed_kquant.cpp) moved to bits 4..5 of each byte.
@@ -488,7 +563,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   }
 }
 
-// kern_int8_batch for rows [m0, m1) of NP panels from p.
+// kern_int8_batch or kern_q45k_batch for rows [m0, m1) of NP panels from p.
 template <int NP>
 void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last) {
   const int64_t ps = panel_bytes(g.type, g.k), nb = g.k / 32;
@@ -502,6 +577,14 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
     case DType::Q4_1: return kern_int8_batch<NP, Fmt::Q4_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
     case DType::Q5_0: return kern_int8_batch<NP, Fmt::Q5_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
     case DType::Q5_1: return kern_int8_batch<NP, Fmt::Q5_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
+    case DType::Q4_K: return kern_q45k_batch<NP, false>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last);
+    case DType::Q5_K:
+      if constexpr (NP == 4) {  // the fifth-bit vectors leave too few registers for 4
+        kern_q45k_batch<2, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, 0xFFFF);
+        return kern_q45k_batch<2, true>(w + 2 * ps, ps, a, g.lda, rows, g.k / 256, y + 32, g.ldy, last);
+      } else {
+        return kern_q45k_batch<NP, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last);
+      }
     default: return;
   }
 }
@@ -546,8 +629,9 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
     return;
   }
-  // Decode batches of the 32-block int8 types: kern_int8_batch, 4 panels at a time.
-  if (g.stream && m1 - m0 <= kBatchRows && !is_float_type(g.type) && !is_kquant_type(g.type)) {
+  // Decode batches of the 32-block int8 types and Q4_K / Q5_K: kern_int8_batch and
+  // kern_q45k_batch, 4 panels at a time. (Q6_K and the float types keep the passes.)
+  if (g.stream && m1 - m0 <= kBatchRows && !is_float_type(g.type) && g.type != DType::Q6_K) {
     int64_t p = p0;
     for (; p + 4 <= p1; p += 4) batch_over<4>(g, m0, m1, p, last_of(p + 4));
     for (; p + 2 <= p1; p += 2) batch_over<2>(g, m0, m1, p, last_of(p + 2));
