@@ -252,6 +252,28 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
 // values as kern_int8's, so every lane keeps its bits.
 inline constexpr int64_t kBatchRows = 48;
 
+// f(R, r) for the row tiles of a batch: R = 4 rows from r = 0, 4, ..., then the 3, 2 or 1
+// left over (R a std::integral_constant, for the tile kernels' template).
+template <class F>
+inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) f(std::integral_constant<int, 4>{}, r);
+  switch (rows - r) {
+    case 3: return f(std::integral_constant<int, 3>{}, r);
+    case 2: return f(std::integral_constant<int, 2>{}, r);
+    case 1: return f(std::integral_constant<int, 1>{}, r);
+    default: return;
+  }
+}
+
+// The scratch's sums of rows [0, rows) into y, the group's last panel masked by last.
+template <int NP>
+inline void batch_store(const float (*accm)[NP][16], int64_t rows, float* y, int64_t ldy, __mmask16 last) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p)
+      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
+}
+
 template <int MR, int NP, Fmt F>
 inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
                                                       int64_t b, const __m512 (&dw)[NP], const __m512 (&mw)[NP],
@@ -287,18 +309,11 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
       dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
       mw[p] = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : _mm512_setzero_ps();
     }
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) batch_tile<4, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r);
-    switch (rows - r) {
-      case 3: batch_tile<3, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
-      case 2: batch_tile<2, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
-      case 1: batch_tile<1, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); break;
-      default: break;
-    }
+    batch_row_tiles(rows, [&](auto R, int64_t r) {
+      batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r);
+    });
   }
-  for (int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < NP; ++p)
-      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
+  batch_store<NP>(accm, rows, y, ldy, last);
 }
 
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
@@ -416,19 +431,12 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       const ActQ8* ab = a + s * 8 + b;
-      int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) q45k_batch_tile<4, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
-      switch (rows - r) {
-        case 3: q45k_batch_tile<3, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
-        case 2: q45k_batch_tile<2, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
-        case 1: q45k_batch_tile<1, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r); break;
-        default: break;
-      }
+      batch_row_tiles(rows, [&](auto R, int64_t r) {
+        q45k_batch_tile<decltype(R)::value, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
+      });
     }
   }
-  for (int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < NP; ++p)
-      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
+  batch_store<NP>(accm, rows, y, ldy, last);
 }
 
 // The top 2 bits of group g's codes (packed_kquant.cpp) moved to bits 4..5 of each byte.
