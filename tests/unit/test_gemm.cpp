@@ -130,34 +130,35 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
 
 TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   const DType t = GetParam();
-  // 11 panels (last one partial: decode batches take tasks of 4, 4 and 2 + 1 panels); k
-  // long enough that a batch splits each reduction into
-  // several passes (gemm_avx512.cpp: 256 float columns, 16-32 blocks of the 32-element
-  // formats, 2-4 super-blocks of the K-quants) while a single row runs it in one.
-  // 5, 6, 23 and 48 rows are one row chunk (a decode batch: the int8 formats run block by
-  // block in row tiles of 4, so 4 + 1, 4 + 2 and 5 x 4 + 3; the others in passes); 61 is
-  // two (prefill: one pass per tile).
-  const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800, n_out = 166;
-  const Mat w = make(t, k, n_out, 11);
+  // k long enough that a batch splits each reduction into several passes where it still
+  // runs in passes (gemm_avx512.cpp: 256 float columns, 2 super-blocks of Q6_K) while a
+  // single row runs it in one. 5, 6, 23 and 48 rows are one row chunk, a decode batch
+  // (the 32-block formats, Q4_K and Q5_K run block by block in row tiles of 4, so 4 + 1,
+  // 4 + 2 and 5 x 4 + 3; the others in passes); 61 is two (prefill: one pass per tile).
+  // 11 panels (the last partial) give decode batches tasks of 4, 4 and 2 + 1 panels; 12
+  // (the last partial) end on a group of 4 with its last panel masked.
+  const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800;
   ThreadPool p1(1), p2(2);
-  for (const int64_t m : {5, 6, 23, 48, 61}) {
-    SCOPED_TRACE("m = " + std::to_string(m));
-    const auto x = acts(m, k, uint32_t(12 + m));
-    const auto all2 = run(p2, w, x, m, true);
-    const auto all1 = run(p1, w, x, m, true);
-    ASSERT_EQ(0, std::memcmp(all1.data(), all2.data(), all1.size() * sizeof(float)));
-    for (int64_t i = 0; i < m; ++i) {
-      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-      const auto yi = run(p2, w, xi, 1, true);
-      ASSERT_EQ(0, std::memcmp(yi.data(), all2.data() + i * n_out, size_t(n_out) * sizeof(float)))
-          << dtype_name(t) << ": row " << i << " alone differs from the same row in a batch of " << m;
+  for (const int64_t n_out : {166, 182})
+    for (const int64_t m : {5, 6, 23, 48, 61}) {
+      SCOPED_TRACE("n_out = " + std::to_string(n_out) + ", m = " + std::to_string(m));
+      const Mat w = make(t, k, n_out, uint32_t(11 + n_out));
+      const auto x = acts(m, k, uint32_t(12 + m));
+      const auto all2 = run(p2, w, x, m, true);
+      const auto all1 = run(p1, w, x, m, true);
+      ASSERT_EQ(0, std::memcmp(all1.data(), all2.data(), all1.size() * sizeof(float)));
+      for (int64_t i = 0; i < m; ++i) {
+        const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+        const auto yi = run(p2, w, xi, 1, true);
+        ASSERT_EQ(0, std::memcmp(yi.data(), all2.data() + i * n_out, size_t(n_out) * sizeof(float)))
+            << dtype_name(t) << ": row " << i << " alone differs from the same row in a batch of " << m;
+      }
+      if (m < 10) continue;
+      // Rows 3..9 as their own call: tiles start at a different row.
+      const std::vector<float> xs(x.begin() + 3 * k, x.begin() + 10 * k);
+      const auto ys = run(p2, w, xs, 7, true);
+      ASSERT_EQ(0, std::memcmp(ys.data(), all2.data() + 3 * n_out, ys.size() * sizeof(float)));
     }
-    if (m < 10) continue;
-    // Rows 3..9 as their own call: tiles start at a different row.
-    const std::vector<float> xs(x.begin() + 3 * k, x.begin() + 10 * k);
-    const auto ys = run(p2, w, xs, 7, true);
-    ASSERT_EQ(0, std::memcmp(ys.data(), all2.data() + 3 * n_out, ys.size() * sizeof(float)));
-  }
 }
 
 TEST_P(GemmTest, AgreesWithThePerRowDots) {

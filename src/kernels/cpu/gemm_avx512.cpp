@@ -316,12 +316,9 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
   batch_store<NP>(accm, rows, y, ldy, last);
 }
 
-// Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
-// b, so one activation block meets one (scale, min) pair per row:
-//   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
-// Q5_K's fifth bits come from the block's h vector (nibble_codes).
 // Sub-block b of a Q4_K / Q5_K super-block sb (per panel): the exact int32 sums of MR
-// activation rows (ab: the rows' ActQ8 of that 32-block, stride lda) x NP panels.
+// activation rows (ab: the rows' ActQ8 of that 32-block, stride lda) x NP panels, Q5_K's
+// fifth bits from the block's h vector (nibble_codes).
 template <int MR, int NP, bool kQ5>
 inline __attribute__((always_inline)) void q45k_isums(const uint8_t* sb, int64_t ps, const ActQ8* ab, int64_t lda,
                                                       int b, __m512i (&acci)[MR][NP]) {
@@ -362,6 +359,9 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
   }
 }
 
+// Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
+// b, so one activation block meets one (scale, min) pair per row:
+//   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
 template <int MR, int NP, bool kAhead, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
