@@ -242,14 +242,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   acc_end(accf, y, ldy, last);
 }
 
-// kern_int8 for a decode batch: rows [0, rows) (at most kBatchRows) against NP panels,
-// block by block, each block in row tiles of 4. A block's weights come from DRAM as the
-// first row tile reads them and from L1 for the others right after, so the panels
-// stream at the pace of the arithmetic, NP streams at once with a prefetch ahead as in
-// decode. (kern_int8's L1-sized passes instead fetch the next pass with software
-// prefetches, which the core's few fill buffers cap near 10 GB/s.) The float sums of
-// every row sit in an aligned scratch, loaded and stored around the same fma on the same
-// values as kern_int8's, so every lane keeps its bits.
+// The most rows of a decode batch (GemmArgs::stream): Matmul's row chunk.
 inline constexpr int64_t kBatchRows = 48;
 
 // f(R, r) for the row tiles of a batch: R = 4 rows from r = 0, 4, ..., then the 3, 2 or 1
@@ -264,6 +257,13 @@ inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) 
     case 1: return f(std::integral_constant<int, 1>{}, r);
     default: return;
   }
+}
+
+// A batch kernel's float sums: accm[row][panel][16], zero before the first block.
+template <int NP>
+inline void batch_clear(float (*accm)[NP][16], int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
 }
 
 // The scratch's sums of rows [0, rows) into y, the group's last panel masked by last.
@@ -293,14 +293,21 @@ inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t 
   }
 }
 
+// kern_int8 for a decode batch: rows [0, rows) (at most kBatchRows) against NP panels,
+// block by block, each block in row tiles of 4. A block's weights come from DRAM as the
+// first row tile reads them and from L1 for the others right after, so the panels
+// stream at the pace of the arithmetic, NP streams at once with a prefetch ahead as in
+// decode. (kern_int8's L1-sized passes instead fetch the next pass with software
+// prefetches, which the core's few fill buffers cap near 10 GB/s.) The float sums of
+// every row sit in an aligned scratch, loaded and stored around the same fma on the same
+// values as kern_int8's, so every lane keeps its bits.
 template <int NP, Fmt F>
 void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t nb, float* y,
                      int64_t ldy, __mmask16 last) {
   constexpr bool kMin = FmtInfo<F>::kMin;
   constexpr int64_t kBlockBytes = FmtInfo<F>::kBlockBytes;
   alignas(64) float accm[kBatchRows][NP][16];
-  for (int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
+  batch_clear<NP>(accm, rows);
   for (int64_t b = 0; b < nb; ++b) {
     stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     __m512 dw[NP], mw[NP];
@@ -315,6 +322,10 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
   }
   batch_store<NP>(accm, rows, y, ldy, last);
 }
+
+// Bytes of a Q4_K / Q5_K super-block of one panel (packed_kquant.cpp).
+template <bool kQ5>
+inline constexpr int64_t kQ45Super = kQ5 ? 16 * 180 : 16 * 148;
 
 // Sub-block b of a Q4_K / Q5_K super-block sb (per panel): the exact int32 sums of MR
 // activation rows (ab: the rows' ActQ8 of that 32-block, stride lda) x NP panels, Q5_K's
@@ -365,7 +376,7 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
 template <int MR, int NP, bool kAhead, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
-  constexpr int64_t kSuper = kQ5 ? 16 * 180 : 16 * 148;
+  constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
@@ -418,10 +429,9 @@ inline __attribute__((always_inline)) void q45k_batch_tile(const uint8_t* sb, in
 template <int NP, bool kQ5>
 void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t n_super,
                      float* y, int64_t ldy, __mmask16 last) {
-  constexpr int64_t kSuper = kQ5 ? 16 * 180 : 16 * 148;
+  constexpr int64_t kSuper = kQ45Super<kQ5>;
   alignas(64) float accm[kBatchRows][NP][16];
-  for (int64_t i = 0; i < rows; ++i)
-    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
+  batch_clear<NP>(accm, rows);
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* sb = w + s * kSuper;
     __m512 dv[NP], dmv[NP];
@@ -528,15 +538,8 @@ int64_t units_per_pass(DType t) {
     case DType::F32:
     case DType::F16:
     case DType::BF16: return kGemmKc;  // f16: 8 KiB of a panel, f32: 16
-    case DType::Q8_0: return 16;       // 16 x 544 B
-    case DType::Q4_0: return 32;       // 32 x 288 B
-    case DType::Q4_1: return 24;       // 24 x 320 B
-    case DType::Q5_0: return 24;       // 24 x 352 B
-    case DType::Q5_1: return 20;       // 20 x 384 B
-    case DType::Q4_K: return 4;        // 4 x 2368 B
-    case DType::Q5_K: return 3;        // 3 x 2880 B
     case DType::Q6_K: return 2;        // 2 x 3360 B
-    default: return 1 << 30;
+    default: return 1 << 30;           // the batch formats never run passes (batch_over)
   }
 }
 
@@ -570,6 +573,10 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     default: return;
   }
 }
+
+// The types whose decode batches run block by block (batch_over); Q6_K and the float
+// types run passes (a batch order through their tile kernels measured 5-15% slower).
+bool has_batch_kernel(DType t) { return !is_float_type(t) && t != DType::Q6_K; }
 
 // kern_int8_batch or kern_q45k_batch for rows [m0, m1) of NP panels from p.
 template <int NP>
@@ -616,12 +623,14 @@ void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 l
   }
 }
 
-// Panels [p0, p1) in groups of NP (2, then 1 for an odd one); per group the reduction
-// runs in passes of units_per_pass, each pass taking every row tile while the group's
-// slice of weights is in L1. So the weights come from DRAM once, spread over all the
-// tiles' arithmetic, which lets the hardware prefetcher overlap the stream with the
-// compute (a group's whole reduction per row tile instead read DRAM in the first tile
-// and waited on it, and only reused the weights from L2 in the others).
+// Panels [p0, p1): one row runs the decode tiles, and a decode batch of a block-by-block
+// type runs batch_over. Otherwise groups of NP (2, then 1 for an odd one); per group the
+// reduction runs in passes of units_per_pass (prefill: one pass), each pass taking every
+// row tile while the group's slice of weights is in L1. So the weights come from DRAM
+// once, spread over all the tiles' arithmetic, which lets the hardware prefetcher
+// overlap the stream with the compute (a group's whole reduction per row tile instead
+// read DRAM in the first tile and waited on it, and only reused the weights from L2 in
+// the others).
 template <int kMr>
 void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t n_panels = (g.n_out + kPanelRows - 1) / kPanelRows;
@@ -637,9 +646,8 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
     return;
   }
-  // Decode batches of the 32-block int8 types and Q4_K / Q5_K: kern_int8_batch and
-  // kern_q45k_batch, 4 panels at a time. (Q6_K and the float types keep the passes.)
-  if (g.stream && m1 - m0 <= kBatchRows && !is_float_type(g.type) && g.type != DType::Q6_K) {
+  // Decode batches of the block-by-block types, 4 panels at a time.
+  if (g.stream && m1 - m0 <= kBatchRows && has_batch_kernel(g.type)) {
     int64_t p = p0;
     for (; p + 4 <= p1; p += 4) batch_over<4>(g, m0, m1, p, last_of(p + 4));
     for (; p + 2 <= p1; p += 2) batch_over<2>(g, m0, m1, p, last_of(p + 2));
