@@ -70,14 +70,15 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, i
   }
   // Tasks: groups of pg panels x chunks of up to 48 activation rows, per output.
   // Consecutive tasks share a panel group, so its weights stay in L2 while the row chunks
-  // pass. Decode runs 4 weight streams in flight (tile<1, 4>); there a task takes up to 16
-  // panels, still 4 tasks per thread or more: panels lie back to back, so a thread
-  // that walks 16 in a row keeps one of its streams warm from group to group, where
-  // with 4 per task it jumped past the other thread's group at every task (measured:
-  // q4_0 / q4_k at k = 2048 +5-7% of DRAM, see docs/BENCHMARKS.md).
+  // pass (prefill). Decode (one chunk: m = 1 runs 4 weight streams in flight, a decode
+  // batch 4 panels at a time) takes up to 16 panels per task, still 4 tasks per thread or
+  // more: panels lie back to back, so a thread that walks 16 in a row keeps one of its
+  // streams warm from group to group, where with 4 per task it jumped past the other
+  // thread's group at every task (measured: m = 1 q4_0 / q4_k at k = 2048 +5-7% of DRAM;
+  // m = 16 q8_0 +3-7%, docs/BENCHMARKS.md).
   constexpr int64_t mc = 48;
   auto panels_per_task = [&](int64_t np) -> int64_t {
-    if (m != 1) return 4;
+    if (m > mc) return 4;
     return std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4, 16);
   };
   struct Seg {
