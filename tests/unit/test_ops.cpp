@@ -74,5 +74,33 @@ TEST(Ops, RmsNormAndAddMatchReference) {
   }
 }
 
+// RoPE's SIMD path gives the scalar loop's bits (the same two rounded products and one
+// rounded sum per output), in both pair layouts, with tails of every length.
+TEST(Ops, RopeSimdMatchesScalarBits) {
+  IsaGuard g;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (bool neox : {false, true})
+    for (int32_t rope_dim : {2, 6, 14, 16, 18, 32, 34, 62, 64, 96, 128}) {
+      RopeParams p;
+      p.rope_dim = rope_dim;
+      p.neox = neox;
+      p.freq_base = 10000.f;
+      for (int32_t pos : {0, 1, 17, 4095}) {
+        std::vector<float> cs(static_cast<size_t>(rope_dim));
+        rope_cache(p, pos, cs.data());
+        std::vector<float> x(static_cast<size_t>(rope_dim + 5));  // dims past rope_dim stay
+        for (auto& v : x) v = nd(rng);
+        std::vector<float> want = x, got = x;
+        set_isa(Isa::Scalar);
+        rope_apply(p, cs.data(), want.data());
+        set_isa(best_isa());
+        rope_apply(p, cs.data(), got.data());
+        for (size_t i = 0; i < x.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << "neox " << neox << " rope_dim " << rope_dim << " pos " << pos << " i " << i;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace ridge::kernels

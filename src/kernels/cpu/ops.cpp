@@ -10,6 +10,7 @@ namespace detail {
 void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, float eps);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace_avx512(float* x, const float* y, int64_t n);
+void rope_apply_avx512(const float* cs, float* x, int32_t rope_dim, bool neox);
 }  // namespace detail
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -37,6 +38,7 @@ void rope_cache(const RopeParams& p, int32_t pos, float* cs) {
 }
 
 void rope_apply(const RopeParams& p, const float* cs, float* x) {
+  if (active_isa() == Isa::Avx512) return detail::rope_apply_avx512(cs, x, p.rope_dim, p.neox);
   const int32_t half = p.rope_dim / 2;
   if (p.neox) {
     for (int32_t i = 0; i < half; ++i) {
