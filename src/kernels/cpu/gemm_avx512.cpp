@@ -259,6 +259,23 @@ inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) 
   }
 }
 
+// batch_row_tiles for one block of a decode batch, with the block's prefetch ahead
+// issued one panel per row tile: all NP panels' lines at the block's start are a burst
+// that fills the core's fill buffers and holds up the first tile's loads. The panels no
+// tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
+// nearest its memory bound (m = 16: +5-8% of DRAM); on the 4-bit types, compute-bound at
+// m = 16, it measured 1-13% slower (docs/BENCHMARKS.md, session 7).
+template <int NP, int64_t kBytes, class F>
+inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
+                                                             F&& f) {
+  int ahead = 0;
+  batch_row_tiles(rows, [&](auto R, int64_t r) {
+    if (ahead < NP) stream_ahead<1, kBytes>(w + ahead++ * ps, ps, off);
+    f(R, r);
+  });
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes>(w + ahead * ps, ps, off);
+}
+
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.
 template <int NP>
 inline void batch_clear(float (*accm)[NP][16], int64_t rows) {
@@ -309,16 +326,19 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
   alignas(64) float accm[kBatchRows][NP][16];
   batch_clear<NP>(accm, rows);
   for (int64_t b = 0; b < nb; ++b) {
-    stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * kBlockBytes;
       dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
       mw[p] = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : _mm512_setzero_ps();
     }
-    batch_row_tiles(rows, [&](auto R, int64_t r) {
-      batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r);
-    });
+    auto tile = [&](auto R, int64_t r) { batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); };
+    if constexpr (F == Fmt::Q8_0) {
+      batch_tiles_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, rows, tile);
+    } else {
+      stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
+      batch_row_tiles(rows, tile);
+    }
   }
   batch_store<NP>(accm, rows, y, ldy, last);
 }
@@ -437,10 +457,10 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     __m512 dv[NP], dmv[NP];
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
-      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       const ActQ8* ab = a + s * 8 + b;
+      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       batch_row_tiles(rows, [&](auto R, int64_t r) {
         q45k_batch_tile<decltype(R)::value, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
       });
