@@ -231,23 +231,28 @@ std::vector<TokenEvent> Engine::step() {
   // Sample every row, then postprocess: two passes, so a trace shows them as phases.
   // Sampling reads only its own sequence, and postprocessing (prefix inserts, freeing
   // finished sequences) touches no logits, so the order changes no result.
+  // Rows run in parallel on the pool: each touches only its own sequence (its sampler,
+  // RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
   std::vector<int32_t> sampled(so.chunks.size(), -1);
   int64_t n_rows = 0;
+  for (size_t i = 0; i < so.chunks.size(); ++i) n_rows += rows_[i] >= 0;
   perf::OpProfile& prof = runner_->profile();
   const auto t_samp0 = prof.timing ? Clock::now() : Clock::time_point{};
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
-    if (rows_[i] < 0) continue;
+  raw_.resize(size_t(pool_.size()));
+  pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
+    const size_t i = size_t(task);
+    if (rows_[i] < 0) return;
     Sequence* s = so.chunks[i].seq;
     float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
     if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
     s->margins.push_back(top2_margin(lg, n_vocab));
     // Logprobs are of the raw distribution: keep the row before the sampler edits it.
-    if (s->params.logprobs >= 0) raw_.assign(lg, lg + n_vocab);
+    std::vector<float>& raw = raw_[size_t(thread)];
+    if (s->params.logprobs >= 0) raw.assign(lg, lg + n_vocab);
     const int32_t tok = s->sampler.sample(lg, s->tokens);
-    if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw_.data(), n_vocab, tok, s->params.logprobs));
+    if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
     sampled[i] = tok;
-    ++n_rows;
-  }
+  });
   if (n_rows > 0) {
     const perf::OpCost c = perf::sampling_cost(n_rows, n_vocab);
     prof.add(perf::Op::Sampling, perf::ComputeClass::None, c.flops, c.bytes,

@@ -109,7 +109,7 @@ class Engine {
   double prefill_s_per_token_ = 1e-3;  // measured; feeds the recompute-or-swap choice
   EngineStats stats_;
   std::vector<int32_t> rows_;
-  std::vector<float> raw_;  // [n_vocab] a logit row before sampling, for logprobs
+  std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs
 };
 
 }  // namespace ridge

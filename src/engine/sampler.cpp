@@ -200,11 +200,25 @@ int32_t argmax(const float* logits, int32_t n) {
   return 0;
 }
 
+// One pass: per lane the two largest values seen (NaN never taken), then the top two of
+// those 2 x kLanes as a multiset, so a maximum that occurs twice gives 0, as it must.
 float top2_margin(const float* logits, int32_t n) {
+  constexpr float kNeg = -std::numeric_limits<float>::infinity();
   if (n < 2) return std::numeric_limits<float>::infinity();
-  const int32_t b = argmax(logits, n);
-  const float second = std::max(max_of(logits, 0, b), max_of(logits, b + 1, n));
-  return logits[b] - second;
+  float a[kLanes], b[kLanes];  // a[j] >= b[j]
+  for (int32_t j = 0; j < kLanes; ++j) a[j] = b[j] = kNeg;
+  auto take = [](float x, float& hi, float& lo) {
+    const float under = x > hi ? hi : x;  // what x pushes down to the second place
+    lo = under > lo ? under : lo;
+    hi = x > hi ? x : hi;
+  };
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int32_t j = 0; j < kLanes; ++j) take(logits[i + j], a[j], b[j]);
+  for (int32_t j = 0; i < n; ++i, ++j) take(logits[i], a[j], b[j]);
+  float hi = kNeg, lo = kNeg;
+  for (int32_t j = 0; j < kLanes; ++j) take(a[j], hi, lo), take(b[j], hi, lo);
+  return hi - lo;  // NaN when no logit is above -inf, as the first maximum minus the rest
 }
 
 }  // namespace ridge

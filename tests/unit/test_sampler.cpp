@@ -63,6 +63,11 @@ TEST(Sampler, ArgmaxAndMarginLongRows) {
   ninf[0] = NAN;
   EXPECT_EQ(argmax(ninf.data(), 40), 1);
   EXPECT_EQ(argmax(nan.data(), 40), 0);
+  // The margin of those is the first maximum minus the rest: -inf - -inf and NaN - ...
+  EXPECT_TRUE(std::isnan(top2_margin(ninf.data(), 40)));
+  EXPECT_TRUE(std::isnan(top2_margin(nan.data(), 40)));
+  nan[37] = 2.5f;  // one number among NaNs, in the tail lanes: nothing to its second place
+  EXPECT_EQ(top2_margin(nan.data(), 40), INFINITY);
 }
 
 TEST(Sampler, GreedyIsArgmax) {
