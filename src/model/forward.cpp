@@ -121,11 +121,6 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int32_t dk = h_.head_dim_k, dv = h_.head_dim_v, nh = h_.n_head, nkv = h_.n_head_kv;
   const int64_t nq = h_.n_q(), nk = h_.n_kv_k(), nv = h_.n_kv_v();
 
-  attn_norm_.resize(size_t(T * E));
-  op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E), [&] {
-    rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), attn_norm_.data() + t * E, E, h_.rms_eps); });
-  });
-
   q_.resize(size_t(T * nq));
   k_.resize(size_t(T * nk));
   v_.resize(size_t(T * nv));
@@ -134,15 +129,28 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const perf::OpCost kc = perf::matmul_cost(T, E, nk, L.wk.type), vc = perf::matmul_cost(T, E, nv, L.wv.type);
   qkv.flops += kc.flops + vc.flops;
   qkv.bytes += kc.bytes + vc.bytes - 2.0 * 4.0 * double(T) * double(E);
-  op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
-    if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
-      mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
-    } else {
-      mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
-      mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
-      mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
-    }
-  });
+  auto norm_row = [&](int64_t t, float* out) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), out, E, h_.rms_eps); };
+  if (L.wqkv.packed && kernels::Matmul::takes_rows(L.wqkv)) {
+    // The norm runs row by row inside the matmul's activation quantization (RowSource).
+    qkv.flops += perf::rms_norm_cost(T, E).flops;
+    op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
+      mm_.run_fused(pool_, L.wqkv, kernels::RowSource::of(norm_row), T,
+                    {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
+    });
+  } else {
+    attn_norm_.resize(size_t(T * E));
+    op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
+       [&] { rows(T, [&](int64_t t) { norm_row(t, attn_norm_.data() + t * E); }); });
+    op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
+      if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
+        mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
+      } else {
+        mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
+        mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
+        mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
+      }
+    });
+  }
 
   // Per token: biases, q/k norms, RoPE, and K/V into the token's own cache slot (tokens
   // never share a slot, so the rows run in parallel).
@@ -209,31 +217,49 @@ void Forward::attention_block(int32_t il, const Batch& b) {
 void Forward::ffn_block(int32_t il) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
-  ffn_norm_.resize(size_t(T * E));
-  op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E), [&] {
-    rows(T, [&](int64_t t) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), ffn_norm_.data() + t * E, E, h_.rms_eps); });
-  });
   ffn_gate_.resize(size_t(T * F));
   ffn_up_.resize(size_t(T * F));
-  ffn_act_.resize(size_t(T * F));
   perf::OpCost gu = perf::matmul_cost(T, E, F, L.w_gate.type);
   const perf::OpCost uc = perf::matmul_cost(T, E, F, L.w_up.type);
   gu.flops += uc.flops;
   gu.bytes += uc.bytes - 4.0 * double(T) * double(E);  // one activation pass for both
-  op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
-    if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
-      mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
-    } else {
-      mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
-      mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
-    }
-  });
-  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(T, F), [&] {
-    rows(T, [&](int64_t t) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, ffn_act_.data() + t * F, F); });
-  });
+  // RMSNorm feeds only gate/up and SwiGLU only down: where the weights take a RowSource
+  // each runs row by row inside its matmul's activation quantization.
+  auto norm_row = [&](int64_t t, float* out) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), out, E, h_.rms_eps); };
+  if (L.w_gate_up.packed && kernels::Matmul::takes_rows(L.w_gate_up)) {
+    gu.flops += perf::rms_norm_cost(T, E).flops;
+    op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
+      mm_.run_fused(pool_, L.w_gate_up, kernels::RowSource::of(norm_row), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
+    });
+  } else {
+    ffn_norm_.resize(size_t(T * E));
+    op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
+       [&] { rows(T, [&](int64_t t) { norm_row(t, ffn_norm_.data() + t * E); }); });
+    op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
+      if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
+        mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
+      } else {
+        mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
+        mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
+      }
+    });
+  }
+  auto act_row = [&](int64_t t, float* out) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, out, F); };
   ffn_out_.resize(size_t(T * E));
-  op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, perf::matmul_cost(T, F, E, L.w_down.type),
-     [&] { mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data()); });
+  perf::OpCost dc = perf::matmul_cost(T, F, E, L.w_down.type);
+  if (kernels::Matmul::takes_rows(L.w_down)) {
+    const perf::OpCost ac = perf::swiglu_cost(T, F);
+    dc.flops += ac.flops;
+    dc.bytes += 4.0 * double(T) * double(F);  // gate and up read where the activations were
+    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc,
+       [&] { mm_.run(pool_, L.w_down, kernels::RowSource::of(act_row), T, ffn_out_.data()); });
+  } else {
+    ffn_act_.resize(size_t(T * F));
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(T, F),
+       [&] { rows(T, [&](int64_t t) { act_row(t, ffn_act_.data() + t * F); }); });
+    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc,
+       [&] { mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data()); });
+  }
   op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
     rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
   });

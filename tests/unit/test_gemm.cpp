@@ -176,6 +176,42 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
   }
 }
 
+// A RowSource's rows give the bits of the same rows passed in (run and run_fused), on 1
+// and 2 threads, decode batches and prefill chunks; the source is called once per row.
+TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
+  const DType t = GetParam();
+  const int64_t k = is_kquant(t) ? 512 : 320, n_out = 96;
+  const WeightView v{t, k, n_out, nullptr, nullptr};
+  const Mat w = make(t, k, n_out, 21);
+  if (!is_int8(t)) {
+    EXPECT_FALSE(Matmul::takes_rows(w.view(true)));
+    return;
+  }
+  EXPECT_FALSE(Matmul::takes_rows(v));  // unpacked
+  ASSERT_TRUE(Matmul::takes_rows(w.view(true)));
+  ThreadPool p1(1), p2(2);
+  for (ThreadPool* pool : {&p1, &p2})
+    for (const int64_t m : {1, 5, 16, 61}) {
+      const auto x = acts(m, k, uint32_t(m + 40));
+      std::vector<int> calls(static_cast<size_t>(m), 0);
+      auto row = [&](int64_t i, float* out) {
+        ++calls[size_t(i)];
+        std::memcpy(out, x.data() + i * k, size_t(k) * sizeof(float));
+      };
+      const auto want = run(*pool, w, x, m, true);
+      Matmul mm;
+      std::vector<float> y(want.size(), -7.f), a(static_cast<size_t>(m * 32)), b(static_cast<size_t>(m * 64));
+      mm.run(*pool, w.view(true), RowSource::of(row), m, y.data());
+      ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float))) << dtype_name(t) << " m " << m;
+      for (int c : calls) ASSERT_EQ(c, 1);
+      mm.run_fused(*pool, w.view(true), RowSource::of(row), m, {{32, a.data()}, {64, b.data()}});
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_EQ(0, std::memcmp(a.data() + i * 32, want.data() + i * n_out, 32 * sizeof(float))) << "m " << m;
+        ASSERT_EQ(0, std::memcmp(b.data() + i * 64, want.data() + i * n_out + 32, 64 * sizeof(float))) << "m " << m;
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
                                            DType::Q6_K),

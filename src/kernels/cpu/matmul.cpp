@@ -13,7 +13,7 @@ void Matmul::run(ThreadPool& pool, const WeightView& w, const float* x, int64_t 
   if (m <= 0 || w.n_out <= 0) return;
   if (w.packed && gemm_available(w.type)) {
     const MatmulOut out{w.n_out, y};
-    return run_packed(pool, w, x, m, &out, 1, ldy);
+    return run_packed(pool, w, x, nullptr, m, &out, 1, ldy);
   }
   const auto dot = quant::dot_fn(w.type);
   const int64_t wrow = row_bytes(w.type, w.k);
@@ -51,23 +51,55 @@ void Matmul::run_fused(ThreadPool& pool, const WeightView& w, const float* x, in
     total += o.n_out;
   }
   RIDGE_CHECK(total == w.n_out, "fused matmul: outputs cover {} of {} features", total, w.n_out);
-  if (m > 0) run_packed(pool, w, x, m, outs.begin(), outs.size(), 0);
+  if (m > 0) run_packed(pool, w, x, nullptr, m, outs.begin(), outs.size(), 0);
 }
 
-void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, const MatmulOut* outs,
-                        size_t n_outs, int64_t ldy) {
-  const void* act = x;
-  int64_t lda = w.k;
-  if (quant::act_kind(w.type) == quant::ActKind::Q8A) {
-    const int64_t nb = w.k / 32;
-    act_.resize(size_t(m * nb) * sizeof(ActQ8));
-    auto* a = reinterpret_cast<ActQ8*>(act_.data());
-    pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) quantize_act_gemm(x + i * w.k, a + i * nb, w.k);
-    });
-    act = a;
-    lda = nb;
+bool Matmul::takes_rows(const WeightView& w) {
+  return w.packed && gemm_available(w.type) && quant::act_kind(w.type) == quant::ActKind::Q8A;
+}
+
+void Matmul::run(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, float* y) {
+  RIDGE_CHECK(takes_rows(w), "a matmul from a row source needs packed int8 weights");
+  if (m <= 0 || w.n_out <= 0) return;
+  const MatmulOut out{w.n_out, y};
+  run_packed(pool, w, nullptr, &x, m, &out, 1, w.n_out);
+}
+
+void Matmul::run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m,
+                       std::initializer_list<MatmulOut> outs) {
+  RIDGE_CHECK(takes_rows(w), "a matmul from a row source needs packed int8 weights");
+  int64_t total = 0;
+  for (const auto& o : outs) {
+    RIDGE_CHECK(total % kPanelRows == 0, "fused matmul: an output starts inside a panel");
+    total += o.n_out;
   }
+  RIDGE_CHECK(total == w.n_out, "fused matmul: outputs cover {} of {} features", total, w.n_out);
+  if (m > 0) run_packed(pool, w, nullptr, &x, m, outs.begin(), outs.size(), 0);
+}
+
+const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
+                             int64_t& lda) {
+  lda = w.k;
+  if (quant::act_kind(w.type) != quant::ActKind::Q8A) return x;
+  const int64_t nb = w.k / 32;
+  act_.resize(size_t(m * nb) * sizeof(ActQ8));
+  auto* a = reinterpret_cast<ActQ8*>(act_.data());
+  if (src) src_rows_.resize(size_t(pool.size() * w.k));
+  pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int thread) {
+    float* row = src ? src_rows_.data() + thread * w.k : nullptr;
+    for (int64_t i = b; i < e; ++i) {
+      if (src) src->fn(src->ctx, i, row);
+      quantize_act_gemm(src ? row : x + i * w.k, a + i * nb, w.k);
+    }
+  });
+  lda = nb;
+  return a;
+}
+
+void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
+                        const MatmulOut* outs, size_t n_outs, int64_t ldy) {
+  int64_t lda = 0;
+  const void* act = gemm_act(pool, w, x, src, m, lda);
   // Tasks: groups of pg panels x chunks of up to 48 activation rows, per output.
   // Consecutive tasks share a panel group, so its weights stay in L2 while the row chunks
   // pass (prefill). Decode (one chunk: m = 1 runs 4 weight streams in flight, a decode

@@ -24,6 +24,19 @@ struct WeightView {
   const uint8_t* packed = nullptr;  // 16-row panels (packed.h), or null: per-row dots
 };
 
+// The activation rows of a matmul made on the fly: fn(ctx, i, out) writes row i (k
+// floats) to out. An op whose only reader is one matmul (a norm, SwiGLU) runs this way
+// inside the matmul's activation quantization, row by row into a per-thread buffer: no
+// pass over a full activation matrix and no pool round of its own.
+struct RowSource {
+  void* ctx = nullptr;
+  void (*fn)(void* ctx, int64_t i, float* out) = nullptr;
+  template <class F>  // f(int64_t i, float* out); must outlive the call that reads it
+  static RowSource of(F& f) {
+    return {&f, [](void* c, int64_t i, float* out) { (*static_cast<F*>(c))(i, out); }};
+  }
+};
+
 // One output of a fused matmul: `n_out` consecutive output features into y[m][n_out].
 struct MatmulOut {
   int64_t n_out;
@@ -43,11 +56,23 @@ class Matmul {
   // activation quantization and one pass over the thread pool for all of them.
   void run_fused(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs);
 
- private:
-  void run_packed(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, const MatmulOut* outs,
-                  size_t n_outs, int64_t ldy);
+  // run / run_fused with the activation rows from a RowSource: the same bits as making
+  // the rows first and passing them. Only where takes_rows(w): packed weights whose
+  // activations the GEMM quantizes per row (the int8 formats).
+  static bool takes_rows(const WeightView& w);
+  void run(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, float* y);
+  void run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, std::initializer_list<MatmulOut> outs);
 
-  std::vector<uint8_t> act_;  // [m][act_row_bytes]
+ private:
+  // x's rows as the packed GEMM reads them (lda: floats or blocks between rows): ActQ8
+  // rows in act_ for the int8 formats, else x itself. src, if set, makes the rows.
+  const void* gemm_act(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
+                       int64_t& lda);
+  void run_packed(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
+                  const MatmulOut* outs, size_t n_outs, int64_t ldy);
+
+  std::vector<uint8_t> act_;     // [m][act_row_bytes]
+  std::vector<float> src_rows_;  // [threads][k]: a RowSource's row before quantization
 };
 
 }  // namespace ridge::kernels
