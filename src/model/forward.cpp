@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
@@ -65,6 +66,7 @@ void Forward::op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::
 
 std::span<const float> Forward::run(const Batch& b) {
   validate(b);
+  residual_ = nullptr;  // nothing carries over from a run that threw
   const Weights& w = m_.weights();
   const int64_t T = T_ = int64_t(b.tokens.size());
   const int64_t E = h_.n_embd;
@@ -129,15 +131,22 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const perf::OpCost kc = perf::matmul_cost(T, E, nk, L.wk.type), vc = perf::matmul_cost(T, E, nv, L.wv.type);
   qkv.flops += kc.flops + vc.flops;
   qkv.bytes += kc.bytes + vc.bytes - 2.0 * 4.0 * double(T) * double(E);
-  auto norm_row = [&](int64_t t, float* out) { kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), out, E, h_.rms_eps); };
-  if (L.wqkv.packed && kernels::Matmul::takes_rows(L.wqkv)) {
-    // The norm runs row by row inside the matmul's activation quantization (RowSource).
+  const float* res = std::exchange(residual_, nullptr);  // the last layer's FFN residual, if left to this norm
+  auto norm_row = [&](int64_t t, float* out) {
+    if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
+    kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), out, E, h_.rms_eps);
+  };
+  if (norm_takes_rows(L.wqkv)) {
+    // The norm (and a residual add left to it) runs row by row inside the matmul's
+    // activation quantization (RowSource).
     qkv.flops += perf::rms_norm_cost(T, E).flops;
+    if (res) add_residual_cost(qkv, T, E);
     op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
       mm_.run_fused(pool_, L.wqkv, kernels::RowSource::of(norm_row), T,
                     {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
     });
   } else {
+    RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
     attn_norm_.resize(size_t(T * E));
     op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
        [&] { rows(T, [&](int64_t t) { norm_row(t, attn_norm_.data() + t * E); }); });
@@ -209,9 +218,13 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   attn_out_.resize(size_t(T * E));
   op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, no, E, L.wo.type),
      [&] { mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data()); });
-  op(perf::Op::AttnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
-    rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
-  });
+  if (norm_takes_rows(L.w_gate_up)) {
+    residual_ = attn_out_.data();  // ffn_block's norm adds it
+  } else {
+    op(perf::Op::AttnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
+      rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
+    });
+  }
 }
 
 void Forward::ffn_block(int32_t il) {
@@ -225,13 +238,19 @@ void Forward::ffn_block(int32_t il) {
   gu.bytes += uc.bytes - 4.0 * double(T) * double(E);  // one activation pass for both
   // RMSNorm feeds only gate/up and SwiGLU only down: where the weights take a RowSource
   // each runs row by row inside its matmul's activation quantization.
-  auto norm_row = [&](int64_t t, float* out) { kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), out, E, h_.rms_eps); };
-  if (L.w_gate_up.packed && kernels::Matmul::takes_rows(L.w_gate_up)) {
+  const float* res = std::exchange(residual_, nullptr);  // the attention residual, if left to this norm
+  auto norm_row = [&](int64_t t, float* out) {
+    if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
+    kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), out, E, h_.rms_eps);
+  };
+  if (norm_takes_rows(L.w_gate_up)) {
     gu.flops += perf::rms_norm_cost(T, E).flops;
+    if (res) add_residual_cost(gu, T, E);
     op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
       mm_.run_fused(pool_, L.w_gate_up, kernels::RowSource::of(norm_row), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
     });
   } else {
+    RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
     ffn_norm_.resize(size_t(T * E));
     op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
        [&] { rows(T, [&](int64_t t) { norm_row(t, ffn_norm_.data() + t * E); }); });
@@ -260,9 +279,24 @@ void Forward::ffn_block(int32_t il) {
     op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc,
        [&] { mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data()); });
   }
-  op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
-    rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
-  });
+  const auto& layers = m_.weights().layers;
+  if (il + 1 < h_.n_layer && norm_takes_rows(layers[size_t(il) + 1].wqkv)) {
+    residual_ = ffn_out_.data();  // the next layer's attention norm adds it
+  } else {
+    op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
+      rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
+    });
+  }
+}
+
+// Whether the norm before w runs inside w's matmul (RowSource); a residual add may then
+// be left to it.
+bool Forward::norm_takes_rows(const kernels::WeightView& w) { return w.packed && kernels::Matmul::takes_rows(w); }
+
+// A residual add done inside a fused norm: its FLOPs, and x's row read and written.
+void Forward::add_residual_cost(perf::OpCost& c, int64_t T, int64_t E) {
+  c.flops += perf::residual_cost(T, E).flops;
+  c.bytes += 8.0 * double(T) * double(E);
 }
 
 }  // namespace ridge

@@ -37,6 +37,8 @@ class Forward {
   // when profiling or tracing, timing it.
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
+  static bool norm_takes_rows(const kernels::WeightView& w);
+  static void add_residual_cost(perf::OpCost& c, int64_t T, int64_t E);
   // fn(t) for every token row, spread over the pool (row ops write only their own row).
   template <typename F>
   void rows(int64_t T, F&& fn) {
@@ -58,6 +60,9 @@ class Forward {
   std::vector<int32_t> tok_seq_;   // [T] sequence index of each token
   std::vector<int32_t> tok_pos_;   // [T] absolute position
   std::vector<float> rope_cs_;     // [T][rope_dim] (cos, sin) pairs
+  // A residual add left to the next norm: that norm runs inside its matmul (RowSource)
+  // and adds this [T][n_embd] into x_ row by row first, in place of a pass of its own.
+  const float* residual_ = nullptr;
 
   // Named intermediates, row-major [T][width].
   std::vector<float> x_;           // residual stream [T][n_embd]
