@@ -136,7 +136,7 @@ void Forward::attention_block(int32_t il, const Batch& b) {
     if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
     kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), out, E, h_.rms_eps);
   };
-  if (norm_takes_rows(L.wqkv)) {
+  if (kernels::Matmul::takes_rows(L.wqkv)) {
     // The norm (and a residual add left to it) runs row by row inside the matmul's
     // activation quantization (RowSource).
     qkv.flops += perf::rms_norm_cost(T, E).flops;
@@ -218,8 +218,8 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   attn_out_.resize(size_t(T * E));
   op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, no, E, L.wo.type),
      [&] { mm_.run(pool_, L.wo, kqv_.data(), T, attn_out_.data()); });
-  if (norm_takes_rows(L.w_gate_up)) {
-    residual_ = attn_out_.data();  // ffn_block's norm adds it
+  if (kernels::Matmul::takes_rows(L.w_gate_up)) {
+    residual_ = attn_out_.data();  // ffn_block's norm runs inside gate/up and adds it row by row
   } else {
     op(perf::Op::AttnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
       rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, attn_out_.data() + t * E, E); });
@@ -243,7 +243,7 @@ void Forward::ffn_block(int32_t il) {
     if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
     kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), out, E, h_.rms_eps);
   };
-  if (norm_takes_rows(L.w_gate_up)) {
+  if (kernels::Matmul::takes_rows(L.w_gate_up)) {
     gu.flops += perf::rms_norm_cost(T, E).flops;
     if (res) add_residual_cost(gu, T, E);
     op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
@@ -280,7 +280,7 @@ void Forward::ffn_block(int32_t il) {
        [&] { mm_.run(pool_, L.w_down, ffn_act_.data(), T, ffn_out_.data()); });
   }
   const auto& layers = m_.weights().layers;
-  if (il + 1 < h_.n_layer && norm_takes_rows(layers[size_t(il) + 1].wqkv)) {
+  if (il + 1 < h_.n_layer && kernels::Matmul::takes_rows(layers[size_t(il) + 1].wqkv)) {
     residual_ = ffn_out_.data();  // the next layer's attention norm adds it
   } else {
     op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E), [&] {
@@ -288,10 +288,6 @@ void Forward::ffn_block(int32_t il) {
     });
   }
 }
-
-// Whether the norm before w runs inside w's matmul (RowSource); a residual add may then
-// be left to it.
-bool Forward::norm_takes_rows(const kernels::WeightView& w) { return w.packed && kernels::Matmul::takes_rows(w); }
 
 // A residual add done inside a fused norm: its FLOPs, and x's row read and written.
 void Forward::add_residual_cost(perf::OpCost& c, int64_t T, int64_t E) {

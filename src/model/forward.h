@@ -37,7 +37,6 @@ class Forward {
   // when profiling or tracing, timing it.
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
-  static bool norm_takes_rows(const kernels::WeightView& w);
   static void add_residual_cost(perf::OpCost& c, int64_t T, int64_t E);
   // fn(t) for every token row, spread over the pool (row ops write only their own row).
   template <typename F>
