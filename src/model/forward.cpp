@@ -64,6 +64,36 @@ void Forward::op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::
   }
 }
 
+template <typename Split>
+void Forward::norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::OpCost cost, DType type,
+                          const std::vector<float>& nw, const kernels::WeightView& w,
+                          std::initializer_list<kernels::MatmulOut> outs, std::vector<float>& buf, Split&& split) {
+  const int64_t T = T_, E = h_.n_embd;
+  const float* res = std::exchange(residual_, nullptr);
+  auto norm_row = [&](int64_t t, float* out) {
+    if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
+    kernels::rms_norm(x_.data() + t * E, nw.data(), out, E, h_.rms_eps);
+  };
+  const perf::ComputeClass cls = perf::matmul_class(type);
+  if (kernels::Matmul::takes_rows(w)) {
+    // The norm (and the residual add left to it) runs row by row inside the matmul's
+    // activation quantization; its FLOPs, and x's row read and written by the add, are
+    // the matmul op's.
+    cost.flops += perf::rms_norm_cost(T, E).flops;
+    if (res) cost.flops += perf::residual_cost(T, E).flops, cost.bytes += 8.0 * double(T) * double(E);
+    op(mm_op, cls, il, cost, [&] { mm_.run_fused(pool_, w, kernels::RowSource::of(norm_row), T, outs); });
+    return;
+  }
+  RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
+  buf.resize(size_t(T * E));
+  op(norm_op, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
+     [&] { rows(T, [&](int64_t t) { norm_row(t, buf.data() + t * E); }); });
+  op(mm_op, cls, il, cost, [&] {
+    if (w.packed && kernels::gemm_available(w.type)) mm_.run_fused(pool_, w, buf.data(), T, outs);
+    else split(buf.data());
+  });
+}
+
 std::span<const float> Forward::run(const Batch& b) {
   validate(b);
   residual_ = nullptr;  // nothing carries over from a run that threw
@@ -131,35 +161,12 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const perf::OpCost kc = perf::matmul_cost(T, E, nk, L.wk.type), vc = perf::matmul_cost(T, E, nv, L.wv.type);
   qkv.flops += kc.flops + vc.flops;
   qkv.bytes += kc.bytes + vc.bytes - 2.0 * 4.0 * double(T) * double(E);
-  const float* res = std::exchange(residual_, nullptr);  // the last layer's FFN residual, if left to this norm
-  auto norm_row = [&](int64_t t, float* out) {
-    if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
-    kernels::rms_norm(x_.data() + t * E, L.attn_norm.data(), out, E, h_.rms_eps);
-  };
-  if (kernels::Matmul::takes_rows(L.wqkv)) {
-    // The norm (and a residual add left to it) runs row by row inside the matmul's
-    // activation quantization (RowSource).
-    qkv.flops += perf::rms_norm_cost(T, E).flops;
-    if (res) add_residual_cost(qkv, T, E);
-    op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
-      mm_.run_fused(pool_, L.wqkv, kernels::RowSource::of(norm_row), T,
-                    {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
-    });
-  } else {
-    RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
-    attn_norm_.resize(size_t(T * E));
-    op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
-       [&] { rows(T, [&](int64_t t) { norm_row(t, attn_norm_.data() + t * E); }); });
-    op(perf::Op::AttnQkv, perf::matmul_class(L.wq.type), il, qkv, [&] {
-      if (L.wqkv.packed && kernels::gemm_available(L.wqkv.type)) {
-        mm_.run_fused(pool_, L.wqkv, attn_norm_.data(), T, {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}});
-      } else {
-        mm_.run(pool_, L.wq, attn_norm_.data(), T, q_.data());
-        mm_.run(pool_, L.wk, attn_norm_.data(), T, k_.data());
-        mm_.run(pool_, L.wv, attn_norm_.data(), T, v_.data());
-      }
-    });
-  }
+  norm_matmul(il, perf::Op::AttnNorm, perf::Op::AttnQkv, qkv, L.wq.type, L.attn_norm, L.wqkv,
+              {{nq, q_.data()}, {nk, k_.data()}, {nv, v_.data()}}, attn_norm_, [&](const float* xn) {
+                mm_.run(pool_, L.wq, xn, T, q_.data());
+                mm_.run(pool_, L.wk, xn, T, k_.data());
+                mm_.run(pool_, L.wv, xn, T, v_.data());
+              });
 
   // Per token: biases, q/k norms, RoPE, and K/V into the token's own cache slot (tokens
   // never share a slot, so the rows run in parallel).
@@ -236,33 +243,13 @@ void Forward::ffn_block(int32_t il) {
   const perf::OpCost uc = perf::matmul_cost(T, E, F, L.w_up.type);
   gu.flops += uc.flops;
   gu.bytes += uc.bytes - 4.0 * double(T) * double(E);  // one activation pass for both
-  // RMSNorm feeds only gate/up and SwiGLU only down: where the weights take a RowSource
-  // each runs row by row inside its matmul's activation quantization.
-  const float* res = std::exchange(residual_, nullptr);  // the attention residual, if left to this norm
-  auto norm_row = [&](int64_t t, float* out) {
-    if (res) kernels::add_inplace(x_.data() + t * E, res + t * E, E);
-    kernels::rms_norm(x_.data() + t * E, L.ffn_norm.data(), out, E, h_.rms_eps);
-  };
-  if (kernels::Matmul::takes_rows(L.w_gate_up)) {
-    gu.flops += perf::rms_norm_cost(T, E).flops;
-    if (res) add_residual_cost(gu, T, E);
-    op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
-      mm_.run_fused(pool_, L.w_gate_up, kernels::RowSource::of(norm_row), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
-    });
-  } else {
-    RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
-    ffn_norm_.resize(size_t(T * E));
-    op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
-       [&] { rows(T, [&](int64_t t) { norm_row(t, ffn_norm_.data() + t * E); }); });
-    op(perf::Op::FfnGateUp, perf::matmul_class(L.w_gate.type), il, gu, [&] {
-      if (L.w_gate_up.packed && kernels::gemm_available(L.w_gate_up.type)) {
-        mm_.run_fused(pool_, L.w_gate_up, ffn_norm_.data(), T, {{F, ffn_gate_.data()}, {F, ffn_up_.data()}});
-      } else {
-        mm_.run(pool_, L.w_gate, ffn_norm_.data(), T, ffn_gate_.data());
-        mm_.run(pool_, L.w_up, ffn_norm_.data(), T, ffn_up_.data());
-      }
-    });
-  }
+  norm_matmul(il, perf::Op::FfnNorm, perf::Op::FfnGateUp, gu, L.w_gate.type, L.ffn_norm, L.w_gate_up,
+              {{F, ffn_gate_.data()}, {F, ffn_up_.data()}}, ffn_norm_, [&](const float* xn) {
+                mm_.run(pool_, L.w_gate, xn, T, ffn_gate_.data());
+                mm_.run(pool_, L.w_up, xn, T, ffn_up_.data());
+              });
+  // SwiGLU feeds only down: where w_down takes a RowSource it runs row by row inside
+  // down's activation quantization.
   auto act_row = [&](int64_t t, float* out) { kernels::swiglu(ffn_gate_.data() + t * F, ffn_up_.data() + t * F, out, F); };
   ffn_out_.resize(size_t(T * E));
   perf::OpCost dc = perf::matmul_cost(T, F, E, L.w_down.type);
@@ -287,12 +274,6 @@ void Forward::ffn_block(int32_t il) {
       rows(T, [&](int64_t t) { kernels::add_inplace(x_.data() + t * E, ffn_out_.data() + t * E, E); });
     });
   }
-}
-
-// A residual add done inside a fused norm: its FLOPs, and x's row read and written.
-void Forward::add_residual_cost(perf::OpCost& c, int64_t T, int64_t E) {
-  c.flops += perf::residual_cost(T, E).flops;
-  c.bytes += 8.0 * double(T) * double(E);
 }
 
 }  // namespace ridge

@@ -37,7 +37,14 @@ class Forward {
   // when profiling or tracing, timing it.
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
-  static void add_residual_cost(perf::OpCost& c, int64_t T, int64_t E);
+  // RMSNorm of x_ (weight nw; a residual add left in residual_ goes first) feeding op
+  // mm_op's matmul of the fused weight w into outs: inside the matmul's activation
+  // quantization where w takes a RowSource, else as op norm_op into buf, then the matmul
+  // (w itself, or split(buf) for weights that run one by one).
+  template <typename Split>
+  void norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::OpCost cost, DType type,
+                   const std::vector<float>& nw, const kernels::WeightView& w,
+                   std::initializer_list<kernels::MatmulOut> outs, std::vector<float>& buf, Split&& split);
   // fn(t) for every token row, spread over the pool (row ops write only their own row).
   template <typename F>
   void rows(int64_t T, F&& fn) {
