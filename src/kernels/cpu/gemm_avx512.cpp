@@ -263,7 +263,7 @@ inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) 
 // issued one panel per row tile: all NP panels' lines at the block's start are a burst
 // that fills the core's fill buffers and holds up the first tile's loads. The panels no
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
-// nearest its memory bound (m = 16: +5-8% of DRAM); on the 4-bit types, compute-bound at
+// nearest its memory bound (m = 16: +2-5% of DRAM); on the 4-bit types, compute-bound at
 // m = 16, it measured 1-13% slower (docs/BENCHMARKS.md, session 7).
 template <int NP, int64_t kBytes, class F>
 inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
@@ -457,10 +457,10 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     __m512 dv[NP], dmv[NP];
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
+      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       const ActQ8* ab = a + s * 8 + b;
-      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       batch_row_tiles(rows, [&](auto R, int64_t r) {
         q45k_batch_tile<decltype(R)::value, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
       });

@@ -35,7 +35,9 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
   // silu(g) = g * sigmoid(g) with sigmoid(g) = r for g >= 0 and t r for g < 0, where
   // t = e^-|g| and r = 1 / (1 + t): t never overflows, so 1 + t lies in (1, 2] and its
   // reciprocal is rcp14 refined by one Newton step (relative error ~2^-27), in place of a
-  // divide whose throughput bound the op (vdivps: one per ~10 cycles per core).
+  // divide (vdivps: about one per 10 cycles). As an op of its own SwiGLU did not get
+  // faster (it waits on rows both cores wrote); it now mostly runs inside ffn_down's
+  // activation quantization, from cache (Matmul RowSource).
   const __m512 one = _mm512_set1_ps(1.f), two = _mm512_set1_ps(2.f), sign = _mm512_set1_ps(-0.f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
