@@ -42,15 +42,20 @@ void Matmul::run(ThreadPool& pool, const WeightView& w, const float* x, int64_t 
   });
 }
 
-void Matmul::run_fused(ThreadPool& pool, const WeightView& w, const float* x, int64_t m,
-                       std::initializer_list<MatmulOut> outs) {
-  RIDGE_CHECK(w.packed && gemm_available(w.type), "a fused matmul needs packed weights and the packed GEMM");
+// A fused matmul's outputs split w's rows in order, each starting on a panel.
+void Matmul::check_outs(const WeightView& w, std::initializer_list<MatmulOut> outs) {
   int64_t total = 0;
   for (const auto& o : outs) {
     RIDGE_CHECK(total % kPanelRows == 0, "fused matmul: an output starts inside a panel");
     total += o.n_out;
   }
   RIDGE_CHECK(total == w.n_out, "fused matmul: outputs cover {} of {} features", total, w.n_out);
+}
+
+void Matmul::run_fused(ThreadPool& pool, const WeightView& w, const float* x, int64_t m,
+                       std::initializer_list<MatmulOut> outs) {
+  RIDGE_CHECK(w.packed && gemm_available(w.type), "a fused matmul needs packed weights and the packed GEMM");
+  check_outs(w, outs);
   if (m > 0) run_packed(pool, w, x, nullptr, m, outs.begin(), outs.size(), 0);
 }
 
@@ -68,12 +73,7 @@ void Matmul::run(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, 
 void Matmul::run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m,
                        std::initializer_list<MatmulOut> outs) {
   RIDGE_CHECK(takes_rows(w), "a matmul from a row source needs packed int8 weights");
-  int64_t total = 0;
-  for (const auto& o : outs) {
-    RIDGE_CHECK(total % kPanelRows == 0, "fused matmul: an output starts inside a panel");
-    total += o.n_out;
-  }
-  RIDGE_CHECK(total == w.n_out, "fused matmul: outputs cover {} of {} features", total, w.n_out);
+  check_outs(w, outs);
   if (m > 0) run_packed(pool, w, nullptr, &x, m, outs.begin(), outs.size(), 0);
 }
 

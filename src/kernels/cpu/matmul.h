@@ -64,6 +64,7 @@ class Matmul {
   void run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, std::initializer_list<MatmulOut> outs);
 
  private:
+  static void check_outs(const WeightView& w, std::initializer_list<MatmulOut> outs);
   // x's rows as the packed GEMM reads them (lda: floats or blocks between rows): ActQ8
   // rows in act_ for the int8 formats, else x itself. src, if set, makes the rows.
   const void* gemm_act(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
