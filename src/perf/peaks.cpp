@@ -107,13 +107,6 @@ int64_t mem_available() {
   return 0;
 }
 
-bool has_avx512fp16() {  // CPUID.(7,0):EDX[23]; the zmm OS state is implied by avx512f
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!cpu_features().avx512f || !cpu_features().avx512bw) return false;
-  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-  return (d >> 23) & 1;
-}
-
 // ---- threads ----------------------------------------------------------------------
 
 // Runs fn(i) on n fresh threads released together; returns the seconds from the release
@@ -374,7 +367,7 @@ Peaks measure_peaks(const PeaksOptions& opt) {
     p.fp32_fma = measure_compute(pd::fp32_fma_avx512, pd::kFp32Avx512Ops, p.threads, opt.quick);
     if (f.avx512bf16) p.bf16_dot = measure_compute(pd::bf16_dot_avx512, pd::kBf16Avx512Ops, p.threads, opt.quick);
     if (f.avx512vnni) p.int8_vnni = measure_compute(pd::int8_vnni_avx512, pd::kInt8Avx512Ops, p.threads, opt.quick);
-    if (has_avx512fp16())
+    if (f.avx512fp16 && f.avx512bw)
       p.fp16_fma = measure_compute(pd::fp16_fma_avx512, pd::kFp16Avx512Ops, p.threads, opt.quick);
   } else if (isa == Isa::Avx2) {
     p.fp32_fma = measure_compute(pd::fp32_fma_avx2, pd::kFp32Avx2Ops, p.threads, opt.quick);
