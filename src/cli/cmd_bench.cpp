@@ -150,8 +150,11 @@ int bench_kernels_cmd(Args& a) {
   o.attn_ctx = a.integer({"--attn-ctx"}, 4096, 1, 1 << 20);
   o.attn_block = int32_t(a.integer({"--attn-block"}, 16, 1, 1024));
   if (const auto order = a.str({"--attn-order"})) {
-    if (*order != "shuffled" && *order != "ordered") fail("--attn-order: '{}' is not shuffled or ordered", *order);
-    o.attn_shuffled = *order == "shuffled";
+    using O = KernelBenchOptions::AttnOrder;
+    if (*order == "shuffled") o.attn_order = O::Shuffled;
+    else if (*order == "ordered") o.attn_order = O::Ordered;
+    else if (*order == "reversed") o.attn_order = O::Reversed;
+    else fail("--attn-order: '{}' is not shuffled, ordered or reversed", *order);
   }
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");

@@ -7,8 +7,21 @@ namespace ridge {
 BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(block_size) {
   RIDGE_CHECK(n_blocks > 0 && block_size > 0, "block manager needs blocks ({}) and a block size ({})", n_blocks, block_size);
   ref_.assign(size_t(n_blocks), 0);
+  pos_.assign(size_t(n_blocks), 0);
   free_.reserve(size_t(n_blocks));
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  for (int32_t b = n_blocks - 1; b >= 0; --b) {
+    pos_[size_t(b)] = int32_t(free_.size());
+    free_.push_back(b);
+  }
+}
+
+void BlockManager::take(int32_t block) {
+  // Out of the middle of the stack in O(1): the top block moves into its slot.
+  const int32_t i = pos_[size_t(block)], top = free_.back();
+  free_[size_t(i)] = top;
+  pos_[size_t(top)] = i;
+  free_.pop_back();
+  ref_[size_t(block)] = 1;
 }
 
 bool BlockManager::reserve(std::vector<int32_t>& table, int64_t n_tokens) {
@@ -16,9 +29,9 @@ bool BlockManager::reserve(std::vector<int32_t>& table, int64_t n_tokens) {
   if (need <= 0) return true;
   if (need > int64_t(free_.size())) return false;
   for (int64_t i = 0; i < need; ++i) {
-    const int32_t b = free_.back();
-    free_.pop_back();
-    ref_[size_t(b)] = 1;
+    const int32_t next = table.empty() ? -1 : table.back() + 1;
+    const int32_t b = next >= 0 && next < n_total() && ref_[size_t(next)] == 0 ? next : free_.back();
+    take(b);
     table.push_back(b);
   }
   return true;
@@ -30,9 +43,13 @@ void BlockManager::retain(int32_t block) {
 }
 
 void BlockManager::release(std::vector<int32_t>& table) {
-  for (int32_t b : table) {
+  for (auto it = table.rbegin(); it != table.rend(); ++it) {
+    const int32_t b = *it;
     RIDGE_ASSERT(ref_[size_t(b)] > 0);
-    if (--ref_[size_t(b)] == 0) free_.push_back(b);
+    if (--ref_[size_t(b)] == 0) {
+      pos_[size_t(b)] = int32_t(free_.size());
+      free_.push_back(b);
+    }
   }
   table.clear();
 }
@@ -43,6 +60,7 @@ void BlockManager::check_invariants() const {
     RIDGE_CHECK(b >= 0 && size_t(b) < ref_.size() && !is_free[size_t(b)], "block {} is on the free list twice", b);
     is_free[size_t(b)] = 1;
     RIDGE_CHECK(ref_[size_t(b)] == 0, "free block {} has ref count {}", b, ref_[size_t(b)]);
+    RIDGE_CHECK(free_[size_t(pos_[size_t(b)])] == b, "free block {} is not where its index says", b);
   }
   for (size_t b = 0; b < ref_.size(); ++b) {
     RIDGE_CHECK(ref_[b] >= 0, "block {} has negative ref count", b);

@@ -1,6 +1,15 @@
 // Owner of the KV blocks: a free list and a reference count per block. Sequences hold
 // block tables (lists of block ids); the model only reads them. Ref counts are there for
 // shared prefixes (the engine's radix cache), so release decrements and frees at zero.
+//
+// Placement: a table grows into the block after its last one when that block is free, so
+// a sequence's K/V lie in long runs of adjacent blocks and decode attention reads them as
+// streams the hardware prefetcher follows (bench kernels, 16 x 131072 tokens: 20.5 GB/s
+// with each sequence's blocks in order against 16.2 shuffled). Otherwise it takes the
+// most recently freed block. release frees a table's blocks last to first, so the next
+// table starts on the first of them and walks the rest in order. In the unit test's churn
+// (16 tables growing in turns, finishing at random) 74% of neighbouring table entries are
+// adjacent blocks, against 56% (either direction) from a plain stack.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,8 +38,11 @@ class BlockManager {
   void check_invariants() const;
 
  private:
+  void take(int32_t block);  // off the free list, ref count 1
+
   int32_t block_size_;
-  std::vector<int32_t> free_;  // LIFO: recently freed blocks are warm in cache
+  std::vector<int32_t> free_;  // a stack: the most recently freed block on top
+  std::vector<int32_t> pos_;   // [block] its index in free_ while free
   std::vector<int32_t> ref_;
 };
 

@@ -169,8 +169,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   l.n_blocks = int32_t(seqs * ((ctx + block - 1) / block));
   l.dtype = DType::F16;
   KVCache kv(l);
-  // Finite f16 values everywhere; blocks handed out in a shuffled order as a long-running
-  // pool would have them.
+  // Finite f16 values everywhere; each sequence's blocks placed as opt.attn_order says.
   std::mt19937_64 rng(3);
   {  // one layer: the whole cache is its K and V tiles
     auto* h = reinterpret_cast<uint16_t*>(kv.k_tile(0, 0, 0));
@@ -178,8 +177,11 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   }
   std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-  if (opt.attn_shuffled) std::shuffle(ids.begin(), ids.end(), rng);
   const int64_t per_seq = l.n_blocks / seqs;
+  using O = KernelBenchOptions::AttnOrder;
+  if (opt.attn_order == O::Shuffled) std::shuffle(ids.begin(), ids.end(), rng);
+  if (opt.attn_order == O::Reversed)
+    for (int64_t s = 0; s < seqs; ++s) std::reverse(ids.begin() + s * per_seq, ids.begin() + (s + 1) * per_seq);
   std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
@@ -208,7 +210,8 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   }
   KernelResult r;
   r.kernel = "attention";
-  r.shape = fmt::format("decode {}x{} b{}{}", seqs, ctx, block, opt.attn_shuffled ? "" : " ordered");
+  r.shape = fmt::format("decode {}x{} b{}{}", seqs, ctx, block,
+                        opt.attn_order == O::Ordered ? " ordered" : opt.attn_order == O::Reversed ? " reversed" : "");
   r.type = DType::F16;
   r.m = seqs;
   r.k = ctx;

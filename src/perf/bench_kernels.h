@@ -37,8 +37,11 @@ struct KernelBenchOptions {
   std::string preset = "tinyllama-1.1b";
   int64_t attn_seqs = 16, attn_ctx = 4096;
   int32_t attn_block = 16;       // tokens per KV block (the engine's --block-size)
-  bool attn_shuffled = true;     // blocks in shuffled pool order (a long-running pool), else
-                                 // each sequence's blocks in ascending order (a fresh pool)
+  // Where each sequence's blocks lie: shuffled over the pool (a long-running pool with no
+  // placement), ascending (a fresh pool, or tables grown into the next block), or
+  // descending (a table re-made from a stack of blocks freed first to last).
+  enum class AttnOrder { Shuffled, Ordered, Reversed };
+  AttnOrder attn_order = AttnOrder::Shuffled;
 };
 
 struct KernelResult {

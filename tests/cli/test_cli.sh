@@ -194,6 +194,8 @@ expect_error "bench kernels with a corrupt peaks file" "tiny.gguf" "$RIDGE" benc
 expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernels --peaks peaks.json --preset tiny \
   --types f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k,q5_0 --m 1,7 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 \
   --attn-block 32 --attn-order ordered --json kernels.json
+expect_ok "bench kernels --attn-order reversed" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
+  --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 --attn-order reversed
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"
