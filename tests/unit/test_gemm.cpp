@@ -133,7 +133,7 @@ TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   // k long enough that a batch splits each reduction into several passes where it still
   // runs in passes (gemm_avx512.cpp: 256 float columns, 2 super-blocks of Q6_K) while a
   // single row runs it in one. 5, 6, 23 and 48 rows are one row chunk, a decode batch
-  // (the 32-block formats, Q4_K and Q5_K run block by block in row tiles of 4, so 4 + 1,
+  // (every integer format runs block by block in row tiles of 4, so 4 + 1,
   // 4 + 2 and 5 x 4 + 3; the others in passes); 61 is two (prefill: one pass per tile).
   // 11 panels (the last partial) give decode batches tasks of 4, 4 and 2 + 1 panels; 12
   // (the last partial) end on a group of 4 with its last panel masked.
