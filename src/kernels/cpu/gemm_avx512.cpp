@@ -168,8 +168,7 @@ struct FmtInfo {
 // codes carry (exact integers, so starting there instead of subtracting at the end
 // changes no bit, and saves a vector op per sum on the ports vpdpbusd needs).
 template <int MR, int NP, Fmt F>
-inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
-                                                       int64_t b, __m512i (&acci)[MR][NP]) {
+inline __attribute__((always_inline)) void isum_offsets(const ActQ8* a, int64_t lda, int64_t b, __m512i (&acci)[MR][NP]) {
   using I = FmtInfo<F>;
   for (int i = 0; i < MR; ++i) {
     // -kOffset x (sum16[0] + sum16[1]) in every lane: one broadcast load of the pair and
@@ -181,6 +180,13 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
                                         : _mm512_madd_epi16(_mm512_set1_epi32(pair), _mm512_set1_epi16(int16_t(-I::kOffset)));
     for (int p = 0; p < NP; ++p) acci[i][p] = off;
   }
+}
+
+template <int MR, int NP, Fmt F>
+inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
+                                                       int64_t b, __m512i (&acci)[MR][NP]) {
+  using I = FmtInfo<F>;
+  isum_offsets<MR, NP, F>(a, lda, b, acci);
   const uint8_t* wb = w + b * I::kBlockBytes + I::kCodes;
   if constexpr (I::kNibbles) {
     __m512i hb[NP];
@@ -202,6 +208,39 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
         for (int i = 0; i < MR; ++i) acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], v, bcast4(a[i * lda + b].qs + 4 * g));
       }
   }
+}
+
+// A decode batch's 32-block of a nibble format, NP panels, unpacked once for all its row
+// tiles (which otherwise each redo the masks and shifts, a third as many vector ops as
+// their vpdpbusd, on the same ports): codes[p][0][g] and codes[p][1][g] are
+// nibble_codes' lo and hi of group g. wb: the block's nibbles in panel 0 (the h vector
+// 256 bytes on, kHigh).
+template <int NP, bool kHigh>
+inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, uint8_t (*codes)[2][4][64]) {
+  for (int p = 0; p < NP; ++p) {
+    const __m512i hb = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo, hi;
+      nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb, g, lo, hi);
+      _mm512_store_si512(codes[p][0][g], lo);
+      _mm512_store_si512(codes[p][1][g], hi);
+    }
+  }
+}
+
+// acci[i][p] += the int32 sums of unpacked codes (nibble_unpack) with MR activation
+// rows (ab: their ActQ8 of the block, stride lda).
+template <int MR, int NP>
+inline __attribute__((always_inline)) void codes_isums(const uint8_t (*codes)[2][4][64], const ActQ8* ab, int64_t lda,
+                                                       __m512i (&acci)[MR][NP]) {
+  for (int g = 0; g < 4; ++g)
+    for (int p = 0; p < NP; ++p) {
+      const __m512i lo = _mm512_load_si512(codes[p][0][g]), hi = _mm512_load_si512(codes[p][1][g]);
+      for (int i = 0; i < MR; ++i) {
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+      }
+    }
 }
 
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
@@ -291,13 +330,20 @@ inline void batch_store(const float (*accm)[NP][16], int64_t rows, float* y, int
       _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
 }
 
+// codes: the block unpacked by nibble_unpack (the nibble formats; Q8_0 reads w).
 template <int MR, int NP, Fmt F>
 inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
-                                                      int64_t b, const __m512 (&dw)[NP], const __m512 (&mw)[NP],
+                                                      int64_t b, const uint8_t (*codes)[2][4][64],
+                                                      const __m512 (&dw)[NP], const __m512 (&mw)[NP],
                                                       float (*accm)[NP][16]) {
   constexpr bool kMin = FmtInfo<F>::kMin;
   __m512i acci[MR][NP];
-  block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
+  if constexpr (FmtInfo<F>::kNibbles) {
+    isum_offsets<MR, NP, F>(a, lda, b, acci);
+    codes_isums<MR, NP>(codes, a + b, lda, acci);
+  } else {
+    block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
+  }
   for (int i = 0; i < MR; ++i) {
     const ActQ8& q = a[i * lda + b];
     const __m512 da = _mm512_set1_ps(q.d);
@@ -324,6 +370,7 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
   constexpr bool kMin = FmtInfo<F>::kMin;
   constexpr int64_t kBlockBytes = FmtInfo<F>::kBlockBytes;
   alignas(64) float accm[kBatchRows][NP][16];
+  alignas(64) uint8_t codes[NP][2][4][64];
   batch_clear<NP>(accm, rows);
   for (int64_t b = 0; b < nb; ++b) {
     __m512 dw[NP], mw[NP];
@@ -332,11 +379,14 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
       dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
       mw[p] = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : _mm512_setzero_ps();
     }
-    auto tile = [&](auto R, int64_t r) { batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, dw, mw, accm + r); };
+    auto tile = [&](auto R, int64_t r) {
+      batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, codes, dw, mw, accm + r);
+    };
     if constexpr (F == Fmt::Q8_0) {
       batch_tiles_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, rows, tile);
     } else {
       stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
+      nibble_unpack<NP, FmtInfo<F>::kHigh>(w + b * kBlockBytes + FmtInfo<F>::kCodes, ps, codes);
       batch_row_tiles(rows, tile);
     }
   }
@@ -428,12 +478,14 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
 // against NP panels, one 32-block sub-block at a time in row tiles of 4, the sub-block's
 // scales converted once for all the tiles, the float sums in an aligned scratch around
 // kern_q45k's fma and fnmadd (so every lane keeps its bits).
-template <int MR, int NP, bool kQ5>
-inline __attribute__((always_inline)) void q45k_batch_tile(const uint8_t* sb, int64_t ps, const ActQ8* ab, int64_t lda,
-                                                           int b, const __m512 (&scf)[NP], const __m512 (&mf)[NP],
+template <int MR, int NP>
+inline __attribute__((always_inline)) void q45k_batch_tile(const uint8_t (*codes)[2][4][64], const ActQ8* ab,
+                                                           int64_t lda, const __m512 (&scf)[NP], const __m512 (&mf)[NP],
                                                            float (*accm)[NP][16]) {
   __m512i acci[MR][NP];
-  q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+  codes_isums<MR, NP>(codes, ab, lda, acci);
   for (int i = 0; i < MR; ++i) {
     const __m512 da = _mm512_set1_ps(ab[i * lda].d);
     const __m512 dsum = _mm512_set1_ps(ab[i * lda].d * float(ab[i * lda].sum()));
@@ -451,6 +503,7 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
                      float* y, int64_t ldy, __mmask16 last) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   alignas(64) float accm[kBatchRows][NP][16];
+  alignas(64) uint8_t codes[NP][2][4][64];
   batch_clear<NP>(accm, rows);
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* sb = w + s * kSuper;
@@ -458,11 +511,12 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
       stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
+      nibble_unpack<NP, kQ5>(sb + 320 + b * (kQ5 ? 320 : 256), ps, codes);
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       const ActQ8* ab = a + s * 8 + b;
       batch_row_tiles(rows, [&](auto R, int64_t r) {
-        q45k_batch_tile<decltype(R)::value, NP, kQ5>(sb, ps, ab + r * lda, lda, b, scf, mf, accm + r);
+        q45k_batch_tile<decltype(R)::value, NP>(codes, ab + r * lda, lda, scf, mf, accm + r);
       });
     }
   }
