@@ -685,6 +685,68 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
   batch_store<NP>(accm, rows, y, ldy, last);
 }
 
+// Codes of NP panels' Q6_K 32-blocks as q6k_unpack makes them, one per block.
+template <int NP>
+using Q6Codes = uint8_t[NP][2][4][64];
+inline constexpr int64_t kQ6Chunk = 4;  // super-blocks of prefill's Q6_K codes unpacked at once
+
+// Every 32-block of super-blocks [s0, s1) of NP panels into codes[(s - s0) * 8 + b].
+template <int NP>
+void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q6Codes<NP>* codes) {
+  for (int64_t s = s0; s < s1; ++s)
+    for (int b = 0; b < 8; ++b) q6k_unpack<NP>(w + s * (16 * 210), ps, b, codes[(s - s0) * 8 + b]);
+}
+
+// kern_q6k over codes q6k_unpack_range made for super-blocks [s0, s1): prefill's row
+// tiles share one unpacking of the panels instead of each redoing it (as many vector ops
+// as a 4-row tile's vpdpbusd). The same integer sums and the same fmas per row and panel
+// as kern_q6k, so every lane keeps its bits. Free of the unpacking's temporaries, 4 x 2
+// tiles fit in the registers (16 int32 sums, 8 float).
+template <int MR, int NP>
+void kern_q6k_codes(const uint8_t* w, int64_t ps, const Q6Codes<NP>* codes, const ActQ8* a, int64_t lda, int64_t s0,
+                    int64_t s1, float* y, int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+  __m512 accf[MR][NP];
+  acc_begin(accf, s0 == 0, y, ldy, last);
+  for (int64_t s = s0; s < s1; ++s) {
+    const uint8_t* sb = w + s * (16 * 210);
+    __m512 dv[NP];
+    for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+    for (int b = 0; b < 8; ++b) {
+      pf.step();
+      const ActQ8* ab = a + s * 8 + b;
+      const Q6Codes<NP>& cb = codes[(s - s0) * 8 + b];
+      __m512i acc0[MR][NP], acc1[MR][NP];
+      for (int i = 0; i < MR; ++i) {
+        const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
+        const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
+        for (int p = 0; p < NP; ++p) acc0[i][p] = off0, acc1[i][p] = off1;
+      }
+      for (int g = 0; g < 4; ++g)
+        for (int p = 0; p < NP; ++p) {
+          const __m512i lo = _mm512_load_si512(cb[p][0][g]), hi = _mm512_load_si512(cb[p][1][g]);
+          for (int i = 0; i < MR; ++i) {
+            acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+            acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+          }
+        }
+      __m512 sc0[NP], sc1[NP];
+      for (int p = 0; p < NP; ++p) {
+        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
+        sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
+        sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m512 da = _mm512_set1_ps(ab[i * lda].d);
+        for (int p = 0; p < NP; ++p) {
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i][p]), _mm512_mul_ps(sc0[p], da), accf[i][p]);
+          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i][p]), _mm512_mul_ps(sc1[p], da), accf[i][p]);
+        }
+      }
+    }
+  }
+  acc_end(accf, y, ldy, last);
+}
+
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 bool is_kquant_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
@@ -705,8 +767,10 @@ int64_t units_per_pass(DType t) {
 }
 
 // One MR x NP tile over reduction units [c0, c1).
+// q6: the group's Q6_K codes for units [c0, c1) (q6k_unpack_range), or null.
 template <int MR, int NP, bool kAhead = false>
-void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf) {
+void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf,
+          const void* q6 = nullptr) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   float* y = g.y + m * g.ldy + p * kPanelRows;
@@ -724,6 +788,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q6_K:
+      if (q6) return kern_q6k_codes<MR, NP>(w, ps, static_cast<const Q6Codes<NP>*>(q6), q8, g.lda, c0, c1, y, g.ldy, last, pf);
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
         return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       else
@@ -776,17 +841,17 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
 // remainder as one smaller tile.
 template <int kMr, int NP>
 void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
-               PassPrefetch& pf) {
+               PassPrefetch& pf, const void* q6) {
   int64_t m = m0;
-  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf);
+  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf, q6);
   switch (m1 - m) {
-    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf); break;
-    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf); break;
-    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf); break;
-    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf); break;
-    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf); break;
-    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf); break;
-    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf); break;
+    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf, q6); break;
     default: break;
   }
 }
@@ -844,8 +909,27 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         const int64_t iters = std::max<int64_t>(1, row_tiles * (c1 - c0) * steps_per_unit / unit_div);
         pf.lines = int32_t((len / 64 + iters - 1) / iters);
       }
-      if (pair) rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
-      else rows_over<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
+      if (g.type == DType::Q6_K && row_tiles > 1) {
+        // The pass in chunks of kQ6Chunk super-blocks, each chunk's codes unpacked once
+        // for all the row tiles (32 KiB: in L1 while they run over it). A tile's float
+        // sums go through y between chunks, exactly, as between passes.
+        alignas(64) Q6Codes<2> q6[kQ6Chunk * 8];
+        auto* q6one = reinterpret_cast<Q6Codes<1>*>(q6);
+        for (int64_t u0 = c0; u0 < c1; u0 += kQ6Chunk) {
+          const int64_t u1 = std::min(c1, u0 + kQ6Chunk);
+          if (pair) {
+            q6k_unpack_range<2>(g.packed + p * ps, ps, u0, u1, q6);
+            rows_over<kMr, 2>(g, m0, m1, p, last, u0, u1, pf, q6);
+          } else {
+            q6k_unpack_range<1>(g.packed + p * ps, ps, u0, u1, q6one);
+            rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, q6one);
+          }
+        }
+      } else if (pair) {
+        rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf, nullptr);
+      } else {
+        rows_over<kMr, 1>(g, m0, m1, p, last, c0, c1, pf, nullptr);
+      }
     }
   }
 }
