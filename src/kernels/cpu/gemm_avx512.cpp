@@ -210,13 +210,22 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
   }
 }
 
+// A 32-block of NP panels unpacked to one code byte per weight (nibble_unpack,
+// q6k_unpack): [panel][half][group], each vector [16 rows][4 bytes], half 0 the block's
+// elements 4g + j, half 1 elements 16 + 4g + j.
+template <int NP>
+using BlockCodes = uint8_t[NP][2][4][64];
+// 32-blocks per chunk of prefill's unpacked codes: 2 panels' take 32 KiB, in L1 while
+// every row tile runs over them.
+inline constexpr int64_t kUnpackBlocks = 32;
+
 // A decode batch's 32-block of a nibble format, NP panels, unpacked once for all its row
 // tiles (which otherwise each redo the masks and shifts, a third as many vector ops as
 // their vpdpbusd, on the same ports): codes[p][0][g] and codes[p][1][g] are
 // nibble_codes' lo and hi of group g. wb: the block's nibbles in panel 0 (the h vector
 // 256 bytes on, kHigh).
 template <int NP, bool kHigh>
-inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, uint8_t (*codes)[2][4][64]) {
+inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, BlockCodes<NP>& codes) {
   for (int p = 0; p < NP; ++p) {
     const __m512i hb = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
     for (int g = 0; g < 4; ++g) {
@@ -246,9 +255,10 @@ inline __attribute__((always_inline)) void codes_isums(const uint8_t (*codes)[2]
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
 // exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
+// codes: the nibble formats' blocks [b0, b1) unpacked (unpack_units), or null.
 template <int MR, int NP, bool kAhead, Fmt F>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
   using I = FmtInfo<F>;
   constexpr bool kMin = I::kMin;
   constexpr int64_t kBlockBytes = I::kBlockBytes;
@@ -258,7 +268,12 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     pf.step();
     if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     __m512i acci[MR][NP];
-    block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
+    if (I::kNibbles && codes) {
+      isum_offsets<MR, NP, F>(a, lda, b, acci);
+      codes_isums<MR, NP>(codes[b - b0], a + b, lda, acci);
+    } else {
+      block_isums<MR, NP, F>(w, ps, a, lda, b, acci);
+    }
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * kBlockBytes;
@@ -443,9 +458,10 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
+// codes: super-blocks [s0, s1) unpacked (unpack_units), or null.
 template <int MR, int NP, bool kAhead, bool kQ5>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
@@ -458,7 +474,13 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
-      q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
+      if (codes) {
+        for (int i = 0; i < MR; ++i)
+          for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
+        codes_isums<MR, NP>(codes[(s - s0) * 8 + b], ab, lda, acci);
+      } else {
+        q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
+      }
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       for (int i = 0; i < MR; ++i) {
@@ -602,7 +624,7 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
 // plus the top 2 bits, 0..63) into codes[p][h][g], 64 bytes each in the panel's
 // [16 rows][4 bytes] group order; h = 0 holds elements 4g + j, h = 1 elements 16 + 4g + j.
 template <int NP>
-inline __attribute__((always_inline)) void q6k_unpack(const uint8_t* sb, int64_t ps, int b, uint8_t (*codes)[2][4][64]) {
+inline __attribute__((always_inline)) void q6k_unpack(const uint8_t* sb, int64_t ps, int b, BlockCodes<NP>& codes) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   const uint8_t* blk = sb + 32 + 256 + b * 384;
   for (int p = 0; p < NP; ++p) {
@@ -685,14 +707,10 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
   batch_store<NP>(accm, rows, y, ldy, last);
 }
 
-// Codes of NP panels' Q6_K 32-blocks as q6k_unpack makes them, one per block.
-template <int NP>
-using Q6Codes = uint8_t[NP][2][4][64];
-inline constexpr int64_t kQ6Chunk = 4;  // super-blocks of prefill's Q6_K codes unpacked at once
 
 // Every 32-block of super-blocks [s0, s1) of NP panels into codes[(s - s0) * 8 + b].
 template <int NP>
-void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q6Codes<NP>* codes) {
+void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes) {
   for (int64_t s = s0; s < s1; ++s)
     for (int b = 0; b < 8; ++b) q6k_unpack<NP>(w + s * (16 * 210), ps, b, codes[(s - s0) * 8 + b]);
 }
@@ -703,7 +721,7 @@ void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q6Co
 // as kern_q6k, so every lane keeps its bits. Free of the unpacking's temporaries, 4 x 2
 // tiles fit in the registers (16 int32 sums, 8 float).
 template <int MR, int NP>
-void kern_q6k_codes(const uint8_t* w, int64_t ps, const Q6Codes<NP>* codes, const ActQ8* a, int64_t lda, int64_t s0,
+void kern_q6k_codes(const uint8_t* w, int64_t ps, const BlockCodes<NP>* codes, const ActQ8* a, int64_t lda, int64_t s0,
                     int64_t s1, float* y, int64_t ldy, __mmask16 last, PassPrefetch& pf) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
@@ -714,7 +732,7 @@ void kern_q6k_codes(const uint8_t* w, int64_t ps, const Q6Codes<NP>* codes, cons
     for (int b = 0; b < 8; ++b) {
       pf.step();
       const ActQ8* ab = a + s * 8 + b;
-      const Q6Codes<NP>& cb = codes[(s - s0) * 8 + b];
+      const BlockCodes<NP>& cb = codes[(s - s0) * 8 + b];
       __m512i acc0[MR][NP], acc1[MR][NP];
       for (int i = 0; i < MR; ++i) {
         const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
@@ -767,10 +785,11 @@ int64_t units_per_pass(DType t) {
 }
 
 // One MR x NP tile over reduction units [c0, c1).
-// q6: the group's Q6_K codes for units [c0, c1) (q6k_unpack_range), or null.
+// codes: the group's units [c0, c1) unpacked (unpack_units; the types unpacks() names),
+// or null.
 template <int MR, int NP, bool kAhead = false>
 void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf,
-          const void* q6 = nullptr) {
+          const BlockCodes<NP>* codes = nullptr) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   float* y = g.y + m * g.ldy + p * kPanelRows;
@@ -780,15 +799,15 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
     case DType::Q6_K:
-      if (q6) return kern_q6k_codes<MR, NP>(w, ps, static_cast<const Q6Codes<NP>*>(q6), q8, g.lda, c0, c1, y, g.ldy, last, pf);
+      if (codes) return kern_q6k_codes<MR, NP>(w, ps, codes, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
         return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       else
@@ -841,18 +860,49 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
 // remainder as one smaller tile.
 template <int kMr, int NP>
 void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
-               PassPrefetch& pf, const void* q6) {
+               PassPrefetch& pf, const BlockCodes<NP>* codes) {
   int64_t m = m0;
-  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf, q6);
+  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf, codes);
   switch (m1 - m) {
-    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf, q6); break;
-    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf, q6); break;
+    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf, codes); break;
+    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf, codes); break;
     default: break;
+  }
+}
+
+// The types whose prefill tiles can read unpacked codes (unpack_units).
+bool unpacks(DType t) { return t != DType::Q8_0 && !is_float_type(t); }
+
+template <int NP, Fmt F>
+void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes) {
+  using I = FmtInfo<F>;
+  for (int64_t b = b0; b < b1; ++b) nibble_unpack<NP, I::kHigh>(w + b * I::kBlockBytes + I::kCodes, ps, codes[b - b0]);
+}
+
+template <int NP, bool kQ5>
+void unpack_q45k(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes) {
+  for (int64_t s = s0; s < s1; ++s)
+    for (int b = 0; b < 8; ++b)
+      nibble_unpack<NP, kQ5>(w + s * kQ45Super<kQ5> + 320 + b * (kQ5 ? 320 : 256), ps, codes[(s - s0) * 8 + b]);
+}
+
+// Reduction units [u0, u1) of NP panels from w, one BlockCodes per 32-block.
+template <int NP>
+void unpack_units(DType t, const uint8_t* w, int64_t ps, int64_t u0, int64_t u1, BlockCodes<NP>* codes) {
+  switch (t) {
+    case DType::Q4_0: return unpack_blocks<NP, Fmt::Q4_0>(w, ps, u0, u1, codes);
+    case DType::Q4_1: return unpack_blocks<NP, Fmt::Q4_1>(w, ps, u0, u1, codes);
+    case DType::Q5_0: return unpack_blocks<NP, Fmt::Q5_0>(w, ps, u0, u1, codes);
+    case DType::Q5_1: return unpack_blocks<NP, Fmt::Q5_1>(w, ps, u0, u1, codes);
+    case DType::Q4_K: return unpack_q45k<NP, false>(w, ps, u0, u1, codes);
+    case DType::Q5_K: return unpack_q45k<NP, true>(w, ps, u0, u1, codes);
+    case DType::Q6_K: return q6k_unpack_range<NP>(w, ps, u0, u1, codes);
+    default: return;
   }
 }
 
@@ -909,20 +959,22 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         const int64_t iters = std::max<int64_t>(1, row_tiles * (c1 - c0) * steps_per_unit / unit_div);
         pf.lines = int32_t((len / 64 + iters - 1) / iters);
       }
-      if (g.type == DType::Q6_K && row_tiles > 1) {
-        // The pass in chunks of kQ6Chunk super-blocks, each chunk's codes unpacked once
-        // for all the row tiles (32 KiB: in L1 while they run over it). A tile's float
+      if (unpacks(g.type) && row_tiles > 1) {
+        // The pass in chunks of kUnpackBlocks 32-blocks, each chunk's codes unpacked once
+        // for all the row tiles, which otherwise each redo the masks and shifts (Q4_0 and
+        // Q4_K: a third as many vector ops as their vpdpbusd, Q6_K as many). A tile's float
         // sums go through y between chunks, exactly, as between passes.
-        alignas(64) Q6Codes<2> q6[kQ6Chunk * 8];
-        auto* q6one = reinterpret_cast<Q6Codes<1>*>(q6);
-        for (int64_t u0 = c0; u0 < c1; u0 += kQ6Chunk) {
-          const int64_t u1 = std::min(c1, u0 + kQ6Chunk);
+        alignas(64) BlockCodes<2> codes[kUnpackBlocks];
+        auto* codes1 = reinterpret_cast<BlockCodes<1>*>(codes);
+        const int64_t chunk = is_kquant_type(g.type) ? kUnpackBlocks / 8 : kUnpackBlocks;
+        for (int64_t u0 = c0; u0 < c1; u0 += chunk) {
+          const int64_t u1 = std::min(c1, u0 + chunk);
           if (pair) {
-            q6k_unpack_range<2>(g.packed + p * ps, ps, u0, u1, q6);
-            rows_over<kMr, 2>(g, m0, m1, p, last, u0, u1, pf, q6);
+            unpack_units<2>(g.type, g.packed + p * ps, ps, u0, u1, codes);
+            rows_over<kMr, 2>(g, m0, m1, p, last, u0, u1, pf, codes);
           } else {
-            q6k_unpack_range<1>(g.packed + p * ps, ps, u0, u1, q6one);
-            rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, q6one);
+            unpack_units<1>(g.type, g.packed + p * ps, ps, u0, u1, codes1);
+            rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1);
           }
         }
       } else if (pair) {
