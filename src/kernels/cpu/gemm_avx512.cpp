@@ -268,7 +268,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     pf.step();
     if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     __m512i acci[MR][NP];
-    if (I::kNibbles && codes) {
+    if (!kAhead && I::kNibbles && codes) {  // kAhead: decode, never unpacked
       isum_offsets<MR, NP, F>(a, lda, b, acci);
       codes_isums<MR, NP>(codes[b - b0], a + b, lda, acci);
     } else {
@@ -474,7 +474,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
-      if (codes) {
+      if (!kAhead && codes) {  // kAhead: decode, never unpacked
         for (int i = 0; i < MR; ++i)
           for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
         codes_isums<MR, NP>(codes[(s - s0) * 8 + b], ab, lda, acci);
@@ -807,7 +807,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
     case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
     case DType::Q6_K:
-      if (codes) return kern_q6k_codes<MR, NP>(w, ps, codes, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+      if (!kAhead && codes) return kern_q6k_codes<MR, NP>(w, ps, codes, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
         return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
       else
