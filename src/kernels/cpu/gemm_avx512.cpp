@@ -559,61 +559,117 @@ inline __m512i q6_high(__m512i hb) {
 // Q6_K: codes q in 0..63 stand for q - 32; a 32-block holds two 16-element sub-blocks
 // (scales 2b and 2b + 1 of the super-block), each with its own int32 sum:
 //   acc = fma(float(isum_h - 32 sum16_h), (d sc_{2b+h}) d_a, acc) for h = 0, 1.
-template <int MR, int NP, bool kAhead>
-void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+// The pieces below are shared by the tile kernel (kern_q6k), the decode batches
+// (kern_q6k_batch) and prefill over unpacked codes (kern_q6k with codes), so all three run
+// the same arithmetic per row and every lane keeps its bits whichever runs.
+
+// Group g of block b's codes, NP = 1 panel at bp: lo = elements 4g + j, hi = 16 + 4g + j.
+template <int G>
+inline __attribute__((always_inline)) void q6k_group(const uint8_t* bp, __m512i hb0, __m512i hb1, __m512i& lo,
+                                                     __m512i& hi) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = _mm512_loadu_si512(bp + G * 64);
+  lo = _mm512_or_si512(_mm512_and_si512(v, lo4), q6_high<G>(hb0));
+  hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), q6_high<G>(hb1));
+}
+
+// f(lo, hi, g) for the 4 groups of block b of one panel (p's super-block at sb).
+template <class F>
+inline __attribute__((always_inline)) void q6k_groups(const uint8_t* sb, int b, F&& f) {
+  const uint8_t* bp = sb + 32 + 256 + b * 384;
+  const __m512i hb0 = _mm512_loadu_si512(bp + 256), hb1 = _mm512_loadu_si512(bp + 320);
+  __m512i lo, hi;
+  q6k_group<0>(bp, hb0, hb1, lo, hi), f(lo, hi, 0);
+  q6k_group<1>(bp, hb0, hb1, lo, hi), f(lo, hi, 1);
+  q6k_group<2>(bp, hb0, hb1, lo, hi), f(lo, hi, 2);
+  q6k_group<3>(bp, hb0, hb1, lo, hi), f(lo, hi, 3);
+}
+
+// Each half's int32 sums start at -32 x the half's activation sum.
+template <int MR, int NP>
+inline __attribute__((always_inline)) void q6k_offsets(const ActQ8* ab, int64_t lda, __m512i (&acc0)[MR][NP],
+                                                       __m512i (&acc1)[MR][NP]) {
+  for (int i = 0; i < MR; ++i) {
+    const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
+    const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
+    for (int p = 0; p < NP; ++p) acc0[i][p] = off0, acc1[i][p] = off1;
+  }
+}
+
+// acc0 / acc1 += group g's codes (lo / hi) of panel p with MR activation rows.
+template <int MR, int NP>
+inline __attribute__((always_inline)) void q6k_dots(__m512i lo, __m512i hi, int g, int p, const ActQ8* ab, int64_t lda,
+                                                    __m512i (&acc0)[MR][NP], __m512i (&acc1)[MR][NP]) {
+  for (int i = 0; i < MR; ++i) {
+    acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+    acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+  }
+}
+
+// Block b's two sub-block scales of every row of NP panels: d sc_{2b} and d sc_{2b+1}.
+template <int NP>
+inline __attribute__((always_inline)) void q6k_scales(const uint8_t* sb, int64_t ps, int b, const __m512 (&dv)[NP],
+                                                      __m512 (&sc0)[NP], __m512 (&sc1)[NP]) {
+  for (int p = 0; p < NP; ++p) {
+    const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
+    sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
+    sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
+  }
+}
+
+template <int NP>
+inline __attribute__((always_inline)) void q6k_d(const uint8_t* sb, int64_t ps, __m512 (&dv)[NP]) {
+  for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+}
+
+// The block's two fmas for one row and panel.
+inline __attribute__((always_inline)) __m512 q6k_fma(__m512 acc, __m512i s0, __m512i s1, __m512 sc0, __m512 sc1,
+                                                     __m512 da) {
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc0, da), acc);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc1, da), acc);
+}
+
+// The int32 sums of MR rows over one block's unpacked codes (q6k_unpack).
+template <int MR, int NP>
+inline __attribute__((always_inline)) void q6k_code_sums(const uint8_t (*codes)[2][4][64], const ActQ8* ab,
+                                                         int64_t lda, __m512i (&acc0)[MR][NP], __m512i (&acc1)[MR][NP]) {
+  q6k_offsets<MR, NP>(ab, lda, acc0, acc1);
+  for (int g = 0; g < 4; ++g)
+    for (int p = 0; p < NP; ++p)
+      q6k_dots<MR, NP>(_mm512_load_si512(codes[p][0][g]), _mm512_load_si512(codes[p][1][g]), g, p, ab, lda, acc0, acc1);
+}
+
+// codes: super-blocks [s0, s1) unpacked (q6k_unpack_range), or null. Prefill's row tiles
+// share one unpacking instead of each redoing it (as many vector ops as a 4-row tile's
+// vpdpbusd); free of the unpacking's temporaries, 4 x 2 tiles fit in the registers
+// (16 int32 sums, 8 float), where without codes wider than 4 x 1 would spill.
+template <int MR, int NP, bool kAhead, bool kCodes = false>
+void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
+              int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * (16 * 210);
     __m512 dv[NP];
-    for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+    q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
       if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8));
       const ActQ8* ab = a + s * 8 + b;
-      __m512i acc0[MR][NP], acc1[MR][NP];  // start at -32 x the half's activation sum
-      for (int i = 0; i < MR; ++i) {
-        const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
-        const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
-        for (int p = 0; p < NP; ++p) {
-          acc0[i][p] = off0;
-          acc1[i][p] = off1;
-        }
-      }
-      const uint8_t* blk = sb + 32 + 256 + b * 384;
-      for (int p = 0; p < NP; ++p) {
-        const uint8_t* bp = blk + p * ps;
-        const __m512i hb0 = _mm512_loadu_si512(bp + 256), hb1 = _mm512_loadu_si512(bp + 320);
-        auto group = [&](auto gc) {
-          constexpr int g = decltype(gc)::value;
-          const __m512i v = _mm512_loadu_si512(bp + g * 64);
-          const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, lo4), q6_high<g>(hb0));
-          const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), q6_high<g>(hb1));
-          for (int i = 0; i < MR; ++i) {
-            acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
-            acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
-          }
-        };
-        group(std::integral_constant<int, 0>{});
-        group(std::integral_constant<int, 1>{});
-        group(std::integral_constant<int, 2>{});
-        group(std::integral_constant<int, 3>{});
+      __m512i acc0[MR][NP], acc1[MR][NP];
+      if constexpr (kCodes) {
+        q6k_code_sums<MR, NP>(codes[(s - s0) * 8 + b], ab, lda, acc0, acc1);
+      } else {
+        q6k_offsets<MR, NP>(ab, lda, acc0, acc1);
+        for (int p = 0; p < NP; ++p)
+          q6k_groups(sb + p * ps, b,
+                     [&](__m512i lo, __m512i hi, int g) { q6k_dots<MR, NP>(lo, hi, g, p, ab, lda, acc0, acc1); });
       }
       __m512 sc0[NP], sc1[NP];
-      for (int p = 0; p < NP; ++p) {
-        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
-        sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
-        sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
-      }
+      q6k_scales(sb, ps, b, dv, sc0, sc1);
       for (int i = 0; i < MR; ++i) {
-        const ActQ8& q = ab[i * lda];
-        const __m512 da = _mm512_set1_ps(q.d);
-        for (int p = 0; p < NP; ++p) {
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i][p]), _mm512_mul_ps(sc0[p], da), accf[i][p]);
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i][p]), _mm512_mul_ps(sc1[p], da), accf[i][p]);
-        }
+        const __m512 da = _mm512_set1_ps(ab[i * lda].d);
+        for (int p = 0; p < NP; ++p) accf[i][p] = q6k_fma(accf[i][p], acc0[i][p], acc1[i][p], sc0[p], sc1[p], da);
       }
     }
   }
@@ -621,57 +677,28 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
 }
 
 // Block b of a Q6_K super-block sb, NP panels: the 6-bit codes assembled (low nibble
-// plus the top 2 bits, 0..63) into codes[p][h][g], 64 bytes each in the panel's
-// [16 rows][4 bytes] group order; h = 0 holds elements 4g + j, h = 1 elements 16 + 4g + j.
+// plus the top 2 bits, 0..63) into codes[p][h][g] (BlockCodes).
 template <int NP>
 inline __attribute__((always_inline)) void q6k_unpack(const uint8_t* sb, int64_t ps, int b, BlockCodes<NP>& codes) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0F);
-  const uint8_t* blk = sb + 32 + 256 + b * 384;
-  for (int p = 0; p < NP; ++p) {
-    const uint8_t* bp = blk + p * ps;
-    const __m512i hb0 = _mm512_loadu_si512(bp + 256), hb1 = _mm512_loadu_si512(bp + 320);
-    auto group = [&](auto gc) {
-      constexpr int g = decltype(gc)::value;
-      const __m512i v = _mm512_loadu_si512(bp + g * 64);
-      _mm512_store_si512(codes[p][0][g], _mm512_or_si512(_mm512_and_si512(v, lo4), q6_high<g>(hb0)));
-      _mm512_store_si512(codes[p][1][g], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo4), q6_high<g>(hb1)));
-    };
-    group(std::integral_constant<int, 0>{});
-    group(std::integral_constant<int, 1>{});
-    group(std::integral_constant<int, 2>{});
-    group(std::integral_constant<int, 3>{});
-  }
+  for (int p = 0; p < NP; ++p)
+    q6k_groups(sb + p * ps, b, [&](__m512i lo, __m512i hi, int g) {
+      _mm512_store_si512(codes[p][0][g], lo);
+      _mm512_store_si512(codes[p][1][g], hi);
+    });
 }
 
-// kern_q6k's block for MR rows of a decode batch over codes q6k_unpack made: the same
-// int32 sums (from -32 x each half's activation sum) and the same two fmas per row and
-// panel, on the float sums in the batch scratch, so every lane keeps its bits.
+// kern_q6k_batch's row tile: kern_q6k's block for MR rows over codes q6k_unpack made, on
+// the float sums in the batch scratch.
 template <int MR, int NP>
 inline __attribute__((always_inline)) void q6k_batch_tile(const uint8_t (*codes)[2][4][64], const ActQ8* ab, int64_t lda,
                                                           const __m512 (&sc0)[NP], const __m512 (&sc1)[NP],
                                                           float (*accm)[NP][16]) {
   __m512i acc0[MR][NP], acc1[MR][NP];
-  for (int i = 0; i < MR; ++i) {
-    const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
-    const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
-    for (int p = 0; p < NP; ++p) acc0[i][p] = off0, acc1[i][p] = off1;
-  }
-  for (int g = 0; g < 4; ++g)
-    for (int p = 0; p < NP; ++p) {
-      const __m512i lo = _mm512_load_si512(codes[p][0][g]), hi = _mm512_load_si512(codes[p][1][g]);
-      for (int i = 0; i < MR; ++i) {
-        acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
-        acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
-      }
-    }
+  q6k_code_sums<MR, NP>(codes, ab, lda, acc0, acc1);
   for (int i = 0; i < MR; ++i) {
     const __m512 da = _mm512_set1_ps(ab[i * lda].d);
-    for (int p = 0; p < NP; ++p) {
-      __m512 acc = _mm512_load_ps(accm[i][p]);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i][p]), _mm512_mul_ps(sc0[p], da), acc);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i][p]), _mm512_mul_ps(sc1[p], da), acc);
-      _mm512_store_ps(accm[i][p], acc);
-    }
+    for (int p = 0; p < NP; ++p)
+      _mm512_store_ps(accm[i][p], q6k_fma(_mm512_load_ps(accm[i][p]), acc0[i][p], acc1[i][p], sc0[p], sc1[p], da));
   }
 }
 
@@ -683,21 +710,17 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
                     int64_t ldy, __mmask16 last) {
   static_assert(NP <= 2);
   alignas(64) float accm[kBatchRows][NP][16];
-  alignas(64) uint8_t codes[NP][2][4][64];
+  alignas(64) BlockCodes<NP> codes;
   batch_clear<NP>(accm, rows);
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* sb = w + s * (16 * 210);
     __m512 dv[NP];
-    for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
+    q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
       stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8));
       q6k_unpack<NP>(sb, ps, b, codes);
       __m512 sc0[NP], sc1[NP];
-      for (int p = 0; p < NP; ++p) {
-        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
-        sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
-        sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
-      }
+      q6k_scales(sb, ps, b, dv, sc0, sc1);
       const ActQ8* ab = a + s * 8 + b;
       batch_row_tiles(rows, [&](auto R, int64_t r) {
         q6k_batch_tile<decltype(R)::value, NP>(codes, ab + r * lda, lda, sc0, sc1, accm + r);
@@ -707,62 +730,11 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
   batch_store<NP>(accm, rows, y, ldy, last);
 }
 
-
 // Every 32-block of super-blocks [s0, s1) of NP panels into codes[(s - s0) * 8 + b].
 template <int NP>
 void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes) {
   for (int64_t s = s0; s < s1; ++s)
     for (int b = 0; b < 8; ++b) q6k_unpack<NP>(w + s * (16 * 210), ps, b, codes[(s - s0) * 8 + b]);
-}
-
-// kern_q6k over codes q6k_unpack_range made for super-blocks [s0, s1): prefill's row
-// tiles share one unpacking of the panels instead of each redoing it (as many vector ops
-// as a 4-row tile's vpdpbusd). The same integer sums and the same fmas per row and panel
-// as kern_q6k, so every lane keeps its bits. Free of the unpacking's temporaries, 4 x 2
-// tiles fit in the registers (16 int32 sums, 8 float).
-template <int MR, int NP>
-void kern_q6k_codes(const uint8_t* w, int64_t ps, const BlockCodes<NP>* codes, const ActQ8* a, int64_t lda, int64_t s0,
-                    int64_t s1, float* y, int64_t ldy, __mmask16 last, PassPrefetch& pf) {
-  __m512 accf[MR][NP];
-  acc_begin(accf, s0 == 0, y, ldy, last);
-  for (int64_t s = s0; s < s1; ++s) {
-    const uint8_t* sb = w + s * (16 * 210);
-    __m512 dv[NP];
-    for (int p = 0; p < NP; ++p) dv[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + p * ps)));
-    for (int b = 0; b < 8; ++b) {
-      pf.step();
-      const ActQ8* ab = a + s * 8 + b;
-      const BlockCodes<NP>& cb = codes[(s - s0) * 8 + b];
-      __m512i acc0[MR][NP], acc1[MR][NP];
-      for (int i = 0; i < MR; ++i) {
-        const __m512i off0 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[0]);
-        const __m512i off1 = _mm512_set1_epi32(-32 * ab[i * lda].sum16[1]);
-        for (int p = 0; p < NP; ++p) acc0[i][p] = off0, acc1[i][p] = off1;
-      }
-      for (int g = 0; g < 4; ++g)
-        for (int p = 0; p < NP; ++p) {
-          const __m512i lo = _mm512_load_si512(cb[p][0][g]), hi = _mm512_load_si512(cb[p][1][g]);
-          for (int i = 0; i < MR; ++i) {
-            acc0[i][p] = _mm512_dpbusd_epi32(acc0[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
-            acc1[i][p] = _mm512_dpbusd_epi32(acc1[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
-          }
-        }
-      __m512 sc0[NP], sc1[NP];
-      for (int p = 0; p < NP; ++p) {
-        const auto* sc = reinterpret_cast<const __m128i*>(sb + p * ps + 32 + 2 * b * 16);
-        sc0[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc))), dv[p]);
-        sc1[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + 1))), dv[p]);
-      }
-      for (int i = 0; i < MR; ++i) {
-        const __m512 da = _mm512_set1_ps(ab[i * lda].d);
-        for (int p = 0; p < NP; ++p) {
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0[i][p]), _mm512_mul_ps(sc0[p], da), accf[i][p]);
-          accf[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[i][p]), _mm512_mul_ps(sc1[p], da), accf[i][p]);
-        }
-      }
-    }
-  }
-  acc_end(accf, y, ldy, last);
 }
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
@@ -807,13 +779,14 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
     case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
     case DType::Q6_K:
-      if (!kAhead && codes) return kern_q6k_codes<MR, NP>(w, ps, codes, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+      if constexpr (!kAhead)  // decode is never unpacked
+        if (codes) return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
-        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf);
+        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
       else
         for (int p = 0; p < NP; ++p)
           kern_q6k<MR, 1, kAhead>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
-                          p == NP - 1 ? last : __mmask16(0xFFFF), pf);
+                                  p == NP - 1 ? last : __mmask16(0xFFFF), pf, nullptr);
       return;
     default: return;
   }
