@@ -219,11 +219,11 @@ using BlockCodes = uint8_t[NP][2][4][64];
 // every row tile runs over them.
 inline constexpr int64_t kUnpackBlocks = 32;
 
-// A decode batch's 32-block of a nibble format, NP panels, unpacked once for all its row
-// tiles (which otherwise each redo the masks and shifts, a third as many vector ops as
-// their vpdpbusd, on the same ports): codes[p][0][g] and codes[p][1][g] are
-// nibble_codes' lo and hi of group g. wb: the block's nibbles in panel 0 (the h vector
-// 256 bytes on, kHigh).
+// A 32-block of a nibble format, NP panels, unpacked once for all the row tiles that read
+// it (a decode batch's, a prefill chunk's), which otherwise each redo the masks and
+// shifts, a third as many vector ops as their vpdpbusd, on the same ports:
+// codes[p][0][g] and codes[p][1][g] are nibble_codes' lo and hi of group g. wb: the
+// block's nibbles in panel 0 (the h vector 256 bytes on, kHigh).
 template <int NP, bool kHigh>
 inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, BlockCodes<NP>& codes) {
   for (int p = 0; p < NP; ++p) {
@@ -255,8 +255,8 @@ inline __attribute__((always_inline)) void codes_isums(const uint8_t (*codes)[2]
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
 // exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
-// codes: the nibble formats' blocks [b0, b1) unpacked (unpack_units), or null.
-template <int MR, int NP, bool kAhead, Fmt F>
+// kCodes: the nibble formats' blocks [b0, b1) come unpacked in codes (unpack_units).
+template <int MR, int NP, bool kAhead, Fmt F, bool kCodes = false>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
   using I = FmtInfo<F>;
@@ -268,7 +268,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     pf.step();
     if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
     __m512i acci[MR][NP];
-    if (!kAhead && I::kNibbles && codes) {  // kAhead: decode, never unpacked
+    if constexpr (kCodes) {
       isum_offsets<MR, NP, F>(a, lda, b, acci);
       codes_isums<MR, NP>(codes[b - b0], a + b, lda, acci);
     } else {
@@ -458,8 +458,8 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
-// codes: super-blocks [s0, s1) unpacked (unpack_units), or null.
-template <int MR, int NP, bool kAhead, bool kQ5>
+// kCodes: super-blocks [s0, s1) come unpacked in codes (unpack_units).
+template <int MR, int NP, bool kAhead, bool kQ5, bool kCodes = false>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
@@ -474,7 +474,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
-      if (!kAhead && codes) {  // kAhead: decode, never unpacked
+      if constexpr (kCodes) {
         for (int i = 0; i < MR; ++i)
           for (int p = 0; p < NP; ++p) acci[i][p] = _mm512_setzero_si512();
         codes_isums<MR, NP>(codes[(s - s0) * 8 + b], ab, lda, acci);
@@ -639,7 +639,7 @@ inline __attribute__((always_inline)) void q6k_code_sums(const uint8_t (*codes)[
       q6k_dots<MR, NP>(_mm512_load_si512(codes[p][0][g]), _mm512_load_si512(codes[p][1][g]), g, p, ab, lda, acc0, acc1);
 }
 
-// codes: super-blocks [s0, s1) unpacked (q6k_unpack_range), or null. Prefill's row tiles
+// kCodes: super-blocks [s0, s1) come unpacked in codes (q6k_unpack_range). Prefill's row tiles
 // share one unpacking instead of each redoing it (as many vector ops as a 4-row tile's
 // vpdpbusd); free of the unpacking's temporaries, 4 x 2 tiles fit in the registers
 // (16 int32 sums, 8 float), where without codes wider than 4 x 1 would spill.
@@ -767,20 +767,30 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   float* y = g.y + m * g.ldy + p * kPanelRows;
   const auto* q8 = static_cast<const ActQ8*>(g.act) + m * g.lda;
   const auto* xf = static_cast<const float*>(g.act) + m * g.lda;
+  if constexpr (!kAhead) {  // decode is never unpacked
+    if (codes) switch (g.type) {
+        case DType::Q4_0: return kern_int8<MR, NP, false, Fmt::Q4_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        default: break;
+      }
+  }
   switch (g.type) {
     case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
     case DType::Q6_K:
-      if constexpr (!kAhead)  // decode is never unpacked
-        if (codes) return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
         return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
       else
