@@ -240,7 +240,7 @@ inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int6
 // acci[i][p] += the int32 sums of unpacked codes (nibble_unpack) with MR activation
 // rows (ab: their ActQ8 of the block, stride lda).
 template <int MR, int NP>
-inline __attribute__((always_inline)) void codes_isums(const uint8_t (*codes)[2][4][64], const ActQ8* ab, int64_t lda,
+inline __attribute__((always_inline)) void codes_isums(const BlockCodes<NP>& codes, const ActQ8* ab, int64_t lda,
                                                        __m512i (&acci)[MR][NP]) {
   for (int g = 0; g < 4; ++g)
     for (int p = 0; p < NP; ++p) {
@@ -348,7 +348,7 @@ inline void batch_store(const float (*accm)[NP][16], int64_t rows, float* y, int
 // codes: the block unpacked by nibble_unpack (the nibble formats; Q8_0 reads w).
 template <int MR, int NP, Fmt F>
 inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda,
-                                                      int64_t b, const uint8_t (*codes)[2][4][64],
+                                                      int64_t b, const BlockCodes<NP>& codes,
                                                       const __m512 (&dw)[NP], const __m512 (&mw)[NP],
                                                       float (*accm)[NP][16]) {
   constexpr bool kMin = FmtInfo<F>::kMin;
@@ -385,7 +385,7 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
   constexpr bool kMin = FmtInfo<F>::kMin;
   constexpr int64_t kBlockBytes = FmtInfo<F>::kBlockBytes;
   alignas(64) float accm[kBatchRows][NP][16];
-  alignas(64) uint8_t codes[NP][2][4][64];
+  alignas(64) BlockCodes<NP> codes;
   batch_clear<NP>(accm, rows);
   for (int64_t b = 0; b < nb; ++b) {
     __m512 dw[NP], mw[NP];
@@ -501,7 +501,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
 // scales converted once for all the tiles, the float sums in an aligned scratch around
 // kern_q45k's fma and fnmadd (so every lane keeps its bits).
 template <int MR, int NP>
-inline __attribute__((always_inline)) void q45k_batch_tile(const uint8_t (*codes)[2][4][64], const ActQ8* ab,
+inline __attribute__((always_inline)) void q45k_batch_tile(const BlockCodes<NP>& codes, const ActQ8* ab,
                                                            int64_t lda, const __m512 (&scf)[NP], const __m512 (&mf)[NP],
                                                            float (*accm)[NP][16]) {
   __m512i acci[MR][NP];
@@ -525,7 +525,7 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
                      float* y, int64_t ldy, __mmask16 last) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   alignas(64) float accm[kBatchRows][NP][16];
-  alignas(64) uint8_t codes[NP][2][4][64];
+  alignas(64) BlockCodes<NP> codes;
   batch_clear<NP>(accm, rows);
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* sb = w + s * kSuper;
@@ -631,7 +631,7 @@ inline __attribute__((always_inline)) __m512 q6k_fma(__m512 acc, __m512i s0, __m
 
 // The int32 sums of MR rows over one block's unpacked codes (q6k_unpack).
 template <int MR, int NP>
-inline __attribute__((always_inline)) void q6k_code_sums(const uint8_t (*codes)[2][4][64], const ActQ8* ab,
+inline __attribute__((always_inline)) void q6k_code_sums(const BlockCodes<NP>& codes, const ActQ8* ab,
                                                          int64_t lda, __m512i (&acc0)[MR][NP], __m512i (&acc1)[MR][NP]) {
   q6k_offsets<MR, NP>(ab, lda, acc0, acc1);
   for (int g = 0; g < 4; ++g)
@@ -690,7 +690,7 @@ inline __attribute__((always_inline)) void q6k_unpack(const uint8_t* sb, int64_t
 // kern_q6k_batch's row tile: kern_q6k's block for MR rows over codes q6k_unpack made, on
 // the float sums in the batch scratch.
 template <int MR, int NP>
-inline __attribute__((always_inline)) void q6k_batch_tile(const uint8_t (*codes)[2][4][64], const ActQ8* ab, int64_t lda,
+inline __attribute__((always_inline)) void q6k_batch_tile(const BlockCodes<NP>& codes, const ActQ8* ab, int64_t lda,
                                                           const __m512 (&sc0)[NP], const __m512 (&sc1)[NP],
                                                           float (*accm)[NP][16]) {
   __m512i acc0[MR][NP], acc1[MR][NP];
