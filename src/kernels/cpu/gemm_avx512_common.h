@@ -1,0 +1,194 @@
+// Pieces every AVX-512 GEMM kernel shares (gemm_avx512.cpp, gemm_kquant_avx512.h): the
+// prefetchers, the float accumulators' load and store, nibble codes and their unpacked
+// form, a decode batch's row tiles and float scratch.
+//
+// Include only from translation units compiled with the AVX-512 flags: everything here
+// sits in an anonymous namespace, so each such unit keeps its own copies and no AVX-512
+// instruction can reach baseline code through the linker.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cpu/gemm.h"
+
+namespace ridge::kernels::detail {
+namespace {
+inline __mmask16 lane_mask(int64_t lanes) { return lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1); }
+
+// Prefetches the next pass of a panel group (panels_over) into L2, a few lines per
+// kernel iteration, spread over the whole current pass: the pass's first row tile reads
+// its weights from DRAM in a burst, faster than the hardware prefetcher ramps up, and the
+// tiles after it read only L1, so without this the stream and the arithmetic take turns
+// (m = 16 took the DRAM time plus the compute time). Spread, not in one burst: a burst
+// fills the core's few line-fill buffers and stalls the loads behind it.
+struct PassPrefetch {
+  const char* at = nullptr;   // the next line of the next pass's slice of the first panel
+  const char* end = nullptr;  // that slice's end
+  int64_t second = 0;         // from the first panel's slice to the second's (0: one panel)
+  int32_t lines = 0;          // of each slice per kernel iteration
+
+  // Few instructions and no stores: this runs in every iteration of the kernels, and a
+  // per-line bounds check with its position kept in memory cost 10-15% of the m = 16
+  // kernel with the weights in L2 (40% at m = 6).
+  inline void step() {
+    if (at >= end) return;
+    for (int32_t i = 0; i < lines; ++i) {
+      _mm_prefetch(at + 64 * i, _MM_HINT_T1);
+      _mm_prefetch(at + second + 64 * i, _MM_HINT_T1);
+    }
+    at += 64 * lines;
+  }
+};
+
+// Decode (one activation row) streams each panel once. With the arithmetic between the
+// loads, the hardware prefetchers alone leave a thread's 4 panel streams about 11% under
+// a plain read (bench/bench_stream.cpp); a software prefetch a fixed distance ahead in
+// every stream, one per line spread over the iterations, wins that back: decode b1 +6-11%
+// on f16, +13-18% on q4_k_m (docs/BENCHMARKS.md, session 6). 1 KiB and 2 KiB measured the
+// same in the kernels.
+inline constexpr int64_t kAheadBytes = 1024;
+
+// Prefetches the lines kAheadBytes past [off, off + kBytes) of NP panels at stride ps.
+// Stepping 64 bytes from each iteration's start covers every line of a stream that the
+// iterations walk back to back.
+template <int NP, int64_t kBytes>
+inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off) {
+  for (int p = 0; p < NP; ++p)
+    for (int64_t j = 0; j < kBytes; j += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + kAheadBytes + j), _MM_HINT_T0);
+}
+
+// The float accumulators of an MR x NP tile: zero at the start of the reduction, else
+// what an earlier part of it left in y.
+template <int MR, int NP>
+inline void acc_begin(__m512 (&acc)[MR][NP], bool first, const float* y, int64_t ldy, __mmask16 last) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p)
+      acc[i][p] = first ? _mm512_setzero_ps()
+                        : _mm512_maskz_loadu_ps(p == NP - 1 ? last : __mmask16(0xFFFF), y + i * ldy + p * 16);
+}
+
+template <int MR, int NP>
+inline void acc_end(const __m512 (&acc)[MR][NP], float* y, int64_t ldy, __mmask16 last) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), acc[i][p]);
+}
+
+
+// Group g of a nibble vector v as two code vectors: lo = elements 4g + j (low nibbles),
+// hi = elements 16 + 4g + j (high nibbles), each with its fifth bit from h when kHigh:
+// bit g of a byte for lo, bit 4 + g for hi, moved to bit 4 (16-bit shifts are safe: the
+// bit that lands in bit 4 of a byte comes from the same byte).
+template <bool kHigh>
+inline __attribute__((always_inline)) void nibble_codes(__m512i v, __m512i h, int g, __m512i& lo, __m512i& hi) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  lo = _mm512_and_si512(v, lo4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+  if constexpr (kHigh) {
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - g)), bit4));
+    hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(g)), bit4));
+  }
+}
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// A 32-block of NP panels unpacked to one code byte per weight (nibble_unpack,
+// q6k_unpack): [panel][half][group], each vector [16 rows][4 bytes], half 0 the block's
+// elements 4g + j, half 1 elements 16 + 4g + j.
+template <int NP>
+using BlockCodes = uint8_t[NP][2][4][64];
+// 32-blocks per chunk of prefill's unpacked codes: 2 panels' take 32 KiB, in L1 while
+// every row tile runs over them.
+inline constexpr int64_t kUnpackBlocks = 32;
+
+// A 32-block of a nibble format, NP panels, unpacked once for all the row tiles that read
+// it (a decode batch's, a prefill chunk's), which otherwise each redo the masks and
+// shifts, a third as many vector ops as their vpdpbusd, on the same ports:
+// codes[p][0][g] and codes[p][1][g] are nibble_codes' lo and hi of group g. wb: the
+// block's nibbles in panel 0 (the h vector 256 bytes on, kHigh).
+template <int NP, bool kHigh>
+inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, BlockCodes<NP>& codes) {
+  for (int p = 0; p < NP; ++p) {
+    const __m512i hb = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo, hi;
+      nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb, g, lo, hi);
+      _mm512_store_si512(codes[p][0][g], lo);
+      _mm512_store_si512(codes[p][1][g], hi);
+    }
+  }
+}
+
+// acci[i][p] += the int32 sums of unpacked codes (nibble_unpack) with MR activation
+// rows (ab: their ActQ8 of the block, stride lda).
+template <int MR, int NP>
+inline __attribute__((always_inline)) void codes_isums(const BlockCodes<NP>& codes, const ActQ8* ab, int64_t lda,
+                                                       __m512i (&acci)[MR][NP]) {
+  for (int g = 0; g < 4; ++g)
+    for (int p = 0; p < NP; ++p) {
+      const __m512i lo = _mm512_load_si512(codes[p][0][g]), hi = _mm512_load_si512(codes[p][1][g]);
+      for (int i = 0; i < MR; ++i) {
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(ab[i * lda].qs + 4 * g));
+        acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], hi, bcast4(ab[i * lda].qs + 16 + 4 * g));
+      }
+    }
+}
+
+// The most rows of a decode batch (GemmArgs::stream): Matmul's row chunk.
+inline constexpr int64_t kBatchRows = 48;
+
+// f(R, r) for the row tiles of a batch: R = 4 rows from r = 0, 4, ..., then the 3, 2 or 1
+// left over (R a std::integral_constant, for the tile kernels' template).
+template <class F>
+inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) f(std::integral_constant<int, 4>{}, r);
+  switch (rows - r) {
+    case 3: return f(std::integral_constant<int, 3>{}, r);
+    case 2: return f(std::integral_constant<int, 2>{}, r);
+    case 1: return f(std::integral_constant<int, 1>{}, r);
+    default: return;
+  }
+}
+
+// batch_row_tiles for one block of a decode batch, with the block's prefetch ahead
+// issued one panel per row tile: all NP panels' lines at the block's start are a burst
+// that fills the core's fill buffers and holds up the first tile's loads. The panels no
+// tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
+// nearest its memory bound (m = 16: +2-5% of DRAM); on the 4-bit types, compute-bound at
+// m = 16, it measured 1-13% slower (docs/BENCHMARKS.md, session 7).
+template <int NP, int64_t kBytes, class F>
+inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
+                                                             F&& f) {
+  int ahead = 0;
+  batch_row_tiles(rows, [&](auto R, int64_t r) {
+    if (ahead < NP) stream_ahead<1, kBytes>(w + ahead++ * ps, ps, off);
+    f(R, r);
+  });
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes>(w + ahead * ps, ps, off);
+}
+
+// A batch kernel's float sums: accm[row][panel][16], zero before the first block.
+template <int NP>
+inline void batch_clear(float (*accm)[NP][16], int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p) _mm512_store_ps(accm[i][p], _mm512_setzero_ps());
+}
+
+// The scratch's sums of rows [0, rows) into y, the group's last panel masked by last.
+template <int NP>
+inline void batch_store(const float (*accm)[NP][16], int64_t rows, float* y, int64_t ldy, __mmask16 last) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int p = 0; p < NP; ++p)
+      _mm512_mask_storeu_ps(y + i * ldy + p * 16, p == NP - 1 ? last : __mmask16(0xFFFF), _mm512_load_ps(accm[i][p]));
+}
+
+}  // namespace
+}  // namespace ridge::kernels::detail
