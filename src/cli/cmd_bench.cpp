@@ -154,7 +154,8 @@ int bench_kernels_cmd(Args& a) {
     if (*order == "shuffled") o.attn_order = O::Shuffled;
     else if (*order == "ordered") o.attn_order = O::Ordered;
     else if (*order == "reversed") o.attn_order = O::Reversed;
-    else fail("--attn-order: '{}' is not shuffled, ordered or reversed", *order);
+    else if (*order == "turns") o.attn_order = O::Turns;
+    else fail("--attn-order: '{}' is not shuffled, ordered, reversed or turns", *order);
   }
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");

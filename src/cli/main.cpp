@@ -46,8 +46,8 @@ commands:
   bench kernels [--preset NAME] [--types f16,q8_0,...] [--m 1,16,512] [--shapes attn_q,...]
               [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
               [--attn-seqs N] [--attn-ctx TOKENS] [--attn-block N]
-              [--attn-order shuffled|ordered|reversed] every matrix kernel and decode attention:
-              time, GB/s, GOP/s and % of the ceiling that bounds it
+              [--attn-order shuffled|ordered|reversed|turns]   every matrix kernel and decode
+              attention: time, GB/s, GOP/s and % of the ceiling that bounds it
   bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
               [--input-len I] [--output-len O] [--prefix-len P] [--vocab-max V] [--seed S]

@@ -1,5 +1,7 @@
 #include "engine/block_manager.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ridge {
@@ -24,13 +26,41 @@ void BlockManager::take(int32_t block) {
   ref_[size_t(block)] = 1;
 }
 
+int32_t BlockManager::free_run(int32_t block, int32_t dir) const {
+  int32_t n = 0;
+  for (int32_t b = block + dir; n < kRunCap && b >= 0 && b < n_total() && ref_[size_t(b)] == 0; b += dir) ++n;
+  // Free back to the pool's start: no table there needs room to grow into it.
+  if (dir < 0 && block - n - 1 < 0) n = kRunCap;
+  return n;
+}
+
+int32_t BlockManager::fresh_block() {
+  // The most recently freed block and kProbes free blocks drawn at random, scored by the
+  // room on their smaller side: a new run starts in the middle of a free gap, leaving
+  // the table before the gap as much room to grow as itself.
+  int32_t best = free_.back(), best_score = -1;
+  for (int32_t i = 0; i <= kProbes && best_score < kRunCap; ++i) {
+    int32_t b = free_.back();
+    if (i > 0) {
+      rng_ += 0x9E3779B97F4A7C15ull;  // splitmix64
+      uint64_t z = rng_;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      b = free_[size_t((z ^ (z >> 31)) % free_.size())];
+    }
+    const int32_t score = std::min(free_run(b, -1), free_run(b, +1));
+    if (score > best_score) best = b, best_score = score;
+  }
+  return best;
+}
+
 bool BlockManager::reserve(std::vector<int32_t>& table, int64_t n_tokens) {
   const int64_t need = blocks_for(n_tokens) - int64_t(table.size());
   if (need <= 0) return true;
   if (need > int64_t(free_.size())) return false;
   for (int64_t i = 0; i < need; ++i) {
     const int32_t next = table.empty() ? -1 : table.back() + 1;
-    const int32_t b = next >= 0 && next < n_total() && ref_[size_t(next)] == 0 ? next : free_.back();
+    const int32_t b = next >= 0 && next < n_total() && ref_[size_t(next)] == 0 ? next : fresh_block();
     take(b);
     table.push_back(b);
   }

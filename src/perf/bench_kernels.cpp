@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
+#include "engine/block_manager.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
@@ -182,6 +183,13 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   if (opt.attn_order == O::Shuffled) std::shuffle(ids.begin(), ids.end(), rng);
   if (opt.attn_order == O::Reversed)
     for (int64_t s = 0; s < seqs; ++s) std::reverse(ids.begin() + s * per_seq, ids.begin() + (s + 1) * per_seq);
+  if (opt.attn_order == O::Turns) {
+    BlockManager bm(l.n_blocks, block);
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
+    for (int64_t i = 1; i <= per_seq; ++i)
+      for (auto& t : tables) RIDGE_CHECK(bm.reserve(t, i * block), "bench attention: the pool ran out of blocks");
+    for (int64_t s = 0; s < seqs; ++s) std::copy(tables[size_t(s)].begin(), tables[size_t(s)].end(), ids.begin() + s * per_seq);
+  }
   std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
@@ -211,7 +219,10 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   KernelResult r;
   r.kernel = "attention";
   r.shape = fmt::format("decode {}x{} b{}{}", seqs, ctx, block,
-                        opt.attn_order == O::Ordered ? " ordered" : opt.attn_order == O::Reversed ? " reversed" : "");
+                        opt.attn_order == O::Ordered    ? " ordered"
+                        : opt.attn_order == O::Reversed ? " reversed"
+                        : opt.attn_order == O::Turns    ? " turns"
+                                                        : "");
   r.type = DType::F16;
   r.m = seqs;
   r.k = ctx;

@@ -39,8 +39,10 @@ struct KernelBenchOptions {
   int32_t attn_block = 16;       // tokens per KV block (the engine's --block-size)
   // Where each sequence's blocks lie: shuffled over the pool (a long-running pool with no
   // placement), ascending (a fresh pool, or tables grown into the next block), or
-  // descending (a table re-made from a stack of blocks freed first to last).
-  enum class AttnOrder { Shuffled, Ordered, Reversed };
+  // descending (a table re-made from a stack of blocks freed first to last), or as the
+  // engine's BlockManager places them when the sequences take a block each in turns, as
+  // a decode batch does (turns).
+  enum class AttnOrder { Shuffled, Ordered, Reversed, Turns };
   AttnOrder attn_order = AttnOrder::Shuffled;
 };
 

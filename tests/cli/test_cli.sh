@@ -196,6 +196,8 @@ expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernel
   --attn-block 32 --attn-order ordered --json kernels.json
 expect_ok "bench kernels --attn-order reversed" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
   --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 --attn-order reversed
+expect_ok "bench kernels --attn-order turns" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
+  --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 3 --attn-ctx 100 --attn-order turns
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"
