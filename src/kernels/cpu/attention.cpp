@@ -107,7 +107,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   detail::AttnView v;
   v.k0 = a.kv->k_tile(a.layer, 0, kv_head);
   v.v0 = a.kv->v(a.layer, 0, kv_head, 0);
-  v.k_block_stride = v.v_block_stride = a.kv->block_stride();
+  v.k_block_stride = a.kv->k_block_bytes();
+  v.v_block_stride = a.kv->v_block_bytes();
   v.k_head_stride = a.kv->k_head_bytes();
   v.v_head_stride = a.kv->v_head_bytes();
   v.blocks = a.block_table.data();
