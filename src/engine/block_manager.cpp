@@ -1,7 +1,5 @@
 #include "engine/block_manager.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace ridge {
@@ -15,6 +13,8 @@ BlockManager::BlockManager(int32_t n_blocks, int32_t block_size) : block_size_(b
     pos_[size_t(b)] = int32_t(free_.size());
     free_.push_back(b);
   }
+  slot_free_.assign(size_t(n_blocks / kSlot), kSlot);
+  for (int32_t s = 0; s < n_blocks / kSlot; ++s) free_slots_.insert(free_slots_.end(), s);
 }
 
 void BlockManager::take(int32_t block) {
@@ -24,34 +24,22 @@ void BlockManager::take(int32_t block) {
   pos_[size_t(top)] = i;
   free_.pop_back();
   ref_[size_t(block)] = 1;
+  const size_t s = size_t(block / kSlot);
+  if (s < slot_free_.size() && slot_free_[s]-- == kSlot) free_slots_.erase(int32_t(s));
 }
 
-int32_t BlockManager::free_run(int32_t block, int32_t dir) const {
-  int32_t n = 0;
-  for (int32_t b = block + dir; n < kRunCap && b >= 0 && b < n_total() && ref_[size_t(b)] == 0; b += dir) ++n;
-  // Free back to the pool's start: no table there needs room to grow into it.
-  if (dir < 0 && block - n - 1 < 0) n = kRunCap;
-  return n;
+void BlockManager::give_back(int32_t block) {
+  pos_[size_t(block)] = int32_t(free_.size());
+  free_.push_back(block);
+  const size_t s = size_t(block / kSlot);
+  if (s < slot_free_.size() && ++slot_free_[s] == kSlot) free_slots_.insert(int32_t(s));
 }
 
-int32_t BlockManager::fresh_block() {
-  // The most recently freed block and kProbes free blocks drawn at random, scored by the
-  // room on their smaller side: a new run starts in the middle of a free gap, leaving
-  // the table before the gap as much room to grow as itself.
-  int32_t best = free_.back(), best_score = -1;
-  for (int32_t i = 0; i <= kProbes && best_score < kRunCap; ++i) {
-    int32_t b = free_.back();
-    if (i > 0) {
-      rng_ += 0x9E3779B97F4A7C15ull;  // splitmix64
-      uint64_t z = rng_;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      b = free_[size_t((z ^ (z >> 31)) % free_.size())];
-    }
-    const int32_t score = std::min(free_run(b, -1), free_run(b, +1));
-    if (score > best_score) best = b, best_score = score;
-  }
-  return best;
+int32_t BlockManager::fresh_block() const {
+  // The lowest slot with every block free: no table is growing through it, and the pool
+  // fills from its start (the cache's pages are committed as first touched). Else, with
+  // the free blocks scattered, the most recently freed.
+  return free_slots_.empty() ? free_.back() : *free_slots_.begin() * kSlot;
 }
 
 bool BlockManager::reserve(std::vector<int32_t>& table, int64_t n_tokens) {
@@ -76,10 +64,7 @@ void BlockManager::release(std::vector<int32_t>& table) {
   for (auto it = table.rbegin(); it != table.rend(); ++it) {
     const int32_t b = *it;
     RIDGE_ASSERT(ref_[size_t(b)] > 0);
-    if (--ref_[size_t(b)] == 0) {
-      pos_[size_t(b)] = int32_t(free_.size());
-      free_.push_back(b);
-    }
+    if (--ref_[size_t(b)] == 0) give_back(b);
   }
   table.clear();
 }
@@ -95,6 +80,12 @@ void BlockManager::check_invariants() const {
   for (size_t b = 0; b < ref_.size(); ++b) {
     RIDGE_CHECK(ref_[b] >= 0, "block {} has negative ref count", b);
     RIDGE_CHECK(is_free[b] || ref_[b] > 0, "block {} is neither free nor referenced (leaked)", b);
+  }
+  for (size_t s = 0; s < slot_free_.size(); ++s) {
+    int32_t n = 0;
+    for (size_t b = s * kSlot; b < (s + 1) * kSlot; ++b) n += is_free[b];
+    RIDGE_CHECK(slot_free_[s] == n && (n == kSlot) == (free_slots_.count(int32_t(s)) == 1),
+                "slot {} counts {} free blocks, has {}", s, slot_free_[s], n);
   }
 }
 

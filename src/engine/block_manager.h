@@ -4,16 +4,16 @@
 //
 // Placement: a table grows into the block after its last one when that block is free, so
 // a sequence's K/V lie in long runs of adjacent blocks and decode attention reads them as
-// streams the hardware prefetcher follows (bench kernels, 16 x 131072 tokens: 21 GB/s with
-// each sequence's blocks in order against 17 shuffled). A table that cannot grow there
-// starts a new run in the middle of a free gap (the best of a few candidates by the room on
-// their smaller side), so the table before the gap keeps room to grow as well. 16 tables
-// taking a block each in turns, as a decode batch does, stay 99.8% adjacent, where handing
-// out the most recently freed block interleaved them block by block (0%; attention over
-// them 19.1 against 20.5-21.0 GB/s, `bench kernels --attn-order turns`).
+// streams the hardware prefetcher follows (bench kernels, 16 x 131072 tokens: 21-22 GB/s
+// with each sequence's blocks in order against 17 shuffled). A table that cannot grow
+// there starts a new run at the lowest slot of kSlot wholly free blocks, where no other
+// table is growing; with no such slot left, on the most recently freed block. 16 tables
+// taking a block each in turns, as a decode batch does, stay 94% adjacent, where handing
+// out the most recently freed block interleaved them block by block (0%).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 namespace ridge {
@@ -39,21 +39,21 @@ class BlockManager {
   void check_invariants() const;
 
  private:
-  // Free blocks a fresh run is placed by: the room counted on each side, and the random
-  // candidates drawn besides the most recently freed block.
-  static constexpr int32_t kRunCap = 64, kProbes = 15;
+  // Blocks per slot: a table that cannot grow into its next block starts a new run at a
+  // slot all of whose blocks are free, so it can grow kSlot blocks before it meets
+  // another table (16 blocks: 256 tokens at the default block size).
+  static constexpr int32_t kSlot = 16;
 
-  void take(int32_t block);  // off the free list, ref count 1
-  // Free blocks next to `block` in direction dir (-1, +1), up to kRunCap; backwards,
-  // kRunCap when they reach the pool's start.
-  int32_t free_run(int32_t block, int32_t dir) const;
-  int32_t fresh_block();  // where a table that cannot grow into its next block goes on
+  void take(int32_t block);       // off the free list, ref count 1
+  void give_back(int32_t block);  // onto the free list (ref count already 0)
+  int32_t fresh_block() const;    // where a table that cannot grow into its next block goes on
 
   int32_t block_size_;
   std::vector<int32_t> free_;  // a stack: the most recently freed block on top
   std::vector<int32_t> pos_;   // [block] its index in free_ while free
   std::vector<int32_t> ref_;
-  uint64_t rng_ = 0x2545F4914F6CDD1Dull;  // the probes' sequence: fixed, so runs repeat
+  std::vector<int32_t> slot_free_;  // [slot] its free blocks (whole slots only)
+  std::set<int32_t> free_slots_;    // the slots with every block free
 };
 
 }  // namespace ridge

@@ -64,32 +64,39 @@ TEST(BlockManager, RetainKeepsABlockUntilTheLastRelease) {
   EXPECT_NO_THROW(bm.check_invariants());
 }
 
-TEST(BlockManager, TablesGrowIntoTheNextBlockElseStartInTheMiddleOfAFreeGap) {
-  BlockManager bm(64, 1);
+TEST(BlockManager, TablesGrowIntoTheNextBlockElseStartAtAWhollyFreeSlot) {
+  BlockManager bm(72, 1);  // slots of 16 blocks: [0, 16), ..., [48, 64), and 8 blocks over
   std::vector<int32_t> a, b, c;
   ASSERT_TRUE(bm.reserve(a, 3));
-  EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2}));  // the pool's start: nobody grows in there
-  // b cannot start at 3, where a would grow: it goes to the middle of the gap [3, 64).
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2}));  // a fresh pool fills from its start
+  // b does not start at 3, where a grows, but at the next wholly free slot.
   ASSERT_TRUE(bm.reserve(b, 2));
-  EXPECT_GE(b[0], 3 + 16);
-  EXPECT_LE(b[0], 63 - 16);
-  EXPECT_EQ(b[1], b[0] + 1);
+  EXPECT_EQ(b, (std::vector<int32_t>{16, 17}));
   ASSERT_TRUE(bm.reserve(a, 6));
   EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
-  // A table whose next block is taken goes on somewhere with room on both sides.
+  // a table grows past its slot's end into the next block where that one is free
+  ASSERT_TRUE(bm.reserve(b, 17));
+  EXPECT_EQ(b.back(), 32);
   ASSERT_TRUE(bm.reserve(c, 1));
-  ASSERT_TRUE(bm.reserve(a, 7));
-  EXPECT_EQ(a.back(), 6);
-  EXPECT_NE(c[0], 6);
-  EXPECT_GT(std::abs(c[0] - b[0]), 4);
+  EXPECT_EQ(c, (std::vector<int32_t>{48}));  // slot [32, 48) is b's now
   EXPECT_NO_THROW(bm.check_invariants());
-  // With one free block left, a table that cannot grow into its next block takes it.
+  // A released table's slot is wholly free again, and the lowest such slot is next.
+  bm.release(b);
+  std::vector<int32_t> d;
+  ASSERT_TRUE(bm.reserve(d, 1));
+  EXPECT_EQ(d, (std::vector<int32_t>{16}));
+  // With no wholly free slot left, a table takes the most recently freed block.
   std::vector<int32_t> rest;
-  ASSERT_TRUE(bm.reserve(rest, bm.n_free() - 1));
-  ASSERT_EQ(bm.n_free(), 1);
-  ASSERT_TRUE(bm.reserve(c, 2));
+  ASSERT_TRUE(bm.reserve(rest, bm.n_free() - 2));
+  std::vector<int32_t> e{a.back()};
+  a.pop_back();
+  bm.release(e);  // block 5, on top of the stack
+  ASSERT_TRUE(bm.reserve(c, 2));  // 49 is taken by rest: c goes on at 5
+  EXPECT_EQ(c.back(), 5);
+  EXPECT_NO_THROW(bm.check_invariants());
+  ASSERT_TRUE(bm.reserve(c, 4));
   EXPECT_EQ(bm.n_free(), 0);
-  EXPECT_FALSE(bm.reserve(b, 3));
+  EXPECT_FALSE(bm.reserve(d, 2));
   EXPECT_NO_THROW(bm.check_invariants());
 }
 
