@@ -14,9 +14,9 @@
 // pieces before P.V reads its V pieces: with K and V in their own regions a table of
 // adjacent blocks (BlockManager's placement) is one stream of K and one of V, which the
 // hardware prefetchers follow further than pieces with the other half between them
-// (bench kernels, 16 x 131072 tokens in order: 21.7-22.1 GB/s against 21.1-21.2 with
-// each block's K and V together; shuffled blocks, 8 KiB pieces instead of 16: 16.3-16.6
-// against 16.9-17.0).
+// (bench kernels, 16 x 131072 tokens in order: 22.1-22.3 GB/s against 21.2-21.5 with
+// each block's K and V together; shuffled blocks, 8 KiB pieces instead of 16: 16.8-17.1
+// against 17.6-17.9).
 #pragma once
 #include <cstdint>
 #include <memory>
