@@ -315,9 +315,12 @@ class Writer {
       if (hold_ && !stopping) continue;
       if (!hold_ && !out_busy_.load(std::memory_order_acquire)) {
         // The periodic flush. When emitters hold the lock they are busy and will hand
-        // over full buffers themselves: no need to queue behind them.
+        // over full buffers themselves: no need to queue behind them. out_busy_ is read
+        // again under the lock: an emitter may have handed over a full buffer since the
+        // check above, and swapping then would put its older events back in active_,
+        // to be written after the newer ones.
         std::unique_lock lk(mu_, std::try_to_lock);
-        if (lk.owns_lock() && !active_.empty()) {
+        if (lk.owns_lock() && !out_busy_.load(std::memory_order_relaxed) && !active_.empty()) {
           std::swap(active_, out_);
           out_busy_.store(true, std::memory_order_release);
         }
