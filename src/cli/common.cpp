@@ -89,6 +89,8 @@ EngineConfig engine_config(Args& a) {
     c.swap_bytes = parse_bytes(bare ? *sw + "G" : *sw, "--swap-space");
   }
   c.swap_dir = a.str({"--swap-dir"}, c.swap_dir);
+  // Fault injection for the swap tests (engine/swap_space.h); never set in normal use.
+  if (const char* f = std::getenv("RIDGE_SWAP_FAULTS")) c.swap_faults = f;
   c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
   c.mlock = a.flag({"--mlock"});
   return c;

@@ -97,7 +97,8 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   kv_ = std::make_unique<KVCache>(kl);
   bm_ = std::make_unique<BlockManager>(kl.n_blocks, kl.block_size);
   if (cfg.prefix_cache) radix_ = std::make_unique<RadixCache>(*bm_);
-  if (cfg.swap_bytes > 0) swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir);
+  if (cfg.swap_bytes > 0)
+    swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
   if (cfg.preemption != PreemptionMode::Recompute && !swap_)
     fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
   cost_ = std::make_unique<Cost>(*this);
@@ -198,8 +199,12 @@ std::vector<TokenEvent> Engine::step() {
     sched_->swapped_out(s);
   }
   for (Sequence* s : so.swap_in) {
-    swap_->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
+    const bool ok = swap_->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
     s->swap_slots.clear();
+    if (!ok) {  // its KV is lost: recompute it rather than fail the request
+      sched_->swap_in_failed(s);
+      ++stats_.swap_fallbacks;
+    }
   }
   if (tr && (!so.swap_out.empty() || !so.swap_in.empty())) {
     const int64_t t = perf::trace_clock_ns();

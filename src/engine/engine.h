@@ -35,6 +35,7 @@ struct EngineConfig {
   PreemptionMode preemption = PreemptionMode::Recompute;
   int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
   std::string swap_dir = "/tmp";
+  std::string swap_faults;          // injected swap I/O faults (tests; see SwapFaults)
   int32_t aging_steps = 256;
   bool mlock = false;               // pin the mmap'd weights in RAM
 };
@@ -54,6 +55,7 @@ struct EngineStats {
   int64_t batched_seqs = 0;         // sum over steps of sequences in the batch
   double prefill_s = 0, decode_s = 0;  // steps with prompt work / decode-only steps
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
+  int64_t swap_fallbacks = 0;       // swapped-out sequences recomputed because swap I/O failed
 };
 
 class Engine {

@@ -63,6 +63,19 @@ void Scheduler::on_computed(Sequence* s) {
 
 void Scheduler::swapped_out(Sequence* s) { s->swap_src.clear(); }
 
+void Scheduler::swap_in_failed(Sequence* s) {
+  RIDGE_ASSERT(s->status == SeqStatus::Running);
+  std::erase(running_, s);
+  if (perf::trace_on())
+    perf::trace_instant("swap_in_failed", "sched", {{"req", s->id}, {"blocks", s->blocks.size()}});
+  bm_.release(s->blocks);
+  s->n_computed = 0;
+  s->n_inserted_blocks = 0;
+  s->status = SeqStatus::Waiting;
+  s->waiting_since_step = step_;
+  waiting_.push_back(s);
+}
+
 void Scheduler::preempt(Sequence* v, SchedulerOutput& out, int64_t for_id) {
   std::erase(running_, v);
   ++n_preemptions_;

@@ -71,6 +71,9 @@ class Scheduler {
   void finish(Sequence* s);
   // The engine copied the swapped-out KV; the scheduler may now free those blocks.
   void swapped_out(Sequence* s);
+  // Swap-in of s (scheduled this step, no work yet) lost its KV to an I/O error: drop
+  // its blocks and requeue it for recompute, as if it had been preempted that way.
+  void swap_in_failed(Sequence* s);
 
   int32_t n_running() const { return int32_t(running_.size()); }
   int32_t n_waiting() const { return int32_t(waiting_.size() + swapped_.size()); }

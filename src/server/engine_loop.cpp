@@ -69,7 +69,12 @@ bool EngineLoop::submit(const std::shared_ptr<Job>& job) {
 
 void EngineLoop::cancel(const std::shared_ptr<Job>& job) {
   job->cancelled.store(true);
-  wake_.store(true);
+  {
+    // Under the lock: the loop tests wake_ inside its wait, so a store between its test
+    // and its sleep would otherwise be lost until the wait's timeout.
+    std::lock_guard lk(mu_);
+    wake_.store(true);
+  }
   cv_.notify_one();
 }
 
@@ -78,8 +83,8 @@ void EngineLoop::shutdown(double grace_s) {
     std::lock_guard lk(mu_);
     stopping_ = true;
     grace_deadline_ = steady_seconds() + grace_s;
+    wake_.store(true);
   }
-  wake_.store(true);
   cv_.notify_one();
 }
 
@@ -281,7 +286,7 @@ void EngineLoop::update_gauges(bool force) {
   metrics_.set_gauges(g);
   if (const RadixCache* rc = engine_.prefix_cache())
     metrics_.set_prefix_cache_totals(rc->stats().query_tokens, rc->stats().hit_tokens);
-  metrics_.set_preemptions_total(engine_.n_preemptions());
+  metrics_.set_preemptions_total(engine_.n_preemptions(), engine_.n_swaps(), engine_.stats().swap_fallbacks);
 }
 
 void EngineLoop::run() {
@@ -304,8 +309,8 @@ void EngineLoop::run() {
       inbox_.clear();
       stopping = stopping_;
       deadline = grace_deadline_;
+      wake_.store(false);  // cleared with the state it announced read, never after
     }
-    wake_.store(false);
     for (auto& j : incoming) admit(j);
 
     const bool past_grace = stopping && steady_seconds() >= deadline;

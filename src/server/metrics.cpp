@@ -149,6 +149,8 @@ struct Metrics::State {
   int64_t prefix_queries = 0;
   int64_t prefix_hits = 0;
   int64_t preemptions = 0;
+  int64_t swaps = 0;
+  int64_t swap_fallbacks = 0;
   std::map<std::string, uint64_t, std::less<>> finished{{"abort", 0}, {"length", 0}, {"stop", 0}};
   uint64_t invariant_checks = 0;
   uint64_t invariant_failures = 0;
@@ -239,9 +241,11 @@ void Metrics::set_prefix_cache_totals(int64_t queries, int64_t hits) {
   s_->prefix_queries = queries;
   s_->prefix_hits = hits;
 }
-void Metrics::set_preemptions_total(int64_t n) {
+void Metrics::set_preemptions_total(int64_t n, int64_t swaps, int64_t swap_fallbacks) {
   std::lock_guard lk(mu_);
   s_->preemptions = n;
+  s_->swaps = swaps;
+  s_->swap_fallbacks = swap_fallbacks;
 }
 void Metrics::request_finished(std::string_view reason) {
   std::lock_guard lk(mu_);
@@ -320,6 +324,11 @@ std::string Metrics::render() const {
           "Prefix cache hits, in terms of number of cached tokens.", double(st.prefix_hits));
   counter("ridge:num_preemptions_total", "Cumulative number of preemptions from the engine.",
           double(st.preemptions));
+  counter("ridge:num_swaps_total", "Preemptions that moved a request's KV to the swap space.",
+          double(st.swaps));
+  counter("ridge:swap_fallbacks_total",
+          "Swapped-out requests recomputed instead because a swap write or read failed.",
+          double(st.swap_fallbacks));
   labelled("ridge:request_success_total", "Count of successfully processed requests.",
            "finished_reason", st.finished);
   counter("ridge:engine_invariant_checks_total", "Engine invariant checks run.",

@@ -48,7 +48,8 @@ class Metrics {
   void add_generation_tokens(int64_t n);
   // Absolute values: the engine keeps these counts itself.
   void set_prefix_cache_totals(int64_t queries, int64_t hits);
-  void set_preemptions_total(int64_t n);
+  // Preemptions, those by swap, and swapped sequences recomputed because swap I/O failed.
+  void set_preemptions_total(int64_t n, int64_t swaps = 0, int64_t swap_fallbacks = 0);
   // "stop", "length", "abort" (always rendered); any other reason gets its own series.
   void request_finished(std::string_view reason);
   void invariant_check(bool ok);
