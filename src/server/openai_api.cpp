@@ -216,12 +216,81 @@ std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& te
   return ids;
 }
 
+namespace {
+
+// Where in the document a value failed to parse (a number beyond a double's range is
+// valid JSON syntax but no double): the path of the value, as `messages[0].content`.
+class ErrorLocator : public nlohmann::json_sax<json> {
+ public:
+  std::string path, token;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(true); }
+  bool key(string_t& k) override {
+    stack_.back().key = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string& last_token, const nlohmann::detail::exception&) override {
+    token = last_token;
+    for (size_t i = 0; i < stack_.size(); ++i) {
+      const Frame& f = stack_[i];
+      if (f.object) path += (path.empty() ? "" : ".") + f.key;
+      else  // an enclosing array counted its open element; the failing value is not counted yet
+        path += "[" + std::to_string(i + 1 < stack_.size() ? f.index : f.index + 1) + "]";
+    }
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::string key;
+    int64_t index = -1;  // arrays: the last element seen
+  };
+  bool value() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+    return true;
+  }
+  bool open(bool object) {
+    value();
+    stack_.push_back({object, {}});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+  std::vector<Frame> stack_;
+};
+
+}  // namespace
+
 json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
   } catch (const json::parse_error& e) {
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // Well-formed but unrepresentable (out_of_range.406: a number beyond a double): the
+    // client's mistake, in a named field, never an internal error.
+    ErrorLocator loc;
+    json::sax_parse(body, &loc);
+    const std::string where = loc.path.empty() ? "the request body" : loc.path;
+    throw ApiError(400,
+                   loc.token.empty() ? fmt::format("{} holds a value ridge cannot represent: {}", where, e.what())
+                                     : fmt::format("{} is not a representable number: {} is beyond the range of a "
+                                                   "double", where, loc.token),
+                   loc.path);
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
