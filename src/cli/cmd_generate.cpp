@@ -96,13 +96,18 @@ int cmd_generate(Args& a) {
   }
   if (!seed_given && sp.temperature > 0) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sp.seed);
 
-  Generator gen(*model, tok.get(), opt);
   const bool stream = reqs.size() == 1;
+  // The budget line first, then the prompt the continuation streams after.
+  opt.on_engine = [&](const Engine& e) {
+    print_memory_budget("generate", *model, e);
+    std::fflush(stderr);
+    if (stream) {
+      std::fputs(prompts[0].c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  Generator gen(*model, tok.get(), opt);
   StreamDecoder sd(*tok, /*strip_leading_space=*/false);  // continues the prompt's text
-  if (stream) {
-    std::fputs(prompts[0].c_str(), stdout);
-    std::fflush(stdout);
-  }
   auto results = gen.run(reqs, [&](size_t, int32_t id) {
     if (!stream) return;
     const std::string s = sd.push(id);

@@ -65,6 +65,7 @@ int cmd_serve(Args& a) {
   ctx.eos_token = gguf_special_token(model->file(), "tokenizer.ggml.eos_token_id");
 
   Engine engine(*model, tok.get(), ec);
+  print_memory_budget("serve", *model, engine);
   // The context is the smallest of the model's, the KV pool's and the flag's.
   int64_t len = engine.kv_capacity_tokens();
   if (h.n_ctx_train > 0) len = std::min<int64_t>(len, h.n_ctx_train);

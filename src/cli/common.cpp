@@ -125,6 +125,20 @@ double peak_rss_mib() {
   return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+void print_memory_budget(const char* cmd, const Model& m, const Engine& e) {
+  const double mib = 1 << 20;
+  const int64_t total = m.resident_weight_bytes() + e.kv_pool_bytes() + e.activation_bytes();
+  std::fprintf(stderr,
+               "%s: memory: weights %.1f MiB (repacked %.1f, read from the file %.1f, vectors %.1f), KV pool %.1f MiB "
+               "(%lld tokens, %s, touched as used), activations up to %.1f MiB; total %.1f MiB\n",
+               cmd, double(m.resident_weight_bytes()) / mib, double(m.packed_bytes()) / mib,
+               double(m.mapped_bytes()) / mib,
+               double(m.resident_weight_bytes() - m.packed_bytes() - m.mapped_bytes()) / mib,
+               double(e.kv_pool_bytes()) / mib, (long long)e.kv_capacity_tokens(),
+               std::string(dtype_name(e.config().kv_dtype)).c_str(), double(e.activation_bytes()) / mib,
+               double(total) / mib);
+}
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   size_t b = 0;

@@ -23,6 +23,9 @@ int64_t parse_bytes(const std::string& s, const char* flag);
 // --presence-penalty, --frequency-penalty, --seed (default: from the clock, printed).
 SamplingParams sampling_params(Args& a, bool* seed_given = nullptr);
 double peak_rss_mib();
+// One line on stderr, as vLLM logs at start: the weights' resident bytes (panels, what
+// is still read from the mapped file, f32 vectors), the KV pool and the activations.
+void print_memory_budget(const char* cmd, const Model& m, const Engine& e);
 // "a,b,,c" -> {"a", "b", "c"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& s);
 

@@ -48,6 +48,30 @@ void MappedFile::lock() const {
          std::strerror(errno));
 }
 
+namespace {
+uintptr_t page_size() {
+  static const uintptr_t n = uintptr_t(::sysconf(_SC_PAGESIZE));
+  return n;
+}
+}  // namespace
+
+void MappedFile::lock_range(const void* p, size_t n) const {
+  const auto b = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(data_);
+  if (!data_ || n == 0 || b < lo || b + n > lo + size_) return;
+  const uintptr_t ps = page_size(), from = b / ps * ps, to = (b + n + ps - 1) / ps * ps;
+  if (::mlock(reinterpret_cast<void*>(from), to - from) != 0)
+    fail("cannot lock {} MiB of {} in RAM: {} (raise the limit with `ulimit -l`, or run as root)", (to - from) >> 20,
+         path_, std::strerror(errno));
+}
+
+void MappedFile::release(const void* p, size_t n) const {
+  const auto b = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(data_);
+  if (!data_ || n == 0 || b < lo || b + n > lo + size_) return;
+  const uintptr_t ps = page_size(), from = (b + ps - 1) / ps * ps, to = (b + n) / ps * ps;
+  // Advisory: where the kernel refuses, the pages merely stay resident.
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+}
+
 void MappedFile::reset() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;

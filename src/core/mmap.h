@@ -19,6 +19,14 @@ class MappedFile {
   // Pins the pages in RAM (mlock): weights must never be paged out under a KV pool that
   // fills the rest of memory. Throws ridge::Error with the reason.
   void lock() const;
+  // Pins only the pages touching [p, p + n) (a part of the mapping); the rest may stay
+  // released. A no-op outside the mapping.
+  void lock_range(const void* p, size_t n) const;
+  // Gives the pages wholly inside [p, p + n) back (MADV_DONTNEED): the process no longer
+  // holds them, and a later read faults them in again from the file, unchanged (the map
+  // is private and read-only, so no page ever differs from the file). Pages shared with
+  // bytes outside the range stay. A no-op outside the mapping.
+  void release(const void* p, size_t n) const;
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -84,8 +84,9 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   int64_t bytes = cfg.kv_cache_bytes;
   if (bytes <= 0) {
     RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
-    // The weights are mmap'd: count them as resident whether or not they are yet.
-    const int64_t avail = mem_available_bytes() - model.weight_bytes();
+    // The repacked panels are resident already (MemAvailable counts them); what the
+    // forward still reads through the mapping is page cache, counted as available.
+    const int64_t avail = mem_available_bytes() - model.mapped_bytes();
     bytes = int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
   }
   const int64_t n_blocks = bytes / per_block;
@@ -105,6 +106,11 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
   sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
   runner_ = std::make_unique<ModelRunner>(model, *kv_, pool_);
+}
+
+int64_t Engine::activation_bytes() const {
+  const int64_t tokens = cfg_.max_num_batched_tokens;
+  return Forward::activation_bytes(model_.hparams(), tokens, std::min<int64_t>(tokens, cfg_.max_num_seqs));
 }
 
 Engine::~Engine() {

@@ -82,6 +82,10 @@ class Engine {
   int32_t n_running() const { return sched_->n_running(); }
   int32_t n_waiting() const { return sched_->n_waiting(); }
   int64_t kv_capacity_tokens() const { return int64_t(bm_->n_total()) * bm_->block_size(); }
+  int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
+  // The forward's buffers at their largest (a full token budget, a logit row per sequence).
+  int64_t activation_bytes() const;
+  const EngineConfig& config() const { return cfg_; }
   ThreadPool& pool() { return pool_; }
   // The forward's per-op roofline accounting (perf/op_profile.h), accumulating over steps.
   perf::OpProfile& op_profile() { return runner_->profile(); }

@@ -44,6 +44,7 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   ec.swap_bytes = opt_.swap_bytes;
   ec.swap_dir = opt_.swap_dir;
   Engine engine(model_, tok_, ec);
+  if (opt_.on_engine) opt_.on_engine(engine);
 
   std::vector<int64_t> ids;
   for (const auto& r : reqs) {

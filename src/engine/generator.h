@@ -29,6 +29,7 @@ struct GenOptions {
   PreemptionMode preemption = PreemptionMode::Recompute;
   int64_t swap_bytes = 0;
   std::string swap_dir = "/tmp";
+  std::function<void(const Engine&)> on_engine;  // called once the engine is built (budget lines)
 };
 
 struct GenRequest {

@@ -69,6 +69,10 @@ class File {
 
   // Pins the mapped file in RAM (a no-op for parse()d buffers).
   void lock_in_memory() const { map_.lock(); }
+  // The same for part of the file, and its inverse (core/mmap.h); no-ops for parse()d
+  // buffers.
+  void lock_pages(const uint8_t* p, size_t n) const { map_.lock_range(p, n); }
+  void release_pages(const uint8_t* p, size_t n) const { map_.release(p, n); }
 
   uint32_t version() const { return version_; }
   const std::string& name() const { return name_; }

@@ -25,6 +25,10 @@ class Forward {
   // [batch.n_logit_rows()][n_vocab], valid until the next call.
   std::span<const float> run(const Batch& batch);
 
+  // The most the named intermediates and the matmul's quantized activations take for a
+  // step of `tokens` tokens with `rows` logit rows (they grow to the largest step seen).
+  static int64_t activation_bytes(const HParams& h, int64_t tokens, int64_t rows);
+
   // Every op's FLOPs and bytes accumulate here on every run (a few multiplications per
   // op); set profile().timing to time each op too. The caller resets it between phases.
   perf::OpProfile& profile() { return profile_; }

@@ -22,7 +22,7 @@ namespace {
 
 class Loader {
  public:
-  Loader(const gguf::File& f, int64_t& bytes) : f_(f), bytes_(bytes) {}
+  Loader(const gguf::File& f, int64_t& bytes, int64_t& vec_bytes) : f_(f), bytes_(bytes), vec_bytes_(vec_bytes) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
@@ -47,6 +47,8 @@ class Loader {
     const auto& t = need(name, {n});
     std::vector<float> out(static_cast<size_t>(n));
     quant::dequantize_row(t.type, t.data, out.data(), n);
+    f_.release_pages(t.data, t.nbytes);  // converted: the file's copy is not read again
+    vec_bytes_ += n * int64_t(sizeof(float));
     return out;
   }
 
@@ -65,6 +67,7 @@ class Loader {
 
   const gguf::File& f_;
   int64_t& bytes_;
+  int64_t& vec_bytes_;
 };
 
 }  // namespace
@@ -81,7 +84,7 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
   if (!m->arch_) fail("{}: architecture '{}' is not supported (llama, qwen2, qwen3)", f.name(), h.arch);
   const ArchSpec& arch = *m->arch_;
 
-  Loader ld(f, m->weight_bytes_);
+  Loader ld(f, m->weight_bytes_, m->vector_bytes_);
   const gguf::TensorInfo* emb = ld.find("token_embd.weight");
   if (!emb) fail("{}: required tensor 'token_embd.weight' is missing", f.name());
   h.n_vocab = int32_t(emb->ne[1]);
@@ -124,7 +127,26 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
   const char* env = std::getenv("RIDGE_REPACK");
   if (pack && !(env && std::string_view(env) == "0")) m->pack_weights();
+  m->note_live_ranges();
   return m;
+}
+
+void Model::note_live_ranges() {
+  // token_embd is gathered from the file by the forward whatever else is packed; any
+  // matrix without panels is multiplied from the file.
+  std::vector<const kernels::WeightView*> views{&w_.tok_embd};
+  if (!w_.tied_output) views.push_back(&w_.output);
+  for (const auto& L : w_.layers)
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) views.push_back(v);
+  live_.clear();
+  mapped_bytes_ = 0;
+  for (const auto* v : views) {
+    const bool read = v == &w_.tok_embd || !v->packed;
+    if (!read || !v->data) continue;
+    const size_t n = size_t(row_bytes(v->type, v->k) * v->n_out);
+    live_.emplace_back(v->data, n);
+    mapped_bytes_ += int64_t(n);
+  }
 }
 
 void Model::pack_weights() {
@@ -168,6 +190,11 @@ void Model::pack_weights() {
         kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1);
       });
       v->packed = dst;
+      // The panels replace the file's copy: give its pages back now, tensor by tensor, so
+      // the load never holds the file and the panels at once. (A tied head's rows stay:
+      // the embedding gather reads them.) Tests that switch to the unpacked kernels
+      // later fault them in again from the file.
+      if (v->data != w_.tok_embd.data) file_->release_pages(v->data, size_t(row_bytes(v->type, v->k) * v->n_out));
       off += bytes(v);  // parts of a group back to back
     }
     off = align(off);
@@ -180,7 +207,7 @@ void Model::pack_weights() {
 }
 
 void Model::lock_in_memory() const {
-  file_->lock_in_memory();
+  for (const auto& [p, n] : live_) file_->lock_pages(p, n);
   packed_.lock();
 }
 

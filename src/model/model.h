@@ -62,18 +62,26 @@ class Model {
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t streamed_weight_bytes() const { return streamed_bytes_; }
   int64_t packed_bytes() const { return int64_t(packed_.size()); }
-  // mlock the file's pages and the repacked copy.
+  // File bytes the forward still reads through the mapping: token_embd (gathered) and
+  // any matrix left unpacked. A repacked matrix's file pages are given back once packed,
+  // so these plus the panels and the f32 vectors are what the weights hold in RAM.
+  int64_t mapped_bytes() const { return mapped_bytes_; }
+  int64_t resident_weight_bytes() const { return packed_bytes() + mapped_bytes_ + vector_bytes_; }
+  // mlock what the forward reads: the repacked panels and the still-mapped tensors.
   void lock_in_memory() const;
 
  private:
   Model() = default;
   void pack_weights();
+  void note_live_ranges();  // fills live_ and mapped_bytes_ after packing
   std::unique_ptr<gguf::File> file_;
   HParams hp_;
   const ArchSpec* arch_ = nullptr;
   Weights w_;
   Arena packed_;  // panels of every packable matrix, 64-byte aligned each
   int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
+  int64_t mapped_bytes_ = 0, vector_bytes_ = 0;
+  std::vector<std::pair<const uint8_t*, size_t>> live_;  // file ranges still read
 };
 
 }  // namespace ridge
