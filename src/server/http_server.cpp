@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <unordered_set>
+#include <vector>
 
 #include "core/error.h"
 
@@ -32,6 +33,9 @@ struct HttpServer::Impl {
   OnShutdown on_shutdown;
   std::function<bool()> idle;
   std::function<void(int)> on_status;
+  class Session;
+  // Before ioc: sessions whose handlers ~io_context destroys erase themselves from it.
+  std::unordered_set<Session*> live;
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   asio::signal_set signals{ioc, SIGINT, SIGTERM};
@@ -39,12 +43,12 @@ struct HttpServer::Impl {
   asio::steady_timer accept_retry{ioc};
   std::chrono::steady_clock::time_point shutdown_deadline;
   bool shutting_down = false;
-  class Session;
-  std::unordered_set<Session*> live;
 
   void accept();
+  void wait_signal();
   void begin_shutdown();
   void poll_shutdown();
+  void stop_now();  // close every connection and leave run()
 };
 
 // One connection: read a request, answer it (at once or as a stream), repeat while
@@ -67,6 +71,12 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
       error_code ec;
       stream_.socket().cancel(ec);
     }
+  }
+
+  void close() {
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
   }
 
  private:
@@ -255,8 +265,13 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
   void write(bool last) {
     writing_ = true;
-    asio::async_write(stream_.socket(), asio::buffer(out_), [self = shared_from_this(), last](error_code ec, size_t) {
+    // Through the stream, under its timer: a client that stops reading, or a peer that
+    // vanished without a reset, would otherwise hold the connection (and a shutdown) for
+    // as long as the kernel retransmits.
+    stream_.expires_after(std::chrono::milliseconds(int64_t(srv_.opt.write_timeout_s * 1000)));
+    asio::async_write(stream_, asio::buffer(out_), [self = shared_from_this(), last](error_code ec, size_t) {
       self->writing_ = false;
+      self->stream_.expires_never();
       self->out_.clear();
       if (ec) {
         if (self->gen_) self->gen_->cancel();
@@ -296,12 +311,6 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void close() {
-    error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
-  }
-
   beast::tcp_stream stream_;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -334,12 +343,35 @@ void HttpServer::Impl::accept() {
   });
 }
 
+// Signals stay watched for the whole run: the first begins a graceful shutdown, a second
+// one during it stops at once (an operator's "now").
+void HttpServer::Impl::wait_signal() {
+  signals.async_wait([this](error_code e, int) {
+    if (e) return;
+    if (!shutting_down) {
+      begin_shutdown();
+      wait_signal();
+    } else {
+      std::fprintf(stderr, "serve: second signal: closing every connection now\n");
+      stop_now();
+    }
+  });
+}
+
+void HttpServer::Impl::stop_now() {
+  std::vector<Session*> open(live.begin(), live.end());
+  for (Session* s : open) s->close();
+  error_code ec;
+  signals.cancel(ec);
+  shutdown_timer.cancel();
+  ioc.stop();
+}
+
 void HttpServer::Impl::begin_shutdown() {
   if (shutting_down) return;
   shutting_down = true;
   error_code ec;
   acceptor.close(ec);
-  signals.cancel(ec);
   accept_retry.cancel();
   if (on_shutdown) on_shutdown();
   for (Session* s : live) s->close_if_idle();
@@ -351,7 +383,7 @@ void HttpServer::Impl::begin_shutdown() {
 void HttpServer::Impl::poll_shutdown() {
   const bool work_left = !live.empty() || (idle && !idle());
   if (!work_left || std::chrono::steady_clock::now() >= shutdown_deadline) {
-    ioc.stop();
+    stop_now();
     return;
   }
   for (Session* s : live) s->close_if_idle();
@@ -384,9 +416,7 @@ uint16_t HttpServer::listen() {
   if (!ec) im.acceptor.bind(ep, ec);
   if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) fail("cannot listen on {}:{}: {}", im.opt.host, im.opt.port, ec.message());
-  im.signals.async_wait([&im](error_code e, int) {
-    if (!e) im.begin_shutdown();
-  });
+  im.wait_signal();
   im.accept();
   return im.acceptor.local_endpoint().port();
 }

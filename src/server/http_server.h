@@ -56,6 +56,8 @@ struct HttpOptions {
   int64_t max_body_bytes = 8 << 20;     // larger bodies get 413
   double read_timeout_s = 60;           // a request must arrive within this (slow-loris guard)
   double shutdown_timeout_s = 10;       // how long a shutdown waits for in-flight streams
+  double write_timeout_s = 60;          // a response write must finish within this (a client
+                                        // that stopped reading, or a peer that vanished)
   // How the server's own errors (413, malformed HTTP, 503 while shutting down) look:
   // the application's error shape; null: plain text.
   std::function<HttpResponse(int status, const std::string& message)> error_body;
@@ -66,6 +68,7 @@ class HttpServer {
   using Handler = std::function<HttpReply(const HttpRequest&)>;
   // Called once on SIGINT/SIGTERM, on the server thread, after the listener closed: begin
   // finishing or aborting in-flight work. `idle` tells the server whether work remains.
+  // A second SIGINT/SIGTERM while draining stops at once, closing every connection.
   using OnShutdown = std::function<void()>;
 
   HttpServer(const HttpOptions& o, Handler handler, OnShutdown on_shutdown, std::function<bool()> idle);

@@ -9,17 +9,25 @@
 #            byte-fallback <0xNN>), --max-num-seqs 32 --max-waiting 512, 2M KV cache,
 #            --shutdown-timeout 2
 #   queue    the same model with --max-num-seqs 1 --max-waiting 2 (503 when full)
-# and three test programs:
+# and five test programs:
 #   1. e2e.mjs       the API on stories, invalid UTF-8 on spm, the full queue on queue
 #   2. load.mjs      on spm: 256 concurrent streams, then 100 clients that disconnect at
 #                    random points; KV blocks and engine invariants checked once idle
 #   3. shutdown.mjs  on spm: SIGTERM during streams; they end with finish_reason and
 #                    [DONE]; then every server must exit 0 (spm and queue on SIGTERM,
 #                    stories on SIGINT)
+#   4. sigterm.mjs   its own stories servers (--shutdown-timeout 2): 20 runs, each SIGTERM at
+#                    a random moment (idle, a kept-alive connection, prefill, a stream, a
+#                    client that stopped reading a huge response) must exit 0 in time; a
+#                    second SIGTERM stops a server with a 60 s timeout at once
+#   5. swap_faults.sh  its own stories server: a swap space on a 2 MiB tmpfs (refused when
+#                    too large; filled up when it fits), swap I/O faults injected
+#                    (RIDGE_SWAP_FAULTS), 48 concurrent greedy requests equal to each
+#                    request alone (needs root for the mount, else that part is skipped)
 # usage: tests/server/run_server_tests.sh [RIDGE_BINARY]   (default: $RIDGE_BIN, else build/ridge)
 # Skips (exit 0) with a message when ../shared is absent, unless CI=true (then it fails).
 # SERVER_TESTS_ONLY=REGEX runs only the matching tests of the .mjs files.
-# About 40 s on 2 cores.
+# About 70 s on 2 cores (sigterm.mjs about 25 of them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RIDGE="${1:-${RIDGE_BIN:-build/ridge}}"
@@ -166,6 +174,10 @@ stop_server stories INT
 # (A SERVER_TESTS_ONLY run may have sent stories no request: nothing to check then.)
 [ -z "${SERVER_TESTS_ONLY:-}" ] &&
   phase "trace of the stories server" node tests/server/check_trace.mjs "$tmp/stories.trace.json"
+
+# These two start their own servers: the ones above are gone, so they have the machine.
+phase "SIGTERM at random moments" node tests/server/sigterm.mjs --ridge "$RIDGE" --model "$STORIES"
+phase "swap preemption under faults" bash tests/server/swap_faults.sh "$RIDGE" "$STORIES"
 
 echo "server tests: total $(($(date +%s) - t_all)) s"
 if ((${#failures[@]})); then
