@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "perf/bench_compare.h"
@@ -60,10 +61,14 @@ int bench_throughput(Args& a) {
   }
   // KV pool use: the peak over steps of blocks referenced (free excluded).
   int32_t kv_peak_blocks = 0;
+  Progress progress("bench throughput", n * (in_len + out_len), "tokens");
   while (e.has_work()) {
+    const int64_t computed = e.stats().computed_tokens;
     e.step();
+    progress.add(e.stats().computed_tokens - computed);
     kv_peak_blocks = std::max(kv_peak_blocks, e.blocks().n_total() - e.blocks().n_free());
   }
+  progress.finish();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double kv_peak = e.blocks().n_total() ? double(kv_peak_blocks) / e.blocks().n_total() : 0;
   // Compute utilization: the time the run's useful operations would take at the peak of

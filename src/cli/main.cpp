@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace {
 
@@ -72,6 +73,9 @@ engine options (serve, bench):
   --priority-aging STEPS (256), --mlock (pin the weights in RAM)
   --trace FILE.json (generate, serve, bench throughput): Chrome trace for Perfetto
 
+Long work (loading, quantize, mkmodel, perplexity, roofline, bench) shows its progress on
+stderr: one updating line on a terminal, a line every few seconds otherwise; --quiet
+(any command) silences it.
 The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
 RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.
 )";
@@ -84,7 +88,13 @@ int main(int argc, char** argv) {
     return argc < 2 ? 1 : 0;
   }
   const std::string cmd = argv[1];
-  ridge::cli::Args args(std::vector<std::string>(argv + 2, argv + argc));
+  // --quiet (any command): no progress lines. Taken here so every command accepts it.
+  std::vector<std::string> rest;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quiet")) ridge::Progress::set_quiet(true);
+    else rest.emplace_back(argv[i]);
+  }
+  ridge::cli::Args args(std::move(rest));
   try {
     if (cmd == "generate") return ridge::cli::cmd_generate(args);
     if (cmd == "mkmodel") return ridge::cli::cmd_mkmodel(args);

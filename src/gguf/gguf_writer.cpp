@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace ridge::gguf {
 namespace {
@@ -197,16 +198,26 @@ void Writer::write(const std::string& path) const {
   auto out = [&](const void* p, size_t n) {
     if (n && std::fwrite(p, 1, n, f.get()) != n) fail("write to {} failed: {}", tmp, std::strerror(errno));
   };
-  out(h.b.data(), h.b.size());
-  std::vector<uint8_t> buf;
-  for (const auto& t : tensors_) {
-    const uint64_t padded = (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
-    buf.assign(padded, 0);
-    t.fill(buf.data());
-    out(buf.data(), buf.size());
+  try {
+    out(h.b.data(), h.b.size());
+    // Filling a tensor (quantizing, generating) is the slow part: count tensors and bytes.
+    Progress progress("writing " + path, int64_t(off), "B");
+    std::vector<uint8_t> buf;
+    size_t done = 0;
+    for (const auto& t : tensors_) {
+      const uint64_t padded = (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
+      buf.assign(padded, 0);
+      t.fill(buf.data());
+      out(buf.data(), buf.size());
+      progress.set_detail(fmt::format("{}/{} tensors", ++done, tensors_.size()));
+      progress.add(int64_t(padded));
+    }
+    if (std::fflush(f.get()) != 0) fail("write to {} failed: {}", tmp, std::strerror(errno));
+    if (std::fclose(f.release()) != 0) fail("write to {} failed: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    std::remove(tmp.c_str());  // a full disk leaves no half-written file behind
+    throw;
   }
-  if (std::fflush(f.get()) != 0) fail("write to {} failed: {}", tmp, std::strerror(errno));
-  f.reset();
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename {} to {}: {}", tmp, path, std::strerror(errno));
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/threadpool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
@@ -173,6 +174,11 @@ void Model::pack_weights() {
   if (total == 0) return;
   packed_ = Arena(size_t(total));
   ThreadPool pool(default_thread_count());
+  int64_t file_total = 0;
+  for (const auto& g : groups)
+    for (auto* v : g.parts)
+      if (kernels::gemm_available(v->type)) file_total += row_bytes(v->type, v->k) * v->n_out;
+  Progress progress("loading " + file_->name() + ": repacking weights", file_total, "B");
   int64_t off = 0;
   for (const auto& g : groups) {
     bool fusable = g.fused != nullptr;
@@ -195,6 +201,7 @@ void Model::pack_weights() {
       // the embedding gather reads them.) Tests that switch to the unpacked kernels
       // later fault them in again from the file.
       if (v->data != w_.tok_embd.data) file_->release_pages(v->data, size_t(row_bytes(v->type, v->k) * v->n_out));
+      progress.add(row_bytes(v->type, v->k) * v->n_out);
       off += bytes(v);  // parts of a group back to back
     }
     off = align(off);

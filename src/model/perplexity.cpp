@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 
@@ -28,6 +29,7 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
   const int64_t first = o.n_ctx / 2;
   double nll = 0, nll2 = 0;
   std::vector<float> logits;  // [n_ctx][n_vocab]
+  Progress progress("perplexity", r.n_chunks * o.n_ctx, "tokens");
   for (int64_t c = 0; c < r.n_chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
     if (o.bos >= 0) chunk[0] = o.bos;
@@ -50,6 +52,8 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
       nll2 += l * l;
       ++r.n_scored;
     }
+    progress.set_detail(fmt::format("chunk {}/{}, ppl {:.4f}", c + 1, r.n_chunks, std::exp(nll / double(r.n_scored))));
+    progress.add(o.n_ctx);
     if (on_chunk) on_chunk(c, std::exp(nll / double(r.n_scored)));
   }
   const double mean = nll / double(r.n_scored);

@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
 #include "engine/block_manager.h"
@@ -86,8 +87,11 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
   std::vector<KernelResult> out;
   kernels::Matmul mm;
   const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;
+  Progress progress("bench kernels", int64_t(opt.types.size() * opt.shapes.size()), "kernels");
   for (DType t : opt.types) {
     for (const KernelShape& s : opt.shapes) {
+      progress.set_detail(fmt::format("{} {}", dtype_name(t), s.name));
+      progress.add(1);
       if (s.k % dtype_info(t).block_size != 0) {
         std::fprintf(stderr, "skipping %s x %s: k = %lld is not a multiple of the %d-element block\n", s.name.c_str(),
                      std::string(dtype_name(t)).c_str(), (long long)s.k, int(dtype_info(t).block_size));

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "perf/op_cost.h"
@@ -67,7 +68,14 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
   std::mt19937_64 rng(o.seed);
   const int32_t hi = std::min<int32_t>(h.n_vocab, 32000);
 
+  int64_t total_tokens = 0;
+  for (int32_t batch : o.batches) {  // prompts, then decode_steps + prefill_steps + 1 tokens each (below)
+    const int64_t mbt = std::max<int32_t>(o.max_batched_tokens, batch);
+    total_tokens += int64_t(batch) * (per_seq + (int64_t(batch) * o.prompt + mbt - 1) / mbt);
+  }
+  Progress progress("roofline: running the model", total_tokens, "tokens");
   for (int32_t batch : o.batches) {
+    progress.set_detail(fmt::format("batch {}", batch));
     EngineConfig cfg;
     cfg.threads = o.threads;
     cfg.max_num_seqs = batch;
@@ -105,8 +113,10 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
       prof.timing = true;
       const double before_prefill = engine.stats().prefill_s, before_decode = engine.stats().decode_s;
       const auto t0 = Clock::now();
+      const int64_t computed = engine.stats().computed_tokens;
       engine.step();
       const double wall = seconds_since(t0);
+      progress.add(engine.stats().computed_tokens - computed);
       const double pf = engine.stats().prefill_s - before_prefill, dc = engine.stats().decode_s - before_decode;
       if (pf > 0) {
         prof.add_step(pf);
