@@ -24,7 +24,12 @@ void print_table(const Peaks& p) {
               p.isa.c_str());
   std::printf("caches:  L1d %s, L2 %s, L3 %s (per instance)\n", bytes_str(p.l1d).c_str(), bytes_str(p.l2).c_str(),
               bytes_str(p.l3).c_str());
-  std::printf("\nDRAM read, %s working set, median of %d%s\n", bytes_str(p.dram_bytes).c_str(), p.quick ? 3 : 5,
+  std::printf("\nDRAM read, %s working set, median of %d, best access pattern (at %d threads: %d stream%s per "
+              "thread, %s)%s\n",
+              bytes_str(p.dram_bytes).c_str(), p.quick ? 3 : 5, p.threads, p.dram_read_streams,
+              p.dram_read_streams == 1 ? "" : "s",
+              p.dram_read_prefetch > 0 ? fmt::format("prefetch {} B ahead", p.dram_read_prefetch).c_str()
+                                       : "no software prefetch",
               p.quick ? " (--quick: may sit in cache, not a ceiling)" : "");
   std::printf("  %-8s %10s\n", "threads", "GB/s");
   for (const auto& [t, g] : p.dram_read_gbs) std::printf("  %-8d %10.1f\n", t, g);

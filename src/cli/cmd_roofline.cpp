@@ -1,5 +1,6 @@
 // ridge roofline: prefill and decode at several batch sizes, per op against this
 // machine's ceilings, with the bottleneck of each phase named (perf/roofline_report.h).
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,30 @@ std::vector<int32_t> int_list(const std::string& s, const char* flag) {
   }
   if (out.empty()) fail("{} is empty", flag);
   return out;
+}
+
+// "peaks.json, measured 3 h 12 min ago": the file's own timestamp, else its mtime.
+std::string peaks_origin(const Peaks& p, const std::string& path) {
+  namespace fs = std::filesystem;
+  int64_t when = p.measured_at;
+  std::string how = "measured";
+  if (when <= 0) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(path, ec);
+    if (ec) return path + ", age unknown";
+    when = std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::file_clock::to_sys(t).time_since_epoch())
+               .count();
+    how = "written";
+  }
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t age = std::max<int64_t>(0, now - when);
+  const std::string ago = age < 120     ? fmt::format("{} s", age)
+                          : age < 7200  ? fmt::format("{} min", age / 60)
+                          : age < 172800 ? fmt::format("{} h {} min", age / 3600, age % 3600 / 60)
+                                         : fmt::format("{} days", age / 86400);
+  return fmt::format("{}, {} {} ago", path, how, ago);
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -68,18 +93,26 @@ int cmd_roofline(Args& a) {
     run = perf::run_from_json(ss.str(), *from);
   } else {
     Peaks peaks;
+    std::string origin;
     if (peaks_file) {
       peaks = load_peaks(*peaks_file);
+      origin = peaks_origin(peaks, *peaks_file);
+      std::fprintf(stderr,
+                   "roofline: ceilings from %s (memory bandwidth on shared machines drifts by tens of percent within "
+                   "an hour; without --peaks they are measured in this run)\n",
+                   origin.c_str());
     } else {
       std::fprintf(stderr, "roofline: measuring this machine's ceilings (ridge peaks; --peaks FILE reuses a run)\n");
       PeaksOptions po;
       po.threads = o.threads;
       peaks = measure_peaks(po);
+      origin = "measured in this run";
     }
     auto model = Model::load(path);
     auto tok = Tokenizer::from_gguf(model->file());
     o.model_name = std::filesystem::path(path).filename().string();
     run = perf::measure_roofline(*model, tok.get(), peaks, o);
+    run.peaks_origin = origin;
   }
   const perf::RooflineAnalysis an = perf::analyze(run);
   std::fputs(perf::render_text(run, an).c_str(), stdout);

@@ -13,6 +13,8 @@
 //     "caches": {"l1d": 49152, "l2": 2097152, "l3": 503316480},  // bytes per instance, 0 = unknown
 //     "dram_read_gbs": {"1": 12.3, "2": 20.1},  // thread count -> GB/s (1e9 bytes/s), median
 //     "dram_read_gbs_max": 20.1,
+//     "dram_read_streams": 4,             // the access pattern that gave the most: streams
+//     "dram_read_prefetch": 1024,         // per thread, software prefetch distance (bytes)
 //     "dram_bytes": 1073741824,           // working set of the bandwidth test
 //     "dram_scattered_gbs": 15.2,         // every thread, the same set read in 16 KiB pieces in
 //                                         // shuffled order (a paged KV cache's access
@@ -26,8 +28,14 @@
 //       "fp16_fma":  {...} | null         // AVX512-FP16 vfmadd*ph; null when absent
 //     },
 //     "quick": false,                     // true: the short test mode, not a ceiling
-//     "seconds": 7.5                      // wall time of the whole measurement
+//     "seconds": 7.5,                     // wall time of the whole measurement
+//     "measured_at": 1796000000           // Unix time of the measurement (0: unknown)
 //   }
+//
+// DRAM read is the best of several access patterns (one stream per thread as a plain
+// copy reads, or several side by side as the decode kernels read their panels, with and
+// without software prefetch): a ceiling must be the most the machine gives, or the
+// kernels measure above it.
 //
 // A null compute entry means the active path has no such instruction on this CPU.
 #pragma once
@@ -51,11 +59,14 @@ struct Peaks {
   int64_t l1d = 0, l2 = 0, l3 = 0;
   std::map<int, double> dram_read_gbs;  // thread count -> GB/s
   double dram_read_gbs_max = 0;
+  int dram_read_streams = 1;       // the best pattern at the most threads
+  int64_t dram_read_prefetch = 0;
   int64_t dram_bytes = 0;
   double dram_scattered_gbs = 0;  // all threads, kScatterPiece pieces in shuffled order
   std::optional<ComputePeak> fp32_fma, bf16_dot, int8_vnni, fp16_fma;
   bool quick = false;
   double seconds = 0;
+  int64_t measured_at = 0;         // Unix seconds; 0: unknown (an older file)
 };
 
 // The piece size of the scattered read: one KV block of one layer, K and V of every KV
@@ -66,7 +77,7 @@ inline constexpr int64_t kScatterPiece = 16384;
 struct PeaksOptions {
   int threads = 0;         // 0: every hardware thread
   bool quick = false;      // 256 MiB working set, fewer and shorter repetitions (tests)
-  // 0: 8 x L3, at least 1 GiB, at most half the available RAM; past 1 GiB the first
+  // 0: 4 x L3, at least 1 GiB, at most half the available RAM; past 1 GiB the first
   // touch of fresh pages stops after ~4 s (page faults are slow on some VMs).
   int64_t dram_bytes = 0;
 };
@@ -87,6 +98,10 @@ namespace peaks_detail {
 // value so nothing folds at compile time. *_ops_per_iter: FLOP (or OP) per iteration.
 uint64_t read_avx512(const void* p, int64_t bytes);
 uint64_t read_avx2(const void* p, int64_t bytes);
+// read_streams_*: `n` streams of `bytes` each (a multiple of 256, 64-byte aligned), read a
+// few lines of each in turn, each line prefetched `ahead` bytes early (0: none).
+uint64_t read_streams_avx512(const char* const* p, int n, int64_t bytes, int64_t ahead);
+uint64_t read_streams_avx2(const char* const* p, int n, int64_t bytes, int64_t ahead);
 double fp32_fma_avx512(int64_t iters, float seed);
 double bf16_dot_avx512(int64_t iters, float seed);
 double int8_vnni_avx512(int64_t iters, float seed);

@@ -30,6 +30,26 @@ uint64_t read_avx2(const void* p, int64_t bytes) {
   return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
+uint64_t read_streams_avx2(const char* const* p, int n, int64_t bytes, int64_t ahead) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  for (int64_t off = 0; off < bytes; off += 128)
+    for (int k = 0; k < n; ++k) {
+      const char* q = p[k] + off;
+      if (ahead > 0) {
+        _mm_prefetch(q + ahead, _MM_HINT_T0);
+        _mm_prefetch(q + ahead + 64, _MM_HINT_T0);
+      }
+      s0 = _mm256_add_epi64(s0, _mm256_load_si256(reinterpret_cast<const __m256i*>(q)));
+      s1 = _mm256_add_epi64(s1, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32)));
+      s2 = _mm256_add_epi64(s2, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64)));
+      s3 = _mm256_add_epi64(s3, _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 96)));
+    }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
 namespace {
 float hsum(__m256 v) {
   alignas(32) float l[8];

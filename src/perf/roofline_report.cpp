@@ -77,7 +77,7 @@ std::vector<std::string> table_rows(const PhaseAnalysis& p) {
     rows.push_back(cell(o.gbs));
     rows.push_back(o.op->bytes > 0 ? sig3(o.intensity) : "-");
     rows.push_back(o.bound == Bound::Memory ? "memory" : "compute");
-    rows.push_back(timed ? fmt::format("{:.1f}%", o.bound_pct) : "-");
+    rows.push_back(!timed ? "-" : o.above_ceiling ? "above!" : fmt::format("{:.1f}%", o.bound_pct));
     rows.push_back(fmt::format("{:.3f}", ms(o.predicted_seconds)));
   }
   return rows;
@@ -104,6 +104,9 @@ std::string op_cite(const OpAnalysis& o) {
   const std::string roof = o.bound == Bound::Memory
                                ? std::string("DRAM bandwidth")
                                : fmt::format("{} peak", compute_class_name(o.op->cls));
+  if (o.above_ceiling)
+    return fmt::format("{} {:.0f}% of time (above the measured {}: re-measure the ceiling, {} FLOP/B)", o.op->name,
+                       100 * o.share, roof, sig3(o.intensity));
   return fmt::format("{} {:.0f}% of time ({:.0f}% of {}, {} FLOP/B)", o.op->name, 100 * o.share, o.bound_pct,
                      roof, sig3(o.intensity));
 }
@@ -240,6 +243,7 @@ ojson op_json(const OpAnalysis& o) {
                {"ridge", o.ridge},
                {"bound", o.bound == Bound::Memory ? "memory" : "compute"},
                {"bound_pct", o.bound_pct},
+               {"above_ceiling", o.above_ceiling},
                {"predicted_seconds", o.predicted_seconds}};
 }
 
@@ -294,6 +298,7 @@ RooflineAnalysis analyze(const RooflineRun& run) {
       else o.bound = o.intensity < o.ridge ? Bound::Memory : Bound::Compute;
       if (op.seconds > 0)
         o.bound_pct = 100 * (o.bound == Bound::Memory ? o.gbs / a.dram_gbs : o.gflops / o.peak_gflops);
+      o.above_ceiling = o.bound_pct > 100;
       o.predicted_seconds = std::max(o.peak_gflops > 0 ? op.flops / (o.peak_gflops * 1e9) : 0.0, op.bytes / bw);
       p.flops += op.flops, p.bytes += op.bytes;
       p.predicted_seconds += o.predicted_seconds;
@@ -315,6 +320,7 @@ std::string render_text(const RooflineRun& run, const RooflineAnalysis& a) {
     if (const double pk = class_peak(run.peaks, c); pk > 0)
       s += fmt::format("; {} {} GFLOP/s (ridge {} FLOP/B)", compute_class_name(c), sig3(pk),
                        sig3(pk / a.dram_gbs));
+  if (!run.peaks_origin.empty()) s += " [" + run.peaks_origin + "]";
   s += "\n";
   static const char* kHead[] = {"op", "class", "time ms", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound", "% of bound", "pred ms"};
   constexpr size_t kCols = std::size(kHead);
@@ -338,6 +344,19 @@ std::string render_text(const RooflineRun& run, const RooflineAnalysis& a) {
                      ms(m.step_seconds), ms(p.op_seconds));
     s += p.verdict + "\n";
   }
+  std::string above;
+  int n_above = 0;
+  for (const auto& p : a.phases)
+    for (const auto& o : p.ops)
+      if (o.above_ceiling && n_above++ < 4)
+        above += fmt::format("{}{} b{} {} at {:.0f}%", above.empty() ? "" : ", ", p.phase->phase, p.phase->batch,
+                             o.op->name, o.bound_pct);
+  if (n_above > 0)
+    s += fmt::format(
+        "\nwarning: {} op{} measured above {} ceiling ({}{}): a ceiling below what the kernels reach is a "
+        "ceiling to re-measure (ridge peaks; without --peaks roofline measures them in the same run), or the op's "
+        "bytes came from cache rather than DRAM.\n",
+        n_above, n_above == 1 ? "" : "s", n_above == 1 ? "its" : "their", above, n_above > 4 ? ", ..." : "");
   return s;
 }
 
@@ -345,6 +364,7 @@ std::string render_json(const RooflineRun& run, const RooflineAnalysis& a) {
   ojson j;
   j["model"] = run.model;
   j["weight_type"] = run.weight_type;
+  j["peaks_origin"] = run.peaks_origin;
   j["threads"] = run.threads;
   j["prompt"] = run.prompt;
   j["peaks"] = ojson::parse(peaks_to_json(run.peaks));
@@ -391,6 +411,7 @@ RooflineRun run_from_json(const std::string& s, const std::string& where) {
   RooflineRun r;
   r.model = text(j, "model", where);
   r.weight_type = text(j, "weight_type", where);
+  if (j.contains("peaks_origin")) r.peaks_origin = text(j, "peaks_origin", where);
   r.threads = int(integer(j, "threads", where, 0, 1 << 20));
   r.prompt = int32_t(integer(j, "prompt", where, 0, INT32_MAX));
   r.peaks = peaks_from_json(field(j, "peaks", where).dump(), where + ": peaks");
@@ -561,7 +582,7 @@ std::string svg(const RooflineRun& run, const RooflineAnalysis& a) {
           esc(o.op->name), esc(m.phase), m.batch, compute_class_name(o.op->cls), o.intensity, o.gflops,
           f.px(o.intensity), f.py(o.gflops), r, col, prefill ? "0.85" : "0.15", prefill ? "#222" : col, esc(m.phase),
           m.batch, esc(o.op->name), compute_class_name(o.op->cls), sig3(o.intensity), sig3(o.gflops), sig3(o.gbs),
-          o.bound == Bound::Memory ? "memory" : "compute", o.bound_pct,
+          o.above_ceiling ? "above-ceiling" : o.bound == Bound::Memory ? "memory" : "compute", o.bound_pct,
           o.bound == Bound::Memory ? "DRAM bandwidth" : "its compute roof", ms(o.op->seconds), 100 * o.share);
     }
   }

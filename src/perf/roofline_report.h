@@ -42,6 +42,8 @@ struct RooflineRun {
   int threads = 0;
   int32_t prompt = 0;        // prompt length of the prefill phases
   Peaks peaks;
+  // Where the ceilings came from: "measured in this run", or the --peaks file and its age.
+  std::string peaks_origin;
   std::vector<PhaseMeasure> phases;
 };
 
@@ -55,6 +57,9 @@ struct OpAnalysis {
   double ridge = 0;                 // peak_gflops / DRAM GB/s, FLOP per byte
   Bound bound = Bound::Memory;
   double bound_pct = 0;             // achieved as % of the bound that applies
+  // Measured above its ceiling: the ceiling is too low (re-measure it) or the op's bytes
+  // came from cache; never shown as a percentage over 100.
+  bool above_ceiling = false;
   double predicted_seconds = 0;     // max(flops / peak, bytes / bandwidth)
   double share = 0;                 // of the phase's measured op time
 };

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <span>
 #include <fstream>
 #include <string>
 
+#include "core/arena.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "perf/peaks.h"
@@ -104,6 +107,46 @@ TEST(Peaks, JsonRoundTrip) {
   same(q.fp16_fma, p.fp16_fma, "fp16_fma");
   EXPECT_EQ(q.quick, p.quick);
   EXPECT_EQ(q.seconds, p.seconds);
+  EXPECT_EQ(q.dram_read_streams, p.dram_read_streams);
+  EXPECT_EQ(q.dram_read_prefetch, p.dram_read_prefetch);
+  EXPECT_EQ(q.measured_at, p.measured_at);
+}
+
+// The ceiling is the best of the access patterns, and says which one it was and when.
+TEST(Peaks, RecordsTheBestPatternAndWhen) {
+  const Peaks& p = quick_peaks();
+  EXPECT_TRUE(p.dram_read_streams == 1 || p.dram_read_streams == 4 || p.dram_read_streams == 8)
+      << p.dram_read_streams;
+  EXPECT_GE(p.dram_read_prefetch, 0);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_GT(p.measured_at, now - 600);
+  EXPECT_LE(p.measured_at, now);
+}
+
+// The multi-stream read kernels touch every byte of every stream once: their sums equal
+// a scalar sum of the same 64-bit words, whatever the prefetch distance.
+TEST(Peaks, StreamReadKernelsSumEveryWord) {
+  const Isa isa = active_isa();
+  if (isa == Isa::Scalar) GTEST_SKIP() << "no SIMD read kernel on the scalar path";
+  constexpr int kStreams = 8;
+  constexpr int64_t kBytes = 4096 * 3;
+  // 64-byte aligned, with room past the end for the prefetches (which never fault anyway).
+  Arena mem(size_t(kStreams * kBytes + 8192));
+  const std::span<uint64_t> buf(reinterpret_cast<uint64_t*>(mem.data()), mem.size() / 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9e3779b97f4a7c15ull;
+  for (int n : {1, 4, 8})
+    for (int64_t ahead : {0, 1024, 2048}) {
+      const char* ptr[kStreams];
+      uint64_t want = 0;
+      for (int k = 0; k < n; ++k) {
+        ptr[k] = reinterpret_cast<const char*>(buf.data()) + k * kBytes;
+        for (int64_t w = 0; w < kBytes / 8; ++w) want += buf[size_t(k * kBytes / 8 + w)];
+      }
+      const uint64_t got = isa == Isa::Avx512 ? peaks_detail::read_streams_avx512(ptr, n, kBytes, ahead)
+                                              : peaks_detail::read_streams_avx2(ptr, n, kBytes, ahead);
+      EXPECT_EQ(got, want) << n << " streams, prefetch " << ahead;
+    }
 }
 
 TEST(Peaks, HandWrittenFileWithNullEntries) {

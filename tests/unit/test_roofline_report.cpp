@@ -121,6 +121,28 @@ TEST(RooflineReport, AnalyzeRoundNumbers) {
   EXPECT_NEAR(p.predicted_seconds, 0.0801, 1e-15);
 }
 
+// An op measured above its ceiling is a ceiling to re-measure: flagged, never printed as
+// a percentage over 100, and named in a warning with where the ceilings came from.
+TEST(RooflineReport, AboveTheCeilingIsFlaggedNotOver100) {
+  RooflineRun run = base_run();
+  run.peaks_origin = "peaks.json, measured 3 h 0 min ago";
+  run.phases.push_back(phase("decode", 1, 0.2, 0.2,
+                             {{"ffn_down", CC::Int8Vnni, 2e9, 2.6e9, 0.1},   // 26 GB/s of a 20 GB/s roof
+                              {"ffn_up", CC::Int8Vnni, 2e9, 1e9, 0.1}}));   // 10 of 20: 50%
+  const RooflineAnalysis a = analyze(run);
+  EXPECT_TRUE(a.phases[0].ops[0].above_ceiling);
+  EXPECT_FALSE(a.phases[0].ops[1].above_ceiling);
+  const std::string t = render_text(run, a);
+  EXPECT_EQ(t.find("130.0%"), std::string::npos) << t;
+  EXPECT_NE(t.find("above!"), std::string::npos) << t;
+  EXPECT_NE(t.find("50.0%"), std::string::npos) << t;
+  EXPECT_NE(t.find("warning: 1 op measured above its ceiling (decode b1 ffn_down at 130%)"), std::string::npos) << t;
+  EXPECT_NE(t.find("[peaks.json, measured 3 h 0 min ago]"), std::string::npos) << t;
+  EXPECT_NE(t.find("above the measured DRAM bandwidth: re-measure the ceiling"), std::string::npos) << t;
+  const RooflineRun back = run_from_json(render_json(run, a), "r.json");
+  EXPECT_EQ(back.peaks_origin, run.peaks_origin);
+}
+
 TEST(RooflineReport, DramRoofFallsBackToMax) {
   RooflineRun run = base_run();
   run.threads = 3;  // not measured at 3 threads
