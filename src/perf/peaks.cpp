@@ -26,6 +26,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/threadpool.h"
 
 namespace ridge {
@@ -237,7 +238,7 @@ double median_read_gbs(int t, int reps, int64_t share, F read_share) {
 
 // `want` bytes if the first touch allows: fresh pages cost a fault each, and some VMs
 // fault at a few hundred MB/s, so past `floor` bytes the touch stops after ~4 s.
-void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool quick) {
+void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool quick, Progress& progress) {
   const Isa isa = active_isa();
   uint64_t (*read)(const void*, int64_t) = read_scalar;
   if (isa == Isa::Avx512) read = pd::read_avx512;
@@ -279,6 +280,9 @@ void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool qui
     const int64_t share = total / t / 4096 * 4096;  // each thread's disjoint part
     double best = 0;
     for (const Pattern& pt : patterns) {
+      progress.set_detail(fmt::format("DRAM read: {} thread{}, {} stream{}, prefetch {}", t, t == 1 ? "" : "s",
+                                      pt.streams, pt.streams == 1 ? "" : "s", pt.ahead));
+      progress.add(1);
       double gbs;
       if (pt.streams == 1 && pt.ahead == 0) {
         gbs = median_read_gbs(t, reps, share, [&](int i) { return read_range(read, g, share * i, share * (i + 1)); });
@@ -439,7 +443,10 @@ Peaks measure_peaks(const PeaksOptions& opt) {
     want = std::min(want, avail / 2);
     floor = std::min(floor, want);
   }
-  measure_dram(p, p.threads, want, floor, opt.quick);
+  Progress progress("measuring this machine's ceilings", 0, "tests");
+  measure_dram(p, p.threads, want, floor, opt.quick, progress);
+  progress.set_detail("compute peaks");
+  progress.add(1);
 
   const CpuFeatures& f = cpu_features();
   if (isa == Isa::Avx512) {
