@@ -36,6 +36,10 @@ void print_table(const Peaks& p) {
   std::printf("  %-8s %10.1f\n", "max", p.dram_read_gbs_max);
   std::printf("  %-8s %10.1f   (%d threads, %lld-byte pieces in shuffled order)\n", "scattered", p.dram_scattered_gbs,
               p.threads, static_cast<long long>(kScatterPiece));
+  if (p.cache_read_gbs > 0)
+    std::printf("\ncache read %.1f GB/s (%d threads, each re-reading %s: the roof of ops on the step's own "
+                "activations)\n",
+                p.cache_read_gbs, p.threads, bytes_str(p.cache_bytes).c_str());
   std::printf("\n%-12s %18s %18s\n", "compute", "per core", fmt::format("{} threads", p.threads).c_str());
   auto row = [](const char* name, const std::optional<ComputePeak>& c, const char* unit) {
     if (!c) {

@@ -25,6 +25,22 @@ bool op_is_matmul(Op op) {
   return op == Op::AttnQkv || op == Op::AttnOut || op == Op::FfnGateUp || op == Op::FfnDown || op == Op::Output;
 }
 
+bool op_reads_cache(Op op) {
+  switch (op) {
+    case Op::AttnNorm: case Op::RopeKv: case Op::AttnResidual: case Op::FfnNorm: case Op::FfnAct:
+    case Op::FfnResidual: case Op::ResultNorm: case Op::Sampling:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool op_reads_cache(std::string_view name) {
+  for (int i = 0; i < int(Op::kCount); ++i)
+    if (op_name(Op(i)) == name) return op_reads_cache(Op(i));
+  return false;
+}
+
 double OpProfile::total_flops() const {
   double s = 0;
   for (const OpStat& o : ops_) s += o.flops;

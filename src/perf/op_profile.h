@@ -35,6 +35,13 @@ enum class Op : uint8_t {
 };
 std::string_view op_name(Op op);  // "token_embd", "attn_norm", "attn_qkv", ...
 bool op_is_matmul(Op op);
+// The op reads only activations the step itself just produced (norms, residual adds,
+// RoPE, SwiGLU, sampling): its bytes come from the caches, not DRAM, so its memory roof
+// is the cache read ceiling. Matmuls (weights), attention (the KV cache) and the
+// embedding gather stream from DRAM.
+bool op_reads_cache(Op op);
+// By name (a report read back from JSON); false for a name that is no op.
+bool op_reads_cache(std::string_view name);
 
 struct OpStat {
   ComputeClass cls = ComputeClass::None;

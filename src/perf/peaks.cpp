@@ -324,6 +324,25 @@ void measure_dram(Peaks& p, int n_threads, int64_t want, int64_t floor, bool qui
   });
 }
 
+// Every thread re-reads its own buffer of half its L2 (256 KiB where unknown), so the
+// lines come from the core's caches: the roof of ops on activations the step just made.
+void measure_cache(Peaks& p, int n_threads, bool quick) {
+  const Isa isa = active_isa();
+  uint64_t (*read)(const void*, int64_t) = read_scalar;
+  if (isa == Isa::Avx512) read = pd::read_avx512;
+  else if (isa == Isa::Avx2) read = pd::read_avx2;
+  const int64_t bytes = std::max<int64_t>(p.l2 > 0 ? p.l2 / 2 : 0, 64 << 10) / 4096 * 4096;
+  Mapping m(static_cast<size_t>(bytes * n_threads));
+  std::memset(m.p, 1, m.n);
+  const int passes = quick ? 64 : 512;
+  p.cache_bytes = bytes;
+  p.cache_read_gbs = median_read_gbs(n_threads, quick ? 3 : 5, bytes * passes, [&](int i) {
+    uint64_t s = 0;
+    for (int k = 0; k < passes; ++k) s += read(static_cast<char*>(m.p) + bytes * i, bytes);
+    return s;
+  });
+}
+
 // ---- compute peaks ----------------------------------------------------------------
 
 using KernelFn = double (*)(int64_t, float);
@@ -445,6 +464,9 @@ Peaks measure_peaks(const PeaksOptions& opt) {
   }
   Progress progress("measuring this machine's ceilings", 0, "tests");
   measure_dram(p, p.threads, want, floor, opt.quick, progress);
+  progress.set_detail("cache read");
+  progress.add(1);
+  measure_cache(p, p.threads, opt.quick);
   progress.set_detail("compute peaks");
   progress.add(1);
 
@@ -482,6 +504,8 @@ std::string peaks_to_json(const Peaks& p) {
           {"dram_bytes", p.dram_bytes},
           {"dram_scattered_gbs", p.dram_scattered_gbs},
           {"dram_scattered_piece", kScatterPiece},
+          {"cache_read_gbs", p.cache_read_gbs},
+          {"cache_bytes", p.cache_bytes},
           {"compute", ojson{{"fp32_fma", peak_json(p.fp32_fma)},
                             {"bf16_dot", peak_json(p.bf16_dot)},
                             {"int8_vnni", peak_json(p.int8_vnni)},
@@ -538,6 +562,8 @@ Peaks peaks_from_json(const std::string& s, const std::string& where) {
   if (j.contains("dram_read_streams")) p.dram_read_streams = int(integer(j, "dram_read_streams", where));
   if (j.contains("dram_read_prefetch")) p.dram_read_prefetch = integer(j, "dram_read_prefetch", where);
   if (j.contains("measured_at")) p.measured_at = integer(j, "measured_at", where);
+  if (j.contains("cache_read_gbs")) p.cache_read_gbs = num(j, "cache_read_gbs", where);
+  if (j.contains("cache_bytes")) p.cache_bytes = integer(j, "cache_bytes", where);
   return p;
 }
 

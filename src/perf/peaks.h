@@ -20,6 +20,9 @@
 //                                         // shuffled order (a paged KV cache's access
 //                                         // pattern), median; 0 or absent: not measured
 //     "dram_scattered_piece": 16384,      // its piece size (a file with another is ignored)
+//     "cache_read_gbs": 310.5,            // every thread re-reading its own half-L2 buffer:
+//     "cache_bytes": 524288,              // the roof of ops whose operands the step just
+//                                         // made (norms, residual adds); 0/absent: none
 //     "compute": {                        // per_core: one thread; all: every thread at once;
 //                                         // best of 3 runs of ~0.1 s each
 //       "fp32_fma":  {"per_core_gflops": 150.0, "all_gflops": 300.0},   // 2 FLOP per FMA lane
@@ -63,6 +66,8 @@ struct Peaks {
   int64_t dram_read_prefetch = 0;
   int64_t dram_bytes = 0;
   double dram_scattered_gbs = 0;  // all threads, kScatterPiece pieces in shuffled order
+  double cache_read_gbs = 0;      // all threads, each re-reading cache_bytes from its L2
+  int64_t cache_bytes = 0;
   std::optional<ComputePeak> fp32_fma, bf16_dot, int8_vnni, fp16_fma;
   bool quick = false;
   double seconds = 0;

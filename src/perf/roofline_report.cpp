@@ -76,7 +76,7 @@ std::vector<std::string> table_rows(const PhaseAnalysis& p) {
     rows.push_back(cell(o.gflops));
     rows.push_back(cell(o.gbs));
     rows.push_back(o.op->bytes > 0 ? sig3(o.intensity) : "-");
-    rows.push_back(o.bound == Bound::Memory ? "memory" : "compute");
+    rows.push_back(o.bound == Bound::Compute ? "compute" : o.from_cache ? "cache" : "memory");
     rows.push_back(!timed ? "-" : o.above_ceiling ? "above!" : fmt::format("{:.1f}%", o.bound_pct));
     rows.push_back(fmt::format("{:.3f}", ms(o.predicted_seconds)));
   }
@@ -102,7 +102,7 @@ const char* technique(const std::string& bottleneck) {
 // "ffn_down 41% of time (81% of DRAM bandwidth, 1.89 FLOP/B)"
 std::string op_cite(const OpAnalysis& o) {
   const std::string roof = o.bound == Bound::Memory
-                               ? std::string("DRAM bandwidth")
+                               ? std::string(o.from_cache ? "cache bandwidth" : "DRAM bandwidth")
                                : fmt::format("{} peak", compute_class_name(o.op->cls));
   if (o.above_ceiling)
     return fmt::format("{} {:.0f}% of time (above the measured {}: re-measure the ceiling, {} FLOP/B)", o.op->name,
@@ -241,7 +241,8 @@ ojson op_json(const OpAnalysis& o) {
                {"intensity", o.intensity},
                {"peak_gflops", o.peak_gflops},
                {"ridge", o.ridge},
-               {"bound", o.bound == Bound::Memory ? "memory" : "compute"},
+               {"bound", o.bound == Bound::Compute ? "compute" : o.from_cache ? "cache" : "memory"},
+               {"roof_gbs", o.roof_gbs},
                {"bound_pct", o.bound_pct},
                {"above_ceiling", o.above_ceiling},
                {"predicted_seconds", o.predicted_seconds}};
@@ -279,7 +280,7 @@ RooflineAnalysis analyze(const RooflineRun& run) {
   a.dram_gbs = it != run.peaks.dram_read_gbs.end() ? it->second : run.peaks.dram_read_gbs_max;
   RIDGE_CHECK(a.dram_gbs > 0 && std::isfinite(a.dram_gbs),
               "the peaks have no DRAM bandwidth for {} threads (measure them with ridge peaks)", run.threads);
-  const double bw = a.dram_gbs * 1e9;  // bytes/s
+  a.cache_gbs = run.peaks.cache_read_gbs;
   for (const auto& ph : run.phases) {
     PhaseAnalysis p;
     p.phase = &ph;
@@ -291,15 +292,18 @@ RooflineAnalysis analyze(const RooflineRun& run) {
       if (op.seconds > 0) o.gflops = op.flops / op.seconds / 1e9, o.gbs = op.bytes / op.seconds / 1e9;
       o.intensity = op.bytes > 0 ? op.flops / op.bytes : 0;
       o.peak_gflops = class_peak(run.peaks, op.cls);
-      o.ridge = o.peak_gflops / a.dram_gbs;
+      o.from_cache = a.cache_gbs > 0 && op_reads_cache(op.name);
+      o.roof_gbs = o.from_cache ? a.cache_gbs : a.dram_gbs;
+      o.ridge = o.peak_gflops / o.roof_gbs;
       // No compute roof, or no bytes at all: only one ceiling can apply.
       if (o.peak_gflops <= 0) o.bound = Bound::Memory;
       else if (op.bytes <= 0) o.bound = op.flops > 0 ? Bound::Compute : Bound::Memory;
       else o.bound = o.intensity < o.ridge ? Bound::Memory : Bound::Compute;
       if (op.seconds > 0)
-        o.bound_pct = 100 * (o.bound == Bound::Memory ? o.gbs / a.dram_gbs : o.gflops / o.peak_gflops);
+        o.bound_pct = 100 * (o.bound == Bound::Memory ? o.gbs / o.roof_gbs : o.gflops / o.peak_gflops);
       o.above_ceiling = o.bound_pct > 100;
-      o.predicted_seconds = std::max(o.peak_gflops > 0 ? op.flops / (o.peak_gflops * 1e9) : 0.0, op.bytes / bw);
+      o.predicted_seconds =
+          std::max(o.peak_gflops > 0 ? op.flops / (o.peak_gflops * 1e9) : 0.0, op.bytes / (o.roof_gbs * 1e9));
       p.flops += op.flops, p.bytes += op.bytes;
       p.predicted_seconds += o.predicted_seconds;
       p.op_seconds += op.seconds;
@@ -316,6 +320,7 @@ std::string render_text(const RooflineRun& run, const RooflineAnalysis& a) {
   std::string s = fmt::format("roofline: {} ({}), {} threads, prompt {}\n", run.model, run.weight_type, run.threads,
                               run.prompt);
   s += fmt::format("ceilings ({}): DRAM read {} GB/s", run.peaks.cpu, sig3(a.dram_gbs));
+  if (a.cache_gbs > 0) s += fmt::format("; cache read {} GB/s", sig3(a.cache_gbs));
   for (auto c : kClasses)
     if (const double pk = class_peak(run.peaks, c); pk > 0)
       s += fmt::format("; {} {} GFLOP/s (ridge {} FLOP/B)", compute_class_name(c), sig3(pk),
@@ -369,6 +374,7 @@ std::string render_json(const RooflineRun& run, const RooflineAnalysis& a) {
   j["prompt"] = run.prompt;
   j["peaks"] = ojson::parse(peaks_to_json(run.peaks));
   j["dram_gbs"] = a.dram_gbs;
+  j["cache_gbs"] = a.cache_gbs;
   ojson roofs = ojson::object();
   for (auto c : kClasses)
     if (const double pk = class_peak(run.peaks, c); pk > 0)
@@ -583,7 +589,8 @@ std::string svg(const RooflineRun& run, const RooflineAnalysis& a) {
           f.px(o.intensity), f.py(o.gflops), r, col, prefill ? "0.85" : "0.15", prefill ? "#222" : col, esc(m.phase),
           m.batch, esc(o.op->name), compute_class_name(o.op->cls), sig3(o.intensity), sig3(o.gflops), sig3(o.gbs),
           o.above_ceiling ? "above-ceiling" : o.bound == Bound::Memory ? "memory" : "compute", o.bound_pct,
-          o.bound == Bound::Memory ? "DRAM bandwidth" : "its compute roof", ms(o.op->seconds), 100 * o.share);
+          o.bound == Bound::Memory ? (o.from_cache ? "cache bandwidth" : "DRAM bandwidth") : "its compute roof",
+          ms(o.op->seconds), 100 * o.share);
     }
   }
   s += "</g>\n";

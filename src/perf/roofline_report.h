@@ -56,6 +56,10 @@ struct OpAnalysis {
   double peak_gflops = 0;           // the compute roof of its class (0: none)
   double ridge = 0;                 // peak_gflops / DRAM GB/s, FLOP per byte
   Bound bound = Bound::Memory;
+  // Its operands were made earlier in the same step (op_reads_cache): the memory roof is
+  // the cache read ceiling, where the peaks have one, not DRAM.
+  bool from_cache = false;
+  double roof_gbs = 0;              // the memory roof that applies to it
   double bound_pct = 0;             // achieved as % of the bound that applies
   // Measured above its ceiling: the ceiling is too low (re-measure it) or the op's bytes
   // came from cache; never shown as a percentage over 100.
@@ -77,6 +81,7 @@ struct PhaseAnalysis {
 
 struct RooflineAnalysis {
   double dram_gbs = 0;              // the bandwidth roof (peaks at run.threads)
+  double cache_gbs = 0;             // the cache read roof (0: not measured; DRAM applies)
   std::vector<PhaseAnalysis> phases;
 };
 

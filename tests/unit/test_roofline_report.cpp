@@ -143,6 +143,30 @@ TEST(RooflineReport, AboveTheCeilingIsFlaggedNotOver100) {
   EXPECT_EQ(back.peaks_origin, run.peaks_origin);
 }
 
+// Ops on the step's own activations (a residual add here) are held to the cache read
+// roof when the peaks have one: 30 GB/s is 150% of DRAM but 15% of a 200 GB/s cache.
+TEST(RooflineReport, ActivationOpsUseTheCacheRoof) {
+  RooflineRun run = base_run();
+  run.phases.push_back(phase("prefill", 1, 0.2, 0.2,
+                             {{"ffn_residual", CC::Fp32Fma, 1e8, 3e9, 0.1},
+                              {"ffn_down", CC::Int8Vnni, 2e9, 1e9, 0.1}}));
+  RooflineAnalysis a = analyze(run);
+  EXPECT_TRUE(a.phases[0].ops[0].above_ceiling);  // no cache roof measured: DRAM applies
+  run.peaks.cache_read_gbs = 200;
+  a = analyze(run);
+  const OpAnalysis& res = a.phases[0].ops[0];
+  EXPECT_TRUE(res.from_cache);
+  EXPECT_FALSE(res.above_ceiling);
+  EXPECT_DOUBLE_EQ(res.bound_pct, 15.0);
+  EXPECT_DOUBLE_EQ(res.predicted_seconds, 3e9 / 200e9);
+  EXPECT_FALSE(a.phases[0].ops[1].from_cache);  // weights stream from DRAM
+  EXPECT_DOUBLE_EQ(a.phases[0].ops[1].bound_pct, 50.0);
+  const std::string t = render_text(run, a);
+  EXPECT_NE(t.find("cache read 200 GB/s"), std::string::npos) << t;
+  EXPECT_NE(t.find("cache"), std::string::npos) << t;
+  EXPECT_EQ(t.find("warning"), std::string::npos) << t;
+}
+
 TEST(RooflineReport, DramRoofFallsBackToMax) {
   RooflineRun run = base_run();
   run.threads = 3;  // not measured at 3 threads
