@@ -578,6 +578,41 @@ test("raw HTTP errors: malformed JSON, wrong types, 413, unknown route, missing 
   assert.equal((await raw(`${o.url}/health`)).status, 200);
 });
 
+// Every numeric field against values JSON can say but a request cannot mean (beyond a
+// double, beyond an int64, the wrong type): a 4xx naming the field, never a 500.
+test("no malformed value is a 500; out-of-range numbers are 400s naming their field", async () => {
+  const fields = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "n", "seed", "presence_penalty",
+                  "frequency_penalty", "repetition_penalty", "logprobs", "priority"];
+  const values = ["1e400", "-1e400", "1E+999", "123456789012345678901234567890", "-9223372036854775809",
+                  "1e-400", "-0", "true", "null", "[]", "{}", '"x"'];
+  const post = (path, body) => raw(`${o.url}${path}`, { method: "POST", body, headers: AUTH });
+  let n = 0;
+  for (const f of fields)
+    for (const v of values) {
+      const r = await post("/v1/completions", `{"prompt": "x", "max_tokens": 2, "${f}": ${v}}`);
+      assert.ok(r.status < 500, `${f}: ${v} -> ${r.status} ${r.text}`);
+      if (/e\+?[0-9]{3}$/i.test(v) && !v.startsWith("1e-")) {
+        assert.equal(r.status, 400, `${f}: ${v} -> ${r.text}`);
+        assert.equal(JSON.parse(r.text).error.param, f, `${f}: ${v} -> ${r.text}`);
+      }
+      ++n;
+    }
+  for (const [path, body, param] of [
+    ["/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi", "w": 1e400}], "max_tokens": 2}', "messages[0].w"],
+    ["/v1/completions", '{"prompt": [1, 2, 1e400], "max_tokens": 2}', "prompt[2]"],
+    ["/v1/completions", '{"prompt": "x", "logit_bias": {"5": -1e400}}', "logit_bias.5"],
+    ["/tokenize", '{"prompt": "x", "add_special_tokens": 1e400}', "add_special_tokens"],
+    ["/detokenize", '{"tokens": [1, 1e400]}', "tokens[1]"],
+  ]) {
+    const r = await post(path, body);
+    assert.equal(r.status, 400, `${path} ${body} -> ${r.text}`);
+    assert.equal(JSON.parse(r.text).error.param, param, `${path} ${body} -> ${r.text}`);
+    ++n;
+  }
+  assert.equal((await raw(`${o.url}/health`)).status, 200);
+  console.log(`  ${n} bodies, none a 500`);
+});
+
 // The server refuses on Content-Length before reading the body, and drains what is still
 // arriving before it closes (closing with unread bytes would reset the connection and
 // destroy the 413 on its way).
