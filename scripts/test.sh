@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole suite, as CI runs it (make test calls this after setup + release build):
+#   0. the layer check: no include against the layers' direction (docs/ARCHITECTURE.md)
 #   1. unit tests (GoogleTest via ctest) on the release build, every ISA path
 #   2. command-line bad-input tests
 #   3. the outside oracle: ridge vs llama.cpp (node-llama-cpp) on every arch x dtype,
@@ -57,6 +58,7 @@ sanitized() {
     (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j1 --timeout 1800)
 }
 
+stage "layers: every include points down" bash tests/layers/test_check_layers.sh
 stage "unit tests (release)" unit_all_isas
 stage "command-line errors" bash tests/cli/test_cli.sh "$BUILD/ridge"
 stage "oracle: ridge vs llama.cpp" bash tests/oracle/run_oracle.sh "$BUILD/ridge"

@@ -15,9 +15,9 @@
 #include "core/progress.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "perf/bench_compare.h"
-#include "perf/bench_kernels.h"
-#include "perf/bench_serve.h"
+#include "tools/bench_compare.h"
+#include "tools/bench_kernels.h"
+#include "tools/bench_serve.h"
 #include "perf/peaks.h"
 #include "perf/tracer.h"
 
@@ -276,13 +276,13 @@ int bench_compare_cmd(Args& a) {
   const auto files = a.positional();
   a.finish();
   if (files.size() != 2) fail("usage: ridge bench compare A.json B.json [--metric NAME,...] [--json FILE]");
-  const auto ra = perf::load_bench_runs(files[0]), rb = perf::load_bench_runs(files[1]);
-  const auto ms = perf::compare_runs(ra, rb, split_list(metrics));
-  std::fputs(perf::compare_table(ms, files[0], ra.size(), files[1], rb.size()).c_str(), stdout);
+  const auto ra = tools::load_bench_runs(files[0]), rb = tools::load_bench_runs(files[1]);
+  const auto ms = tools::compare_runs(ra, rb, split_list(metrics));
+  std::fputs(tools::compare_table(ms, files[0], ra.size(), files[1], rb.size()).c_str(), stdout);
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");
     if (!f) fail("cannot write --json {}", json_path);
-    const std::string j = perf::compare_json(ms, files[0], ra.size(), files[1], rb.size());
+    const std::string j = tools::compare_json(ms, files[0], ra.size(), files[1], rb.size());
     std::fwrite(j.data(), 1, j.size(), f);
     std::fclose(f);
   }

@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "perf/peaks.h"
-#include "perf/roofline_report.h"
-#include "perf/roofline_run.h"
+#include "tools/roofline_report.h"
+#include "tools/roofline_run.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge::cli {
@@ -67,7 +67,7 @@ int cmd_roofline(Args& a) {
   // --from-json re-renders a saved measurement: no model, no run.
   const auto from = a.str({"--from-json"});
   const std::string path = from ? a.str({"-m", "--model"}, "") : resolve_model(a);
-  perf::RooflineOptions o;
+  tools::RooflineOptions o;
   o.batches = int_list(a.str({"--batch"}, "1,4,16,64"), "--batch");
   o.prompt = int32_t(a.integer({"--prompt"}, 512, 1, 1 << 20));
   o.decode_steps = int32_t(a.integer({"--decode-steps"}, 16, 1, 1 << 16));
@@ -84,13 +84,13 @@ int cmd_roofline(Args& a) {
       if (!probe) fail("cannot write {}", **out);
     }
 
-  perf::RooflineRun run;
+  tools::RooflineRun run;
   if (from) {
     std::ifstream in(*from);
     if (!in) fail("cannot read --from-json {}", *from);
     std::stringstream ss;
     ss << in.rdbuf();
-    run = perf::run_from_json(ss.str(), *from);
+    run = tools::run_from_json(ss.str(), *from);
   } else {
     Peaks peaks;
     std::string origin;
@@ -111,16 +111,16 @@ int cmd_roofline(Args& a) {
     auto model = Model::load(path);
     auto tok = Tokenizer::from_gguf(model->file());
     o.model_name = std::filesystem::path(path).filename().string();
-    run = perf::measure_roofline(*model, tok.get(), peaks, o);
+    run = tools::measure_roofline(*model, tok.get(), peaks, o);
     run.peaks_origin = origin;
   }
-  const perf::RooflineAnalysis an = perf::analyze(run);
-  std::fputs(perf::render_text(run, an).c_str(), stdout);
+  const tools::RooflineAnalysis an = tools::analyze(run);
+  std::fputs(tools::render_text(run, an).c_str(), stdout);
   if (json) {
-    if (*json == "-") std::fputs(perf::render_json(run, an).c_str(), stdout);
-    else write_file(*json, perf::render_json(run, an));
+    if (*json == "-") std::fputs(tools::render_json(run, an).c_str(), stdout);
+    else write_file(*json, tools::render_json(run, an));
   }
-  if (html) write_file(*html, perf::render_html(run, an));
+  if (html) write_file(*html, tools::render_html(run, an));
   return 0;
 }
 

@@ -180,7 +180,7 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   // never share a slot, so the rows run in parallel).
   const KVLayout& kl = kv_.layout();
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
-     perf::rope_kv_cost(h_, T, !L.bq.empty(), !L.q_norm.empty(), kl.dtype), [&] {
+     perf::rope_kv_cost(h_.attn_shape(), T, !L.bq.empty(), !L.q_norm.empty(), kl.dtype), [&] {
     rows(T, [&](int64_t t) {
       float* q = q_.data() + t * nq;
       float* k = k_.data() + t * nk;
@@ -218,7 +218,7 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   const int64_t scratch_per = kernels::attention_scratch_floats(kl, hr.run * group);
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   const float scale = 1.0f / std::sqrt(float(dk));
-  op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(h_, seq_shape_, kl.dtype), [&] {
+  op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(h_.attn_shape(), seq_shape_, kl.dtype), [&] {
     pool_.run(T * hr.splits, [&](int64_t task, int thread) {
       const int64_t t = task / hr.splits;
       const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, nkv - h0);

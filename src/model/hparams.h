@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "perf/op_cost.h"
 
 namespace ridge {
 
@@ -27,6 +28,7 @@ struct HParams {
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }
   int32_t n_kv_v() const { return n_head_kv * head_dim_v; }
   int32_t n_attn_out() const { return n_head * head_dim_v; }
+  perf::AttnShape attn_shape() const { return {n_head, n_head_kv, head_dim_k, head_dim_v, rope_dim}; }
 };
 
 // Throws ridge::Error naming the missing or invalid key.

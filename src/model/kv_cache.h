@@ -1,89 +1,22 @@
-// Paged KV storage: a pool of fixed-size blocks per layer. A sequence's tokens live in the
-// blocks its block table names, position p in block table[p / block_size], slot
-// p % block_size. Which blocks belong to whom is the engine's business (block manager);
-// this class only owns the bytes and knows the layout.
-//
-// Layout, in the cache dtype: per layer, the K tiles of every block, then the V tiles of
-// every block; a block's K (V) tiles of all KV heads are one contiguous run:
-//   [n_layer] { K [n_blocks][n_kv_head][head_dim_k][block_size],
-//               V [n_blocks][n_kv_head][block_size][head_dim_v] }
-// Attention computes a tile's scores with keys across the vector lanes (16 slots of one
-// dimension are one load, no transpose) and P.V with dimensions across the lanes (one
-// position's V row is one load). A decode attention task over several heads reads one
-// piece of K and one of V per block, and the scores of a tile of blocks read all its K
-// pieces before P.V reads its V pieces: with K and V in their own regions a table of
-// adjacent blocks (BlockManager's placement) is one stream of K and one of V, which the
-// hardware prefetchers follow further than pieces with the other half between them
-// (bench kernels, 16 x 131072 tokens in order: 22.1-22.3 GB/s against 21.2-21.5 with
-// each block's K and V together; shuffled blocks, 8 KiB pieces instead of 16: 16.8-17.1
-// against 17.6-17.9).
+// The paged KV pool's memory: one anonymous mapping of n_blocks blocks in the layout of
+// kernels/cpu/kv_view.h, committed lazily as blocks fill. The view is what the kernels
+// read; this class only owns the bytes.
 #pragma once
-#include <cstdint>
-#include <memory>
-#include <span>
+#include <cstddef>
 
-#include "core/dtype.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace ridge {
 
-struct KVLayout {
-  int32_t n_layer = 0, n_kv_head = 0, head_dim_k = 0, head_dim_v = 0;
-  int32_t block_size = 16;
-  int32_t n_blocks = 0;
-  DType dtype = DType::F16;
-
-  int64_t bytes_per_token() const {  // K and V, all layers
-    return int64_t(n_layer) * n_kv_head * (head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size);
-  }
-};
-
-class KVCache {
+class KVCache : public KVView {
  public:
-  explicit KVCache(const KVLayout& layout);
+  explicit KVCache(const KVLayout& layout);  // throws ridge::Error on an impossible layout
   ~KVCache();
   KVCache(const KVCache&) = delete;
   KVCache& operator=(const KVCache&) = delete;
 
-  const KVLayout& layout() const { return l_; }
-  int64_t total_bytes() const { return bytes_; }
-
-  // Sizes of one block's K tiles (all heads) and V tiles in one layer: also the bytes from
-  // one block's K (V) tiles to the next block's.
-  int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_k * esz_; }
-  int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
-  int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }  // all layers
-  // Bytes from one head's K (V) tile to the next head's in a block.
-  int64_t k_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_k * esz_; }
-  int64_t v_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_v * esz_; }
-
-  // Head h's K tile [head_dim_k][block_size] of (layer, block).
-  uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
-    return layer_base(layer) + int64_t(block) * k_block_bytes() + head * k_head_bytes();
-  }
-  // Head h's V vector at (block, slot): head_dim_v contiguous elements.
-  uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
-    return layer_base(layer) + int64_t(l_.n_blocks) * k_block_bytes() + int64_t(block) * v_block_bytes() +
-           head * v_head_bytes() + int64_t(slot) * l_.head_dim_v * esz_;
-  }
-
-  // One position's K or V vector of one head, from or to f32 (K's elements lie
-  // block_size apart, V's are contiguous).
-  void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
-  void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
-  void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
-  void read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
-
  private:
-  uint8_t* layer_base(int32_t layer) const {
-    return base_ + int64_t(layer) * l_.n_blocks * (k_block_bytes() + v_block_bytes());
-  }
-
-  KVLayout l_;
-  int64_t esz_ = 2;
-  int64_t bytes_ = 0;
   size_t map_len_ = 0;
-  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> mem_{nullptr, nullptr};
-  uint8_t* base_ = nullptr;
 };
 
 }  // namespace ridge

@@ -28,7 +28,7 @@ OpCost swiglu_cost(int64_t rows, int64_t n_ff) {
   return {5.0 * double(rows) * double(n_ff), 12.0 * double(rows) * double(n_ff)};
 }
 
-OpCost rope_kv_cost(const HParams& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type) {
+OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type) {
   const double nq = h.n_q(), nk = h.n_kv_k(), nv = h.n_kv_v(), t = double(tokens);
   double per_token = 3.0 * double(h.rope_dim) * double(h.n_head + h.n_head_kv);
   if (bias) per_token += nq + nk + nv;
@@ -37,7 +37,7 @@ OpCost rope_kv_cost(const HParams& h, int64_t tokens, bool bias, bool qk_norm, D
   return {t * per_token, bytes};
 }
 
-OpCost attention_cost(const HParams& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type) {
+OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type) {
   const double dk = h.head_dim_k, dv = h.head_dim_v, nh = h.n_head, nkv = h.n_head_kv;
   const double kv_elem = double(row_bytes(kv_type, 1));
   double flops = 0, bytes = 0;

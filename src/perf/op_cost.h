@@ -9,10 +9,19 @@
 #include <utility>
 
 #include "core/dtype.h"
-#include "model/hparams.h"
 #include "perf/op_profile.h"
 
 namespace ridge::perf {
+
+// What the attention ops' costs need of a model's shape (the model layer fills it from
+// its hyperparameters: instrumentation knows no model).
+struct AttnShape {
+  int32_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, rope_dim = 0;
+  int64_t n_q() const { return int64_t(n_head) * head_dim_k; }
+  int64_t n_kv_k() const { return int64_t(n_head_kv) * head_dim_k; }
+  int64_t n_kv_v() const { return int64_t(n_head_kv) * head_dim_v; }
+  int64_t n_attn_out() const { return int64_t(n_head) * head_dim_v; }
+};
 
 struct OpCost {
   double flops = 0;
@@ -36,12 +45,12 @@ OpCost swiglu_cost(int64_t rows, int64_t n_ff);
 // Per token: optional biases (1 op per q/k/v element), optional q/k norms (3 per element),
 // RoPE on rope_dim of every q and k head (3 per rotated element: two products, one add);
 // read q, k, v, write q and k back and K/V into the cache in kv_type.
-OpCost rope_kv_cost(const HParams& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type);
+OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type);
 // Attention over the cache: each token at position p attends p + 1 keys: per query head
 // 2 (p + 1) head_dim_k ops for the scores and 2 (p + 1) head_dim_v for P.V (softmax
 // counted as 5 per score). Bytes: each sequence's K and V context once per layer (all
 // tokens and GQA heads of the sequence share it), q in, output out. seqs: (pos0, n_tokens).
-OpCost attention_cost(const HParams& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type);
+OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type);
 // Gathering `tokens` embedding rows of width n stored as `type`: no operations; the rows
 // read, the f32 rows written.
 OpCost embed_cost(int64_t tokens, int64_t n, DType type);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "perf/bench_serve.h"
+#include "tools/bench_serve.h"
 
 namespace ridge {
 namespace {

@@ -42,12 +42,12 @@ TEST(OpCost, AttentionByHand) {
   // Bytes: context 8 tokens x 2 KV heads x (16 + 16) x 2 (f16) = 1024; q in and out
   // 3 x 4 x (64 + 64) = 1536.
   const std::pair<int32_t, int32_t> one[] = {{5, 3}};
-  const OpCost c = attention_cost(h, one, DType::F16);
+  const OpCost c = attention_cost(h.attn_shape(), one, DType::F16);
   EXPECT_EQ(c.flops, 5796.0);
   EXPECT_EQ(c.bytes, 1024.0 + 1536.0);
   // Two decode tokens of two sequences at positions 9 and 0: keys 10 and 1.
   const std::pair<int32_t, int32_t> two[] = {{9, 1}, {0, 1}};
-  const OpCost d = attention_cost(h, two, DType::F32);
+  const OpCost d = attention_cost(h.attn_shape(), two, DType::F32);
   EXPECT_EQ(d.flops, 4.0 * 11.0 * 69.0);
   EXPECT_EQ(d.bytes, (10.0 + 1.0) * 2 * 32 * 4 + 2 * 4 * 128.0);
 }
@@ -61,9 +61,9 @@ TEST(OpCost, ElementwiseByHand) {
   EXPECT_EQ(swiglu_cost(1, 128).bytes, 1536.0);
   // RoPE: 3 x 16 x (4 + 2) = 288 per token; bytes 4*(64+32+32) + 4*(64+32) + 2*(32+32).
   const HParams h = small();
-  EXPECT_EQ(rope_kv_cost(h, 1, false, false, DType::F16).flops, 288.0);
-  EXPECT_EQ(rope_kv_cost(h, 1, false, false, DType::F16).bytes, 512.0 + 384.0 + 128.0);
-  EXPECT_EQ(rope_kv_cost(h, 1, true, true, DType::F16).flops, 288.0 + 128.0 + 3.0 * 96.0);
+  EXPECT_EQ(rope_kv_cost(h.attn_shape(), 1, false, false, DType::F16).flops, 288.0);
+  EXPECT_EQ(rope_kv_cost(h.attn_shape(), 1, false, false, DType::F16).bytes, 512.0 + 384.0 + 128.0);
+  EXPECT_EQ(rope_kv_cost(h.attn_shape(), 1, true, true, DType::F16).flops, 288.0 + 128.0 + 3.0 * 96.0);
   EXPECT_EQ(embed_cost(2, 64, DType::Q8_0).bytes, 2 * (68.0 + 256.0));
   EXPECT_EQ(embed_cost(2, 64, DType::Q8_0).flops, 0.0);
 }

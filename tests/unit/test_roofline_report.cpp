@@ -13,14 +13,15 @@
 #include <string>
 
 #include "core/error.h"
-#include "perf/bench_compare.h"
-#include "perf/roofline_report.h"
+#include "tools/bench_compare.h"
+#include "tools/roofline_report.h"
 #include "test_util.h"
 
-namespace ridge::perf {
+namespace ridge::tools {
 namespace {
 
-using CC = ComputeClass;
+using CC = perf::ComputeClass;
+using perf::ComputeClass;
 
 // DRAM 20 GB/s at 2 threads (10 at 1, 25 at most); fp32 FMA 200 GFLOP/s (ridge 10 FLOP/B),
 // int8 VNNI 800 GOP/s (ridge 40); no bf16 or fp16.
@@ -553,4 +554,4 @@ TEST(BenchCompare, CompareRuns) {
 }
 
 }  // namespace
-}  // namespace ridge::perf
+}  // namespace ridge::tools

@@ -14,12 +14,12 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "model/kv_cache.h"
+#include "kernels/cpu/kv_view.h"
 
 namespace ridge::kernels {
 
 struct AttnArgs {
-  const KVCache* kv = nullptr;
+  const KVView* kv = nullptr;
   int32_t layer = 0;
   std::span<const int32_t> block_table;
   int32_t n_ctx = 0;   // attend to positions [0, n_ctx)

@@ -1,4 +1,4 @@
-#include "perf/bench_kernels.h"
+#include "tools/bench_kernels.h"
 
 #include <fmt/format.h>
 

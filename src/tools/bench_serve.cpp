@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "perf/bench_serve.h"
+#include "tools/bench_serve.h"
 
 namespace ridge {
 namespace {

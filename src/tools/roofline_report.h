@@ -16,7 +16,9 @@
 #include "perf/op_profile.h"
 #include "perf/peaks.h"
 
-namespace ridge::perf {
+namespace ridge::tools {
+
+using perf::ComputeClass;
 
 struct OpMeasure {
   std::string name;          // op_name()
@@ -93,4 +95,4 @@ std::string render_json(const RooflineRun& run, const RooflineAnalysis& a);
 RooflineRun run_from_json(const std::string& text, const std::string& where);
 std::string render_html(const RooflineRun& run, const RooflineAnalysis& a);
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace ridge::perf {
+namespace ridge::tools {
 
 // Which way is better for a metric; Unknown ones are compared only when asked for by name.
 enum class Better { Lower, Higher, Unknown };
@@ -54,4 +54,4 @@ std::string compare_table(const std::vector<MetricComparison>& m, const std::str
 std::string compare_json(const std::vector<MetricComparison>& m, const std::string& a_name, size_t a_runs,
                          const std::string& b_name, size_t b_runs);
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

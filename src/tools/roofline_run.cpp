@@ -1,4 +1,4 @@
-#include "perf/roofline_run.h"
+#include "tools/roofline_run.h"
 
 #include <chrono>
 #include <map>
@@ -10,7 +10,9 @@
 #include "model/model.h"
 #include "perf/op_cost.h"
 
-namespace ridge::perf {
+namespace ridge::tools {
+
+using namespace ridge::perf;  // the instrumentation this tool reports on
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -136,4 +138,4 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
   return run;
 }
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

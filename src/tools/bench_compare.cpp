@@ -1,6 +1,6 @@
 // `ridge bench compare` (see bench_compare.h): result files to metrics, medians, the ratio
 // and its noise band, and the report.
-#include "perf/bench_compare.h"
+#include "tools/bench_compare.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,8 @@
 
 #include "core/error.h"
 
-namespace ridge::perf {
+namespace ridge::tools {
+
 namespace {
 
 // Ordered: metrics are listed in the order of the files.
@@ -230,4 +231,4 @@ std::string compare_json(const std::vector<MetricComparison>& ms, const std::str
   return j.dump(2) + "\n";
 }
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "perf/bench_serve.h"
+#include "tools/bench_serve.h"
 
 namespace ridge {
 

@@ -1,6 +1,6 @@
 // The roofline report (see roofline_report.h): the analysis of a measurement against the
 // machine's ceilings, the bottleneck diagnosis, and the text / JSON / HTML renderers.
-#include "perf/roofline_report.h"
+#include "tools/roofline_report.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,9 @@
 
 #include "core/error.h"
 
-namespace ridge::perf {
+namespace ridge::tools {
+
+using namespace ridge::perf;  // the instrumentation this tool reports on
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -664,4 +666,4 @@ std::string render_html(const RooflineRun& run, const RooflineAnalysis& a) {
   return s + "</body>\n</html>\n";
 }
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

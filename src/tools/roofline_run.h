@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "perf/roofline_report.h"
+#include "tools/roofline_report.h"
 
 namespace ridge {
 class Model;
 class Tokenizer;
 }
 
-namespace ridge::perf {
+namespace ridge::tools {
 
 struct RooflineOptions {
   std::vector<int32_t> batches{1, 4, 16, 64};
@@ -28,4 +28,4 @@ struct RooflineOptions {
 // model's context).
 RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& peaks, const RooflineOptions& o);
 
-}  // namespace ridge::perf
+}  // namespace ridge::tools

@@ -1,0 +1,81 @@
+// The paged KV cache as the kernels see it: a layout and a base pointer, no ownership.
+// A sequence's tokens live in the blocks its block table names, position p in block
+// table[p / block_size], slot p % block_size. Who owns the bytes (model/kv_cache.h) and
+// which blocks belong to whom (engine/block_manager.h) are other layers' business.
+//
+// Layout, in the cache dtype: per layer, the K tiles of every block, then the V tiles of
+// every block; a block's K (V) tiles of all KV heads are one contiguous run:
+//   [n_layer] { K [n_blocks][n_kv_head][head_dim_k][block_size],
+//               V [n_blocks][n_kv_head][block_size][head_dim_v] }
+// Attention computes a tile's scores with keys across the vector lanes (16 slots of one
+// dimension are one load, no transpose) and P.V with dimensions across the lanes (one
+// position's V row is one load). A decode attention task over several heads reads one
+// piece of K and one of V per block, and the scores of a tile of blocks read all its K
+// pieces before P.V reads its V pieces: with K and V in their own regions a table of
+// adjacent blocks (BlockManager's placement) is one stream of K and one of V, which the
+// hardware prefetchers follow further than pieces with the other half between them
+// (docs/BENCHMARKS.md, issue 6 session 9, has the measurements).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ridge {
+
+struct KVLayout {
+  int32_t n_layer = 0, n_kv_head = 0, head_dim_k = 0, head_dim_v = 0;
+  int32_t block_size = 16;
+  int32_t n_blocks = 0;
+  DType dtype = DType::F16;
+
+  int64_t bytes_per_token() const {  // K and V, all layers
+    return int64_t(n_layer) * n_kv_head * (head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size);
+  }
+};
+
+class KVView {
+ public:
+  KVView() = default;
+  KVView(const KVLayout& layout, uint8_t* base)
+      : l_(layout), esz_(int64_t(dtype_info(layout.dtype).type_size)), base_(base) {}
+
+  const KVLayout& layout() const { return l_; }
+  int64_t total_bytes() const { return block_bytes() * l_.n_blocks; }
+
+  // Sizes of one block's K tiles (all heads) and V tiles in one layer: also the bytes from
+  // one block's K (V) tiles to the next block's.
+  int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_k * esz_; }
+  int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
+  int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }  // all layers
+  // Bytes from one head's K (V) tile to the next head's in a block.
+  int64_t k_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_k * esz_; }
+  int64_t v_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_v * esz_; }
+
+  // Head h's K tile [head_dim_k][block_size] of (layer, block).
+  uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
+    return layer_base(layer) + int64_t(block) * k_block_bytes() + head * k_head_bytes();
+  }
+  // Head h's V vector at (block, slot): head_dim_v contiguous elements.
+  uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
+    return layer_base(layer) + int64_t(l_.n_blocks) * k_block_bytes() + int64_t(block) * v_block_bytes() +
+           head * v_head_bytes() + int64_t(slot) * l_.head_dim_v * esz_;
+  }
+
+  // One position's K or V vector of one head, from or to f32 (K's elements lie
+  // block_size apart, V's are contiguous).
+  void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
+  void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
+  void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
+  void read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
+
+ protected:
+  uint8_t* layer_base(int32_t layer) const {
+    return base_ + int64_t(layer) * l_.n_blocks * (k_block_bytes() + v_block_bytes());
+  }
+
+  KVLayout l_;
+  int64_t esz_ = 2;
+  uint8_t* base_ = nullptr;
+};
+
+}  // namespace ridge

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The layers of src/ and the only direction their includes may point (docs/ARCHITECTURE.md):
+# a file under src/LAYER/ may include headers of LAYER itself and of the layers listed
+# for it below, nothing else. CMake links one library per layer in the same direction;
+# this check catches the include before it becomes a link-order puzzle.
+# usage: tests/layers/check_layers.sh [SRC_DIR]   (default: src beside this script's repo)
+# Prints every violation as FILE:LINE: LAYER -> OTHER; exit status 1 if there is any.
+set -uo pipefail
+src=${1:-"$(dirname "$0")/../../src"}
+
+declare -A allowed=(
+  [core]=""
+  [perf]="core"
+  [gguf]="core"
+  [quant]="core"
+  [tokenizer]="core gguf"
+  [kernels]="core quant"
+  [model]="core perf gguf quant kernels"
+  [engine]="core perf gguf quant kernels model tokenizer"
+  [server]="core perf tokenizer engine"
+  [tools]="core perf gguf quant kernels model tokenizer engine"
+  [cli]="core perf gguf quant kernels model tokenizer engine server tools"
+)
+
+[ -d "$src" ] || { echo "layers: no source directory $src"; exit 2; }
+bad=0
+for dir in "$src"/*/; do
+  layer=$(basename "$dir")
+  if [ -z "${allowed[$layer]+x}" ]; then
+    echo "layers: src/$layer/ is no known layer (add it to tests/layers/check_layers.sh)"
+    bad=1
+    continue
+  fi
+  ok=" $layer ${allowed[$layer]} "
+  while IFS=: read -r file line inc; do
+    target=${inc%%/*}
+    [[ "$ok" == *" $target "* ]] && continue
+    echo "${file#"$src"/}:$line: $layer -> $target (${inc})"
+    bad=1
+  done < <(grep -rnoE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"[a-z0-9_]+/[^"]+"' "$dir" --include='*.h' \
+             --include='*.cpp' --include='*.cu' --include='*.cuh' | sed -E 's/:[[:space:]]*#[[:space:]]*include[[:space:]]+"/:/; s/"$//')
+done
+if ((bad)); then
+  echo "layers: includes against the direction above"
+  exit 1
+fi
+echo "layers: every include of $(find "$src" -name '*.h' -o -name '*.cpp' | wc -l) files points down"
