@@ -4,12 +4,13 @@
 //
 // Placement: a table grows into the block after its last one when that block is free, so
 // a sequence's K/V lie in long runs of adjacent blocks and decode attention reads them as
-// streams the hardware prefetcher follows (bench kernels, 16 x 131072 tokens: 21-22 GB/s
-// with each sequence's blocks in order against 17 shuffled). A table that cannot grow
-// there starts a new run at the lowest slot of kSlot wholly free blocks, where no other
-// table is growing; with no such slot left, on the most recently freed block. 16 tables
-// taking a block each in turns, as a decode batch does, stay 94% adjacent, where handing
-// out the most recently freed block interleaved them block by block (0%).
+// streams the hardware prefetcher follows (measurably faster than the same blocks
+// shuffled: docs/BENCHMARKS.md, issue 6 session 9). A table that cannot grow there starts
+// a new run at the lowest slot of kSlot wholly free blocks, where no other table is
+// growing; with no such slot left, on the most recently freed block. 16 tables taking a
+// block each in turns, as a decode batch does, stay almost wholly adjacent, where handing
+// out the most recently freed block interleaved them block by block (no neighbours
+// adjacent).
 #pragma once
 #include <cstddef>
 #include <cstdint>

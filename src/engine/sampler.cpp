@@ -175,8 +175,9 @@ namespace {
 
 // The largest of x[b, e) (NaN never taken: it compares false), -inf if none. Kept in
 // kLanes running maxima with a compare-and-select the compiler vectorizes: one scalar,
-// branchy pass per row over a 32000-entry vocabulary was 1.7 ms of a 16-sequence decode
-// step (ridge roofline --batch 16), three of them per sampled row.
+// branchy pass per row over a 32000-entry vocabulary, three of them per sampled row, was
+// a visible share of a 16-sequence decode step (ridge roofline --batch 16; measured:
+// docs/BENCHMARKS.md, issue 6 session 6).
 constexpr int32_t kLanes = 16;
 float max_of(const float* x, int32_t b, int32_t e) {
   float m[kLanes];

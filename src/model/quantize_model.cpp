@@ -186,7 +186,7 @@ QuantizeReport quantize_model(const std::string& in_path, const std::string& out
     w.add_tensor(t.name, to, ne, [src, to, &pool](uint8_t* dst) {
       const int64_t k = src->ne[0], rows = src->n_elements() / k;
       const int64_t in_rb = row_bytes(src->type, k), out_rb = row_bytes(to, k);
-      // K rows cost ~100x a legacy row to quantize (the scale search): smaller grains.
+      // K rows cost far more than a legacy row to quantize (the scale search): smaller grains.
       pool.parallel_for(rows, dtype_info(to).block_size == 256 ? 8 : 64, [&](int64_t lo, int64_t hi, int) {
         std::vector<float> row(static_cast<size_t>(k));
         for (int64_t r = lo; r < hi; ++r) {

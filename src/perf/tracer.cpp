@@ -113,7 +113,7 @@ void put_arg_body(Buf& b, TraceArgs args) {
 
 // A per-op span as the engine thread leaves it: the forward emits one per op (hundreds
 // per step), so the engine thread only copies these numbers and the writer thread
-// formats them (a formatted event costs about 5x the copy).
+// formats them (a formatted event costs several times the copy).
 struct OpRec {
   int64_t t0, t1, tokens;
   double flops, bytes;

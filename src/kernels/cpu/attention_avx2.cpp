@@ -169,7 +169,7 @@ void scale_row(float* o, int32_t dv, __m256 x) {
 
 // Asks for the K/V of tile t (if any) ahead of its use: blocks lie scattered in the pool,
 // so the hardware prefetchers, which follow one stream within a page, cannot guess them
-// (two tiles ahead: +12 to 18% on bench_attention's decode, 1 and 2 threads).
+// (two tiles ahead: measurably faster on bench_attention's decode, 1 and 2 threads).
 ATTN_INLINE void prefetch_tile(const AttnView& a, int32_t t, int32_t n_tiles, int64_t k_bytes, int64_t v_bytes) {
   if (t >= n_tiles) return;
   const char* kb = reinterpret_cast<const char*>(a.k0 + a.blocks[t] * a.k_block_stride);

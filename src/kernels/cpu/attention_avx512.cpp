@@ -37,7 +37,7 @@ namespace {
 constexpr float kNegInf = -__builtin_inff();
 constexpr int32_t kMaxTileBlocks = kTileKeys;  // at block_size 1
 // Prefetch the next tile, into L2 (T1): two tiles ahead, or into L1, measured slower on
-// bench kernels' long-context decode (8.6 and 9.1 GB/s against 9.9).
+// bench kernels' long-context decode (docs/BENCHMARKS.md, issue 6 session 5).
 constexpr int32_t kPrefetchTiles = 1;
 constexpr int32_t kStatRows = 16;      // rows whose softmax state shares one vector
 constexpr int32_t kRows = 8;           // scores and P.V: 8 rows x 32 lanes of accumulators

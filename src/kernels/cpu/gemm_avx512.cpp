@@ -207,7 +207,8 @@ inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t 
 // first row tile reads them and from L1 for the others right after, so the panels
 // stream at the pace of the arithmetic, NP streams at once with a prefetch ahead as in
 // decode. (kern_int8's L1-sized passes instead fetch the next pass with software
-// prefetches, which the core's few fill buffers cap near 10 GB/s.) The float sums of
+// prefetches, which the core's few fill buffers cap well under its share of DRAM
+// bandwidth: docs/BENCHMARKS.md, issue 6 session 6.) The float sums of
 // every row sit in an aligned scratch, loaded and stored around the same fma on the same
 // values as kern_int8's, so every lane keeps its bits.
 template <int NP, Fmt F>
@@ -306,7 +307,8 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
 }
 
 // The types whose decode batches run block by block (batch_over); the float types run
-// passes (a batch order through their tile kernels measured 5-15% slower).
+// passes (a batch order through their tile kernels measured slower: docs/BENCHMARKS.md,
+// issue 6 session 6).
 bool has_batch_kernel(DType t) { return !is_float_type(t); }
 
 // kern_int8_batch or kern_q45k_batch for rows [m0, m1) of NP panels from p.

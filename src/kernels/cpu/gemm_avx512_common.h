@@ -30,8 +30,9 @@ struct PassPrefetch {
   int32_t lines = 0;          // of each slice per kernel iteration
 
   // Few instructions and no stores: this runs in every iteration of the kernels, and a
-  // per-line bounds check with its position kept in memory cost 10-15% of the m = 16
-  // kernel with the weights in L2 (40% at m = 6).
+  // per-line bounds check with its position kept in memory was a large share of the
+  // kernel's time with the weights in L2, the larger the fewer rows (docs/BENCHMARKS.md,
+  // issue 6 session 6).
   inline void step() {
     if (at >= end) return;
     for (int32_t i = 0; i < lines; ++i) {
@@ -43,10 +44,10 @@ struct PassPrefetch {
 };
 
 // Decode (one activation row) streams each panel once. With the arithmetic between the
-// loads, the hardware prefetchers alone leave a thread's 4 panel streams about 11% under
+// loads, the hardware prefetchers alone leave a thread's 4 panel streams measurably under
 // a plain read (bench/bench_stream.cpp); a software prefetch a fixed distance ahead in
-// every stream, one per line spread over the iterations, wins that back: decode b1 +6-11%
-// on f16, +13-18% on q4_k_m (docs/BENCHMARKS.md, session 6). 1 KiB and 2 KiB measured the
+// every stream, one per line spread over the iterations, wins that back, most in f16 and
+// q4_k_m decode (docs/BENCHMARKS.md, issue 6 session 6). 1 KiB and 2 KiB measured the
 // same in the kernels.
 inline constexpr int64_t kAheadBytes = 1024;
 
@@ -162,8 +163,8 @@ inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) 
 // issued one panel per row tile: all NP panels' lines at the block's start are a burst
 // that fills the core's fill buffers and holds up the first tile's loads. The panels no
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
-// nearest its memory bound (m = 16: +2-5% of DRAM); on the 4-bit types, compute-bound at
-// m = 16, it measured 1-13% slower (docs/BENCHMARKS.md, session 7).
+// nearest its memory bound, where it measured faster at m = 16; on the 4-bit types,
+// compute-bound at m = 16, it measured slower (docs/BENCHMARKS.md, issue 6 session 7).
 template <int NP, int64_t kBytes, class F>
 inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
                                                              F&& f) {

@@ -106,8 +106,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // batch 4 panels at a time) takes up to 16 panels per task, still 4 tasks per thread or
   // more: panels lie back to back, so a thread that walks 16 in a row keeps one of its
   // streams warm from group to group, where with 4 per task it jumped past the other
-  // thread's group at every task (measured: m = 1 q4_0 / q4_k at k = 2048 +5-7% of DRAM;
-  // m = 16 q8_0 +3-7%, docs/BENCHMARKS.md).
+  // thread's group at every task (measured faster at m = 1 and m = 16: docs/BENCHMARKS.md,
+  // issue 6 sessions 4 and 7).
   constexpr int64_t mc = 48;
   auto panels_per_task = [&](int64_t np) -> int64_t {
     if (m > mc) return 4;

@@ -1,8 +1,9 @@
 // Small row-wise ops of the forward pass (norms, RoPE, activations, embedding gather).
 // They move a few KB per token, so their roof is DRAM (or cache) bandwidth. RMSNorm,
 // SwiGLU, RoPE and the residual add have AVX-512 paths (ops_avx512.cpp; the roofline report
-// found the baseline loops at 11-30% of that roof); the others are plain loops. Each row
-// is computed alone, so a row's result never depends on the batch around it.
+// found the baseline loops far under that roof: docs/ROOFLINE.md); the others are plain
+// loops. Each row is computed alone, so a row's result never depends on the batch around
+// it.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -1,6 +1,6 @@
 // AVX-512 row ops. The roofline report showed them far under their memory roof on the
-// baseline ISA (SwiGLU's scalar exp: 8 GB/s of 29 in prefill), so they get vector paths.
-// Each row is still computed alone, in a fixed order: batch invariance holds.
+// baseline ISA, SwiGLU's scalar exp furthest (docs/ROOFLINE.md), so they get vector
+// paths. Each row is still computed alone, in a fixed order: batch invariance holds.
 #include <immintrin.h>
 
 #include <cmath>
