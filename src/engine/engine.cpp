@@ -15,16 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 // A request's track ends: "finished" with its reason, and the whole "request" span.
 void trace_end(const Sequence& s) {
   perf::trace_req_end(
@@ -61,13 +51,15 @@ class Engine::Cost : public PreemptionCost {
  public:
   explicit Cost(const Engine& e) : e_(e) {}
   bool prefer_swap(const Sequence& s) const override {
-    if (!e_.swap_) return false;
+    const SwapSpace* sw = e_.runner_->swap();
+    if (!sw) return false;
     const double recompute = double(s.n_computed) * e_.prefill_s_per_token_;
-    const double bytes = 2.0 * double(s.blocks.size()) * double(e_.swap_->block_bytes());
-    return bytes / e_.swap_->bytes_per_second() < recompute;
+    const double bytes = 2.0 * double(s.blocks.size()) * double(sw->block_bytes());
+    return bytes / sw->bytes_per_second() < recompute;
   }
   bool can_swap(const Sequence& s, int64_t reserved) const override {
-    return e_.swap_ && e_.swap_->can_hold(reserved + int64_t(s.blocks.size()));
+    const SwapSpace* sw = e_.runner_->swap();
+    return sw && sw->can_hold(reserved + int64_t(s.blocks.size()));
   }
 
  private:
@@ -76,36 +68,16 @@ class Engine::Cost : public PreemptionCost {
 
 Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg)
     : model_(model), tok_(tok), cfg_(cfg), pool_(cfg.threads > 0 ? cfg.threads : default_thread_count()) {
-  const HParams& h = model.hparams();
   if (cfg.mlock) model.lock_in_memory();
-  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
-  RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
-  const int64_t per_block = kl.bytes_per_token() * cfg.block_size;
-  int64_t bytes = cfg.kv_cache_bytes;
-  if (bytes <= 0) {
-    RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
-    // The repacked panels are resident already (MemAvailable counts them); what the
-    // forward still reads through the mapping is page cache, counted as available.
-    const int64_t avail = mem_available_bytes() - model.mapped_bytes();
-    bytes = int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
-  }
-  const int64_t n_blocks = bytes / per_block;
-  if (n_blocks < 1)
-    fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
-         bytes, per_block, cfg.block_size, kl.bytes_per_token());
-  RIDGE_CHECK(n_blocks < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
-  kl.n_blocks = int32_t(n_blocks);
-  kv_ = std::make_unique<KVCache>(kl);
+  runner_ = std::make_unique<ModelRunner>(model, cfg, pool_);
+  if (cfg.preemption != PreemptionMode::Recompute && !runner_->swap())
+    fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
+  const KVLayout& kl = runner_->kv_layout();
   bm_ = std::make_unique<BlockManager>(kl.n_blocks, kl.block_size);
   if (cfg.prefix_cache) radix_ = std::make_unique<RadixCache>(*bm_);
-  if (cfg.swap_bytes > 0)
-    swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
-  if (cfg.preemption != PreemptionMode::Recompute && !swap_)
-    fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
   cost_ = std::make_unique<Cost>(*this);
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
   sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
-  runner_ = std::make_unique<ModelRunner>(model, *kv_, pool_);
 }
 
 int64_t Engine::activation_bytes() const {
@@ -151,8 +123,8 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
 
 void Engine::finish(Sequence* s, const char* reason) {
   s->finish_reason = reason;
-  if (swap_ && !s->swap_slots.empty()) {
-    swap_->free(s->swap_slots);
+  if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
+    sw->free(s->swap_slots);
     s->swap_slots.clear();
   }
   sched_->finish(s);
@@ -165,8 +137,8 @@ void Engine::abort(int64_t id) {
   if (it == seqs_.end() || it->second->finished()) return;
   Sequence* s = it->second.get();
   s->finish_reason = "abort";
-  if (swap_ && !s->swap_slots.empty()) {
-    swap_->free(s->swap_slots);
+  if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
+    sw->free(s->swap_slots);
     s->swap_slots.clear();
   }
   sched_->remove(s);  // no prefix insert: its K/V may be partial
@@ -186,69 +158,93 @@ void Engine::release(int64_t id) {
   seqs_.erase(it);
 }
 
+// schedule -> KV copies -> execute (one varlen forward) -> sample -> postprocess ->
+// account. Each phase is a function below; the trace shows each as a span of the step.
 std::vector<TokenEvent> Engine::step() {
-  std::vector<TokenEvent> events;
-  // Tracing: one relaxed load per step when off; the clock is read only when on.
-  const bool tr = perf::trace_on();
-  const int64_t t_step = tr ? perf::trace_clock_ns() : 0;
-  SchedulerOutput so = sched_->schedule();
-  int64_t t_mark = tr ? perf::trace_clock_ns() : 0;
-  if (tr) {
-    perf::trace_span("schedule", "engine", t_step, t_mark,
-                     {{"chunks", so.chunks.size()}, {"preempted", so.n_preempted}, {"swap_out", so.swap_out.size()},
-                      {"swap_in", so.swap_in.size()}});
-    trace_counters(*sched_, *bm_);
+  perf::TraceScope span("step", "engine", /*lead_ns=*/1);
+  const SchedulerOutput so = schedule();
+  move_kv(so);
+  if (so.chunks.empty()) {
+    span.end({{"step", stats_.steps}, {"seqs", 0}});
+    return {};
   }
-  // KV copies first: blocks freed by swap-outs may be written by this very forward.
+  const auto t0 = Clock::now();
+  const std::span<const float> logits = execute(so);
+  const std::vector<int32_t> sampled = sample(so, logits);
+  perf::TraceScope post("postprocess", "engine");
+  StepTally tally;
+  std::vector<TokenEvent> events = postprocess(so, sampled, tally);
+  account(so, tally, std::chrono::duration<double>(Clock::now() - t0).count());
+  post.end({{"finished", tally.n_finished}});
+  span.end({{"step", stats_.steps},
+            {"seqs", so.chunks.size()},
+            {"tokens", so.n_tokens()},
+            {"prefill_tokens", so.n_tokens() - tally.n_decodes},
+            {"decodes", tally.n_decodes},
+            {"preempted", so.n_preempted}});
+#ifdef RIDGE_DEBUG_CHECKS
+  check_invariants();
+#endif
+  return events;
+}
+
+SchedulerOutput Engine::schedule() {
+  perf::TraceScope span("schedule", "engine");
+  SchedulerOutput so = sched_->schedule();
+  span.end({{"chunks", so.chunks.size()}, {"preempted", so.n_preempted}, {"swap_out", so.swap_out.size()},
+            {"swap_in", so.swap_in.size()}});
+  if (perf::trace_on()) trace_counters(*sched_, *bm_);
+  return so;
+}
+
+// Before the forward: blocks freed by swap-outs may be written by this very step.
+void Engine::move_kv(const SchedulerOutput& so) {
+  if (so.swap_out.empty() && so.swap_in.empty()) return;
+  perf::TraceScope span("swap", "engine");
   for (Sequence* s : so.swap_out) {
-    s->swap_slots = swap_->swap_out(s->swap_src);
+    s->swap_slots = runner_->swap()->swap_out(s->swap_src);
     sched_->swapped_out(s);
   }
   for (Sequence* s : so.swap_in) {
-    const bool ok = swap_->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
+    const bool ok =
+        runner_->swap()->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
     s->swap_slots.clear();
     if (!ok) {  // its KV is lost: recompute it rather than fail the request
       sched_->swap_in_failed(s);
       ++stats_.swap_fallbacks;
     }
   }
-  if (tr && (!so.swap_out.empty() || !so.swap_in.empty())) {
-    const int64_t t = perf::trace_clock_ns();
-    perf::trace_span("swap", "engine", t_mark, t, {{"out", so.swap_out.size()}, {"in", so.swap_in.size()}});
-    t_mark = t;
-  }
-  if (so.chunks.empty()) {
-    if (tr) perf::trace_span("step", "engine", t_step - 1, t_mark, {{"step", stats_.steps}, {"seqs", 0}});
-    return events;
-  }
+  span.end({{"out", so.swap_out.size()}, {"in", so.swap_in.size()}});
+}
 
-  const auto t0 = Clock::now();
-  const int32_t n_vocab = model_.hparams().n_vocab;
-  int32_t n_decodes = 0;
+std::span<const float> Engine::execute(const SchedulerOutput& so) {
+  const bool tr = perf::trace_on();
   if (tr) {
+    int32_t n_decodes = 0;
     for (const auto& c : so.chunks) n_decodes += c.n_tokens == 1 && c.seq->n_generated() > 0;
     perf::trace_batch(int32_t(so.chunks.size()), n_decodes);
   }
-  const int64_t t_fwd = tr ? perf::trace_clock_ns() : 0;
+  const int64_t t0 = tr ? perf::trace_clock_ns() : 0;
   const std::span<const float> logits = runner_->run(so.chunks, rows_);
-  const int64_t t_fwd_end = tr ? perf::trace_clock_ns() : 0;
   if (tr) {
+    const int64_t t1 = perf::trace_clock_ns();
     perf::trace_batch(-1, 0);  // a forward run outside a step does not inherit this shape
-    perf::trace_span("forward", "engine", t_fwd - 1, t_fwd_end,
-                     {{"seqs", so.chunks.size()}, {"tokens", so.n_tokens()}});
-    trace_chunks(so, t_fwd, t_fwd_end);
+    perf::trace_span("forward", "engine", t0 - 1, t1, {{"seqs", so.chunks.size()}, {"tokens", so.n_tokens()}});
+    trace_chunks(so, t0, t1);
   }
+  return logits;
+}
 
-  // Sample every row, then postprocess: two passes, so a trace shows them as phases.
-  // Sampling reads only its own sequence, and postprocessing (prefix inserts, freeing
-  // finished sequences) touches no logits, so the order changes no result.
-  // Rows run in parallel on the pool: each touches only its own sequence (its sampler,
-  // RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
+// Every row in parallel on the pool: each touches only its own sequence (its sampler,
+// RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
+std::vector<int32_t> Engine::sample(const SchedulerOutput& so, std::span<const float> logits) {
+  perf::TraceScope span("sample", "engine");
+  const int32_t n_vocab = model_.hparams().n_vocab;
   std::vector<int32_t> sampled(so.chunks.size(), -1);
   int64_t n_rows = 0;
   for (size_t i = 0; i < so.chunks.size(); ++i) n_rows += rows_[i] >= 0;
   perf::OpProfile& prof = runner_->profile();
-  const auto t_samp0 = prof.timing ? Clock::now() : Clock::time_point{};
+  const auto t0 = prof.timing ? Clock::now() : Clock::time_point{};
   raw_.resize(size_t(pool_.size()));
   pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
     const size_t i = size_t(task);
@@ -267,16 +263,22 @@ std::vector<TokenEvent> Engine::step() {
   if (n_rows > 0) {
     const perf::OpCost c = perf::sampling_cost(n_rows, n_vocab);
     prof.add(perf::Op::Sampling, perf::ComputeClass::None, c.flops, c.bytes,
-             prof.timing ? std::chrono::duration<double>(Clock::now() - t_samp0).count() : 0.0);
+             prof.timing ? std::chrono::duration<double>(Clock::now() - t0).count() : 0.0);
   }
-  const int64_t t_sample = tr ? perf::trace_clock_ns() : 0;
-  if (tr) perf::trace_span("sample", "engine", t_fwd_end, t_sample, {{"rows", n_rows}});
+  span.end({{"rows", n_rows}});
+  return sampled;
+}
 
-  bool has_prompt_work = false;
-  int64_t produced = 0, n_finished = 0;
+// The chunks' tokens are in the cache now; sampled tokens join their sequences, which
+// finish on EOS, a stop id or their length.
+std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const std::vector<int32_t>& sampled,
+                                            StepTally& t) {
+  std::vector<TokenEvent> events;
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
-    has_prompt_work |= so.chunks[i].n_tokens > 1 || s->n_generated() == 0;
+    const bool decode = so.chunks[i].n_tokens == 1 && s->n_generated() > 0;
+    t.n_decodes += decode;
+    t.prompt_work |= so.chunks[i].n_tokens > 1 || s->n_generated() == 0;
     s->n_computed += so.chunks[i].n_tokens;
     stats_.computed_tokens += so.chunks[i].n_tokens;
     sched_->on_computed(s);
@@ -284,19 +286,23 @@ std::vector<TokenEvent> Engine::step() {
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
     const int32_t tok = sampled[i];
     s->tokens.push_back(tok);
-    ++produced;
+    ++t.produced;
     const bool eos = !s->params.ignore_eos && tok_ && tok_->is_eog(tok);
     const bool stop_id = std::find(s->params.stop_token_ids.begin(), s->params.stop_token_ids.end(), tok) !=
                          s->params.stop_token_ids.end();
     const bool done = eos || stop_id || s->n_generated() >= s->params.max_tokens;
     if (done) {
       finish(s, eos || stop_id ? "stop" : "length");
-      ++n_finished;
+      ++t.n_finished;
     }
     events.push_back({s->id, tok, done});
   }
-  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  // Each sequence's share of this step, by the kind of work its chunk was.
+  return events;
+}
+
+// Each sequence's share of the step's time by the kind of work its chunk was, and the
+// engine's totals (the prefill rate feeds the recompute-or-swap choice).
+void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
   const double per_token = dt / double(std::max<int64_t>(so.n_tokens(), 1));
   for (const auto& c : so.chunks) {
     Sequence* s = c.seq;
@@ -310,30 +316,15 @@ std::vector<TokenEvent> Engine::step() {
   }
   ++stats_.steps;
   stats_.batched_seqs += int64_t(so.chunks.size());
-  stats_.generated_tokens += produced;
-  if (has_prompt_work) {
+  stats_.generated_tokens += t.produced;
+  if (t.prompt_work) {
     stats_.prefill_s += dt;
     const int64_t n = so.n_tokens();
     if (n >= 16) prefill_s_per_token_ = 0.7 * prefill_s_per_token_ + 0.3 * dt / double(n);
   } else {
     stats_.decode_s += dt;
-    stats_.decode_tokens += produced;
+    stats_.decode_tokens += t.produced;
   }
-  if (tr) {
-    const int64_t t_end = perf::trace_clock_ns();
-    perf::trace_span("postprocess", "engine", t_sample, t_end, {{"finished", n_finished}});
-    perf::trace_span("step", "engine", t_step - 1, t_end,
-                     {{"step", stats_.steps},
-                      {"seqs", so.chunks.size()},
-                      {"tokens", so.n_tokens()},
-                      {"prefill_tokens", so.n_tokens() - n_decodes},
-                      {"decodes", n_decodes},
-                      {"preempted", so.n_preempted}});
-  }
-#ifdef RIDGE_DEBUG_CHECKS
-  check_invariants();
-#endif
-  return events;
 }
 
 void Engine::check_invariants() const {

@@ -5,12 +5,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/threadpool.h"
 #include "engine/block_manager.h"
+#include "engine/config.h"
 #include "engine/model_runner.h"
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
@@ -23,22 +25,6 @@ namespace ridge {
 
 class Tokenizer;
 
-struct EngineConfig {
-  int threads = 0;                  // 0: all cores
-  DType kv_dtype = DType::F16;
-  int32_t block_size = 16;
-  int64_t kv_cache_bytes = 0;       // KV pool size; 0: mem_fraction of the RAM left after weights
-  double mem_fraction = 0.5;
-  int32_t max_num_seqs = 256;
-  int32_t max_num_batched_tokens = 2048;
-  bool prefix_cache = true;
-  PreemptionMode preemption = PreemptionMode::Recompute;
-  int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
-  std::string swap_dir = "/tmp";
-  std::string swap_faults;          // injected swap I/O faults (tests; see SwapFaults)
-  int32_t aging_steps = 256;
-  bool mlock = false;               // pin the mmap'd weights in RAM
-};
 
 struct TokenEvent {
   int64_t id;
@@ -82,7 +68,7 @@ class Engine {
   int32_t n_running() const { return sched_->n_running(); }
   int32_t n_waiting() const { return sched_->n_waiting(); }
   int64_t kv_capacity_tokens() const { return int64_t(bm_->n_total()) * bm_->block_size(); }
-  int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
+  int64_t kv_pool_bytes() const { return runner_->kv_pool_bytes(); }
   // The forward's buffers at their largest (a full token budget, a logit row per sequence).
   int64_t activation_bytes() const;
   const EngineConfig& config() const { return cfg_; }
@@ -95,16 +81,27 @@ class Engine {
 
  private:
   class Cost;
+  struct StepTally {
+    int32_t n_decodes = 0;   // chunks that were one decode token
+    int64_t produced = 0;    // tokens sampled
+    int64_t n_finished = 0;
+    bool prompt_work = false;  // a chunk carried prompt (or recompute) tokens
+  };
+  // The phases of step(), in order.
+  SchedulerOutput schedule();
+  void move_kv(const SchedulerOutput& so);
+  std::span<const float> execute(const SchedulerOutput& so);
+  std::vector<int32_t> sample(const SchedulerOutput& so, std::span<const float> logits);
+  std::vector<TokenEvent> postprocess(const SchedulerOutput& so, const std::vector<int32_t>& sampled, StepTally& t);
+  void account(const SchedulerOutput& so, const StepTally& t, double seconds);
   void finish(Sequence* s, const char* reason);
 
   const Model& model_;
   const Tokenizer* tok_;
   EngineConfig cfg_;
   ThreadPool pool_;
-  std::unique_ptr<KVCache> kv_;
   std::unique_ptr<BlockManager> bm_;
   std::unique_ptr<RadixCache> radix_;
-  std::unique_ptr<SwapSpace> swap_;
   std::unique_ptr<Cost> cost_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<ModelRunner> runner_;

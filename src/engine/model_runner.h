@@ -1,39 +1,38 @@
-// Turns the scheduler's chunks into one varlen batch, runs the forward pass and returns
-// one logit row per chunk that reaches the end of its sequence's tokens (a prompt chunk
-// that does not finish the prompt produces none).
+// The model side of a step: owns the KV pool (sized from the config and the memory the
+// weights leave), the swap space behind it and the forward; turns the scheduler's chunks
+// into one varlen batch and returns one logit row per chunk that reaches the end of its
+// sequence's tokens (a prompt chunk that does not finish the prompt produces none).
 #pragma once
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "engine/config.h"
 #include "engine/scheduler.h"
+#include "engine/swap_space.h"
 #include "model/forward.h"
+#include "model/kv_cache.h"
 
 namespace ridge {
 
 class ModelRunner {
  public:
-  ModelRunner(const Model& m, KVCache& kv, ThreadPool& pool) : fwd_(m, kv, pool) {}
+  // Throws ridge::Error when the pool would hold no block, or the swap space cannot be
+  // made (a --swap-dir that cannot hold it).
+  ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool);
 
   // rows[i] = index of chunk i's logit row, or -1.
-  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {
-    batch_.tokens.clear();
-    batch_.seqs.clear();
-    rows.assign(chunks.size(), -1);
-    int32_t r = 0;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const Sequence& s = *chunks[i].seq;
-      const bool last = s.n_computed + chunks[i].n_tokens == int32_t(s.tokens.size());
-      batch_.add(std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(chunks[i].n_tokens)),
-                 s.n_computed, s.blocks, last ? Logits::Last : Logits::None);
-      if (last) rows[i] = r++;
-    }
-    return fwd_.run(batch_);
-  }
+  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows);
 
-  perf::OpProfile& profile() { return fwd_.profile(); }
+  const KVLayout& kv_layout() const { return kv_->layout(); }
+  int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
+  SwapSpace* swap() const { return swap_.get(); }  // null without a swap space
+  perf::OpProfile& profile() { return fwd_->profile(); }
 
  private:
-  Forward fwd_;
+  std::unique_ptr<KVCache> kv_;
+  std::unique_ptr<SwapSpace> swap_;
+  std::unique_ptr<Forward> fwd_;
   Batch batch_;
 };
 

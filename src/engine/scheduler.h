@@ -17,12 +17,11 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/config.h"
 #include "engine/radix_cache.h"
 #include "engine/sequence.h"
 
 namespace ridge {
-
-enum class PreemptionMode { Recompute, Swap, Auto };
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;

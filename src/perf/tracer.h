@@ -200,4 +200,29 @@ inline void trace_req_note_end(int64_t, std::string_view, std::string_view) {}
 inline void trace_req_end(int64_t, std::string_view, TraceArgs = {}) {}
 #endif
 
+// A span on the calling thread's track from construction to end() (or destruction),
+// so a phase is traced by one line at its top instead of a pair of timestamps. The clock
+// is read only while tracing. lead_ns starts it that much early, so an enclosing span
+// that begins at the same clock reading as its first child still encloses it.
+class TraceScope {
+ public:
+  TraceScope(std::string_view name, std::string_view cat, int64_t lead_ns = 0)
+      : name_(name), cat_(cat), t0_(trace_on() ? trace_clock_ns() - lead_ns : kOff) {}
+  ~TraceScope() { end(); }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+  // Ends the span now with these args (only the first call counts).
+  void end(TraceArgs args = {}) {
+    if (t0_ == kOff) return;
+    trace_span(name_, cat_, t0_, trace_clock_ns(), args);
+    t0_ = kOff;
+  }
+
+ private:
+  static constexpr int64_t kOff = INT64_MIN;
+  std::string_view name_, cat_;
+  int64_t t0_;
+};
+
 }  // namespace ridge::perf

@@ -1,0 +1,29 @@
+// The engine's one configuration vocabulary (vLLM's names where vLLM has the knob).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace ridge {
+
+enum class PreemptionMode { Recompute, Swap, Auto };
+
+struct EngineConfig {
+  int threads = 0;                  // 0: all cores
+  DType kv_dtype = DType::F16;
+  int32_t block_size = 16;
+  int64_t kv_cache_bytes = 0;       // KV pool size; 0: mem_fraction of the RAM left after weights
+  double mem_fraction = 0.5;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  bool prefix_cache = true;
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
+  std::string swap_dir = "/tmp";
+  std::string swap_faults;          // injected swap I/O faults (tests; see SwapFaults)
+  int32_t aging_steps = 256;
+  bool mlock = false;               // pin the mmap'd weights in RAM
+};
+
+}  // namespace ridge

@@ -1,0 +1,67 @@
+#include "engine/model_runner.h"
+
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace ridge {
+namespace {
+
+int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// The pool: cfg.kv_cache_bytes, else mem_fraction of the memory the weights leave.
+KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
+  const HParams& h = m.hparams();
+  RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
+  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
+  const int64_t per_block = kl.bytes_per_token() * cfg.block_size;
+  int64_t bytes = cfg.kv_cache_bytes;
+  if (bytes <= 0) {
+    RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
+    // The repacked panels are resident already (MemAvailable counts them); what the
+    // forward still reads through the mapping is page cache, counted as available.
+    const int64_t avail = mem_available_bytes() - m.mapped_bytes();
+    bytes = int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
+  }
+  const int64_t n_blocks = bytes / per_block;
+  if (n_blocks < 1)
+    fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
+         bytes, per_block, cfg.block_size, kl.bytes_per_token());
+  RIDGE_CHECK(n_blocks < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
+  kl.n_blocks = int32_t(n_blocks);
+  return kl;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
+    : kv_(std::make_unique<KVCache>(pool_layout(m, cfg))) {
+  if (cfg.swap_bytes > 0)
+    swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
+  fwd_ = std::make_unique<Forward>(m, *kv_, pool);
+}
+
+std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  rows.assign(chunks.size(), -1);
+  int32_t r = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Sequence& s = *chunks[i].seq;
+    const bool last = s.n_computed + chunks[i].n_tokens == int32_t(s.tokens.size());
+    batch_.add(std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(chunks[i].n_tokens)),
+               s.n_computed, s.blocks, last ? Logits::Last : Logits::None);
+    if (last) rows[i] = r++;
+  }
+  return fwd_->run(batch_);
+}
+
+}  // namespace ridge
