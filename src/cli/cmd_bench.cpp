@@ -66,11 +66,13 @@ int bench_throughput(Args& a) {
     const int64_t computed = e.stats().computed_tokens;
     e.step();
     progress.add(e.stats().computed_tokens - computed);
-    kv_peak_blocks = std::max(kv_peak_blocks, e.blocks().n_total() - e.blocks().n_free());
+    const KvUsage u = e.kv_usage(/*census=*/false);
+    kv_peak_blocks = std::max(kv_peak_blocks, u.blocks_total - u.blocks_free);
   }
   progress.finish();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double kv_peak = e.blocks().n_total() ? double(kv_peak_blocks) / e.blocks().n_total() : 0;
+  const int32_t kv_total = e.kv_usage(false).blocks_total;
+  const double kv_peak = kv_total ? double(kv_peak_blocks) / kv_total : 0;
   // Compute utilization: the time the run's useful operations would take at the peak of
   // the kernel class that ran each op, over the elapsed time (needs --peaks).
   const perf::OpProfile& prof = e.op_profile();

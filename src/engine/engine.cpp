@@ -146,6 +146,55 @@ void Engine::abort(int64_t id) {
   if (perf::trace_on()) trace_end(*s);
 }
 
+RequestStats Engine::request_stats(int64_t id) const {
+  const Sequence* s = get(id);
+  RIDGE_CHECK(s, "no request {} in the engine", id);
+  RequestStats r;
+  r.prompt_tokens = s->n_prompt;
+  r.generated_tokens = s->n_generated();
+  r.cached_tokens = s->n_prefix_hit;
+  r.preemptions = s->n_preemptions;
+  r.scheduled = s->finished() || s->n_computed > 0 || s->status == SeqStatus::Running;
+  r.prefill_s = s->prefill_share_s;
+  r.decode_s = s->decode_share_s;
+  r.recompute_s = s->recompute_share_s;
+  r.finish_reason = s->finish_reason;
+  return r;
+}
+
+RequestOutput Engine::output(int64_t id) const {
+  const Sequence* s = get(id);
+  RIDGE_CHECK(s, "no request {} in the engine", id);
+  RequestOutput o;
+  o.tokens.assign(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  o.margins = s->margins;
+  o.logits = s->logits;
+  o.logprobs = s->logprobs;
+  o.stats = request_stats(id);
+  return o;
+}
+
+bool Engine::finished(int64_t id) const {
+  const Sequence* s = get(id);
+  return s && s->finished();
+}
+
+KvUsage Engine::kv_usage(bool census) const {
+  KvUsage u;
+  u.blocks_total = bm_->n_total();
+  u.blocks_free = bm_->n_free();
+  if (radix_ && census) {
+    std::vector<int32_t> tree;
+    radix_->collect_blocks(tree);
+    for (int32_t b : tree) u.blocks_cached += bm_->ref_count(b) == 1;
+    u.blocks_evictable = radix_->n_evictable();
+    u.prefix_query_tokens = radix_->stats().query_tokens;
+    u.prefix_hit_tokens = radix_->stats().hit_tokens;
+  }
+  u.blocks_in_use = u.blocks_total - u.blocks_free - u.blocks_cached;
+  return u;
+}
+
 const Sequence* Engine::get(int64_t id) const {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? nullptr : it->second.get();
@@ -295,7 +344,8 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const std
       finish(s, eos || stop_id ? "stop" : "length");
       ++t.n_finished;
     }
-    events.push_back({s->id, tok, done});
+    events.push_back({s->id, tok, done, done ? std::string_view(s->finish_reason) : std::string_view(),
+                      s->params.logprobs >= 0 && !s->logprobs.empty() ? &s->logprobs.back() : nullptr});
   }
   return events;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -26,10 +27,43 @@ namespace ridge {
 class Tokenizer;
 
 
+// One new token of one request, or its end.
 struct TokenEvent {
   int64_t id;
-  int32_t token;      // -1 when a request ends without a new token (abort)
+  int32_t token;                // -1 when a request ends without a new token (abort)
   bool finished;
+  std::string_view finish_reason;           // "stop", "length" or "abort" when finished
+  const TokenLogprobs* logprobs = nullptr;  // when the request asked for them; valid until the next step()
+};
+
+// What a request cost and where its time went, readable at any point until release().
+struct RequestStats {
+  int32_t prompt_tokens = 0, generated_tokens = 0;
+  int32_t cached_tokens = 0;   // prompt tokens the prefix cache served (its last admission)
+  int32_t preemptions = 0;
+  bool scheduled = false;      // has been given work (or finished) at least once
+  // Its share of every step it rode in (the step's time x its tokens / the step's tokens),
+  // by kind of work; recompute is tokens run again after a preemption dropped their KV.
+  double prefill_s = 0, decode_s = 0, recompute_s = 0;
+  std::string_view finish_reason;  // empty while it runs
+};
+
+// Everything a finished request produced (Generator, tests).
+struct RequestOutput {
+  std::vector<int32_t> tokens;          // generated
+  std::vector<float> margins;           // top-2 logit margin of each step
+  std::vector<float> logits;            // [tokens][n_vocab] when captured
+  std::vector<TokenLogprobs> logprobs;  // [tokens] when asked for
+  RequestStats stats;
+};
+
+// The KV pool and prefix cache as a router or a metrics page sees them.
+struct KvUsage {
+  int32_t blocks_total = 0, blocks_free = 0;
+  int32_t blocks_in_use = 0;      // referenced by requests
+  int32_t blocks_cached = 0;      // held only by the prefix cache
+  int32_t blocks_evictable = 0;   // prefix-cache blocks that eviction could free now
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
 };
 
 struct EngineStats {
@@ -56,7 +90,14 @@ class Engine {
   std::vector<TokenEvent> step();
   bool has_work() const { return n_unfinished_ > 0; }
 
-  // Finished and unfinished requests stay readable until released.
+  // Finished and unfinished requests stay readable until released. The drivers (server,
+  // generate, benches) read requests through these; get() is the engine's own view.
+  RequestStats request_stats(int64_t id) const;  // throws ridge::Error for an unknown id
+  RequestOutput output(int64_t id) const;
+  bool finished(int64_t id) const;
+  // census: walk the prefix tree for the blocks only it holds (not per token); without
+  // it, blocks_cached and blocks_evictable are 0 and blocks_in_use counts them too.
+  KvUsage kv_usage(bool census = true) const;
   const Sequence* get(int64_t id) const;
   void release(int64_t id);
 

@@ -69,15 +69,15 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
     }
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    const Sequence* s = engine.get(ids[i]);
+    RequestOutput o = engine.output(ids[i]);
     GenResult& r = out[i];
-    r.tokens.assign(s->tokens.begin() + s->n_prompt, s->tokens.end());
-    r.margins = s->margins;
-    r.logits = s->logits;
-    r.finish_reason = s->finish_reason;
+    r.tokens = std::move(o.tokens);
+    r.margins = std::move(o.margins);
+    r.logits = std::move(o.logits);
+    r.finish_reason = std::string(o.stats.finish_reason);
     r.ttft_s = std::max(0.0, ttft[i]);
-    r.prefix_hit_tokens = s->n_prefix_hit;
-    r.preemptions = s->n_preemptions;
+    r.prefix_hit_tokens = o.stats.cached_tokens;
+    r.preemptions = o.stats.preemptions;
   }
   engine.check_invariants();
   const EngineStats& es = engine.stats();

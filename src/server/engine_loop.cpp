@@ -124,13 +124,12 @@ void EngineLoop::admit(const std::shared_ptr<Job>& job) {
   active_.push_back(std::move(a));
   // max_tokens == 0 finishes at once, without a token event.
   for (size_t c = 0; c < raw->ch.size(); ++c)
-    if (const Sequence* s = engine_.get(raw->ch[c].seq); s && s->finished()) finish_choice(*raw, c, "length", false);
+    if (engine_.finished(raw->ch[c].seq)) finish_choice(*raw, c, "length", false);
 }
 
 void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
   Active::Choice& ch = a.ch[c];
   if (ch.done) return;
-  const Sequence* s = engine_.get(ch.seq);
   const double now = steady_seconds();
   if (a.first_token_s == 0) {
     a.first_token_s = now;
@@ -154,19 +153,17 @@ void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
     ChoiceState& st = j.state[c];
     st.text += text;
     j.pending_bytes += int64_t(text.size());
-    if (s->params.logprobs >= 0 && !s->logprobs.empty()) {
-      const TokenLogprobs& lp = s->logprobs.back();
-      st.tokens.push_back({ev.token, lp.logprob, lp.top});
-      j.pending_bytes += 16 + int64_t(lp.top.size()) * 8;
-    } else if (s->params.logprobs >= 0) {
+    if (ev.logprobs) {
+      st.tokens.push_back({ev.token, ev.logprobs->logprob, ev.logprobs->top});
+      j.pending_bytes += 16 + int64_t(ev.logprobs->top.size()) * 8;
+    } else if (a.job->choices[c].params.logprobs >= 0) {
       st.tokens.push_back({ev.token, 0.0f, {}});
     }
-    st.n_generated = s->n_generated();
-    if (st.n_generated == 1) st.n_cached = s->n_prefix_hit;
+    if (++st.n_generated == 1) st.n_cached = engine_.request_stats(ch.seq).cached_tokens;
   }
   a.touched = true;
   if (stopped) finish_choice(a, c, "stop", true);
-  else if (ev.finished) finish_choice(a, c, s->finish_reason, false);
+  else if (ev.finished) finish_choice(a, c, std::string(ev.finish_reason), false);
 }
 
 void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, bool abort_seq) {
@@ -189,7 +186,6 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
       }
     }
   }
-  const Sequence* s = engine_.get(ch.seq);
   {
     Job& j = *a.job;
     std::lock_guard lk(j.mu);
@@ -197,13 +193,14 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
     st.text += tail;
     st.finished = true;
     st.finish_reason = stopped_late ? "stop" : reason;
-    if (s) {
-      st.n_generated = s->n_generated();
-      if (s->n_generated() == 0) st.n_cached = s->n_prefix_hit;
-      st.prefill_s = s->prefill_share_s;
-      st.decode_s = s->decode_share_s;
-      st.recompute_s = s->recompute_share_s;
-      st.preemptions = s->n_preemptions;
+    if (ch.seq >= 0) {
+      const RequestStats rs = engine_.request_stats(ch.seq);
+      st.n_generated = rs.generated_tokens;
+      if (rs.generated_tokens == 0) st.n_cached = rs.cached_tokens;
+      st.prefill_s = rs.prefill_s;
+      st.decode_s = rs.decode_s;
+      st.recompute_s = rs.recompute_s;
+      st.preemptions = rs.preemptions;
     }
   }
   if (abort_seq) {
@@ -262,30 +259,18 @@ void EngineLoop::update_gauges(bool force) {
   // The block census walks the prefix tree: at most every 50 ms unless asked.
   if (force || now - last_gauges_s_ > 0.05) {
     last_gauges_s_ = now;
-    const BlockManager& bm = engine_.blocks();
-    int32_t cache_only = 0;
-    kv_evictable_ = 0;
-    if (const RadixCache* rc = engine_.prefix_cache()) {
-      std::vector<int32_t> tree;
-      rc->collect_blocks(tree);
-      for (int32_t b : tree) cache_only += bm.ref_count(b) == 1;
-      kv_evictable_ = rc->n_evictable();
-    }
-    kv_total_ = bm.n_total();
-    kv_free_ = bm.n_free();
-    kv_in_use_ = bm.n_total() - bm.n_free() - cache_only;
+    kv_ = engine_.kv_usage();
   }
   Metrics::Gauges g;
   g.running = running;
   g.waiting = waiting;
-  g.kv_blocks_total = kv_total_;
-  g.kv_blocks_free = kv_free_;
-  g.kv_blocks_evictable = kv_evictable_;
-  g.kv_blocks_in_use = kv_in_use_;
-  g.kv_cache_usage = kv_total_ ? double(kv_in_use_) / kv_total_ : 0.0;
+  g.kv_blocks_total = kv_.blocks_total;
+  g.kv_blocks_free = kv_.blocks_free;
+  g.kv_blocks_evictable = kv_.blocks_evictable;
+  g.kv_blocks_in_use = kv_.blocks_in_use;
+  g.kv_cache_usage = kv_.blocks_total ? double(kv_.blocks_in_use) / kv_.blocks_total : 0.0;
   metrics_.set_gauges(g);
-  if (const RadixCache* rc = engine_.prefix_cache())
-    metrics_.set_prefix_cache_totals(rc->stats().query_tokens, rc->stats().hit_tokens);
+  metrics_.set_prefix_cache_totals(kv_.prefix_query_tokens, kv_.prefix_hit_tokens);
   metrics_.set_preemptions_total(engine_.n_preemptions(), engine_.n_swaps(), engine_.stats().swap_fallbacks);
 }
 
@@ -336,8 +321,7 @@ void EngineLoop::run() {
       for (auto& a : active_) {
         if (a->started) continue;
         for (const auto& ch : a->ch) {
-          const Sequence* s = ch.seq >= 0 ? engine_.get(ch.seq) : nullptr;
-          if (ch.done || (s && (s->n_computed > 0 || s->status == SeqStatus::Running))) {
+          if (ch.done || (ch.seq >= 0 && engine_.request_stats(ch.seq).scheduled)) {
             a->started = true;
             metrics_.observe_queue(t_step - a->job->arrival_s);
             {

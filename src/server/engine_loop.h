@@ -120,7 +120,7 @@ class EngineLoop {
   std::vector<std::unique_ptr<Active>> active_;  // loop thread only
   std::unordered_map<int64_t, std::pair<Active*, size_t>> by_seq_;  // engine sequence -> (job, choice)
   double last_gauges_s_ = 0;
-  int32_t kv_total_ = 0, kv_free_ = 0, kv_evictable_ = 0, kv_in_use_ = 0;
+  KvUsage kv_;  // the last census (update_gauges)
   std::thread thread_;
 };
 
