@@ -56,7 +56,8 @@ int cmd_generate(Args& a) {
   const bool no_bos = a.flag({"--no-bos"});
   const auto dump = a.str({"--dump-json"});
   const auto trace = a.str({"--trace"});
-  GenOptions opt = gen_options(a);
+  GenOptions opt;
+  engine_config(a, opt);
   bool seed_given = false;
   SamplingParams sp = sampling_params(a, &seed_given);
   a.finish();
@@ -89,6 +90,7 @@ int cmd_generate(Args& a) {
     r.sampling = sp;
     r.sampling.seed = sp.seed + i;  // each sequence its own stream
     r.ignore_eos = ignore_eos;
+    r.margins = dump.has_value();  // only the oracle's --dump-json reads them
     reqs.push_back(std::move(r));
     if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train)
       std::fprintf(stderr, "warning: prompt %zu (%zu tokens) + %d new tokens exceeds the model's training context (%d)\n",

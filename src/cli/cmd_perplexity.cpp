@@ -17,7 +17,8 @@ int cmd_perplexity(Args& a) {
   const std::string path = resolve_model(a);
   auto file = a.str({"-f", "--file"});
   const int64_t n_ctx_arg = a.integer({"-c", "--ctx-size"}, 0, 0, 1 << 20);
-  GenOptions opt = gen_options(a);
+  GenOptions opt;  // the engine's flags; perplexity uses the token budget, block size, KV dtype, threads
+  engine_config(a, opt);
   a.finish();
   if (!file) fail("perplexity needs -f TEXT_FILE");
   std::ifstream in(*file, std::ios::binary);
@@ -30,7 +31,7 @@ int cmd_perplexity(Args& a) {
   const std::vector<int32_t> tokens = tok->encode(ss.str(), tok->add_bos());
   PerplexityOptions po;
   po.n_ctx = n_ctx_arg > 0 ? n_ctx_arg : std::min<int64_t>(model->hparams().n_ctx_train, 512);
-  po.batch_tokens = opt.max_batch_tokens;
+  po.batch_tokens = opt.max_num_batched_tokens;
   po.block_size = opt.block_size;
   po.kv_dtype = opt.kv_dtype;
   po.bos = tok->add_bos() ? tok->bos() : -1;

@@ -71,8 +71,7 @@ int cmd_roofline(Args& a) {
   o.batches = int_list(a.str({"--batch"}, "1,4,16,64"), "--batch");
   o.prompt = int32_t(a.integer({"--prompt"}, 512, 1, 1 << 20));
   o.decode_steps = int32_t(a.integer({"--decode-steps"}, 16, 1, 1 << 16));
-  o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
-  o.max_batched_tokens = int32_t(a.integer({"--max-num-batched-tokens"}, 2048, 1, 1 << 24));
+  o.engine = engine_config(a);
   const auto peaks_file = a.str({"--peaks"});
   const auto html = a.str({"--html"});
   const auto json = a.str({"--json"});
@@ -104,7 +103,7 @@ int cmd_roofline(Args& a) {
     } else {
       std::fprintf(stderr, "roofline: measuring this machine's ceilings (ridge peaks; --peaks FILE reuses a run)\n");
       PeaksOptions po;
-      po.threads = o.threads;
+      po.threads = o.engine.threads;
       peaks = measure_peaks(po);
       origin = "measured in this run";
     }

@@ -33,23 +33,16 @@ int threads_flag(Args& a) { return int(a.integer({"-t", "--threads"}, 0, 0, 1024
 int32_t block_size_flag(Args& a) { return int32_t(a.integer({"--block-size"}, 16, 1, 1024)); }
 
 DType kv_type_flag(Args& a) {
-  const std::string kv = a.str({"--kv-type"}, "f16");
+  const std::string kv = a.str({"--kv-cache-dtype", "--kv-type"}, "auto");
+  if (kv == "auto") return DType::F16;
   auto t = dtype_from_name(kv);
   if (!t || !(*t == DType::F16 || *t == DType::BF16 || *t == DType::F32))
-    fail("--kv-type {} is not one of f16, bf16, f32", kv);
+    fail("--kv-cache-dtype {} is not one of auto, f16, bf16, f32", kv);
   return *t;
 }
 
 }  // namespace
 
-GenOptions gen_options(Args& a) {
-  GenOptions o;
-  o.threads = threads_flag(a);
-  o.kv_dtype = kv_type_flag(a);
-  o.block_size = block_size_flag(a);
-  o.max_batch_tokens = int32_t(a.integer({"-b", "--batch-size"}, 512, 1, 1 << 20));
-  return o;
-}
 
 int64_t parse_bytes(const std::string& s, const char* flag) {
   char* end = nullptr;
@@ -68,13 +61,13 @@ int64_t parse_bytes(const std::string& s, const char* flag) {
   return int64_t(v * mul);
 }
 
-EngineConfig engine_config(Args& a) {
-  EngineConfig c;
+void engine_config(Args& a, EngineConfig& c) {
   c.threads = threads_flag(a);
   c.kv_dtype = kv_type_flag(a);
   c.block_size = block_size_flag(a);
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
-  c.max_num_batched_tokens = int32_t(a.integer({"--max-num-batched-tokens"}, c.max_num_batched_tokens, 1, 1 << 24));
+  c.max_num_batched_tokens =
+      int32_t(a.integer({"--max-num-batched-tokens", "-b", "--batch-size"}, c.max_num_batched_tokens, 1, 1 << 24));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);
   c.prefix_cache = !a.flag({"--no-prefix-cache"});
@@ -93,6 +86,11 @@ EngineConfig engine_config(Args& a) {
   if (const char* f = std::getenv("RIDGE_SWAP_FAULTS")) c.swap_faults = f;
   c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
   c.mlock = a.flag({"--mlock"});
+}
+
+EngineConfig engine_config(Args& a) {
+  EngineConfig c;
+  engine_config(a, c);
   return c;
 }
 

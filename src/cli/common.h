@@ -11,12 +11,14 @@ namespace ridge::cli {
 
 // --model / -m, else $RIDGE_MODEL, else the first *.gguf (by name) in ./models.
 std::string resolve_model(Args& a);
-// -t/--threads, --kv-type, --block-size, --batch-size.
-GenOptions gen_options(Args& a);
-// The engine flags of generate / bench / serve: -t, --kv-type, --block-size,
-// --max-num-seqs, --max-num-batched-tokens, --kv-cache-memory, --mem-fraction,
-// --no-prefix-cache, --preemption-mode, --swap-space, --swap-dir, --priority-aging.
+// The engine flags, one vocabulary for every command that runs the model (generate,
+// serve, bench throughput, perplexity, roofline): -t, --kv-cache-dtype (alias --kv-type),
+// --block-size, --max-num-seqs, --max-num-batched-tokens (alias -b, --batch-size),
+// --kv-cache-memory, --mem-fraction, --no-prefix-cache, --preemption-mode, --swap-space,
+// --swap-dir, --priority-aging, --mlock.
 EngineConfig engine_config(Args& a);
+// The same flags over c's own defaults (GenOptions keeps its smaller token budget).
+void engine_config(Args& a, EngineConfig& c);
 // Parses "512M", "2G", "1.5GiB", "1000000" into bytes.
 int64_t parse_bytes(const std::string& s, const char* flag);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,

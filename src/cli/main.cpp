@@ -18,8 +18,8 @@ commands:
   generate    -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--seed S] [--ignore-eos]
               [-f PROMPTS_FILE] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
               [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty P]
-              [--kv-type f16|bf16|f32] [--block-size N] [-b BATCH_TOKENS] [--no-bos]
-              [--dump-json FILE]
+              [--no-bos] [--dump-json FILE] + engine options (the token budget
+              defaults to 512 and the KV pool to what the prompts need)
   serve       -m MODEL [--host 127.0.0.1] [--port 8080] [--served-model-name NAME]
               [--max-model-len N] [--api-key KEY] [--chat-template FILE] [--max-waiting N]
               [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S] + engine options
@@ -30,7 +30,7 @@ commands:
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
-  perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t THREADS]
+  perplexity  -m MODEL -f TEXT_FILE [-c CTX] + engine options (threads, token budget, KV dtype)
   info        -m MODEL        print metadata and tensors
   chat-template -m MODEL --messages FILE.json [--no-generation-prompt] [--tools FILE.json]
               [--vars JSON] [--template FILE] [--config tokenizer_config.json]
@@ -59,15 +59,16 @@ commands:
   bench compare A.json B.json [--metric a,b] [--json FILE]   the speedup of B over A per
               metric (bench throughput / serve / roofline JSON; a JSON array = repeated
               runs, giving the noise band)
-  roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t THREADS]
+  roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] + engine options
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
               prefill and decode per op against the machine's ceilings: time, GFLOP/s,
               GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
-engine options (serve, bench):
-  -t THREADS, --kv-type f16|bf16|f32, --block-size N (16), --max-num-seqs N (256),
-  --max-num-batched-tokens N (2048), --kv-cache-memory BYTES (e.g. 2G) or
+engine options (generate, serve, bench throughput, perplexity, roofline; one vocabulary):
+  -t THREADS, --kv-cache-dtype auto|f16|bf16|f32 (alias --kv-type), --block-size N (16),
+  --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
+  --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM)

@@ -301,7 +301,7 @@ std::vector<int32_t> Engine::sample(const SchedulerOutput& so, std::span<const f
     Sequence* s = so.chunks[i].seq;
     float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
     if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
-    s->margins.push_back(top2_margin(lg, n_vocab));
+    if (s->params.margins) s->margins.push_back(top2_margin(lg, n_vocab));
     // Logprobs are of the raw distribution: keep the row before the sampler edits it.
     std::vector<float>& raw = raw_[size_t(thread)];
     if (s->params.logprobs >= 0) raw.assign(lg, lg + n_vocab);

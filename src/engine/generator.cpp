@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 Generator::Generator(const Model& model, const Tokenizer* tok, const GenOptions& opt)
     : model_(model), tok_(tok), opt_(opt), threads_(opt.threads > 0 ? opt.threads : default_thread_count()) {
-  RIDGE_CHECK(opt_.max_batch_tokens > 0, "max batch tokens must be positive");
+  RIDGE_CHECK(opt_.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive");
 }
 
 Generator::~Generator() = default;
@@ -30,19 +30,13 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
     // Whole blocks per request: what running them all at once takes.
     need_tokens += (int64_t(r.prompt.size()) + r.max_tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size;
   }
-  EngineConfig ec;
+  EngineConfig ec = opt_;
   ec.threads = threads_;
-  ec.kv_dtype = opt_.kv_dtype;
-  ec.block_size = opt_.block_size;
-  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, opt_.block_size, 0, opt_.kv_dtype};
-  const int64_t tokens = opt_.kv_tokens > 0 ? opt_.kv_tokens : std::max<int64_t>(need_tokens, opt_.block_size);
-  ec.kv_cache_bytes = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size * kl.bytes_per_token();
-  ec.max_num_seqs = opt_.max_num_seqs;
-  ec.max_num_batched_tokens = opt_.max_batch_tokens;
-  ec.prefix_cache = opt_.prefix_cache;
-  ec.preemption = opt_.preemption;
-  ec.swap_bytes = opt_.swap_bytes;
-  ec.swap_dir = opt_.swap_dir;
+  if (opt_.kv_tokens > 0 || opt_.kv_cache_bytes <= 0) {
+    KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, opt_.block_size, 0, opt_.kv_dtype};
+    const int64_t tokens = opt_.kv_tokens > 0 ? opt_.kv_tokens : std::max<int64_t>(need_tokens, opt_.block_size);
+    ec.kv_cache_bytes = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size * kl.bytes_per_token();
+  }
   Engine engine(model_, tok_, ec);
   if (opt_.on_engine) opt_.on_engine(engine);
 
@@ -53,6 +47,7 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
     p.max_tokens = r.max_tokens;
     p.ignore_eos = r.ignore_eos;
     p.capture_logits = r.capture_logits;
+    p.margins = r.margins;
     p.priority = r.priority;
     ids.push_back(engine.add_request(r.prompt, p));
   }

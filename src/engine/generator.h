@@ -18,17 +18,12 @@ namespace ridge {
 
 class Tokenizer;
 
-struct GenOptions {
-  int threads = 0;                  // 0: all cores
-  DType kv_dtype = DType::F16;
-  int32_t block_size = 16;
-  int32_t max_batch_tokens = 512;   // tokens per forward pass (prompt chunks + decodes)
-  int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0: enough for every request
-  int32_t max_num_seqs = 256;
-  bool prefix_cache = true;
-  PreemptionMode preemption = PreemptionMode::Recompute;
-  int64_t swap_bytes = 0;
-  std::string swap_dir = "/tmp";
+// The engine's configuration (engine/config.h, one vocabulary for every driver) plus what
+// a run to completion adds. Its defaults differ from the server's in two places: the
+// token budget (a chunk of 512 suits one user) and the pool (sized to the requests).
+struct GenOptions : EngineConfig {
+  GenOptions() { max_num_batched_tokens = 512; }
+  int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0 and no kv_cache_bytes: enough for every request
   std::function<void(const Engine&)> on_engine;  // called once the engine is built (budget lines)
 };
 
@@ -38,6 +33,7 @@ struct GenRequest {
   SamplingParams sampling;
   bool ignore_eos = false;
   bool capture_logits = false;      // keep every step's logits (tests)
+  bool margins = true;              // record each step's top-2 logit margin
   int32_t priority = 0;
 };
 

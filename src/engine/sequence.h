@@ -19,6 +19,7 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;
   int32_t priority = 0;          // lower runs first
   bool capture_logits = false;   // keep each step's logits (tests)
+  bool margins = false;          // record each step's top-2 logit margin (the oracle's tie check)
   int32_t logprobs = -1;         // >= 0: record each token's logprob and this many top alternatives
 };
 
@@ -44,7 +45,7 @@ struct Sequence {
   int32_t n_inserted_blocks = 0; // full blocks already recorded in the prefix cache
   uint64_t waiting_since_step = 0;  // for priority aging
   std::string finish_reason;     // "stop", "length", "abort"
-  std::vector<float> margins;    // top-2 logit margin per generated token
+  std::vector<float> margins;    // top-2 logit margin per generated token (params.margins)
   std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
   std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
 

@@ -72,16 +72,15 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
 
   int64_t total_tokens = 0;
   for (int32_t batch : o.batches) {  // prompts, then decode_steps + prefill_steps + 1 tokens each (below)
-    const int64_t mbt = std::max<int32_t>(o.max_batched_tokens, batch);
+    const int64_t mbt = std::max<int32_t>(o.engine.max_num_batched_tokens, batch);
     total_tokens += int64_t(batch) * (per_seq + (int64_t(batch) * o.prompt + mbt - 1) / mbt);
   }
   Progress progress("roofline: running the model", total_tokens, "tokens");
   for (int32_t batch : o.batches) {
     progress.set_detail(fmt::format("batch {}", batch));
-    EngineConfig cfg;
-    cfg.threads = o.threads;
+    EngineConfig cfg = o.engine;
     cfg.max_num_seqs = batch;
-    cfg.max_num_batched_tokens = std::max<int32_t>(o.max_batched_tokens, batch);
+    cfg.max_num_batched_tokens = std::max<int32_t>(o.engine.max_num_batched_tokens, batch);
     cfg.prefix_cache = false;  // every prompt computed: the phase measures the model, not the cache
     // Prompts finish their prefill a chunk apart, so the first ones start decoding early:
     // enough tokens that decode_steps steps run with every sequence decoding.

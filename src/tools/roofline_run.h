@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config.h"
 #include "tools/roofline_report.h"
 
 namespace ridge {
@@ -18,8 +19,9 @@ struct RooflineOptions {
   std::vector<int32_t> batches{1, 4, 16, 64};
   int32_t prompt = 512;            // prompt tokens per sequence (the prefill phase)
   int32_t decode_steps = 16;       // decode steps measured per batch size
-  int threads = 0;                 // 0: all cores
-  int32_t max_batched_tokens = 2048;  // tokens per prefill step (longer prompts are chunked)
+  // The engine flags (threads, token budget, KV dtype and block size, ...); each batch
+  // size runs with max_num_seqs = the batch, no prefix cache and a pool just large enough.
+  EngineConfig engine;
   uint64_t seed = 1;               // prompt token ids
   std::string model_name;          // for the report
 };

@@ -75,7 +75,7 @@ void run_scenarios(const Model& m, int max_tokens, int max_prompt) {
   std::vector<Scenario> sc;
   sc.push_back({"batched", base});
   Scenario chunked{"chunked prefill (8-token budget)", base};
-  chunked.opt.max_batch_tokens = 8;
+  chunked.opt.max_num_batched_tokens = 8;
   sc.push_back(chunked);
   // A pool for about three sequences: sixteen running ones must preempt many times.
   Scenario rec{"small pool, recompute", base};
@@ -90,7 +90,7 @@ void run_scenarios(const Model& m, int max_tokens, int max_prompt) {
   aut.opt.kv_tokens = 3 * per_seq_tokens;
   aut.opt.preemption = PreemptionMode::Auto;
   aut.opt.swap_bytes = int64_t(1) << 30;
-  aut.opt.max_batch_tokens = 24;
+  aut.opt.max_num_batched_tokens = 24;
   sc.push_back(aut);
   for (const auto& s : sc) {
     Generator g(m, nullptr, s.opt);

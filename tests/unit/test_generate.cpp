@@ -100,7 +100,7 @@ std::vector<GenResult> run_prompts(const Model& m, const std::vector<std::vector
                                    int32_t batch_tokens) {
   GenOptions opt;
   opt.threads = threads;
-  opt.max_batch_tokens = batch_tokens;
+  opt.max_num_batched_tokens = batch_tokens;
   Generator gen(m, nullptr, opt);
   std::vector<GenRequest> reqs;
   for (const auto& p : prompts) {

@@ -311,7 +311,7 @@ TEST(Tracer, GeneratorRunShowsStepPhasesOpsAndRequestTracks) {
   }
   GenOptions o;
   o.threads = 2;
-  o.max_batch_tokens = 32;  // chunked prefill: the 80-token prompt takes several chunks
+  o.max_num_batched_tokens = 32;  // chunked prefill: the 80-token prompt takes several chunks
   const std::string path = temp_path("trace-engine.json");
   perf::trace_start(path);
   Generator g(*m, nullptr, o);
