@@ -157,6 +157,7 @@ std::span<const float> Forward::run(const Batch& b) {
 
 void Forward::attention_block(int32_t il, const Batch& b) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const ArchSpec& arch = m_.arch();  // where this architecture's attention differs
   const int64_t T = T_, E = h_.n_embd;
   const int32_t dk = h_.head_dim_k, dv = h_.head_dim_v, nh = h_.n_head, nkv = h_.n_head_kv;
   const int64_t nq = h_.n_q(), nk = h_.n_kv_k(), nv = h_.n_kv_v();
@@ -180,26 +181,26 @@ void Forward::attention_block(int32_t il, const Batch& b) {
   // never share a slot, so the rows run in parallel).
   const KVLayout& kl = kv_.layout();
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
-     perf::rope_kv_cost(h_.attn_shape(), T, !L.bq.empty(), !L.q_norm.empty(), kl.dtype), [&] {
+     perf::rope_kv_cost(h_.attn_shape(), T, arch.qkv_bias, arch.qk_norm, kl.dtype), [&] {
     rows(T, [&](int64_t t) {
       float* q = q_.data() + t * nq;
       float* k = k_.data() + t * nk;
       float* v = v_.data() + t * nv;
-      if (!L.bq.empty()) {
+      if (arch.qkv_bias) {
         kernels::add_inplace(q, L.bq.data(), nq);
         kernels::add_inplace(k, L.bk.data(), nk);
         kernels::add_inplace(v, L.bv.data(), nv);
       }
       const float* cs = rope_cs_.data() + t * h_.rope_dim;
       for (int32_t hh = 0; hh < nh; ++hh) {
-        if (!L.q_norm.empty()) kernels::rms_norm(q + hh * dk, L.q_norm.data(), q + hh * dk, dk, h_.rms_eps);
+        if (arch.qk_norm) kernels::rms_norm(q + hh * dk, L.q_norm.data(), q + hh * dk, dk, h_.rms_eps);
         kernels::rope_apply(rope_, cs, q + hh * dk);
       }
       const SeqSlice& s = b.seqs[size_t(tok_seq_[size_t(t)])];
       const int32_t pos = tok_pos_[size_t(t)];
       const int32_t block = s.block_table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
       for (int32_t hh = 0; hh < nkv; ++hh) {
-        if (!L.k_norm.empty()) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
+        if (arch.qk_norm) kernels::rms_norm(k + hh * dk, L.k_norm.data(), k + hh * dk, dk, h_.rms_eps);
         kernels::rope_apply(rope_, cs, k + hh * dk);
         kv_.write_k(il, block, hh, slot, k + hh * dk);
         kv_.write_v(il, block, hh, slot, v + hh * dv);

@@ -13,66 +13,6 @@
 
 namespace ridge {
 
-const ArchSpec* find_arch(std::string_view name) {
-  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3()})
-    if (name == a->name) return a;
-  return nullptr;
-}
-
-namespace {
-
-class Loader {
- public:
-  Loader(const gguf::File& f, int64_t& bytes, int64_t& vec_bytes) : f_(f), bytes_(bytes), vec_bytes_(vec_bytes) {}
-
-  const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
-
-  const gguf::TensorInfo& need(const std::string& name, std::initializer_list<int64_t> shape) {
-    const gguf::TensorInfo* t = f_.find_tensor(name);
-    if (!t) fail("{}: required tensor '{}' is missing", f_.name(), name);
-    check_shape(*t, shape);
-    if (!dtype_info(t->type).supported)
-      fail("{}: tensor '{}' has type {}, which ridge cannot compute with (supported: f32, f16, bf16, q4_0, q4_1, "
-           "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)",
-           f_.name(), name, dtype_name(t->type));
-    bytes_ += int64_t(t->nbytes);
-    return *t;
-  }
-
-  kernels::WeightView matrix(const std::string& name, int64_t k, int64_t n_out) {
-    const auto& t = need(name, {k, n_out});
-    return {t.type, k, n_out, t.data};
-  }
-
-  std::vector<float> vec(const std::string& name, int64_t n) {
-    const auto& t = need(name, {n});
-    std::vector<float> out(static_cast<size_t>(n));
-    quant::dequantize_row(t.type, t.data, out.data(), n);
-    f_.release_pages(t.data, t.nbytes);  // converted: the file's copy is not read again
-    vec_bytes_ += n * int64_t(sizeof(float));
-    return out;
-  }
-
- private:
-  void check_shape(const gguf::TensorInfo& t, std::initializer_list<int64_t> shape) const {
-    bool ok = true;
-    auto it = shape.begin();
-    for (int d = 0; d < 4; ++d) ok = ok && t.ne[d] == (it != shape.end() ? *it++ : 1);
-    if (!ok) {
-      std::string want = "[";
-      int i = 0;
-      for (int64_t s : shape) want += fmt::format("{}{}", i++ ? ", " : "", s);
-      fail("{}: tensor '{}' has shape {}, expected {}]", f_.name(), t.name, t.shape_str(), want);
-    }
-  }
-
-  const gguf::File& f_;
-  int64_t& bytes_;
-  int64_t& vec_bytes_;
-};
-
-}  // namespace
-
 std::unique_ptr<Model> Model::load(const std::string& path, bool pack) { return from_file(gguf::File::open(path), pack); }
 
 std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack) {
@@ -82,49 +22,17 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
   m->hp_ = read_hparams(f);
   HParams& h = m->hp_;
   m->arch_ = find_arch(h.arch);
-  if (!m->arch_) fail("{}: architecture '{}' is not supported (llama, qwen2, qwen3)", f.name(), h.arch);
+  if (!m->arch_) fail("{}: architecture '{}' is not supported ({})", f.name(), h.arch, arch_names());
   const ArchSpec& arch = *m->arch_;
 
-  Loader ld(f, m->weight_bytes_, m->vector_bytes_);
+  TensorLoader ld(f, m->weight_bytes_, m->vector_bytes_);
   const gguf::TensorInfo* emb = ld.find("token_embd.weight");
   if (!emb) fail("{}: required tensor 'token_embd.weight' is missing", f.name());
   h.n_vocab = int32_t(emb->ne[1]);
   if (auto nv = f.get_uint(h.arch + ".vocab_size"); nv && *nv != uint64_t(h.n_vocab))
     fail("{}: {}.vocab_size = {} but token_embd.weight has {} rows", f.name(), h.arch, *nv, h.n_vocab);
   Weights& w = m->w_;
-  w.tok_embd = ld.matrix("token_embd.weight", h.n_embd, h.n_vocab);
-  w.output_norm = ld.vec("output_norm.weight", h.n_embd);
-  if (ld.find("output.weight")) {
-    w.output = ld.matrix("output.weight", h.n_embd, h.n_vocab);
-  } else {
-    w.output = w.tok_embd;
-    w.tied_output = true;
-  }
-  if (ld.find("rope_freqs.weight")) w.rope_freqs = ld.vec("rope_freqs.weight", h.rope_dim / 2);
-
-  w.layers.resize(size_t(h.n_layer));
-  for (int32_t il = 0; il < h.n_layer; ++il) {
-    LayerWeights& L = w.layers[size_t(il)];
-    const std::string p = fmt::format("blk.{}.", il);
-    L.attn_norm = ld.vec(p + "attn_norm.weight", h.n_embd);
-    L.wq = ld.matrix(p + "attn_q.weight", h.n_embd, h.n_q());
-    L.wk = ld.matrix(p + "attn_k.weight", h.n_embd, h.n_kv_k());
-    L.wv = ld.matrix(p + "attn_v.weight", h.n_embd, h.n_kv_v());
-    L.wo = ld.matrix(p + "attn_output.weight", h.n_attn_out(), h.n_embd);
-    if (arch.qkv_bias) {
-      L.bq = ld.vec(p + "attn_q.bias", h.n_q());
-      L.bk = ld.vec(p + "attn_k.bias", h.n_kv_k());
-      L.bv = ld.vec(p + "attn_v.bias", h.n_kv_v());
-    }
-    if (arch.qk_norm) {
-      L.q_norm = ld.vec(p + "attn_q_norm.weight", h.head_dim_k);
-      L.k_norm = ld.vec(p + "attn_k_norm.weight", h.head_dim_k);
-    }
-    L.ffn_norm = ld.vec(p + "ffn_norm.weight", h.n_embd);
-    L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
-    L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
-    L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
-  }
+  arch.load(ld, h, w);
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
   const char* env = std::getenv("RIDGE_REPACK");
   if (pack && !(env && std::string_view(env) == "0")) m->pack_weights();

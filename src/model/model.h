@@ -9,21 +9,10 @@
 #include "core/arena.h"
 #include "gguf/gguf.h"
 #include "kernels/cpu/matmul.h"
+#include "model/arch.h"
 #include "model/hparams.h"
 
 namespace ridge {
-
-// What distinguishes the members of the llama family (one file per architecture).
-struct ArchSpec {
-  const char* name;
-  bool rope_neox;   // rotate halves (GPT-NeoX style) rather than adjacent pairs
-  bool qkv_bias;    // attn_q/k/v.bias (qwen2)
-  bool qk_norm;     // per-head RMSNorm of q and k before RoPE (qwen3)
-};
-const ArchSpec& arch_llama();
-const ArchSpec& arch_qwen2();
-const ArchSpec& arch_qwen3();
-const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 
 struct LayerWeights {
   std::vector<float> attn_norm;          // [n_embd]

@@ -1,0 +1,84 @@
+// The tensor loader every architecture reads through, the llama family's tensor set, and
+// the list of architectures.
+#include "model/arch.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+namespace ridge {
+
+const ArchSpec* find_arch(std::string_view name) {
+  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3()})
+    if (name == a->name) return a;
+  return nullptr;
+}
+
+std::string arch_names() {
+  std::string s;
+  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3()}) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
+const gguf::TensorInfo& TensorLoader::need(const std::string& name, std::initializer_list<int64_t> shape) {
+  const gguf::TensorInfo* t = f_.find_tensor(name);
+  if (!t) fail("{}: required tensor '{}' is missing", f_.name(), name);
+  bool ok = true;
+  auto it = shape.begin();
+  for (int d = 0; d < 4; ++d) ok = ok && t->ne[d] == (it != shape.end() ? *it++ : 1);
+  if (!ok) {
+    std::string want = "[";
+    int i = 0;
+    for (int64_t s : shape) want += fmt::format("{}{}", i++ ? ", " : "", s);
+    fail("{}: tensor '{}' has shape {}, expected {}]", f_.name(), t->name, t->shape_str(), want);
+  }
+  if (!dtype_info(t->type).supported)
+    fail("{}: tensor '{}' has type {}, which ridge cannot compute with (supported: f32, f16, bf16, q4_0, q4_1, "
+         "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)",
+         f_.name(), name, dtype_name(t->type));
+  bytes_ += int64_t(t->nbytes);
+  return *t;
+}
+
+kernels::WeightView TensorLoader::matrix(const std::string& name, int64_t k, int64_t n_out) {
+  const auto& t = need(name, {k, n_out});
+  return {t.type, k, n_out, t.data};
+}
+
+std::vector<float> TensorLoader::vec(const std::string& name, int64_t n) {
+  const auto& t = need(name, {n});
+  std::vector<float> out(static_cast<size_t>(n));
+  quant::dequantize_row(t.type, t.data, out.data(), n);
+  f_.release_pages(t.data, t.nbytes);  // converted: the file's copy is not read again
+  vec_bytes_ += n * int64_t(sizeof(float));
+  return out;
+}
+
+void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w) {
+  w.tok_embd = ld.matrix("token_embd.weight", h.n_embd, h.n_vocab);
+  w.output_norm = ld.vec("output_norm.weight", h.n_embd);
+  if (ld.find("output.weight")) {
+    w.output = ld.matrix("output.weight", h.n_embd, h.n_vocab);
+  } else {
+    w.output = w.tok_embd;
+    w.tied_output = true;
+  }
+  w.layers.resize(size_t(h.n_layer));
+  for (int32_t il = 0; il < h.n_layer; ++il) {
+    LayerWeights& L = w.layers[size_t(il)];
+    const std::string p = fmt::format("blk.{}.", il);
+    L.attn_norm = ld.vec(p + "attn_norm.weight", h.n_embd);
+    L.wq = ld.matrix(p + "attn_q.weight", h.n_embd, h.n_q());
+    L.wk = ld.matrix(p + "attn_k.weight", h.n_embd, h.n_kv_k());
+    L.wv = ld.matrix(p + "attn_v.weight", h.n_embd, h.n_kv_v());
+    L.wo = ld.matrix(p + "attn_output.weight", h.n_attn_out(), h.n_embd);
+    L.ffn_norm = ld.vec(p + "ffn_norm.weight", h.n_embd);
+    L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
+    L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
+    L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+  }
+}
+
+}  // namespace ridge

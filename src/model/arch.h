@@ -1,0 +1,66 @@
+// An architecture as a unit, in the manner of llama.cpp's per-architecture loaders: its
+// name as GGUF writes it (general.architecture), the tensors it reads (required ones
+// fail the load by name when missing or misshapen), and the places where its forward
+// differs from the family's. The forward asks the architecture, never which weights
+// happen to exist. One file per architecture (model/arch_*.cpp) defines one ArchSpec;
+// adding an architecture is adding such a file, its line in find_arch(), a mkmodel preset
+// and an oracle test against llama.cpp (tests/oracle/).
+#pragma once
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "model/hparams.h"
+
+namespace ridge {
+
+struct Weights;
+
+// What an architecture's loader reads the file through: every tensor checked for shape
+// and type, its bytes counted, f32 vectors converted once (and their file pages given back).
+class TensorLoader {
+ public:
+  TensorLoader(const gguf::File& f, int64_t& weight_bytes, int64_t& vector_bytes)
+      : f_(f), bytes_(weight_bytes), vec_bytes_(vector_bytes) {}
+
+  const gguf::File& file() const { return f_; }
+  const gguf::TensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
+  // [n_out][k] in its stored type, in place in the mapping. Throws ridge::Error naming
+  // the tensor when it is missing, misshapen or of a type ridge cannot compute with.
+  kernels::WeightView matrix(const std::string& name, int64_t k, int64_t n_out);
+  // [n] as f32.
+  std::vector<float> vec(const std::string& name, int64_t n);
+
+ private:
+  const gguf::TensorInfo& need(const std::string& name, std::initializer_list<int64_t> shape);
+
+  const gguf::File& f_;
+  int64_t& bytes_;
+  int64_t& vec_bytes_;
+};
+
+struct ArchSpec {
+  const char* name;
+  // Where the forward differs from the llama family's.
+  bool rope_neox;   // rotate halves (GPT-NeoX style) rather than adjacent pairs
+  bool qkv_bias;    // q, k and v get biases (attn_q/k/v.bias)
+  bool qk_norm;     // per-head RMSNorm of q and k before RoPE (attn_q_norm / attn_k_norm)
+  // Reads the architecture's tensors into w; h is complete, n_vocab included.
+  void (*load)(TensorLoader& ld, const HParams& h, Weights& w);
+};
+
+// The llama family's tensors, which every architecture here starts from: token_embd,
+// output_norm, output (tied to token_embd when absent), and per layer attn_norm,
+// attn_q/k/v, attn_output, ffn_norm, ffn_gate/up/down.
+void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w);
+
+const ArchSpec& arch_llama();
+const ArchSpec& arch_qwen2();
+const ArchSpec& arch_qwen3();
+const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
+std::string arch_names();                          // "llama, qwen2, qwen3"
+
+}  // namespace ridge
