@@ -68,6 +68,10 @@ void Scheduler::swap_in_failed(Sequence* s) {
   std::erase(running_, s);
   if (perf::trace_on())
     perf::trace_instant("swap_in_failed", "sched", {{"req", s->id}, {"blocks", s->blocks.size()}});
+  requeue(s);
+}
+
+void Scheduler::requeue(Sequence* s) {
   bm_.release(s->blocks);
   s->n_computed = 0;
   s->n_inserted_blocks = 0;
@@ -110,12 +114,7 @@ void Scheduler::preempt(Sequence* v, SchedulerOutput& out, int64_t for_id) {
     swapped_.push_back(v);
   } else {
     on_computed(v);  // its full blocks stay findable in the prefix cache
-    bm_.release(v->blocks);
-    v->n_computed = 0;
-    v->n_inserted_blocks = 0;
-    v->status = SeqStatus::Waiting;
-    v->waiting_since_step = step_;
-    waiting_.push_back(v);
+    requeue(v);
   }
 }
 

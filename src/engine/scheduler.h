@@ -85,6 +85,7 @@ class Scheduler {
   bool make_room(int64_t need_free_blocks);  // evicts from the prefix cache when that suffices
   bool reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled);
   void preempt(Sequence* victim, SchedulerOutput& out, int64_t for_id);  // for_id: who needed the blocks (trace)
+  void requeue(Sequence* s);  // drops its KV and puts it back in the queue, to be recomputed
   bool before(const Sequence* a, const Sequence* b) const;  // a runs before b
   int64_t effective_priority(const Sequence* s) const;
   uint64_t first_block_key(const Sequence* s) const;  // hash of the first block's tokens
