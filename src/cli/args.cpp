@@ -8,6 +8,13 @@
 
 namespace ridge::cli {
 
+bool Args::given(std::initializer_list<std::string_view> names) const {
+  for (const std::string& s : a_)
+    for (auto n : names)
+      if (s == n || (s.size() > n.size() && s.compare(0, n.size(), n) == 0 && s[n.size()] == '=')) return true;
+  return false;
+}
+
 std::optional<std::string> Args::str(std::initializer_list<std::string_view> names) {
   std::optional<std::string> out;
   for (size_t i = 0; i < a_.size(); ++i) {

@@ -21,6 +21,9 @@ class Args {
     return str(names).value_or(std::move(dflt));
   }
   bool flag(std::initializer_list<std::string_view> names);
+  // Whether any of the names is on the command line (as --name or --name=VALUE), without
+  // consuming it.
+  bool given(std::initializer_list<std::string_view> names) const;
   int64_t integer(std::initializer_list<std::string_view> names, int64_t dflt, int64_t lo, int64_t hi);
   double number(std::initializer_list<std::string_view> names, double dflt, double lo, double hi);
   // The first argument when it does not start with '-' (a subcommand), consumed.

@@ -57,6 +57,7 @@ int cmd_generate(Args& a) {
   const auto dump = a.str({"--dump-json"});
   const auto trace = a.str({"--trace"});
   GenOptions opt;
+  opt.pool_for_requests = !a.given({"--mem-fraction"});  // asked for: the server's sizing
   engine_config(a, opt);
   bool seed_given = false;
   SamplingParams sp = sampling_params(a, &seed_given);

@@ -17,8 +17,8 @@ int cmd_perplexity(Args& a) {
   const std::string path = resolve_model(a);
   auto file = a.str({"-f", "--file"});
   const int64_t n_ctx_arg = a.integer({"-c", "--ctx-size"}, 0, 0, 1 << 20);
-  GenOptions opt;  // the engine's flags; perplexity uses the token budget, block size, KV dtype, threads
-  engine_config(a, opt);
+  GenOptions opt;
+  forward_config(a, opt);
   a.finish();
   if (!file) fail("perplexity needs -f TEXT_FILE");
   std::ifstream in(*file, std::ios::binary);

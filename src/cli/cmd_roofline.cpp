@@ -71,7 +71,7 @@ int cmd_roofline(Args& a) {
   o.batches = int_list(a.str({"--batch"}, "1,4,16,64"), "--batch");
   o.prompt = int32_t(a.integer({"--prompt"}, 512, 1, 1 << 20));
   o.decode_steps = int32_t(a.integer({"--decode-steps"}, 16, 1, 1 << 16));
-  o.engine = engine_config(a);
+  forward_config(a, o.engine);
   const auto peaks_file = a.str({"--peaks"});
   const auto html = a.str({"--html"});
   const auto json = a.str({"--json"});

@@ -61,13 +61,17 @@ int64_t parse_bytes(const std::string& s, const char* flag) {
   return int64_t(v * mul);
 }
 
-void engine_config(Args& a, EngineConfig& c) {
+void forward_config(Args& a, EngineConfig& c) {
   c.threads = threads_flag(a);
   c.kv_dtype = kv_type_flag(a);
   c.block_size = block_size_flag(a);
-  c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   c.max_num_batched_tokens =
       int32_t(a.integer({"--max-num-batched-tokens", "-b", "--batch-size"}, c.max_num_batched_tokens, 1, 1 << 24));
+}
+
+void engine_config(Args& a, EngineConfig& c) {
+  forward_config(a, c);
+  c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);
   c.prefix_cache = !a.flag({"--no-prefix-cache"});

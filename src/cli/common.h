@@ -19,6 +19,11 @@ std::string resolve_model(Args& a);
 EngineConfig engine_config(Args& a);
 // The same flags over c's own defaults (GenOptions keeps its smaller token budget).
 void engine_config(Args& a, EngineConfig& c);
+// The subset that shapes the forward alone: -t, --kv-cache-dtype, --block-size and
+// --max-num-batched-tokens. perplexity (no engine) and roofline (which sets the
+// scheduling and the pool for each batch size itself) take these, so a scheduling flag
+// there is an unknown flag, not one silently ignored.
+void forward_config(Args& a, EngineConfig& c);
 // Parses "512M", "2G", "1.5GiB", "1000000" into bytes.
 int64_t parse_bytes(const std::string& s, const char* flag);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,

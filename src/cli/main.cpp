@@ -19,7 +19,8 @@ commands:
               [-f PROMPTS_FILE] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
               [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty P]
               [--no-bos] [--dump-json FILE] + engine options (the token budget
-              defaults to 512 and the KV pool to what the prompts need)
+              defaults to 512 and the KV pool to what the prompts need, unless
+              --kv-cache-memory or --mem-fraction says otherwise)
   serve       -m MODEL [--host 127.0.0.1] [--port 8080] [--served-model-name NAME]
               [--max-model-len N] [--api-key KEY] [--chat-template FILE] [--max-waiting N]
               [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S] + engine options
@@ -30,7 +31,8 @@ commands:
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
-  perplexity  -m MODEL -f TEXT_FILE [-c CTX] + engine options (threads, token budget, KV dtype)
+  perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t N] [--kv-cache-dtype T] [--block-size N]
+              [--max-num-batched-tokens N]
   info        -m MODEL        print metadata and tensors
   chat-template -m MODEL --messages FILE.json [--no-generation-prompt] [--tools FILE.json]
               [--vars JSON] [--template FILE] [--config tokenizer_config.json]
@@ -59,13 +61,15 @@ commands:
   bench compare A.json B.json [--metric a,b] [--json FILE]   the speedup of B over A per
               metric (bench throughput / serve / roofline JSON; a JSON array = repeated
               runs, giving the noise band)
-  roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] + engine options
+  roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
+              [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
               prefill and decode per op against the machine's ceilings: time, GFLOP/s,
               GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
-engine options (generate, serve, bench throughput, perplexity, roofline; one vocabulary):
+engine options (generate, serve, bench throughput; perplexity and roofline take -t,
+--kv-cache-dtype, --block-size and --max-num-batched-tokens only):
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32 (alias --kv-type), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
   --kv-cache-memory BYTES (e.g. 2G) or

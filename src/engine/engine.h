@@ -32,8 +32,9 @@ struct TokenEvent {
   int64_t id;
   int32_t token;                // -1 when a request ends without a new token (abort)
   bool finished;
+  // Both point into the request's state: valid until the next step() or its release().
   std::string_view finish_reason;           // "stop", "length" or "abort" when finished
-  const TokenLogprobs* logprobs = nullptr;  // when the request asked for them; valid until the next step()
+  const TokenLogprobs* logprobs = nullptr;  // when the request asked for them
 };
 
 // What a request cost and where its time went, readable at any point until release().
@@ -45,7 +46,7 @@ struct RequestStats {
   // Its share of every step it rode in (the step's time x its tokens / the step's tokens),
   // by kind of work; recompute is tokens run again after a preemption dropped their KV.
   double prefill_s = 0, decode_s = 0, recompute_s = 0;
-  std::string_view finish_reason;  // empty while it runs
+  std::string_view finish_reason;  // empty while it runs; valid until release()
 };
 
 // Everything a finished request produced (Generator, tests).

@@ -32,7 +32,7 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   }
   EngineConfig ec = opt_;
   ec.threads = threads_;
-  if (opt_.kv_tokens > 0 || opt_.kv_cache_bytes <= 0) {
+  if (opt_.kv_tokens > 0 || (opt_.kv_cache_bytes <= 0 && opt_.pool_for_requests)) {
     KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, opt_.block_size, 0, opt_.kv_dtype};
     const int64_t tokens = opt_.kv_tokens > 0 ? opt_.kv_tokens : std::max<int64_t>(need_tokens, opt_.block_size);
     ec.kv_cache_bytes = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size * kl.bytes_per_token();

@@ -23,7 +23,10 @@ class Tokenizer;
 // token budget (a chunk of 512 suits one user) and the pool (sized to the requests).
 struct GenOptions : EngineConfig {
   GenOptions() { max_num_batched_tokens = 512; }
-  int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0 and no kv_cache_bytes: enough for every request
+  int64_t kv_tokens = 0;            // KV pool capacity in tokens; 0: see pool_for_requests
+  // With neither kv_tokens nor kv_cache_bytes: true sizes the pool to what the requests
+  // need, false leaves it to mem_fraction as the server does.
+  bool pool_for_requests = true;
   std::function<void(const Engine&)> on_engine;  // called once the engine is built (budget lines)
 };
 

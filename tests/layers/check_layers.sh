@@ -37,11 +37,19 @@ for dir in "$src"/*/; do
     [[ "$ok" == *" $target "* ]] && continue
     echo "${file#"$src"/}:$line: $layer -> $target (${inc})"
     bad=1
-  done < <(grep -rnoE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"[a-z0-9_]+/[^"]+"' "$dir" --include='*.h' \
-             --include='*.cpp' --include='*.cu' --include='*.cuh' | sed -E 's/:[[:space:]]*#[[:space:]]*include[[:space:]]+"/:/; s/"$//')
+  # Every file, any extension; "..." or <...>, with or without a space. An include whose
+  # first path component is no layer (<sys/mman.h>, <boost/asio.hpp>) is not ours.
+  done < <(grep -rnoE '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<][^">]+[">]' "$dir" |
+             sed -E 's/:[[:space:]]*#[[:space:]]*include[[:space:]]*["<]/:/; s/[">]$//' |
+             while IFS=: read -r f l inc; do
+               inc=${inc#./}
+               while [[ $inc == ../* ]]; do inc=${inc#../}; done  # "../engine/x.h" from src/LAYER/
+               first=${inc%%/*}
+               [[ $inc == */* && -n "${allowed[$first]+x}" ]] && echo "$f:$l:$inc"
+             done)
 done
 if ((bad)); then
   echo "layers: includes against the direction above"
   exit 1
 fi
-echo "layers: every include of $(find "$src" -name '*.h' -o -name '*.cpp' | wc -l) files points down"
+echo "layers: every include of $(find "$src" -type f | wc -l) files points down"

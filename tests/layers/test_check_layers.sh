@@ -32,6 +32,14 @@ sed -i '0,/#include "kernels\/cpu\/kv_view.h"/s//#include "model\/kv_cache.h"/' 
 expect_fail "kernels reaching up into model" "kernels -> model"
 
 rm -rf "$tmp/src" && cp -r src "$tmp/src"
+echo '#include<engine/engine.h>' >>"$tmp/src/quant/quant.h"
+expect_fail "an angle-bracket include with no space" "quant -> engine"
+
+rm -rf "$tmp/src" && cp -r src "$tmp/src"
+echo '#include "../server/server.h"' >>"$tmp/src/model/model.h"
+expect_fail "a relative include up the tree" "model -> server"
+
+rm -rf "$tmp/src" && cp -r src "$tmp/src"
 mkdir "$tmp/src/misc" && echo '#include "core/error.h"' >"$tmp/src/misc/x.cpp"
 expect_fail "a folder that is no layer" "src/misc/ is no known layer"
 

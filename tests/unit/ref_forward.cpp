@@ -122,7 +122,9 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
 
   const Mat tok_embd = load(f, "token_embd.weight");  // [n_vocab][E]
   const int64_t n_vocab = tok_embd.rows;
-  const Vec rope_factors = has(f, "rope_freqs.weight") ? load_vec(f, "rope_freqs.weight") : Vec{};  // [rope_dim/2]
+  // Llama 3.1's rope scaling factors: a llama tensor (as in llama.cpp; other architectures never read one).
+  const Vec rope_factors =
+      h.arch == "llama" && has(f, "rope_freqs.weight") ? load_vec(f, "rope_freqs.weight") : Vec{};  // [rope_dim/2]
 
   // Residual stream x[t][E], starting from the token embeddings.
   std::vector<Vec> x(static_cast<size_t>(T));
