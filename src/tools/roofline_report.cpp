@@ -319,8 +319,12 @@ RooflineAnalysis analyze(const RooflineRun& run) {
 }
 
 std::string render_text(const RooflineRun& run, const RooflineAnalysis& a) {
-  std::string s = fmt::format("roofline: {} ({}), {} threads, prompt {}\n", run.model, run.weight_type, run.threads,
+  std::string s = fmt::format("roofline: {} ({}), {} threads, prompt {}", run.model, run.weight_type, run.threads,
                               run.prompt);
+  if (!run.kv_dtype.empty())
+    s += fmt::format(", KV {} in blocks of {}, {} tokens per step at most", run.kv_dtype, run.block_size,
+                     run.max_num_batched_tokens);
+  s += "\n";
   s += fmt::format("ceilings ({}): DRAM read {} GB/s", run.peaks.cpu, sig3(a.dram_gbs));
   if (a.cache_gbs > 0) s += fmt::format("; cache read {} GB/s", sig3(a.cache_gbs));
   for (auto c : kClasses)
@@ -374,6 +378,9 @@ std::string render_json(const RooflineRun& run, const RooflineAnalysis& a) {
   j["peaks_origin"] = run.peaks_origin;
   j["threads"] = run.threads;
   j["prompt"] = run.prompt;
+  j["kv_dtype"] = run.kv_dtype;
+  j["block_size"] = run.block_size;
+  j["max_num_batched_tokens"] = run.max_num_batched_tokens;
   j["peaks"] = ojson::parse(peaks_to_json(run.peaks));
   j["dram_gbs"] = a.dram_gbs;
   j["cache_gbs"] = a.cache_gbs;
@@ -422,6 +429,11 @@ RooflineRun run_from_json(const std::string& s, const std::string& where) {
   if (j.contains("peaks_origin")) r.peaks_origin = text(j, "peaks_origin", where);
   r.threads = int(integer(j, "threads", where, 0, 1 << 20));
   r.prompt = int32_t(integer(j, "prompt", where, 0, INT32_MAX));
+  if (j.contains("kv_dtype")) {  // added later: older runs have none of the three
+    r.kv_dtype = text(j, "kv_dtype", where);
+    r.block_size = int32_t(integer(j, "block_size", where, 0, INT32_MAX));
+    r.max_num_batched_tokens = int32_t(integer(j, "max_num_batched_tokens", where, 0, INT32_MAX));
+  }
   r.peaks = peaks_from_json(field(j, "peaks", where).dump(), where + ": peaks");
   const auto& phases = field(j, "phases", where);
   if (!phases.is_array()) fail("{}: 'phases' must be an array", where);

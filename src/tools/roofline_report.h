@@ -43,6 +43,10 @@ struct RooflineRun {
   std::string weight_type;   // e.g. "q4_0" (most of the weight bytes)
   int threads = 0;
   int32_t prompt = 0;        // prompt length of the prefill phases
+  // What else shaped the run (a run read from an older JSON: empty / 0).
+  std::string kv_dtype;      // e.g. "f16"
+  int32_t block_size = 0;    // KV block, tokens
+  int32_t max_num_batched_tokens = 0;
   Peaks peaks;
   // Where the ceilings came from: "measured in this run", or the --peaks file and its age.
   std::string peaks_origin;

@@ -66,6 +66,9 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
   run.model = o.model_name;
   run.weight_type = main_weight_type(m);
   run.prompt = o.prompt;
+  run.kv_dtype = std::string(dtype_name(o.engine.kv_dtype));
+  run.block_size = o.engine.block_size;
+  run.max_num_batched_tokens = o.engine.max_num_batched_tokens;
   run.peaks = peaks;
   std::mt19937_64 rng(o.seed);
   const int32_t hi = std::min<int32_t>(h.n_vocab, 32000);

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "tools/bench_compare.h"
 #include "tools/roofline_report.h"
@@ -303,6 +305,29 @@ RooflineRun mixed_run() {
   d8.ops[0].seconds *= 1.3;
   run.phases.push_back(d8);
   return run;
+}
+
+// What shaped the run beside the model and threads: shown in the header, kept in the
+// JSON, absent (empty) in a run written before it was recorded.
+TEST(RooflineReport, RunConfigIsShownAndKept) {
+  RooflineRun run = mixed_run();
+  run.kv_dtype = "bf16";
+  run.block_size = 32;
+  run.max_num_batched_tokens = 1024;
+  const RooflineAnalysis a = analyze(run);
+  const std::string t = render_text(run, a);
+  EXPECT_NE(t.find("KV bf16 in blocks of 32, 1024 tokens per step at most"), std::string::npos) << t;
+  const RooflineRun back = run_from_json(render_json(run, a), "r.json");
+  EXPECT_EQ(back.kv_dtype, "bf16");
+  EXPECT_EQ(back.block_size, 32);
+  EXPECT_EQ(back.max_num_batched_tokens, 1024);
+  auto old = nlohmann::json::parse(render_json(run, a));
+  old.erase("kv_dtype");
+  old.erase("block_size");
+  old.erase("max_num_batched_tokens");
+  const RooflineRun older = run_from_json(old.dump(), "old.json");
+  EXPECT_TRUE(older.kv_dtype.empty());
+  EXPECT_EQ(older.block_size, 0);
 }
 
 TEST(RooflineReport, JsonRoundTrip) {
