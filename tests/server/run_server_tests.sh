@@ -31,6 +31,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RIDGE="${1:-${RIDGE_BIN:-build/ridge}}"
+source tests/server/serve_lib.sh
 SHARED=../shared
 STORIES=$SHARED/models/stories260K.gguf
 SPM_VOCAB=$SHARED/vocab/ggml-vocab-llama-spm.gguf
@@ -67,17 +68,9 @@ t_all=$(date +%s)
 # start_server NAME ARGS...: starts `ridge serve --port 0 ARGS`, waits for its
 # "on http://HOST:PORT" line, sets PID[NAME] and PORT[NAME].
 start_server() {
-  local name=$1 pid port="" i
+  local name=$1 pid port
   shift
-  : >"$tmp/$name.err"
-  "$RIDGE" serve --port 0 "$@" 2>"$tmp/$name.err" &
-  pid=$!
-  for ((i = 0; i < 300; ++i)); do
-    port=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$tmp/$name.err")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  serve_start "$tmp/$name.err" "$@"
   if [ -z "$port" ]; then
     echo "server tests: the $name server did not start:"
     cat "$tmp/$name.err"

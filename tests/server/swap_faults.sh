@@ -14,6 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 [ $# = 2 ] || { echo "usage: $0 RIDGE_BINARY MODEL.gguf"; exit 2; }
 RIDGE=$1
+source tests/server/serve_lib.sh
 MODEL=$2
 tmp="$(mktemp -d /tmp/ridge-swap-faults.XXXXXX)"
 tiny=$tmp/tiny
@@ -38,21 +39,11 @@ fail() {
   failures=$((failures + 1))
 }
 
-# start NAME ARGS...: `ridge serve --port 0 ARGS` in the background; sets pid and port
-# (empty when it exited before listening). stderr goes to $tmp/NAME.err.
+# start NAME ARGS...: the server on $MODEL with one thread (serve_lib.sh); sets pid and port.
 start() {
-  local name=$1 i
+  local name=$1
   shift
-  : >"$tmp/$name.err"
-  "$RIDGE" serve --port 0 -m "$MODEL" -t 1 "$@" 2>"$tmp/$name.err" &
-  pid=$!
-  port=""
-  for ((i = 0; i < 300; ++i)); do
-    port=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$tmp/$name.err")
-    [ -n "$port" ] && return
-    kill -0 "$pid" 2>/dev/null || return
-    sleep 0.1
-  done
+  serve_start "$tmp/$name.err" -m "$MODEL" -t 1 "$@"
 }
 
 if mount -t tmpfs -o size=2m tmpfs "$tiny" 2>"$tmp/mount.err"; then

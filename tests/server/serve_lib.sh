@@ -1,0 +1,18 @@
+# Sourced by the server test scripts. serve_start ERR_FILE ARGS...: runs
+# `$RIDGE serve --port 0 ARGS` in the background with stderr in ERR_FILE and waits for its
+# "on http://127.0.0.1:PORT" line; sets pid, and port (empty when the server exited, or
+# was not listening after 30 s).
+serve_start() {
+  local err=$1 i
+  shift
+  : >"$err"
+  "$RIDGE" serve --port 0 "$@" 2>"$err" &
+  pid=$!
+  port=""
+  for ((i = 0; i < 300; ++i)); do
+    port=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$err")
+    [ -n "$port" ] && return
+    kill -0 "$pid" 2>/dev/null || return
+    sleep 0.1
+  done
+}
