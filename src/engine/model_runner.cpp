@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace ridge {
 namespace {
@@ -43,10 +44,10 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
 }  // namespace
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : kv_(std::make_unique<KVCache>(pool_layout(m, cfg))) {
+    : backend_(kernels::make_cpu_backend(pool)), kv_(std::make_unique<KVCache>(pool_layout(m, cfg))) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
-  fwd_ = std::make_unique<Forward>(m, *kv_, pool);
+  fwd_ = std::make_unique<Forward>(m, *kv_, *backend_);
 }
 
 std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {

@@ -1,5 +1,6 @@
-// The model side of a step: owns the KV pool (sized from the config and the memory the
-// weights leave), the swap space behind it and the forward; turns the scheduler's chunks
+// The model side of a step: chooses the backend (the CPU's today), owns the KV pool (sized
+// from the config and the memory the weights leave), the swap space behind it and the
+// forward; turns the scheduler's chunks
 // into one varlen batch and returns one logit row per chunk that reaches the end of its
 // sequence's tokens (a prompt chunk that does not finish the prompt produces none).
 #pragma once
@@ -7,9 +8,11 @@
 #include <span>
 #include <vector>
 
+#include "core/threadpool.h"
 #include "engine/config.h"
 #include "engine/scheduler.h"
 #include "engine/swap_space.h"
+#include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 
@@ -30,6 +33,7 @@ class ModelRunner {
   perf::OpProfile& profile() { return fwd_->profile(); }
 
  private:
+  std::unique_ptr<kernels::Backend> backend_;  // the device the forward's operations run on
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<SwapSpace> swap_;
   std::unique_ptr<Forward> fwd_;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/tensors.h"
 #include "model/hparams.h"
 
 namespace ridge {

@@ -1,14 +1,12 @@
 // The forward pass of the llama family over a variable-length batch through the paged
-// KV cache. Every intermediate has a stable name (the member buffers below, per layer);
-// the tracer and roofline accounting hang on these names.
+// KV cache: what a layer computes and in which order, each operation run by a
+// kernels::Backend (kernels/backend.h). Every intermediate has a stable name (the member
+// buffers below, per layer); the tracer and roofline accounting hang on these names.
 #pragma once
-#include <algorithm>
 #include <span>
 #include <vector>
 
-#include "core/threadpool.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/backend.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -19,7 +17,7 @@ namespace ridge {
 
 class Forward {
  public:
-  Forward(const Model& model, KVCache& kv, ThreadPool& pool);
+  Forward(const Model& model, KVCache& kv, kernels::Backend& backend);
 
   // Writes the batch's K/V into the cache and returns the logits,
   // [batch.n_logit_rows()][n_vocab], valid until the next call.
@@ -35,33 +33,25 @@ class Forward {
 
  private:
   void validate(const Batch& b) const;
-  void attention_block(int32_t il, const Batch& b);
+  void attention_block(int32_t il);
   void ffn_block(int32_t il);
   // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
   // when profiling or tracing, timing it.
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
   // RMSNorm of x_ (weight nw; a residual add left in residual_ goes first) feeding op
-  // mm_op's matmul of the fused weight w into outs: inside the matmul's activation
-  // quantization where w takes a RowSource, else as op norm_op into buf, then the matmul
-  // (w itself, or split(buf) for weights that run one by one).
+  // mm_op's matmul of the fused weight w into outs: inside the matmul where the backend
+  // takes_rows(w), else as op norm_op into buf, then the matmul (w itself where the
+  // backend fuses(w), else split(buf) running its parts one by one).
   template <typename Split>
   void norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::OpCost cost, DType type,
                    const std::vector<float>& nw, const kernels::WeightView& w,
-                   std::initializer_list<kernels::MatmulOut> outs, std::vector<float>& buf, Split&& split);
-  // fn(t) for every token row, spread over the pool (row ops write only their own row).
-  template <typename F>
-  void rows(int64_t T, F&& fn) {
-    pool_.parallel_for(T, std::max<int64_t>(1, T / (int64_t(pool_.size()) * 4)), [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) fn(t);
-    });
-  }
+                   std::initializer_list<kernels::MatmulOut> outs, kernels::Activations& buf, Split&& split);
 
   const Model& m_;
   const HParams& h_;
   KVCache& kv_;
-  ThreadPool& pool_;
-  kernels::Matmul mm_;
+  kernels::Backend& be_;
   kernels::RopeParams rope_;
 
   perf::OpProfile profile_;
@@ -69,27 +59,27 @@ class Forward {
   int64_t T_ = 0;                  // tokens in the batch
   std::vector<int32_t> tok_seq_;   // [T] sequence index of each token
   std::vector<int32_t> tok_pos_;   // [T] absolute position
-  std::vector<float> rope_cs_;     // [T][rope_dim] (cos, sin) pairs
-  // A residual add left to the next norm: that norm runs inside its matmul (RowSource)
-  // and adds this [T][n_embd] into x_ row by row first, in place of a pass of its own.
+  std::vector<int32_t> logit_rows_;  // [rows] token index of each logit row
+  std::vector<std::span<const int32_t>> tables_;  // [seqs] block tables
+  // A residual add left to the next norm: that norm runs inside its matmul and adds this
+  // [T][n_embd] into x_ row by row first, in place of a pass of its own.
   const float* residual_ = nullptr;
 
-  // Named intermediates, row-major [T][width].
-  std::vector<float> x_;           // residual stream [T][n_embd]
-  std::vector<float> attn_norm_;   // [T][n_embd]
-  std::vector<float> q_;           // [T][n_q]
-  std::vector<float> k_;           // [T][n_kv_k]
-  std::vector<float> v_;           // [T][n_kv_v]
-  std::vector<float> kqv_;         // [T][n_attn_out] attention output before wo
-  std::vector<float> attn_out_;    // [T][n_embd]
-  std::vector<float> ffn_norm_;    // [T][n_embd]
-  std::vector<float> ffn_gate_;    // [T][n_ff]
-  std::vector<float> ffn_up_;      // [T][n_ff]
-  std::vector<float> ffn_act_;     // [T][n_ff] silu(gate) * up
-  std::vector<float> ffn_out_;     // [T][n_embd]
-  std::vector<float> result_norm_; // [rows][n_embd] final norm of the logit rows
-  std::vector<float> logits_;      // [rows][n_vocab]
-  std::vector<float> attn_scratch_;  // [threads][kernels::attention_scratch_floats(kv, run * group)]
+  // Named intermediates in the backend's memory, row-major [T][width].
+  kernels::Activations x_{be_};           // residual stream [T][n_embd]
+  kernels::Activations attn_norm_{be_};   // [T][n_embd]
+  kernels::Activations q_{be_};           // [T][n_q]
+  kernels::Activations k_{be_};           // [T][n_kv_k]
+  kernels::Activations v_{be_};           // [T][n_kv_v]
+  kernels::Activations kqv_{be_};         // [T][n_attn_out] attention output before wo
+  kernels::Activations attn_out_{be_};    // [T][n_embd]
+  kernels::Activations ffn_norm_{be_};    // [T][n_embd]
+  kernels::Activations ffn_gate_{be_};    // [T][n_ff]
+  kernels::Activations ffn_up_{be_};      // [T][n_ff]
+  kernels::Activations ffn_act_{be_};     // [T][n_ff] silu(gate) * up
+  kernels::Activations ffn_out_{be_};     // [T][n_embd]
+  kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
+  kernels::Activations logits_{be_};      // [rows][n_vocab]
 };
 
 }  // namespace ridge

@@ -1,10 +1,10 @@
 // The paged KV pool's memory: one anonymous mapping of n_blocks blocks in the layout of
-// kernels/cpu/kv_view.h, committed lazily as blocks fill. The view is what the kernels
+// kernels/kv_view.h, committed lazily as blocks fill. The view is what the kernels
 // read; this class only owns the bytes.
 #pragma once
 #include <cstddef>
 
-#include "kernels/cpu/kv_view.h"
+#include "kernels/kv_view.h"
 
 namespace ridge {
 

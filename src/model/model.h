@@ -8,7 +8,7 @@
 
 #include "core/arena.h"
 #include "gguf/gguf.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/tensors.h"
 #include "model/arch.h"
 #include "model/hparams.h"
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 
@@ -22,7 +23,8 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
   // One window at a time, always from position 0: the same blocks serve every window.
   std::vector<int32_t> table(size_t(kl.n_blocks));
   for (int32_t b = 0; b < kl.n_blocks; ++b) table[size_t(b)] = b;
-  Forward fwd(m, kv, pool);
+  const auto backend = kernels::make_cpu_backend(pool);
+  Forward fwd(m, kv, *backend);
 
   PerplexityResult r;
   r.n_chunks = int64_t(tokens.size()) / o.n_ctx;

@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/threadpool.h"
 #include "model/batch.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/mkmodel.h"
@@ -90,7 +91,8 @@ class Ridge {
 
   // All positions' logits [n][n_vocab] of the prompt in one batch (blocks 0..3).
   std::vector<float> prefill(const std::vector<int32_t>& toks) {
-    Forward fwd(*model_, *kv_, pool_);
+    const auto be = kernels::make_cpu_backend(pool_);
+    Forward fwd(*model_, *kv_, *be);
     Batch b;
     b.add(toks, 0, table_a_, Logits::All);
     auto l = fwd.run(b);
@@ -98,7 +100,8 @@ class Ridge {
   }
   // The same rows, one decode step per position through the cache (blocks 4..7).
   std::vector<float> decode(const std::vector<int32_t>& toks) {
-    Forward fwd(*model_, *kv_, pool_);
+    const auto be = kernels::make_cpu_backend(pool_);
+    Forward fwd(*model_, *kv_, *be);
     std::vector<float> out;
     for (size_t i = 0; i < toks.size(); ++i) {
       Batch b;  // built by hand: Batch::add of a 1-token span trips GCC 12's -Wstringop-overflow

@@ -14,7 +14,7 @@
 #include <span>
 
 #include "core/dtype.h"
-#include "kernels/cpu/kv_view.h"
+#include "kernels/kv_view.h"
 
 namespace ridge::kernels {
 

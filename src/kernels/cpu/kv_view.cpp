@@ -1,4 +1,6 @@
-#include "kernels/cpu/kv_view.h"
+// Host accessors of the paged KV view (kernels/kv_view.h): the CPU reads and writes the
+// cache in host memory, converting through the CPU conversion kernels.
+#include "kernels/kv_view.h"
 
 #include <algorithm>
 #include <cstring>

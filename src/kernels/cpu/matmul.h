@@ -13,16 +13,9 @@
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
+#include "kernels/tensors.h"
 
 namespace ridge::kernels {
-
-struct WeightView {
-  DType type = DType::F32;
-  int64_t k = 0;       // row length (input features)
-  int64_t n_out = 0;   // rows (output features)
-  const uint8_t* data = nullptr;    // GGUF rows
-  const uint8_t* packed = nullptr;  // 16-row panels (packed.h), or null: per-row dots
-};
 
 // The activation rows of a matmul made on the fly: fn(ctx, i, out) writes row i (k
 // floats) to out. An op whose only reader is one matmul (a norm, SwiGLU) runs this way
@@ -35,12 +28,6 @@ struct RowSource {
   static RowSource of(F& f) {
     return {&f, [](void* c, int64_t i, float* out) { (*static_cast<F*>(c))(i, out); }};
   }
-};
-
-// One output of a fused matmul: `n_out` consecutive output features into y[m][n_out].
-struct MatmulOut {
-  int64_t n_out;
-  float* y;
 };
 
 class Matmul {

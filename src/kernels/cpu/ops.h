@@ -9,24 +9,16 @@
 #include <span>
 
 #include "core/dtype.h"
+#include "kernels/tensors.h"
 
 namespace ridge::kernels {
 
 // y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]   (w may be null: no scale)
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
-// Rotary embedding of one head vector x[head_dim] at position pos, first rope_dim dims.
-// neox=false rotates adjacent pairs (x[2i], x[2i+1]) as Llama does; neox=true rotates
-// halves (x[i], x[i+rope_dim/2]) as Qwen2/3 (GPT-NeoX) do. freq_factors (Llama 3.1
-// rope_freqs) divide each pair's frequency; may be null.
-struct RopeParams {
-  int32_t rope_dim = 0;
-  float freq_base = 10000.f;
-  float freq_scale = 1.f;  // linear position scaling (1 = none)
-  bool neox = false;
-  const float* freq_factors = nullptr;  // [rope_dim/2]
-};
-// cs[rope_dim]: interleaved (cos, sin) per pair, for one position.
+// Rotary embedding of one head vector x[head_dim] (RopeParams, kernels/tensors.h):
+// rope_cache makes cs[rope_dim], the interleaved (cos, sin) of each pair at one position,
+// which rope_apply then rotates x by.
 void rope_cache(const RopeParams& p, int32_t pos, float* cs);
 void rope_apply(const RopeParams& p, const float* cs, float* x);
 

@@ -1,0 +1,149 @@
+// The forward's operations on one device. model/forward.cpp says what a layer computes
+// and in which order; a Backend says how and where: the CPU (cpu/cpu_backend.h) is the
+// first, a GPU the next. The engine and the architecture files never call a kernel
+// themselves, so a backend is added here and chosen in engine/model_runner.cpp.
+//
+// Memory, by kind:
+// - Activations live where the backend's ops read them: Forward allocates them through
+//   the backend (Activations below) and only passes their pointers on.
+// - Weights (WeightView, and the float vectors of norms and biases) are passed as the
+//   model holds them, in host memory; a device backend keeps its own resident copy,
+//   made on first use and found by address.
+// - The KV cache is a KVView (kernels/kv_view.h) over host memory today.
+// - The step's token rows (positions, sequences, block tables) are host arrays handed to
+//   begin_step; a device backend copies them once per step.
+// - Logits come back to the host with to_host, where the engine samples them.
+//
+// Fusion is the backend's to choose where it pays: takes_rows(w) says the norm or the
+// activation feeding w runs inside w's matmul (the CPU does it in the activation
+// quantization of its int8 GEMM); fuses(w) says a fused weight (wqkv, w_gate_up) runs as
+// one matmul. The forward asks, then accounts the ops that really ran.
+//
+// Every op keeps the batch invariance of the kernels below it: a token row's result never
+// depends on the other rows of the step, on the thread count, or on the order of work.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+
+#include "kernels/kv_view.h"
+#include "kernels/tensors.h"
+
+namespace ridge::kernels {
+
+// One step's tokens: host arrays that live until the step ends.
+struct StepInfo {
+  std::span<const int32_t> tokens;  // [T]
+  std::span<const int32_t> seq;     // [T] each token's sequence, an index into block_tables
+  std::span<const int32_t> pos;     // [T] each token's absolute position
+  std::span<const std::span<const int32_t>> block_tables;  // [seqs]
+  RopeParams rope;
+};
+
+// Per token of the step: q/k/v biases, per-head q/k RMSNorm, RoPE, then K and V into the
+// token's cache slot. q, k and v are rewritten in place.
+struct QkvRopeArgs {
+  float* q = nullptr;        // [T][n_head * dk]
+  float* k = nullptr;        // [T][n_kv_head * dk]
+  float* v = nullptr;        // [T][n_kv_head * dv]
+  const float* bq = nullptr;  // [n_head * dk] biases, all three or none
+  const float* bk = nullptr;  // [n_kv_head * dk]
+  const float* bv = nullptr;  // [n_kv_head * dv]
+  const float* q_norm = nullptr;  // [dk] per-head RMSNorm weights, both or none
+  const float* k_norm = nullptr;
+  int32_t n_head = 0, n_kv_head = 0, dk = 0, dv = 0;
+  float eps = 0;
+  const KVView* kv = nullptr;
+  int32_t layer = 0;
+};
+
+// Every token's query heads over its sequence's K/V at positions [0, its own]: grouped
+// query attention, query head h reading KV head h / (n_head / n_kv_head).
+struct AttentionArgs {
+  const float* q = nullptr;  // [T][n_head * dk]
+  float* out = nullptr;      // [T][n_head * dv]
+  int32_t n_head = 0, n_kv_head = 0, dk = 0, dv = 0;
+  float scale = 1.f;
+  const KVView* kv = nullptr;
+  int32_t layer = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // f32 memory where this backend's ops read and write, [n] floats.
+  virtual float* alloc(int64_t n) = 0;
+  virtual void free(float* p) = 0;
+
+  // The step every op until the next begin_step runs over; T = s.tokens.size().
+  virtual void begin_step(const StepInfo& s) = 0;
+  // Returns once every op issued so far has finished (for timing them).
+  virtual void sync() {}
+
+  // x[T][table.k]: each token's row of the embedding table.
+  virtual void embed(const WeightView& table, float* x) = 0;
+  // y[m][n] = rms_norm(x[m][n]) * w.
+  virtual void rms_norm(const float* x, const float* w, float* y, int64_t m, int64_t n, float eps) = 0;
+  // y[i][n] = rms_norm(x[rows[i]][n]) * w: the rows that need logits.
+  virtual void rms_norm_rows(const float* x, std::span<const int32_t> rows, const float* w, float* y, int64_t n,
+                             float eps) = 0;
+  // x[m][n] += y[m][n].
+  virtual void add(float* x, const float* y, int64_t m, int64_t n) = 0;
+  // out[m][n] = silu(gate) * up.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
+
+  // y[m][w.n_out] = x[m][w.k] . W^T.
+  virtual void matmul(const WeightView& w, const float* x, int64_t m, float* y) = 0;
+  // Whether the fused weight w (several matrices' rows back to back) runs as one matmul
+  // here; where not, the forward runs its parts one by one.
+  virtual bool fuses(const WeightView& w) const = 0;
+  // Only where fuses(w): outs split w.n_out in order.
+  virtual void matmul_fused(const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs) = 0;
+
+  // Whether the row op feeding w (a norm, SwiGLU) runs inside w's matmul here.
+  virtual bool takes_rows(const WeightView& w) const = 0;
+  // Only where takes_rows(w): x[m][w.k] += residual (when not null), then
+  // outs = rms_norm(x) * norm_w . W^T; x keeps the sum.
+  virtual void add_norm_matmul(const WeightView& w, float* x, const float* residual, const float* norm_w, float eps,
+                               int64_t m, std::initializer_list<MatmulOut> outs) = 0;
+  // Only where takes_rows(w): y[m][w.n_out] = (silu(gate) * up)[m][w.k] . W^T.
+  virtual void swiglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) = 0;
+
+  virtual void qkv_rope(const QkvRopeArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+
+  // x[n] readable on the host until the next op (the logits the engine samples).
+  virtual std::span<const float> to_host(const float* x, int64_t n) = 0;
+};
+
+// f32 scratch in a backend's memory: grows to the largest step; what it held is not kept
+// when it grows (every step writes its activations before reading them).
+class Activations {
+ public:
+  explicit Activations(Backend& be) : be_(&be) {}
+  ~Activations() {
+    if (p_) be_->free(p_);
+  }
+  Activations(const Activations&) = delete;
+  Activations& operator=(const Activations&) = delete;
+
+  float* reserve(int64_t n) {
+    if (n > cap_) {
+      if (p_) be_->free(p_);
+      p_ = nullptr, cap_ = 0;  // alloc may throw
+      p_ = be_->alloc(n);
+      cap_ = n;
+    }
+    return p_;
+  }
+  float* data() const { return p_; }
+
+ private:
+  Backend* be_;
+  float* p_ = nullptr;
+  int64_t cap_ = 0;
+};
+
+}  // namespace ridge::kernels

@@ -1,0 +1,161 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "quant/quant.h"
+
+namespace ridge::kernels {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
+  const char* name() const override { return "cpu"; }
+
+  float* alloc(int64_t n) override {
+    // Cache-line aligned: a row of a SIMD kernel never straddles more lines than it must.
+    const size_t bytes = (size_t(std::max<int64_t>(n, 1)) * sizeof(float) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw std::bad_alloc();
+    return static_cast<float*>(p);
+  }
+  void free(float* p) override { std::free(p); }
+
+  void begin_step(const StepInfo& s) override {
+    step_ = s;
+    const int64_t T = int64_t(s.tokens.size()), rd = s.rope.rope_dim;
+    rope_cs_.resize(size_t(T * rd));  // [T][rope_dim] (cos, sin) pairs
+    for (int64_t t = 0; t < T; ++t) rope_cache(s.rope, s.pos[size_t(t)], rope_cs_.data() + t * rd);
+  }
+
+  void embed(const WeightView& table, float* x) override {
+    const int64_t T = int64_t(step_.tokens.size()), E = table.k, erow = row_bytes(table.type, E);
+    pool_.parallel_for(T, 16, [&](int64_t lo, int64_t hi, int) {
+      for (int64_t t = lo; t < hi; ++t)
+        quant::dequantize_row(table.type, table.data + step_.tokens[size_t(t)] * erow, x + t * E, E);
+    });
+  }
+
+  void rms_norm(const float* x, const float* w, float* y, int64_t m, int64_t n, float eps) override {
+    rows(m, [&](int64_t t) { kernels::rms_norm(x + t * n, w, y + t * n, n, eps); });
+  }
+  void rms_norm_rows(const float* x, std::span<const int32_t> rows, const float* w, float* y, int64_t n,
+                     float eps) override {
+    // A handful of rows (one per sequence): less work than a pool round costs.
+    for (size_t r = 0; r < rows.size(); ++r) kernels::rms_norm(x + int64_t(rows[r]) * n, w, y + int64_t(r) * n, n, eps);
+  }
+  void add(float* x, const float* y, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { add_inplace(x + t * n, y + t * n, n); });
+  }
+  void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { kernels::swiglu(gate + t * n, up + t * n, out + t * n, n); });
+  }
+
+  void matmul(const WeightView& w, const float* x, int64_t m, float* y) override { mm_.run(pool_, w, x, m, y); }
+  bool fuses(const WeightView& w) const override { return w.packed && gemm_available(w.type); }
+  void matmul_fused(const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs) override {
+    mm_.run_fused(pool_, w, x, m, outs);
+  }
+  bool takes_rows(const WeightView& w) const override { return Matmul::takes_rows(w); }
+  void add_norm_matmul(const WeightView& w, float* x, const float* residual, const float* norm_w, float eps, int64_t m,
+                       std::initializer_list<MatmulOut> outs) override {
+    const int64_t n = w.k;
+    auto row = [&](int64_t t, float* out) {
+      if (residual) add_inplace(x + t * n, residual + t * n, n);
+      kernels::rms_norm(x + t * n, norm_w, out, n, eps);
+    };
+    mm_.run_fused(pool_, w, RowSource::of(row), m, outs);
+  }
+  void swiglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) override {
+    const int64_t n = w.k;
+    auto row = [&](int64_t t, float* out) { kernels::swiglu(gate + t * n, up + t * n, out, n); };
+    mm_.run(pool_, w, RowSource::of(row), m, y);
+  }
+
+  void qkv_rope(const QkvRopeArgs& a) override;
+  void attention(const AttentionArgs& a) override;
+
+  std::span<const float> to_host(const float* x, int64_t n) override { return {x, size_t(n)}; }
+
+ private:
+  // fn(t) for every row, spread over the pool (row ops write only their own row).
+  template <typename F>
+  void rows(int64_t m, F&& fn) {
+    pool_.parallel_for(m, std::max<int64_t>(1, m / (int64_t(pool_.size()) * 4)), [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) fn(t);
+    });
+  }
+
+  ThreadPool& pool_;
+  Matmul mm_;
+  StepInfo step_;
+  std::vector<float> rope_cs_;       // [T][rope_dim] (cos, sin) pairs of the step's positions
+  std::vector<float> attn_scratch_;  // [threads][attention_scratch_floats(kv, run * group)]
+};
+
+void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
+  // Tokens never share a cache slot, so the rows run in parallel.
+  const KVLayout& kl = a.kv->layout();
+  const int32_t dk = a.dk, dv = a.dv;
+  const int64_t nq = int64_t(a.n_head) * dk, nk = int64_t(a.n_kv_head) * dk, nv = int64_t(a.n_kv_head) * dv;
+  const int32_t rd = step_.rope.rope_dim;
+  rows(int64_t(step_.tokens.size()), [&](int64_t t) {
+    float* q = a.q + t * nq;
+    float* k = a.k + t * nk;
+    float* v = a.v + t * nv;
+    if (a.bq) {
+      add_inplace(q, a.bq, nq);
+      add_inplace(k, a.bk, nk);
+      add_inplace(v, a.bv, nv);
+    }
+    const float* cs = rope_cs_.data() + t * rd;
+    for (int32_t hh = 0; hh < a.n_head; ++hh) {
+      if (a.q_norm) kernels::rms_norm(q + hh * dk, a.q_norm, q + hh * dk, dk, a.eps);
+      rope_apply(step_.rope, cs, q + hh * dk);
+    }
+    const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
+    const int32_t pos = step_.pos[size_t(t)];
+    const int32_t block = table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
+    for (int32_t hh = 0; hh < a.n_kv_head; ++hh) {
+      if (a.k_norm) kernels::rms_norm(k + hh * dk, a.k_norm, k + hh * dk, dk, a.eps);
+      rope_apply(step_.rope, cs, k + hh * dk);
+      a.kv->write_k(a.layer, block, hh, slot, k + hh * dk);
+      a.kv->write_v(a.layer, block, hh, slot, v + hh * dv);
+    }
+  });
+}
+
+void CpuBackend::attention(const AttentionArgs& a) {
+  // Tasks of (token, a run of KV heads): each head's group of query heads (adjacent in q
+  // and out) shares each K/V tile, and a run of heads reads its tiles of a block as one
+  // piece; as few runs per token as keep every thread busy. K/V are read back from the
+  // cache in the stored dtype, so a row sees exactly what a later decode step will see.
+  const int64_t T = int64_t(step_.tokens.size());
+  const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
+  const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
+  const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
+  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * group);
+  attn_scratch_.resize(size_t(pool_.size() * scratch_per));
+  pool_.run(T * hr.splits, [&](int64_t task, int thread) {
+    const int64_t t = task / hr.splits;
+    const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
+    const AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1,
+                        a.scale};
+    attention_heads(args, h0, n, group, a.q + t * nq + int64_t(h0) * group * dk, dk,
+                    a.out + t * no + int64_t(h0) * group * dv, dv, attn_scratch_.data() + thread * scratch_per);
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
+
+}  // namespace ridge::kernels

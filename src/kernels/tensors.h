@@ -1,0 +1,37 @@
+// What the forward's operations take, whatever device runs them (kernels/backend.h): a
+// weight matrix as the model holds it, a fused matmul's outputs, RoPE's parameters.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ridge::kernels {
+
+// A weight matrix W [n_out rows][k] as the model holds it, in host memory.
+struct WeightView {
+  DType type = DType::F32;
+  int64_t k = 0;       // row length (input features)
+  int64_t n_out = 0;   // rows (output features)
+  const uint8_t* data = nullptr;    // GGUF rows (row stride = row_bytes(type, k))
+  const uint8_t* packed = nullptr;  // the CPU GEMM's 16-row panels (cpu/packed.h), or null
+};
+
+// One output of a fused matmul: `n_out` consecutive output features into y[m][n_out].
+struct MatmulOut {
+  int64_t n_out;
+  float* y;
+};
+
+// Rotary embedding of the first rope_dim dims of each head vector. neox=false rotates
+// adjacent pairs (x[2i], x[2i+1]) as Llama does; neox=true rotates halves (x[i],
+// x[i+rope_dim/2]) as Qwen2/3 (GPT-NeoX) do. freq_factors (Llama 3.1 rope_freqs) divide
+// each pair's frequency.
+struct RopeParams {
+  int32_t rope_dim = 0;
+  float freq_base = 10000.f;
+  float freq_scale = 1.f;  // linear position scaling (1 = none)
+  bool neox = false;
+  const float* freq_factors = nullptr;  // [rope_dim/2] or null
+};
+
+}  // namespace ridge::kernels
