@@ -151,6 +151,11 @@ int cmd_generate(Args& a) {
                (long long)st.generated_tokens, st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
                st.prefill_s, st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0.0,
                (long long)st.decode_tokens, st.decode_s, ttft, peak_rss_mib());
+  if (st.spec_drafts > 0)
+    std::fprintf(stderr, "speculative: %lld proposals, %lld of %lld drafted tokens accepted (%.1f%%), %.2f tokens per verification\n",
+                 (long long)st.spec_drafts, (long long)st.spec_accepted_tokens, (long long)st.spec_draft_tokens,
+                 100.0 * double(st.spec_accepted_tokens) / double(std::max<int64_t>(st.spec_draft_tokens, 1)),
+                 1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts));
   return 0;
 }
 

@@ -90,6 +90,17 @@ void engine_config(Args& a, EngineConfig& c) {
   if (const char* f = std::getenv("RIDGE_SWAP_FAULTS")) c.swap_faults = f;
   c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
   c.mlock = a.flag({"--mlock"});
+  SpeculativeConfig& sp = c.speculative;
+  if (auto m = a.str({"--speculative-method"})) {
+    if (*m == "ngram") sp.method = SpecMethod::Ngram;
+    else if (*m == "none") sp.method = SpecMethod::None;
+    else fail("--speculative-method {} is not one of ngram, none", *m);
+  }
+  sp.num_speculative_tokens = int32_t(a.integer({"--num-speculative-tokens"}, sp.num_speculative_tokens, 1, 32));
+  sp.prompt_lookup_max = int32_t(a.integer({"--prompt-lookup-max"}, sp.prompt_lookup_max, 1, 64));
+  sp.prompt_lookup_min = int32_t(a.integer({"--prompt-lookup-min"}, std::min(sp.prompt_lookup_min, sp.prompt_lookup_max), 1, 64));
+  if (sp.prompt_lookup_min > sp.prompt_lookup_max)
+    fail("--prompt-lookup-min {} is above --prompt-lookup-max {}", sp.prompt_lookup_min, sp.prompt_lookup_max);
 }
 
 EngineConfig engine_config(Args& a) {

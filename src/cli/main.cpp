@@ -75,7 +75,10 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
-  --priority-aging STEPS (256), --mlock (pin the weights in RAM)
+  --priority-aging STEPS (256), --mlock (pin the weights in RAM),
+  --speculative-method ngram (propose tokens by prompt lookup, verify them in one pass;
+  the output is unchanged), --num-speculative-tokens K (4), --prompt-lookup-min N (2),
+  --prompt-lookup-max N (4)
   --trace FILE.json (generate, serve, bench throughput): Chrome trace for Perfetto
 
 Long work (loading, quantize, mkmodel, perplexity, roofline, bench) shows its progress on

@@ -1,5 +1,7 @@
 #include "engine/block_manager.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ridge {
@@ -67,6 +69,16 @@ void BlockManager::release(std::vector<int32_t>& table) {
     if (--ref_[size_t(b)] == 0) give_back(b);
   }
   table.clear();
+}
+
+void BlockManager::truncate(std::vector<int32_t>& table, int64_t n_tokens) {
+  const size_t keep = size_t(std::min<int64_t>(blocks_for(n_tokens), int64_t(table.size())));
+  while (table.size() > keep) {
+    const int32_t b = table.back();
+    table.pop_back();
+    RIDGE_ASSERT(ref_[size_t(b)] > 0);
+    if (--ref_[size_t(b)] == 0) give_back(b);
+  }
 }
 
 void BlockManager::check_invariants() const {

@@ -32,6 +32,8 @@ class BlockManager {
   // Grows `table` to cover n_tokens positions. All or nothing: false (table untouched)
   // when the free blocks do not suffice.
   bool reserve(std::vector<int32_t>& table, int64_t n_tokens);
+  // Drops the table's blocks past the first blocks_for(n_tokens).
+  void truncate(std::vector<int32_t>& table, int64_t n_tokens);
   // Drops this table's reference to each of its blocks; empties it.
   void release(std::vector<int32_t>& table);
   void retain(int32_t block);

@@ -9,6 +9,14 @@ namespace ridge {
 
 enum class PreemptionMode { Recompute, Swap, Auto };
 
+// Speculative decoding (engine/proposer.h): who proposes, and how far ahead.
+enum class SpecMethod { None, Ngram };
+struct SpeculativeConfig {
+  SpecMethod method = SpecMethod::None;
+  int32_t num_speculative_tokens = 4;  // the most tokens proposed per sequence and step
+  int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // n-gram lengths tried, longest first
+};
+
 struct EngineConfig {
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
@@ -24,6 +32,7 @@ struct EngineConfig {
   std::string swap_faults;          // injected swap I/O faults (tests; see SwapFaults)
   int32_t aging_steps = 256;
   bool mlock = false;               // pin the mmap'd weights in RAM
+  SpeculativeConfig speculative;    // the default of requests that do not choose
 };
 
 }  // namespace ridge

@@ -15,6 +15,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+void check_speculative(const SpeculativeConfig& c) {
+  if (c.method == SpecMethod::None) return;
+  RIDGE_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= 32,
+              "num_speculative_tokens {} is not in 1..32", c.num_speculative_tokens);
+  RIDGE_CHECK(c.prompt_lookup_min >= 1 && c.prompt_lookup_min <= c.prompt_lookup_max && c.prompt_lookup_max <= 64,
+              "prompt lookup: need 1 <= min ({}) <= max ({}) <= 64", c.prompt_lookup_min, c.prompt_lookup_max);
+}
+
 // A request's track ends: "finished" with its reason, and the whole "request" span.
 void trace_end(const Sequence& s) {
   perf::trace_req_end(
@@ -34,7 +42,7 @@ void trace_chunks(const SchedulerOutput& so, int64_t t0, int64_t t1) {
   perf::trace_counter("batch", {{"tokens", so.n_tokens()}, {"seqs", so.chunks.size()}});
   for (const ScheduledChunk& c : so.chunks) {
     const Sequence& s = *c.seq;
-    if (c.n_tokens == 1 && s.n_generated() > 0) {
+    if (c.decode()) {
       perf::trace_req_decode(s.id, t0);
     } else {
       perf::trace_req_span(s.id, "prefill", t0, t1,
@@ -78,6 +86,7 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   cost_ = std::make_unique<Cost>(*this);
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
   sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
+  check_speculative(cfg.speculative);
 }
 
 int64_t Engine::activation_bytes() const {
@@ -101,8 +110,11 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   if (total > kv_capacity_tokens())
     fail("the request needs {} tokens of KV ({} prompt + {} max tokens) but the cache holds {}", total, prompt.size(),
          p.max_tokens, kv_capacity_tokens());
+  const SpeculativeConfig& spec = p.speculative ? *p.speculative : cfg_.speculative;
+  if (p.speculative) check_speculative(spec);
   const int64_t id = next_id_++;
   auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
+  s->spec_k = spec.method == SpecMethod::None ? 0 : spec.num_speculative_tokens;
   stats_.prompt_tokens += s->n_prompt;
   Sequence* raw = s.get();
   seqs_.emplace(id, std::move(s));
@@ -158,6 +170,8 @@ RequestStats Engine::request_stats(int64_t id) const {
   r.prefill_s = s->prefill_share_s;
   r.decode_s = s->decode_share_s;
   r.recompute_s = s->recompute_share_s;
+  r.spec_draft_tokens = s->spec_draft_tokens;
+  r.spec_accepted_tokens = s->spec_accepted_tokens;
   r.finish_reason = s->finish_reason;
   return r;
 }
@@ -211,7 +225,8 @@ void Engine::release(int64_t id) {
 // account. Each phase is a function below; the trace shows each as a span of the step.
 std::vector<TokenEvent> Engine::step() {
   perf::TraceScope span("step", "engine", /*lead_ns=*/1);
-  const SchedulerOutput so = schedule();
+  SchedulerOutput so = schedule();
+  speculate(so);
   move_kv(so);
   if (so.chunks.empty()) {
     span.end({{"step", stats_.steps}, {"seqs", 0}});
@@ -219,7 +234,7 @@ std::vector<TokenEvent> Engine::step() {
   }
   const auto t0 = Clock::now();
   const std::span<const float> logits = execute(so);
-  const std::vector<int32_t> sampled = sample(so, logits);
+  const Sampled sampled = sample(so, logits);
   perf::TraceScope post("postprocess", "engine");
   StepTally tally;
   std::vector<TokenEvent> events = postprocess(so, sampled, tally);
@@ -270,7 +285,7 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
   const bool tr = perf::trace_on();
   if (tr) {
     int32_t n_decodes = 0;
-    for (const auto& c : so.chunks) n_decodes += c.n_tokens == 1 && c.seq->n_generated() > 0;
+    for (const auto& c : so.chunks) n_decodes += c.decode();
     perf::trace_batch(int32_t(so.chunks.size()), n_decodes);
   }
   const int64_t t0 = tr ? perf::trace_clock_ns() : 0;
@@ -284,22 +299,47 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
   return logits;
 }
 
-// Every row in parallel on the pool: each touches only its own sequence (its sampler,
-// RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
-std::vector<int32_t> Engine::sample(const SchedulerOutput& so, std::span<const float> logits) {
-  perf::TraceScope span("sample", "engine");
+// Proposals for the decodes of sequences that speculate, as many tokens as the sequence's
+// adaptive depth, its remaining max_tokens, the token budget and the free blocks allow.
+void Engine::speculate(SchedulerOutput& so) {
+  perf::TraceScope span("propose", "engine");
+  int64_t n_drafts = 0, n_tokens = 0;
+  for (ScheduledChunk& c : so.chunks) {
+    Sequence* s = c.seq;
+    if (s->spec_k <= 0 || !c.decode() || s->pending() != 1) continue;
+    // Every produced token counts against max_tokens: the pending token's row gives one
+    // more than the drafts.
+    const int32_t room = s->params.max_tokens - s->n_generated() - 1;
+    const int32_t want = std::min(s->spec_k, room);
+    if (want <= 0) continue;
+    const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
+    s->draft.clear();
+    NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose(s->tokens, want, s->draft);
+    if (s->draft.empty()) continue;
+    const int32_t n = sched_->grant_draft(so, c, int32_t(s->draft.size()));
+    n_drafts += n > 0;
+    n_tokens += n;
+  }
+  span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
+}
+
+bool Engine::stops(const Sequence& s, int32_t tok) const {
+  if (!s.params.ignore_eos && tok_ && tok_->is_eog(tok)) return true;
+  return std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), tok) != s.params.stop_token_ids.end();
+}
+
+// Row j of a chunk with drafts is the target's distribution after draft j - 1: the
+// sampler draws from it with the accepted tokens as history; a draw equal to draft j
+// accepts it and moves on to row j + 1, any other draw is the correction and ends the
+// chunk (proposer.h: this is rejection sampling for a deterministic proposal, and gives
+// the tokens decoding without speculation gives). A stop token ends it too.
+int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread) {
+  Sequence* s = c.seq;
   const int32_t n_vocab = model_.hparams().n_vocab;
-  std::vector<int32_t> sampled(so.chunks.size(), -1);
-  int64_t n_rows = 0;
-  for (size_t i = 0; i < so.chunks.size(); ++i) n_rows += rows_[i] >= 0;
-  perf::OpProfile& prof = runner_->profile();
-  const auto t0 = prof.timing ? Clock::now() : Clock::time_point{};
-  raw_.resize(size_t(pool_.size()));
-  pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
-    const size_t i = size_t(task);
-    if (rows_[i] < 0) return;
-    Sequence* s = so.chunks[i].seq;
-    float* lg = const_cast<float*>(logits.data()) + int64_t(rows_[i]) * n_vocab;
+  const size_t n_history = s->tokens.size();
+  int32_t n = 0;
+  for (int32_t j = 0; j <= c.n_draft; ++j) {
+    float* lg = const_cast<float*>(logits) + int64_t(j) * n_vocab;
     if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
     if (s->params.margins) s->margins.push_back(top2_margin(lg, n_vocab));
     // Logprobs are of the raw distribution: keep the row before the sampler edits it.
@@ -307,45 +347,99 @@ std::vector<int32_t> Engine::sample(const SchedulerOutput& so, std::span<const f
     if (s->params.logprobs >= 0) raw.assign(lg, lg + n_vocab);
     const int32_t tok = s->sampler.sample(lg, s->tokens);
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
-    sampled[i] = tok;
+    out[n++] = tok;
+    if (j == c.n_draft || tok != s->draft[size_t(j)] || stops(*s, tok)) break;
+    s->tokens.push_back(tok);  // accepted: the next row's history (postprocess appends for good)
+  }
+  s->tokens.resize(n_history);
+  return n;
+}
+
+// Every chunk in parallel on the pool: each touches only its own sequence (its sampler,
+// RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
+Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float> logits) {
+  perf::TraceScope span("sample", "engine");
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  Sampled r;
+  r.count.assign(so.chunks.size(), 0);
+  int64_t n_rows = 0, n_verify = 0;
+  for (size_t i = 0; i < so.chunks.size(); ++i)
+    if (rows_[i] >= 0) n_rows += 1 + so.chunks[i].n_draft, n_verify += so.chunks[i].n_draft > 0;
+  r.tokens.assign(size_t(n_rows), -1);
+  perf::OpProfile& prof = runner_->profile();
+  const auto t0 = prof.timing ? Clock::now() : Clock::time_point{};
+  raw_.resize(size_t(pool_.size()));
+  pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
+    const size_t i = size_t(task);
+    if (rows_[i] < 0) return;
+    r.count[i] = sample_chunk(so.chunks[i], logits.data() + int64_t(rows_[i]) * n_vocab,
+                              r.tokens.data() + rows_[i], thread);
   });
   if (n_rows > 0) {
     const perf::OpCost c = perf::sampling_cost(n_rows, n_vocab);
     prof.add(perf::Op::Sampling, perf::ComputeClass::None, c.flops, c.bytes,
              prof.timing ? std::chrono::duration<double>(Clock::now() - t0).count() : 0.0);
   }
-  span.end({{"rows", n_rows}});
-  return sampled;
+  span.end({{"rows", n_rows}, {"verified", n_verify}});
+  return r;
 }
 
-// The chunks' tokens are in the cache now; sampled tokens join their sequences, which
-// finish on EOS, a stop id or their length.
-std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const std::vector<int32_t>& sampled,
-                                            StepTally& t) {
+// A verified proposal's outcome: the counters, and the sequence's next depth, which
+// follows its acceptance (one more after a full acceptance, else what was accepted plus
+// one), so a sequence whose text does not repeat stops paying for rows it throws away.
+void Engine::on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted) {
+  s->spec_draft_tokens += n_draft;
+  s->spec_accepted_tokens += n_accepted;
+  ++stats_.spec_drafts;
+  stats_.spec_draft_tokens += n_draft;
+  stats_.spec_accepted_tokens += n_accepted;
+  if (stats_.spec_accepted_per_pos.size() < size_t(n_draft)) stats_.spec_accepted_per_pos.resize(size_t(n_draft), 0);
+  for (int32_t j = 0; j < n_accepted; ++j) ++stats_.spec_accepted_per_pos[size_t(j)];
+  const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
+  s->spec_k = n_accepted == n_draft ? std::min(sc.num_speculative_tokens, std::max(s->spec_k, n_draft + 1))
+                                    : n_accepted + 1;
+  if (perf::trace_on() && n_accepted < n_draft)
+    perf::trace_instant("rollback", "engine", {{"req", s->id}, {"drafted", n_draft}, {"accepted", n_accepted}});
+}
+
+// The chunks' tokens are in the cache now (a verified chunk's: the pending token and its
+// accepted drafts; the rejected drafts' slots are rolled back); sampled tokens join their
+// sequences, which finish on EOS, a stop id or their length.
+std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sampled& sampled, StepTally& t) {
   std::vector<TokenEvent> events;
+  t.advanced.assign(so.chunks.size(), 0);
   for (size_t i = 0; i < so.chunks.size(); ++i) {
-    Sequence* s = so.chunks[i].seq;
-    const bool decode = so.chunks[i].n_tokens == 1 && s->n_generated() > 0;
-    t.n_decodes += decode;
-    t.prompt_work |= so.chunks[i].n_tokens > 1 || s->n_generated() == 0;
-    s->n_computed += so.chunks[i].n_tokens;
-    stats_.computed_tokens += so.chunks[i].n_tokens;
+    const ScheduledChunk& c = so.chunks[i];
+    Sequence* s = c.seq;
+    t.n_decodes += c.decode();
+    t.prompt_work |= !c.decode();
+    const int32_t n = rows_[i] < 0 ? 0 : sampled.count[size_t(i)];
+    const int32_t advanced = c.n_draft > 0 ? n : c.n_tokens;  // n produced = pending + n - 1 accepted
+    t.advanced[i] = advanced;
+    s->n_computed += advanced;
+    stats_.computed_tokens += advanced;
+    if (c.n_draft > 0) {
+      on_verified(s, c.n_draft, n - 1);
+      sched_->rollback(s);
+    }
     sched_->on_computed(s);
     if (rows_[i] < 0) continue;
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
-    const int32_t tok = sampled[i];
-    s->tokens.push_back(tok);
-    ++t.produced;
-    const bool eos = !s->params.ignore_eos && tok_ && tok_->is_eog(tok);
-    const bool stop_id = std::find(s->params.stop_token_ids.begin(), s->params.stop_token_ids.end(), tok) !=
-                         s->params.stop_token_ids.end();
-    const bool done = eos || stop_id || s->n_generated() >= s->params.max_tokens;
-    if (done) {
-      finish(s, eos || stop_id ? "stop" : "length");
-      ++t.n_finished;
+    const size_t first_lp = s->logprobs.size() - (s->params.logprobs >= 0 ? size_t(n) : 0);
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t tok = sampled.tokens[size_t(rows_[i] + j)];
+      s->tokens.push_back(tok);
+      ++t.produced;
+      const bool stop = stops(*s, tok);
+      const bool done = stop || s->n_generated() >= s->params.max_tokens;
+      if (done) {
+        finish(s, stop ? "stop" : "length");
+        ++t.n_finished;
+      }
+      events.push_back({s->id, tok, done, done ? std::string_view(s->finish_reason) : std::string_view(),
+                        s->params.logprobs >= 0 ? &s->logprobs[first_lp + size_t(j)] : nullptr});
+      if (done) break;
     }
-    events.push_back({s->id, tok, done, done ? std::string_view(s->finish_reason) : std::string_view(),
-                      s->params.logprobs >= 0 && !s->logprobs.empty() ? &s->logprobs.back() : nullptr});
   }
   return events;
 }
@@ -354,13 +448,14 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const std
 // engine's totals (the prefill rate feeds the recompute-or-swap choice).
 void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
   const double per_token = dt / double(std::max<int64_t>(so.n_tokens(), 1));
-  for (const auto& c : so.chunks) {
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    const ScheduledChunk& c = so.chunks[i];
     Sequence* s = c.seq;
-    const int32_t start = s->n_computed - c.n_tokens;
+    const int32_t start = s->n_computed - t.advanced[i];
     const int32_t redo = std::max(0, std::min(start + c.n_tokens, s->max_computed) - start);
     s->recompute_share_s += per_token * redo;
     const double fresh = per_token * (c.n_tokens - redo);
-    if (c.n_tokens == 1 && start >= s->n_prompt) s->decode_share_s += fresh;
+    if (c.n_tokens - c.n_draft == 1 && start >= s->n_prompt) s->decode_share_s += fresh;
     else s->prefill_share_s += fresh;
     s->max_computed = std::max(s->max_computed, s->n_computed);
   }

@@ -1,6 +1,6 @@
-// The engine: requests in, token streams out. One step = schedule -> (swap copies) ->
-// build batch -> forward -> sample -> postprocess (stop checks, prefix-cache inserts,
-// freeing). The engine knows sequences and blocks, not HTTP; it is single-threaded (the
+// The engine: requests in, token streams out. One step = schedule -> propose (speculative
+// drafts) -> (swap copies) -> build batch -> forward -> sample and verify -> postprocess
+// (stop checks, prefix-cache inserts, rollback of rejected drafts, freeing). The engine knows sequences and blocks, not HTTP; it is single-threaded (the
 // server drives it from one loop thread).
 #pragma once
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "engine/block_manager.h"
 #include "engine/config.h"
 #include "engine/model_runner.h"
+#include "engine/proposer.h"
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -27,7 +28,8 @@ namespace ridge {
 class Tokenizer;
 
 
-// One new token of one request, or its end.
+// One new token of one request, or its end. A step may give a request several (accepted
+// speculative tokens), in order.
 struct TokenEvent {
   int64_t id;
   int32_t token;                // -1 when a request ends without a new token (abort)
@@ -46,6 +48,7 @@ struct RequestStats {
   // Its share of every step it rode in (the step's time x its tokens / the step's tokens),
   // by kind of work; recompute is tokens run again after a preemption dropped their KV.
   double prefill_s = 0, decode_s = 0, recompute_s = 0;
+  int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   std::string_view finish_reason;  // empty while it runs; valid until release()
 };
 
@@ -77,6 +80,10 @@ struct EngineStats {
   double prefill_s = 0, decode_s = 0;  // steps with prompt work / decode-only steps
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
   int64_t swap_fallbacks = 0;       // swapped-out sequences recomputed because swap I/O failed
+  // Speculative decoding, as vLLM counts it: proposals verified, tokens proposed and
+  // accepted, and accepted per draft position ([i]: drafts whose token i was accepted).
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 class Engine {
@@ -124,19 +131,30 @@ class Engine {
  private:
   class Cost;
   struct StepTally {
-    int32_t n_decodes = 0;   // chunks that were one decode token
+    int32_t n_decodes = 0;   // chunks that were one decode token (with drafts or not)
     int64_t produced = 0;    // tokens sampled
     int64_t n_finished = 0;
     bool prompt_work = false;  // a chunk carried prompt (or recompute) tokens
+    std::vector<int32_t> advanced;  // [chunks] tokens each chunk's n_computed moved by
+  };
+  // What sample() drew: chunk i's tokens are tokens[rows_[i] .. rows_[i] + count[i]).
+  struct Sampled {
+    std::vector<int32_t> tokens;  // [logit rows]
+    std::vector<int32_t> count;   // [chunks]
   };
   // The phases of step(), in order.
   SchedulerOutput schedule();
+  void speculate(SchedulerOutput& so);
   void move_kv(const SchedulerOutput& so);
   std::span<const float> execute(const SchedulerOutput& so);
-  std::vector<int32_t> sample(const SchedulerOutput& so, std::span<const float> logits);
-  std::vector<TokenEvent> postprocess(const SchedulerOutput& so, const std::vector<int32_t>& sampled, StepTally& t);
+  Sampled sample(const SchedulerOutput& so, std::span<const float> logits);
+  std::vector<TokenEvent> postprocess(const SchedulerOutput& so, const Sampled& sampled, StepTally& t);
   void account(const SchedulerOutput& so, const StepTally& t, double seconds);
   void finish(Sequence* s, const char* reason);
+  // Draws chunk i's tokens: one row, or a verified proposal's rows while they agree.
+  int32_t sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread);
+  bool stops(const Sequence& s, int32_t tok) const;  // EOS (unless ignored) or a stop id
+  void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
 
   const Model& model_;
   const Tokenizer* tok_;

@@ -84,6 +84,9 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   stats_.steps += es.steps;
   stats_.computed_tokens += es.computed_tokens;
   stats_.prefix_hit_tokens += es.prefix_hit_tokens;
+  stats_.spec_drafts += es.spec_drafts;
+  stats_.spec_draft_tokens += es.spec_draft_tokens;
+  stats_.spec_accepted_tokens += es.spec_accepted_tokens;
   stats_.preemptions += engine.n_preemptions();
   stats_.swaps += engine.n_swaps();
   if (engine.prefix_cache()) stats_.evicted_blocks += engine.prefix_cache()->stats().evicted_blocks;

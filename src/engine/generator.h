@@ -60,6 +60,7 @@ struct GenStats {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0, swaps = 0;
   int64_t evicted_blocks = 0;       // prefix-cache blocks evicted under pressure
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   double mean_batch = 0;            // sequences per step
   double wall_s = 0;
 };

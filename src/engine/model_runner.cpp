@@ -56,10 +56,20 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
   rows.assign(chunks.size(), -1);
   int32_t r = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const Sequence& s = *chunks[i].seq;
-    const bool last = s.n_computed + chunks[i].n_tokens == int32_t(s.tokens.size());
-    batch_.add(std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(chunks[i].n_tokens)),
-               s.n_computed, s.blocks, last ? Logits::Last : Logits::None);
+    const ScheduledChunk& c = chunks[i];
+    const Sequence& s = *c.seq;
+    if (c.n_draft > 0) {  // the pending token and its drafts, a logit row each to verify
+      spec_.assign(s.tokens.begin() + s.n_computed, s.tokens.end());
+      spec_.insert(spec_.end(), s.draft.begin(), s.draft.begin() + c.n_draft);
+      RIDGE_ASSERT(int32_t(spec_.size()) == c.n_tokens);
+      batch_.add(spec_, s.n_computed, s.blocks, Logits::All);
+      rows[i] = r;
+      r += c.n_tokens;
+      continue;
+    }
+    const bool last = s.n_computed + c.n_tokens == int32_t(s.tokens.size());
+    batch_.add(std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(c.n_tokens)), s.n_computed,
+               s.blocks, last ? Logits::Last : Logits::None);
     if (last) rows[i] = r++;
   }
   return fwd_->run(batch_);

@@ -24,7 +24,8 @@ class ModelRunner {
   // made (a --swap-dir that cannot hold it).
   ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool);
 
-  // rows[i] = index of chunk i's logit row, or -1.
+  // rows[i] = index of chunk i's logit row (its first: a chunk with drafts has one per
+  // token), or -1.
   std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows);
 
   const KVLayout& kv_layout() const { return kv_->layout(); }
@@ -38,6 +39,7 @@ class ModelRunner {
   std::unique_ptr<SwapSpace> swap_;
   std::unique_ptr<Forward> fwd_;
   Batch batch_;
+  std::vector<int32_t> spec_;  // a verified chunk's tokens (batch_.add copies them)
 };
 
 }  // namespace ridge

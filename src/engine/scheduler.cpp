@@ -63,6 +63,26 @@ void Scheduler::on_computed(Sequence* s) {
 
 void Scheduler::swapped_out(Sequence* s) { s->swap_src.clear(); }
 
+int32_t Scheduler::grant_draft(SchedulerOutput& so, ScheduledChunk& c, int32_t n) {
+  Sequence* s = c.seq;
+  RIDGE_ASSERT(c.decode() && c.n_draft == 0 && s->pending() == 1);
+  n = int32_t(std::min<int64_t>(n, so.budget_left));
+  if (n <= 0) return 0;
+  const int64_t end = int64_t(s->n_computed) + c.n_tokens + n;
+  if (!bm_.reserve(s->blocks, end)) {
+    // Only the free blocks, never another sequence's or the prefix cache's: as many
+    // drafts as the blocks already held take.
+    const int64_t room = int64_t(s->blocks.size()) * bm_.block_size() - (int64_t(s->n_computed) + c.n_tokens);
+    n = int32_t(std::max<int64_t>(0, std::min<int64_t>(n, room)));
+  }
+  c.n_tokens += n;
+  c.n_draft = n;
+  so.budget_left -= n;
+  return n;
+}
+
+void Scheduler::rollback(Sequence* s) { bm_.truncate(s->blocks, int64_t(s->n_computed) + 1); }
+
 void Scheduler::swap_in_failed(Sequence* s) {
   RIDGE_ASSERT(s->status == SeqStatus::Running);
   std::erase(running_, s);
@@ -258,6 +278,7 @@ SchedulerOutput Scheduler::schedule() {
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + std::ptrdiff_t(admitted));
   waiting_.insert(waiting_.begin(), deferred.begin(), deferred.end());
+  out.budget_left = budget;
   return out;
 }
 

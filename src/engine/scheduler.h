@@ -32,7 +32,10 @@ struct SchedulerConfig {
 
 struct ScheduledChunk {
   Sequence* seq;
-  int32_t n_tokens;  // tokens [seq->n_computed, seq->n_computed + n_tokens) run this step
+  int32_t n_tokens;     // tokens [seq->n_computed, seq->n_computed + n_tokens) run this step
+  int32_t n_draft = 0;  // of which the last n_draft are seq->draft, proposed, to verify
+  // One decode token (and its drafts, if any), not prompt or recompute work.
+  bool decode() const { return n_tokens - n_draft == 1 && seq->n_generated() > 0; }
 };
 
 struct SchedulerOutput {
@@ -40,6 +43,7 @@ struct SchedulerOutput {
   std::vector<Sequence*> swap_out;  // KV to copy out (blocks still valid) before they are reused
   std::vector<Sequence*> swap_in;   // KV to copy back into their new blocks before the forward
   int32_t n_preempted = 0;
+  int64_t budget_left = 0;  // of max_num_batched_tokens, after the chunks
   int64_t n_tokens() const {
     int64_t n = 0;
     for (const auto& c : chunks) n += c.n_tokens;
@@ -70,6 +74,12 @@ class Scheduler {
   void finish(Sequence* s);
   // The engine copied the swapped-out KV; the scheduler may now free those blocks.
   void swapped_out(Sequence* s);
+  // Up to n draft tokens more for decode chunk c, within the token budget and the free
+  // blocks (speculation never preempts or evicts); returns how many were granted.
+  int32_t grant_draft(SchedulerOutput& so, ScheduledChunk& c, int32_t n);
+  // After verification: the blocks past s's computed tokens and the one to run next held
+  // only rejected drafts; they go back to the pool.
+  void rollback(Sequence* s);
   // Swap-in of s (scheduled this step, no work yet) lost its KV to an I/O error: drop
   // its blocks and requeue it for recompute, as if it had been preempted that way.
   void swap_in_failed(Sequence* s);

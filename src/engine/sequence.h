@@ -3,9 +3,11 @@
 // the model runner reads its block table; nobody else touches it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/config.h"
 #include "engine/sampler.h"
 
 namespace ridge {
@@ -21,6 +23,9 @@ struct RequestParams {
   bool capture_logits = false;   // keep each step's logits (tests)
   bool margins = false;          // record each step's top-2 logit margin (the oracle's tie check)
   int32_t logprobs = -1;         // >= 0: record each token's logprob and this many top alternatives
+  // Speculative decoding for this request: a method (None: off) and the most tokens
+  // proposed per step; unset, the engine's configuration decides.
+  std::optional<SpeculativeConfig> speculative;
 };
 
 struct Sequence {
@@ -48,6 +53,13 @@ struct Sequence {
   std::vector<float> margins;    // top-2 logit margin per generated token (params.margins)
   std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
   std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
+
+  // Speculative decoding: this step's proposal (the tokens after the pending one, run
+  // with it and verified), the most to propose next time (adapts to what was accepted;
+  // 0: the request does not speculate), and the totals.
+  std::vector<int32_t> draft;
+  int32_t spec_k = 0;
+  int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
 
   // Attribution: this sequence's share of each step it rode in (the step's time x its
   // tokens / the step's tokens), by kind of work. Recompute is prompt or generated tokens

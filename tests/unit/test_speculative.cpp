@@ -1,0 +1,239 @@
+// Speculative decoding (engine/proposer.h, Engine::speculate): a proposal verified in the
+// target's forward pass changes nothing a request sees. Every case runs the same requests
+// with and without speculation and compares generated tokens, every logit bit (the
+// verification rows are the batch-invariant forward's rows) and logprobs; greedy and
+// seeded sampling with penalties alike (proposer.h says why sampling stays exact too).
+// The engine's block accounting is checked after every step, so rejected drafts that
+// leave a block behind, or a prefix-cache entry over unverified tokens, fail here.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/proposer.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace ridge {
+namespace {
+
+std::vector<int32_t> propose(const NgramProposer& p, std::vector<int32_t> toks, int32_t k) {
+  std::vector<int32_t> out;
+  p.propose(toks, k, out);
+  return out;
+}
+
+TEST(NgramProposer, LongestThenLatestMatch) {
+  const NgramProposer p(1, 3);
+  // "5 6 7" occurred at 0 (then 8 9) and the last three tokens are "5 6 7" again.
+  EXPECT_EQ(propose(p, {5, 6, 7, 8, 9, 1, 5, 6, 7}, 2), (std::vector<int32_t>{8, 9}));
+  // Two earlier matches of "1 2": the latest (followed by 4) wins.
+  EXPECT_EQ(propose(p, {1, 2, 3, 1, 2, 4, 0, 1, 2}, 1), (std::vector<int32_t>{4}));
+  // The longer match wins over a later shorter one: "9 1 2" -> 3, although "1 2" -> 4 is later.
+  EXPECT_EQ(propose(p, {9, 1, 2, 3, 1, 2, 4, 9, 1, 2}, 1), (std::vector<int32_t>{3}));
+  // The proposal stops at the end of the sequence (a match near the end).
+  EXPECT_EQ(propose(p, {7, 7, 7}, 5), (std::vector<int32_t>{7}));
+  EXPECT_TRUE(propose(p, {1, 2, 3, 4}, 4).empty());  // nothing repeats
+  EXPECT_TRUE(propose(p, {1, 1}, 0).empty());         // nothing asked
+  EXPECT_TRUE(propose(p, {1}, 3).empty());
+  EXPECT_TRUE(propose(NgramProposer(2, 3), {4, 5, 1, 5}, 3).empty());  // a 1-token match is below min
+  EXPECT_THROW(NgramProposer(0, 2), ridge::Error);
+  EXPECT_THROW(NgramProposer(3, 2), ridge::Error);
+}
+
+struct Req {
+  std::vector<int32_t> prompt;
+  RequestParams p;
+};
+struct Out {
+  RequestOutput o;
+  std::string finish;  // o.stats.finish_reason points into the engine, gone after run()
+  int64_t drafted = 0, accepted = 0;
+};
+
+// Runs the requests to completion, all submitted at once, checking the engine's
+// invariants after every step.
+std::vector<Out> run(const Model& m, EngineConfig cfg, const std::vector<Req>& reqs, EngineStats* st = nullptr) {
+  cfg.threads = 2;
+  Engine e(m, nullptr, cfg);
+  std::vector<int64_t> ids;
+  for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+  while (e.has_work()) {
+    e.step();
+    e.check_invariants();
+  }
+  std::vector<Out> out;
+  for (int64_t id : ids) {
+    Out o{e.output(id), std::string(e.request_stats(id).finish_reason)};
+    o.drafted = o.o.stats.spec_draft_tokens;
+    o.accepted = o.o.stats.spec_accepted_tokens;
+    out.push_back(std::move(o));
+  }
+  if (st) *st = e.stats();
+  return out;
+}
+
+void expect_same(const std::vector<Out>& a, const std::vector<Out>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const RequestOutput &x = a[i].o, &y = b[i].o;
+    ASSERT_EQ(x.tokens, y.tokens) << what << ", request " << i;
+    ASSERT_EQ(a[i].finish, b[i].finish) << what << ", request " << i;
+    ASSERT_EQ(x.logits.size(), y.logits.size()) << what;
+    EXPECT_EQ(std::memcmp(x.logits.data(), y.logits.data(), x.logits.size() * 4), 0) << what << ", request " << i;
+    ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what;
+    for (size_t j = 0; j < x.logprobs.size(); ++j) {
+      EXPECT_EQ(x.logprobs[j].logprob, y.logprobs[j].logprob) << what << ", request " << i << " token " << j;
+      EXPECT_EQ(x.logprobs[j].top, y.logprobs[j].top) << what << ", request " << i << " token " << j;
+    }
+  }
+}
+
+// Prompts that repeat themselves (so prompt lookup finds matches from the first step):
+// a random phrase said two or three times, then the start of it once more.
+std::vector<Req> repeating_prompts(int n, int32_t n_vocab, uint64_t seed, int max_tokens, bool sampled) {
+  std::mt19937_64 rng(seed);
+  std::vector<Req> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> phrase;
+    const int len = 3 + int(rng() % 10);
+    for (int j = 0; j < len; ++j) phrase.push_back(3 + int32_t(rng() % uint64_t(n_vocab - 3)));
+    Req r;
+    r.prompt = {1};
+    for (int rep = 0; rep < 2 + int(rng() % 2); ++rep) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+    r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.begin() + 1 + int(rng() % uint64_t(len - 1)));
+    r.p.max_tokens = max_tokens;
+    r.p.ignore_eos = true;
+    r.p.capture_logits = true;
+    r.p.logprobs = i % 3 == 0 ? 2 : -1;
+    if (sampled) {
+      r.p.sampling.temperature = 0.9f;
+      r.p.sampling.seed = 100 + uint64_t(i);
+      r.p.sampling.repetition_penalty = 1.05f;
+      r.p.sampling.frequency_penalty = 0.1f;
+    } else {
+      r.p.sampling.temperature = 0;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// The same requests without speculation, then with it under scheduling that stresses it:
+// batched, a small token budget (drafts compete with prompt chunks), a KV pool so small
+// that sequences are preempted mid-speculation (recompute and swap), no prefix cache.
+void same_with_and_without(const Model& m, int max_tokens, bool sampled, int64_t min_accepted) {
+  const auto reqs = repeating_prompts(24, m.hparams().n_vocab, 11, max_tokens, sampled);
+  EngineConfig base;
+  base.max_num_seqs = 8;
+  base.kv_cache_bytes = int64_t(64) << 20;
+  const auto plain = run(m, base, reqs);
+
+  EngineConfig spec = base;
+  spec.speculative = {SpecMethod::Ngram, 5, 1, 4};
+  struct Case {
+    std::string name;
+    EngineConfig cfg;
+  };
+  std::vector<Case> cases{{"batched", spec}};
+  cases.push_back({"8-token budget", spec});
+  cases.back().cfg.max_num_batched_tokens = 8;
+  KVLayout kl{m.hparams().n_layer, m.hparams().n_head_kv, m.hparams().head_dim_k, m.hparams().head_dim_v, 16, 0,
+              spec.kv_dtype};
+  const int64_t small = 3 * (48 + max_tokens) * kl.bytes_per_token();
+  cases.push_back({"small pool, recompute", spec});
+  cases.back().cfg.kv_cache_bytes = small;
+  cases.push_back({"small pool, swap", spec});
+  cases.back().cfg.kv_cache_bytes = small;
+  cases.back().cfg.preemption = PreemptionMode::Swap;
+  cases.back().cfg.swap_bytes = int64_t(256) << 20;
+  cases.push_back({"no prefix cache, k = 1", spec});
+  cases.back().cfg.prefix_cache = false;
+  cases.back().cfg.speculative.num_speculative_tokens = 1;
+  for (const Case& c : cases) {
+    EngineStats st;
+    const auto got = run(m, c.cfg, reqs, &st);
+    expect_same(plain, got, c.name);
+    std::printf("%-24s drafts %5lld  drafted %6lld  accepted %6lld  steps %5lld\n", c.name.c_str(),
+                (long long)st.spec_drafts, (long long)st.spec_draft_tokens, (long long)st.spec_accepted_tokens,
+                (long long)st.steps);
+    EXPECT_GT(st.spec_draft_tokens, 0) << c.name << ": nothing was proposed, nothing was tested";
+    EXPECT_GE(st.spec_accepted_tokens, min_accepted) << c.name;
+    int64_t per_pos = 0;
+    for (int64_t a : st.spec_accepted_per_pos) per_pos += a;
+    EXPECT_EQ(per_pos, st.spec_accepted_tokens) << c.name;
+  }
+}
+
+class SpeculativeRandomModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = testing::TempDir() + "/spec-llama.gguf";
+    make_model({"llama", "tiny", DType::Q8_0, 3, "", 0, 2}, path);
+    model_ = Model::load(path).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  static Model* model_;
+};
+Model* SpeculativeRandomModel::model_ = nullptr;
+
+TEST_F(SpeculativeRandomModel, GreedyOutputUnchanged) { same_with_and_without(*model_, 24, false, 0); }
+TEST_F(SpeculativeRandomModel, SeededSamplingUnchanged) { same_with_and_without(*model_, 24, true, 0); }
+
+// Real text repeats itself, so here drafts are accepted, many of them.
+TEST(SpeculativeStories260K, GreedyAndSampledOutputUnchanged) {
+  RIDGE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+  auto m = Model::load(path);
+  same_with_and_without(*m, 48, false, 1);
+  same_with_and_without(*m, 48, true, 1);
+}
+
+// max_tokens and stop ids end a request where they would without speculation, even when
+// the stop falls inside an accepted proposal.
+TEST_F(SpeculativeRandomModel, StopsWhereItWouldWithout) {
+  auto reqs = repeating_prompts(12, model_->hparams().n_vocab, 3, 20, false);
+  EngineConfig base;
+  base.kv_cache_bytes = int64_t(64) << 20;
+  const auto first = run(*model_, base, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    // Stop on the token generated at position 5 + i % 7 (its first occurrence ends it).
+    reqs[i].p.stop_token_ids = {first[i].o.tokens[5 + i % 7]};
+    reqs[i].p.ignore_eos = false;
+    reqs[i].p.max_tokens = 9 + int32_t(i % 5);
+  }
+  const auto plain = run(*model_, base, reqs);
+  EngineConfig spec = base;
+  spec.speculative = {SpecMethod::Ngram, 8, 1, 3};
+  const auto got = run(*model_, spec, reqs);
+  expect_same(plain, got, "stop ids and max_tokens");
+  int stops = 0;
+  for (const auto& o : got) stops += o.finish == "stop";
+  EXPECT_GT(stops, 0);
+}
+
+// A request chooses: off while the engine speculates, or on while it does not.
+TEST_F(SpeculativeRandomModel, PerRequestChoice) {
+  auto reqs = repeating_prompts(6, model_->hparams().n_vocab, 5, 16, false);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].p.speculative = i % 2 ? SpeculativeConfig{SpecMethod::None, 4, 2, 4} : SpeculativeConfig{SpecMethod::Ngram, 4, 1, 4};
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(64) << 20;
+  const auto got = run(*model_, cfg, reqs);
+  for (size_t i = 1; i < got.size(); i += 2) EXPECT_EQ(got[i].drafted, 0) << i;
+  int64_t drafted = 0;
+  for (size_t i = 0; i < got.size(); i += 2) drafted += got[i].drafted;
+  EXPECT_GT(drafted, 0);
+  Req bad = reqs[0];
+  bad.p.speculative = SpeculativeConfig{SpecMethod::Ngram, 0, 1, 4};
+  Engine e(*model_, nullptr, cfg);
+  EXPECT_THROW(e.add_request(bad.prompt, bad.p), Error);
+}
+
+}  // namespace
+}  // namespace ridge
