@@ -47,6 +47,7 @@ int cmd_serve(Args& a) {
   server::ApiContext ctx;
   ctx.model_name = served_name.value_or(std::filesystem::path(path).filename().string());
   ctx.max_logprobs = max_logprobs;
+  ctx.speculative = ec.speculative;
   if (template_file) {
     std::ifstream in(*template_file);
     if (!in) fail("cannot read --chat-template {}", *template_file);

@@ -201,6 +201,8 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
       st.decode_s = rs.decode_s;
       st.recompute_s = rs.recompute_s;
       st.preemptions = rs.preemptions;
+      st.spec_draft_tokens = rs.spec_draft_tokens;
+      st.spec_accepted_tokens = rs.spec_accepted_tokens;
     }
   }
   if (abort_seq) {
@@ -272,6 +274,9 @@ void EngineLoop::update_gauges(bool force) {
   metrics_.set_gauges(g);
   metrics_.set_prefix_cache_totals(kv_.prefix_query_tokens, kv_.prefix_hit_tokens);
   metrics_.set_preemptions_total(engine_.n_preemptions(), engine_.n_swaps(), engine_.stats().swap_fallbacks);
+  const EngineStats& es = engine_.stats();
+  metrics_.set_spec_decode_totals(es.spec_drafts, es.spec_draft_tokens, es.spec_accepted_tokens,
+                                  es.spec_accepted_per_pos);
 }
 
 void EngineLoop::run() {

@@ -51,6 +51,7 @@ struct ChoiceState {
   // Attribution (set when finished): shares of the steps it rode in, by kind of work.
   double prefill_s = 0, decode_s = 0, recompute_s = 0;
   int32_t preemptions = 0;
+  int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
 };
 
 struct Job {

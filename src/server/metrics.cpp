@@ -151,6 +151,8 @@ struct Metrics::State {
   int64_t preemptions = 0;
   int64_t swaps = 0;
   int64_t swap_fallbacks = 0;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
   std::map<std::string, uint64_t, std::less<>> finished{{"abort", 0}, {"length", 0}, {"stop", 0}};
   uint64_t invariant_checks = 0;
   uint64_t invariant_failures = 0;
@@ -247,6 +249,14 @@ void Metrics::set_preemptions_total(int64_t n, int64_t swaps, int64_t swap_fallb
   s_->swaps = swaps;
   s_->swap_fallbacks = swap_fallbacks;
 }
+void Metrics::set_spec_decode_totals(int64_t drafts, int64_t draft_tokens, int64_t accepted,
+                                     const std::vector<int64_t>& accepted_per_pos) {
+  std::lock_guard lk(mu_);
+  s_->spec_drafts = drafts;
+  s_->spec_draft_tokens = draft_tokens;
+  s_->spec_accepted = accepted;
+  s_->spec_accepted_per_pos = accepted_per_pos;
+}
 void Metrics::request_finished(std::string_view reason) {
   std::lock_guard lk(mu_);
   auto it = s_->finished.find(reason);
@@ -329,6 +339,16 @@ std::string Metrics::render() const {
   counter("ridge:swap_fallbacks_total",
           "Swapped-out requests recomputed instead because a swap write or read failed.",
           double(st.swap_fallbacks));
+  counter("ridge:spec_decode_num_drafts_total", "Speculative proposals verified.", double(st.spec_drafts));
+  counter("ridge:spec_decode_num_draft_tokens_total", "Speculative tokens proposed.",
+          double(st.spec_draft_tokens));
+  counter("ridge:spec_decode_num_accepted_tokens_total", "Speculative tokens accepted.",
+          double(st.spec_accepted));
+  header(o, "ridge:spec_decode_num_accepted_tokens_per_pos_total",
+         "Speculative tokens accepted, by their position in the proposal.", "counter");
+  for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
+    fmt::format_to(out, "ridge:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", ml, i,
+                   st.spec_accepted_per_pos[i]);
   labelled("ridge:request_success_total", "Count of successfully processed requests.",
            "finished_reason", st.finished);
   counter("ridge:engine_invariant_checks_total", "Engine invariant checks run.",

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ridge {
 
@@ -50,6 +51,10 @@ class Metrics {
   void set_prefix_cache_totals(int64_t queries, int64_t hits);
   // Preemptions, those by swap, and swapped sequences recomputed because swap I/O failed.
   void set_preemptions_total(int64_t n, int64_t swaps = 0, int64_t swap_fallbacks = 0);
+  // Speculative decoding, vLLM's counters: proposals verified, tokens proposed, tokens
+  // accepted, and accepted per draft position.
+  void set_spec_decode_totals(int64_t drafts, int64_t draft_tokens, int64_t accepted,
+                              const std::vector<int64_t>& accepted_per_pos);
   // "stop", "length", "abort" (always rendered); any other reason gets its own series.
   void request_finished(std::string_view reason);
   void invariant_check(bool ok);

@@ -2,6 +2,7 @@
 #include "server/openai_api.h"
 
 #include <cmath>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -48,6 +49,46 @@ bool boolean(const json& j, const char* key, bool dflt) {
   if (!v) return dflt;
   if (!v->is_boolean()) throw ApiError(400, std::string(key) + " must be a boolean", key);
   return v->get<bool>();
+}
+
+// "speculative": absent or true, the server's choice; false, off; an object chooses the
+// method and depth, each key it leaves out taken from the server's configuration.
+std::optional<SpeculativeConfig> parse_speculative(const json& j, const SpeculativeConfig& server) {
+  const json* v = field(j, "speculative");
+  if (!v) return std::nullopt;
+  if (v->is_boolean()) {
+    if (v->get<bool>()) return std::nullopt;
+    SpeculativeConfig off = server;
+    off.method = SpecMethod::None;
+    return off;
+  }
+  if (!v->is_object()) throw ApiError(400, "speculative must be a boolean or an object", "speculative");
+  for (const auto& [key, _] : v->items())
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" && key != "prompt_lookup_max")
+      throw ApiError(400, fmt::format("speculative.{} is not a known key (method, num_speculative_tokens, "
+                                      "prompt_lookup_min, prompt_lookup_max)", key), "speculative." + key);
+  SpeculativeConfig c = server;
+  if (const json* m = field(*v, "method")) {
+    const std::string s = m->is_string() ? m->get<std::string>() : "";
+    if (s == "ngram") c.method = SpecMethod::Ngram;
+    else if (s == "none") c.method = SpecMethod::None;
+    else throw ApiError(400, "speculative.method must be \"ngram\" or \"none\"", "speculative.method");
+  } else if (c.method == SpecMethod::None) {
+    c.method = SpecMethod::Ngram;  // an object asks for speculation: the one method there is
+  }
+  auto get = [&](const char* key, int32_t dflt, int32_t hi) {
+    try {
+      return int32_t(integer(*v, key, dflt, 1, hi));
+    } catch (ApiError& e) {
+      throw ApiError(400, "speculative." + std::string(e.what()), std::string("speculative.") + key);
+    }
+  };
+  c.num_speculative_tokens = get("num_speculative_tokens", c.num_speculative_tokens, 32);
+  c.prompt_lookup_max = get("prompt_lookup_max", c.prompt_lookup_max, 64);
+  c.prompt_lookup_min = get("prompt_lookup_min", std::min(c.prompt_lookup_min, c.prompt_lookup_max), 64);
+  if (c.prompt_lookup_min > c.prompt_lookup_max)
+    throw ApiError(400, "speculative.prompt_lookup_min is above prompt_lookup_max", "speculative.prompt_lookup_min");
+  return c;
 }
 
 // Known but not served yet: refused by name rather than silently ignored.
@@ -344,6 +385,7 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.ignore_eos = boolean(j, "ignore_eos", false);
   p.priority = int32_t(integer(j, "priority", 0, -1000000, 1000000));
   p.logprobs = r.logprobs;
+  p.speculative = parse_speculative(j, ctx.speculative);
   if (const json* u = field(j, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");
   const json* seed = field(j, "seed");
   if (seed && !seed->is_number_integer()) throw ApiError(400, "seed must be an integer", "seed");

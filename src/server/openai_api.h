@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/config.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 
@@ -40,6 +41,8 @@ struct ApiContext {
   std::string bos_token, eos_token;  // for the template
   int32_t max_logprobs = 20;
   int32_t max_n = 128;
+  SpeculativeConfig speculative;   // the server's (--speculative-method ...): what a request's
+                                   // "speculative" object leaves out
 };
 
 enum class Endpoint { Completions, Chat };

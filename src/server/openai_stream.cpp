@@ -178,9 +178,14 @@ class OpenAIStream : public HttpStream {
     json choices = json::array();
     for (size_t c = 0; c < job_->state.size(); ++c) {
       const ChoiceState& st = job_->state[c];
-      choices.push_back({{"index", c}, {"prefill_ms", 1e3 * st.prefill_s}, {"decode_ms", 1e3 * st.decode_s},
-                         {"recompute_ms", 1e3 * st.recompute_s}, {"preemptions", st.preemptions},
-                         {"cached_tokens", st.n_cached}, {"generated_tokens", st.n_generated}});
+      json ch = {{"index", c}, {"prefill_ms", 1e3 * st.prefill_s}, {"decode_ms", 1e3 * st.decode_s},
+                 {"recompute_ms", 1e3 * st.recompute_s}, {"preemptions", st.preemptions},
+                 {"cached_tokens", st.n_cached}, {"generated_tokens", st.n_generated}};
+      if (st.spec_draft_tokens > 0)
+        ch["speculative"] = {{"draft_tokens", st.spec_draft_tokens},
+                             {"accepted_tokens", st.spec_accepted_tokens},
+                             {"acceptance_rate", double(st.spec_accepted_tokens) / st.spec_draft_tokens}};
+      choices.push_back(std::move(ch));
     }
     return {{"queued_ms", job_->queued_s >= 0 ? json(1e3 * job_->queued_s) : json(nullptr)},
             {"choices", std::move(choices)}};

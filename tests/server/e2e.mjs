@@ -444,6 +444,47 @@ test("preemption: n=48 seeded choices through a small KV cache equal the same se
   checkIdleKv(await waitIdle(o.url));
 });
 
+test("speculative: per-request prompt lookup changes no token, logprob or finish; counted on /metrics", async () => {
+  const spec = { method: "ngram", num_speculative_tokens: 5, prompt_lookup_min: 1 };
+  const before = await metricsOf(o.url);
+  const bodies = [
+    { prompt: "Once upon a time", max_tokens: 100, temperature: 0 },
+    { prompt: "Tom had a big red ball. Tom had a big red", max_tokens: 60, temperature: 0, logprobs: 2 },
+    { prompt: "Lily and Ben", max_tokens: 80, temperature: 1, seed: 77, frequency_penalty: 0.3 },
+    { prompt: "Mom said", max_tokens: 100, temperature: 0, stop: [" the park", "!"] },
+  ];
+  for (const b of bodies) {
+    const body = { model: MODEL, ...b };
+    const plain = await client.completions.create({ ...body, speculative: false });
+    const sp = await client.completions.create({ ...body, speculative: spec, ridge_timings: true });
+    const what = JSON.stringify(b);
+    assert.equal(sp.choices[0].text, plain.choices[0].text, what);
+    assert.equal(sp.choices[0].finish_reason, plain.choices[0].finish_reason, what);
+    // (not cached_tokens: the second request of a pair finds the first's prompt cached)
+    assert.equal(sp.usage.prompt_tokens, plain.usage.prompt_tokens, what);
+    assert.equal(sp.usage.completion_tokens, plain.usage.completion_tokens, what);
+    if (b.logprobs) assert.deepEqual(sp.choices[0].logprobs, plain.choices[0].logprobs, what);
+    const st = await streamCompletion(client, { ...body, speculative: spec });
+    assert.equal(st.text[0], plain.choices[0].text, `${what} (stream)`);
+  }
+  const after = await metricsOf(o.url);
+  const d = (n) => after.get(n) - before.get(n);
+  assert.ok(d("ridge:spec_decode_num_draft_tokens_total") > 0, "drafts were proposed");
+  assert.ok(d("ridge:spec_decode_num_accepted_tokens_total") > 0, "drafts were accepted");
+  assert.ok(d("ridge:spec_decode_num_accepted_tokens_total") <= d("ridge:spec_decode_num_draft_tokens_total"));
+  const t = (await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 60, temperature: 0,
+                                               speculative: spec, ridge_timings: true })).ridge_timings;
+  const c = t.choices[0].speculative;
+  assert.ok(c && c.draft_tokens > 0 && c.accepted_tokens >= 0 && c.acceptance_rate <= 1, JSON.stringify(t));
+  for (const [bad, param] of [[{ method: "eagle" }, "speculative.method"], [{ k: 3 }, "speculative.k"],
+                              [{ num_speculative_tokens: 0 }, "speculative.num_speculative_tokens"], ["yes", "speculative"]]) {
+    const r = await postJson(`${o.url}/v1/completions`, { model: MODEL, prompt: "x", max_tokens: 1, speculative: bad }, AUTH);
+    assert.equal(r.status, 400, JSON.stringify(bad));
+    assert.equal(r.json.error.param, param, JSON.stringify(r.json));
+  }
+  checkIdleKv(await waitIdle(o.url));
+});
+
 test("queue full: 503 with Retry-After, then the queue drains", async () => {
   const q = new OpenAI({ baseURL: `${o["queue-url"]}/v1`, apiKey: "unused", maxRetries: 0 });
   const wait = async (pred) => {
