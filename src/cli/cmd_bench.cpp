@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "cli/commands.h"
@@ -18,6 +19,8 @@
 #include "tools/bench_compare.h"
 #include "tools/bench_kernels.h"
 #include "tools/bench_serve.h"
+#include "tools/bench_spec.h"
+#include "tokenizer/tokenizer.h"
 #include "perf/peaks.h"
 #include "perf/tracer.h"
 
@@ -291,16 +294,98 @@ int bench_compare_cmd(Args& a) {
   return 0;
 }
 
+// ridge bench spec: decode with and without speculative decoding, with its prediction.
+int bench_spec_cmd(Args& a) {
+  const std::string path = resolve_model(a);
+  tools::SpecBenchOptions o;
+  const auto prompt = a.str({"-p", "--prompt"});
+  const auto prompt_file = a.str({"--prompt-file"});
+  const int64_t n = a.integer({"--num-prompts"}, 1, 1, 4096);
+  const int64_t in_len = a.integer({"--input-len"}, 32, 1, 1 << 20);
+  o.output_len = int32_t(a.integer({"--output-len"}, 128, 2, 1 << 20));
+  o.runs = int(a.integer({"--runs"}, 3, 1, 100));
+  o.seed = uint64_t(a.integer({"--seed"}, 1, 0, INT64_MAX));
+  const std::string acc = a.str({"--acceptance"}, "0.3,0.6,0.9");
+  const std::string methods = a.str({"--methods"}, "ngram,replay");
+  const bool json = a.flag({"--json"});
+  o.engine = engine_config(a);
+  o.k = o.engine.speculative.num_speculative_tokens;
+  a.finish();
+  if (prompt && prompt_file) fail("give -p or --prompt-file, not both");
+  o.ngram = false;
+  bool replay = false;
+  for (const auto& m : split_list(methods)) {
+    if (m == "ngram") o.ngram = true;
+    else if (m == "replay") replay = true;
+    else fail("--methods: '{}' is not one of ngram, replay", m);
+  }
+  o.replay_acceptance.clear();
+  if (replay)
+    for (const auto& s : split_list(acc)) {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() || *end || !(v >= 0 && v <= 1)) fail("--acceptance: '{}' is not a number in [0, 1]", s);
+      o.replay_acceptance.push_back(v);
+    }
+
+  auto model = Model::load(path);
+  std::vector<std::string> texts;
+  if (prompt) texts.push_back(*prompt);
+  if (prompt_file) {
+    std::ifstream in(*prompt_file);
+    if (!in) fail("cannot read --prompt-file {}", *prompt_file);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+    if (texts.empty()) fail("--prompt-file {} has no prompt", *prompt_file);
+  }
+  if (!texts.empty()) {
+    auto tok = Tokenizer::from_gguf(model->file());
+    for (int64_t i = 0; i < n; ++i) o.prompts.push_back(tok->encode(texts[size_t(i) % texts.size()], true));
+  } else {  // random tokens: replay sets the acceptance, prompt lookup finds little
+    std::mt19937_64 rng(o.seed);
+    const int32_t v = model->hparams().n_vocab;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> p;
+      while (int64_t(p.size()) < in_len) p.push_back(int32_t(3 + rng() % uint64_t(std::max(1, v - 3))));
+      o.prompts.push_back(std::move(p));
+    }
+  }
+  const auto rows = tools::run_spec_bench(*model, o);
+  if (json) {
+    for (const auto& r : rows)
+      std::printf("{\"model\":\"%s\",\"case\":\"%s\",\"num_prompts\":%lld,\"output_len\":%d,\"k\":%d,\"runs\":%d,"
+                  "\"threads\":%d,\"decode_tok_per_s\":%.3f,\"plain_tok_per_s\":%.3f,\"speedup\":%.4f,"
+                  "\"predicted_speedup\":%.4f,\"acceptance\":%.4f,\"tokens_per_step\":%.4f,\"rows_per_step\":%.4f,"
+                  "\"ms_per_step\":%.4f,\"same_output\":%s}\n",
+                  path.c_str(), r.name.c_str(), (long long)n, o.output_len, o.k, o.runs, o.engine.threads,
+                  r.decode_tok_per_s, r.plain_tok_per_s, r.speedup, r.predicted_speedup, r.acceptance,
+                  r.tokens_per_step, r.rows_per_step, r.ms_per_step, r.same_output ? "true" : "false");
+  } else {
+    std::printf("model %s, %lld prompts, %d tokens each, k = %d, median of %d interleaved runs\n", path.c_str(),
+                (long long)n, o.output_len, o.k, o.runs);
+    std::printf("%-34s %10s %8s %9s %10s %10s %9s %9s %s\n", "case", "decode t/s", "speedup", "predicted",
+                "acceptance", "tok/step", "rows/step", "ms/step", "output");
+    for (const auto& r : rows)
+      std::printf("%-34s %10.2f %7.3fx %8.3fx %10.3f %10.2f %9.2f %9.2f %s\n", r.name.c_str(), r.decode_tok_per_s,
+                  r.speedup, r.predicted_speedup, r.acceptance, r.tokens_per_step, r.rows_per_step, r.ms_per_step,
+                  r.same_output ? "same" : "DIFFERS");
+  }
+  for (const auto& r : rows)
+    if (!r.same_output) fail("bench spec: the {} run's output differs from the plain run's", r.name);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(Args& a) {
   const auto sub = a.subcommand();
-  if (!sub) fail("usage: ridge bench throughput|kernels|serve|compare [options] (see ridge --help)");
+  if (!sub) fail("usage: ridge bench throughput|kernels|serve|compare|spec [options] (see ridge --help)");
   if (*sub == "throughput") return bench_throughput(a);
   if (*sub == "kernels") return bench_kernels_cmd(a);
   if (*sub == "serve") return bench_serve_cmd(a);
   if (*sub == "compare") return bench_compare_cmd(a);
-  fail("unknown benchmark '{}' (throughput, kernels, serve, compare)", *sub);
+  if (*sub == "spec") return bench_spec_cmd(a);
+  fail("unknown benchmark '{}' (throughput, kernels, serve, compare, spec)", *sub);
 }
 
 }  // namespace ridge::cli

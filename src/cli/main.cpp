@@ -61,6 +61,11 @@ commands:
   bench compare A.json B.json [--metric a,b] [--json FILE]   the speedup of B over A per
               metric (bench throughput / serve / roofline JSON; a JSON array = repeated
               runs, giving the noise band)
+  bench spec  -m MODEL [-p TEXT | --prompt-file F | --input-len N] [--num-prompts N]
+              [--output-len N] [--methods ngram,replay] [--acceptance 0.3,0.6,0.9] [--runs R]
+              [--json] + engine options (--num-speculative-tokens K)   decode with and without
+              speculative decoding, interleaved: speedup, acceptance, the speedup they
+              predict; exit status 1 if any output differs from the plain run's
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
               [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]

@@ -10,11 +10,16 @@ namespace ridge {
 enum class PreemptionMode { Recompute, Swap, Auto };
 
 // Speculative decoding (engine/proposer.h): who proposes, and how far ahead.
-enum class SpecMethod { None, Ngram };
+// External: the proposer a driver hands the engine (Engine::set_proposer; the benches'
+// replay of a known continuation).
+enum class SpecMethod { None, Ngram, External };
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;
   int32_t num_speculative_tokens = 4;  // the most tokens proposed per sequence and step
   int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // n-gram lengths tried, longest first
+  // The depth follows each sequence's acceptance and each step asks SpecPolicy whether
+  // speculating pays; false: every decode proposes num_speculative_tokens (benchmarks).
+  bool adaptive = true;
 };
 
 struct EngineConfig {

@@ -302,6 +302,13 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
 // Proposals for the decodes of sequences that speculate, as many tokens as the sequence's
 // adaptive depth, its remaining max_tokens, the token budget and the free blocks allow.
 void Engine::speculate(SchedulerOutput& so) {
+  int32_t n_decodes = 0, n_speculating = 0;
+  for (const ScheduledChunk& c : so.chunks) {
+    n_decodes += c.decode();
+    n_speculating += c.decode() && c.seq->spec_k > 0;
+  }
+  if (n_speculating == 0) return;
+  if (cfg_.speculative.adaptive && !spec_policy_.speculate(n_decodes)) return;
   perf::TraceScope span("propose", "engine");
   int64_t n_drafts = 0, n_tokens = 0;
   for (ScheduledChunk& c : so.chunks) {
@@ -314,7 +321,12 @@ void Engine::speculate(SchedulerOutput& so) {
     if (want <= 0) continue;
     const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
     s->draft.clear();
-    NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose(s->tokens, want, s->draft);
+    if (sc.method == SpecMethod::External) {
+      RIDGE_CHECK(external_, "speculative method External without a proposer (Engine::set_proposer)");
+      external_->propose(s->tokens, want, s->draft);
+    } else {
+      NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose(s->tokens, want, s->draft);
+    }
     if (s->draft.empty()) continue;
     const int32_t n = sched_->grant_draft(so, c, int32_t(s->draft.size()));
     n_drafts += n > 0;
@@ -396,8 +408,9 @@ void Engine::on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted) {
   if (stats_.spec_accepted_per_pos.size() < size_t(n_draft)) stats_.spec_accepted_per_pos.resize(size_t(n_draft), 0);
   for (int32_t j = 0; j < n_accepted; ++j) ++stats_.spec_accepted_per_pos[size_t(j)];
   const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
-  s->spec_k = n_accepted == n_draft ? std::min(sc.num_speculative_tokens, std::max(s->spec_k, n_draft + 1))
-                                    : n_accepted + 1;
+  if (sc.adaptive)
+    s->spec_k = n_accepted == n_draft ? std::min(sc.num_speculative_tokens, std::max(s->spec_k, n_draft + 1))
+                                      : n_accepted + 1;
   if (perf::trace_on() && n_accepted < n_draft)
     perf::trace_instant("rollback", "engine", {{"req", s->id}, {"drafted", n_draft}, {"accepted", n_accepted}});
 }
@@ -419,6 +432,7 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
     s->n_computed += advanced;
     stats_.computed_tokens += advanced;
     if (c.n_draft > 0) {
+      ++t.n_verified;
       on_verified(s, c.n_draft, n - 1);
       sched_->rollback(s);
     }
@@ -469,6 +483,9 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
   } else {
     stats_.decode_s += dt;
     stats_.decode_tokens += t.produced;
+    ++stats_.decode_steps;
+    stats_.decode_rows += so.n_tokens();
+    spec_policy_.observe(t.n_decodes, t.n_verified > 0, t.produced, dt);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/spec_policy.h"
 #include "engine/swap_space.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -79,6 +80,7 @@ struct EngineStats {
   int64_t batched_seqs = 0;         // sum over steps of sequences in the batch
   double prefill_s = 0, decode_s = 0;  // steps with prompt work / decode-only steps
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
+  int64_t decode_steps = 0, decode_rows = 0;  // decode-only steps, and the tokens they ran (drafts too)
   int64_t swap_fallbacks = 0;       // swapped-out sequences recomputed because swap I/O failed
   // Speculative decoding, as vLLM counts it: proposals verified, tokens proposed and
   // accepted, and accepted per draft position ([i]: drafts whose token i was accepted).
@@ -95,6 +97,8 @@ class Engine {
   // KV pool or the model's context) or has no tokens.
   int64_t add_request(std::vector<int32_t> prompt, const RequestParams& p);
   void abort(int64_t id);
+  // The proposer of SpecMethod::External requests; must outlive the engine's steps.
+  void set_proposer(const Proposer* p) { external_ = p; }
   std::vector<TokenEvent> step();
   bool has_work() const { return n_unfinished_ > 0; }
 
@@ -135,6 +139,7 @@ class Engine {
     int64_t produced = 0;    // tokens sampled
     int64_t n_finished = 0;
     bool prompt_work = false;  // a chunk carried prompt (or recompute) tokens
+    int32_t n_verified = 0;    // chunks that verified proposals
     std::vector<int32_t> advanced;  // [chunks] tokens each chunk's n_computed moved by
   };
   // What sample() drew: chunk i's tokens are tokens[rows_[i] .. rows_[i] + count[i]).
@@ -170,6 +175,8 @@ class Engine {
   int64_t n_unfinished_ = 0;
   uint64_t arrivals_ = 0;
   double prefill_s_per_token_ = 1e-3;  // measured; feeds the recompute-or-swap choice
+  SpecPolicy spec_policy_;
+  const Proposer* external_ = nullptr;
   EngineStats stats_;
   std::vector<int32_t> rows_;
   std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs

@@ -159,10 +159,18 @@ expect_error "roofline --html into a missing dir" "no_such_dir"              "$R
 expect_error "roofline --from-json missing"     "no_such\.json"              "$RIDGE" roofline --from-json no_such.json
 expect_error "roofline --from-json not JSON"    "text\.gguf"                 "$RIDGE" roofline --from-json text.gguf
 expect_error "bench compare a missing file"     "no_such\.json"              "$RIDGE" bench compare no_such.json no_such.json
+expect_error "an unknown --speculative-method"  "--speculative-method.*eagle" "$RIDGE" generate -m tiny.gguf -p hi --speculative-method eagle
+expect_error "prompt lookup min above max"      "--prompt-lookup-min 5"      "$RIDGE" generate -m tiny.gguf -p hi --speculative-method ngram --prompt-lookup-min 5 --prompt-lookup-max 3
+expect_error "--num-speculative-tokens 0"       "--num-speculative-tokens"   "$RIDGE" generate -m tiny.gguf -p hi --num-speculative-tokens 0
+expect_error "bench spec with a bad --acceptance" "--acceptance.*1\.5"       "$RIDGE" bench spec -m tiny.gguf --acceptance 0.5,1.5
+expect_error "bench spec with an unknown method" "--methods.*eagle"          "$RIDGE" bench spec -m tiny.gguf --methods ngram,eagle
 
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
 expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m tiny.gguf -p hi -n 4 --temp 0
+expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
+# bench spec: every proposer's output equals the plain run's (it exits 1 otherwise).
+expect_ok "bench spec (ngram and replay, 1 run)"         "$RIDGE" bench spec -m tiny.gguf --output-len 24 --runs 1 --json
 
 # ridge peaks (quick mode, about a second): the JSON file the roofline tools read back.
 expect_ok "peaks --quick --json peaks.json"              "$RIDGE" peaks --quick --json peaks.json

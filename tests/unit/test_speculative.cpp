@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/proposer.h"
+#include "engine/spec_policy.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -233,6 +234,44 @@ TEST_F(SpeculativeRandomModel, PerRequestChoice) {
   bad.p.speculative = SpeculativeConfig{SpecMethod::Ngram, 0, 1, 4};
   Engine e(*model_, nullptr, cfg);
   EXPECT_THROW(e.add_request(bad.prompt, bad.p), Error);
+}
+
+}  // namespace
+}  // namespace ridge
+
+namespace ridge {
+namespace {
+
+// The step policy follows the measured rates: it settles on the faster choice, looks at
+// the other one step in kExplore, and keeps batch sizes apart.
+TEST(SpecPolicy, PicksTheFasterChoicePerBatchSize) {
+  SpecPolicy p;
+  auto steps = [&](int32_t batch, double rate_on, double rate_off, int n) {
+    int on = 0;
+    for (int i = 0; i < n; ++i) {
+      const bool s = p.speculate(batch);
+      on += s;
+      p.observe(batch, s, 10, 10.0 / (s ? rate_on : rate_off));
+    }
+    return on;
+  };
+  // Batch 1: speculation pays. Both choices are tried first, then it stays on but for
+  // one exploring step in kExplore.
+  const int on1 = steps(1, 200, 100, 160);
+  EXPECT_GE(on1, 160 - 160 / SpecPolicy::kExplore - 2);
+  EXPECT_LT(on1, 160);
+  // Batch 16 (a different bucket): speculation costs more than it gives: mostly off.
+  const int on16 = steps(16, 300, 400, 160);
+  EXPECT_LE(on16, 160 / SpecPolicy::kExplore + 2);
+  EXPECT_GT(on16, 0);
+  // Batch 1 again, now the text stopped repeating: the exploring steps see the off
+  // choice is faster and the policy moves there.
+  const int later = steps(1, 50, 100, 160);
+  EXPECT_LE(later, 40);
+  // Steps without a time or tokens teach nothing.
+  p.observe(4, true, 0, 1.0);
+  p.observe(4, true, 5, 0.0);
+  EXPECT_TRUE(p.speculate(4));  // nothing learned for batch 4: it tries speculation first
 }
 
 }  // namespace

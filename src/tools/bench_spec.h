@@ -1,0 +1,52 @@
+// `ridge bench spec`: decode speed with and without speculative decoding on the same
+// greedy requests, interleaved run by run, with the acceptance each proposer reached and
+// the speedup that acceptance and the measured cost of a verification step predict.
+//
+// Proposers: prompt lookup (real acceptance: it needs text that repeats, so real models
+// and prompts) and a replay of the known greedy continuation with each proposed token
+// wrong with probability 1 - a, independently (a: the chance a draft token is accepted
+// given the ones before it were), which sets the acceptance on any model, random weights
+// included.
+//
+// Prediction: t(rows), the time of a decode step running `rows` tokens, is measured at
+// the plain batch (no drafts) and at a calibration run whose every step verifies k
+// drafts per sequence (a replay that is always wrong, fixed depth), and interpolated
+// linearly between; a run's predicted decode rate is its tokens per step over t(its rows
+// per step). Every run's output must equal the plain run's, token for token.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "model/model.h"
+
+namespace ridge::tools {
+
+struct SpecBenchOptions {
+  EngineConfig engine;  // its speculative part is set per run
+  std::vector<std::vector<int32_t>> prompts;
+  int32_t output_len = 128;
+  int32_t k = 4;
+  bool ngram = true;
+  std::vector<double> replay_acceptance{0.3, 0.6, 0.9};
+  int runs = 3;
+  uint64_t seed = 1;
+};
+
+struct SpecBenchRow {
+  std::string name;              // "plain", "ngram", "replay a=0.9", "calibration (k drafts, all wrong)"
+  double decode_tok_per_s = 0;   // median over runs (decode-only steps)
+  double plain_tok_per_s = 0;    // median of the plain runs interleaved with these
+  double speedup = 0;            // decode_tok_per_s / plain_tok_per_s
+  double predicted_speedup = 0;  // from tokens per step and t(rows per step)
+  double acceptance = 0;         // accepted / drafted tokens
+  double tokens_per_step = 0;    // produced per decode step (all sequences)
+  double rows_per_step = 0;      // tokens run per decode step (drafts included)
+  double ms_per_step = 0;        // median
+  bool same_output = true;
+};
+
+std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions& o);
+
+}  // namespace ridge::tools
