@@ -17,8 +17,8 @@ struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;
   int32_t num_speculative_tokens = 4;  // the most tokens proposed per sequence and step
   int32_t prompt_lookup_min = 2, prompt_lookup_max = 4;  // n-gram lengths tried, longest first
-  // The depth follows each sequence's acceptance and each step asks SpecPolicy whether
-  // speculating pays; false: every decode proposes num_speculative_tokens (benchmarks).
+  // Each step runs the proposed tokens worth their rows (SpecPolicy: measured acceptance
+  // and step costs); false: all of every proposal, up to num_speculative_tokens.
   bool adaptive = true;
 };
 

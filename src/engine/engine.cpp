@@ -299,8 +299,10 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
   return logits;
 }
 
-// Proposals for the decodes of sequences that speculate, as many tokens as the sequence's
-// adaptive depth, its remaining max_tokens, the token budget and the free blocks allow.
+// Proposals for the decodes of sequences that speculate, then how much of each the step
+// runs: all of it at a fixed depth; adaptive, the tokens worth their row (spec_policy.h:
+// a token's chance of acceptance against the time its row adds, best chances first
+// across the batch). Within the remaining max_tokens, the token budget and free blocks.
 void Engine::speculate(SchedulerOutput& so) {
   int32_t n_decodes = 0, n_speculating = 0;
   for (const ScheduledChunk& c : so.chunks) {
@@ -308,16 +310,15 @@ void Engine::speculate(SchedulerOutput& so) {
     n_speculating += c.decode() && c.seq->spec_k > 0;
   }
   if (n_speculating == 0) return;
-  if (cfg_.speculative.adaptive && !spec_policy_.speculate(n_decodes)) return;
   perf::TraceScope span("propose", "engine");
-  int64_t n_drafts = 0, n_tokens = 0;
-  for (ScheduledChunk& c : so.chunks) {
-    Sequence* s = c.seq;
-    if (s->spec_k <= 0 || !c.decode() || s->pending() != 1) continue;
+  std::vector<SpecPolicy::Candidate> cand;
+  std::vector<int32_t> take(so.chunks.size(), 0);
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    Sequence* s = so.chunks[i].seq;
+    if (s->spec_k <= 0 || !so.chunks[i].decode() || s->pending() != 1) continue;
     // Every produced token counts against max_tokens: the pending token's row gives one
     // more than the drafts.
-    const int32_t room = s->params.max_tokens - s->n_generated() - 1;
-    const int32_t want = std::min(s->spec_k, room);
+    const int32_t want = std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1);
     if (want <= 0) continue;
     const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
     s->draft.clear();
@@ -327,8 +328,25 @@ void Engine::speculate(SchedulerOutput& so) {
     } else {
       NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose(s->tokens, want, s->draft);
     }
-    if (s->draft.empty()) continue;
-    const int32_t n = sched_->grant_draft(so, c, int32_t(s->draft.size()));
+    if (!sc.adaptive) {
+      take[i] = int32_t(s->draft.size());
+      continue;
+    }
+    // The sequence's acceptance per token (a Beta(1, 1) prior on its decaying counts).
+    const double rate = (s->spec_acc + 1) / (s->spec_acc + s->spec_rej + 2);
+    double p = 1;
+    for (size_t j = 0; j < s->draft.size(); ++j) cand.push_back({p *= rate, i});
+  }
+  spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
+  int64_t n_drafts = 0, n_tokens = 0;
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    Sequence* s = so.chunks[i].seq;
+    // A sequence whose proposals were not worth a row for kProbe steps still verifies
+    // one token: its acceptance is measured again (text that starts repeating).
+    if (take[i] == 0 && !s->draft.empty() && ++s->spec_idle >= kSpecProbe) take[i] = 1;
+    if (take[i] == 0) continue;
+    s->spec_idle = 0;
+    const int32_t n = sched_->grant_draft(so, so.chunks[i], take[i]);
     n_drafts += n > 0;
     n_tokens += n;
   }
@@ -396,9 +414,8 @@ Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float>
   return r;
 }
 
-// A verified proposal's outcome: the counters, and the sequence's next depth, which
-// follows its acceptance (one more after a full acceptance, else what was accepted plus
-// one), so a sequence whose text does not repeat stops paying for rows it throws away.
+// A verified proposal's outcome: the counters, and the sequence's acceptance per token
+// (decaying counts, so it follows text that starts or stops repeating).
 void Engine::on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted) {
   s->spec_draft_tokens += n_draft;
   s->spec_accepted_tokens += n_accepted;
@@ -407,10 +424,8 @@ void Engine::on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted) {
   stats_.spec_accepted_tokens += n_accepted;
   if (stats_.spec_accepted_per_pos.size() < size_t(n_draft)) stats_.spec_accepted_per_pos.resize(size_t(n_draft), 0);
   for (int32_t j = 0; j < n_accepted; ++j) ++stats_.spec_accepted_per_pos[size_t(j)];
-  const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
-  if (sc.adaptive)
-    s->spec_k = n_accepted == n_draft ? std::min(sc.num_speculative_tokens, std::max(s->spec_k, n_draft + 1))
-                                      : n_accepted + 1;
+  s->spec_acc = 0.9 * s->spec_acc + n_accepted;
+  s->spec_rej = 0.9 * s->spec_rej + (n_accepted < n_draft ? 1 : 0);
   if (perf::trace_on() && n_accepted < n_draft)
     perf::trace_instant("rollback", "engine", {{"req", s->id}, {"drafted", n_draft}, {"accepted", n_accepted}});
 }
@@ -485,7 +500,7 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
     stats_.decode_tokens += t.produced;
     ++stats_.decode_steps;
     stats_.decode_rows += so.n_tokens();
-    spec_policy_.observe(t.n_decodes, t.n_verified > 0, t.produced, dt);
+    spec_policy_.observe(t.n_decodes, so.n_tokens(), dt);
   }
 }
 

@@ -176,6 +176,7 @@ class Engine {
   uint64_t arrivals_ = 0;
   double prefill_s_per_token_ = 1e-3;  // measured; feeds the recompute-or-swap choice
   SpecPolicy spec_policy_;
+  static constexpr int32_t kSpecProbe = 16;  // decode steps without a draft before a 1-token probe
   const Proposer* external_ = nullptr;
   EngineStats stats_;
   std::vector<int32_t> rows_;

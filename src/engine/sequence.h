@@ -55,10 +55,13 @@ struct Sequence {
   std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
 
   // Speculative decoding: this step's proposal (the tokens after the pending one, run
-  // with it and verified), the most to propose next time (adapts to what was accepted;
-  // 0: the request does not speculate), and the totals.
+  // with it and verified), the most to propose (0: the request does not speculate), the
+  // decaying counts of accepted draft tokens and of rejections (its acceptance per
+  // token, SpecPolicy), and the totals.
   std::vector<int32_t> draft;
   int32_t spec_k = 0;
+  double spec_acc = 0, spec_rej = 0;
+  int32_t spec_idle = 0;  // decode steps since it last verified a draft
   int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
 
   // Attribution: this sequence's share of each step it rode in (the step's time x its
