@@ -315,13 +315,13 @@ void Engine::speculate(SchedulerOutput& so) {
   std::vector<int32_t> take(so.chunks.size(), 0);
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
+    s->draft.clear();  // a proposal lives for its step only
     if (s->spec_k <= 0 || !so.chunks[i].decode() || s->pending() != 1) continue;
     // Every produced token counts against max_tokens: the pending token's row gives one
     // more than the drafts.
     const int32_t want = std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1);
     if (want <= 0) continue;
     const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
-    s->draft.clear();
     if (sc.method == SpecMethod::External) {
       RIDGE_CHECK(external_, "speculative method External without a proposer (Engine::set_proposer)");
       external_->propose(s->tokens, want, s->draft);
@@ -338,19 +338,41 @@ void Engine::speculate(SchedulerOutput& so) {
     for (size_t j = 0; j < s->draft.size(); ++j) cand.push_back({p *= rate, i});
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
+  probe(so, n_decodes, take);
   int64_t n_drafts = 0, n_tokens = 0;
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
-    // A sequence whose proposals were not worth a row for kProbe steps still verifies
-    // one token: its acceptance is measured again (text that starts repeating).
-    if (take[i] == 0 && !s->draft.empty() && ++s->spec_idle >= kSpecProbe) take[i] = 1;
-    if (take[i] == 0) continue;
+    if (take[i] == 0) {
+      s->spec_idle += !s->draft.empty();
+      continue;
+    }
     s->spec_idle = 0;
     const int32_t n = sched_->grant_draft(so, so.chunks[i], take[i]);
     n_drafts += n > 0;
     n_tokens += n;
   }
   span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
+}
+
+// A sequence whose proposals were not worth a row still verifies one token now and then,
+// so its acceptance is measured again (text that starts repeating): the one idle longest,
+// when the probe credit covers the share of the step a row costs. The credit grows by
+// kSpecProbeShare per step, so probes never take more than that share of the time.
+void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, std::vector<int32_t>& take) {
+  probe_credit_ = std::min(1.0, probe_credit_ + kSpecProbeShare);
+  size_t best = so.chunks.size();
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    const Sequence* s = so.chunks[i].seq;
+    if (take[i] == 0 && !s->draft.empty() && (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
+      best = i;
+  }
+  if (best == so.chunks.size()) return;
+  const SpecPolicy::StepCost c = spec_policy_.cost(n_decodes);
+  const double rows = double(so.n_tokens());
+  const double share = c.known ? std::max(0.0, c.at(rows + 1, true) / std::max(1e-12, c.plain_s) - 1) : 1.0 / rows;
+  if (probe_credit_ < share) return;
+  probe_credit_ -= share;
+  take[best] = 1;
 }
 
 bool Engine::stops(const Sequence& s, int32_t tok) const {
@@ -450,6 +472,7 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       ++t.n_verified;
       on_verified(s, c.n_draft, n - 1);
       sched_->rollback(s);
+      s->draft.clear();
     }
     sched_->on_computed(s);
     if (rows_[i] < 0) continue;
@@ -467,6 +490,9 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       }
       events.push_back({s->id, tok, done, done ? std::string_view(s->finish_reason) : std::string_view(),
                         s->params.logprobs >= 0 ? &s->logprobs[first_lp + size_t(j)] : nullptr});
+      // n_computed counted every produced token: a stop can only be the last of them
+      // (sample_chunk ends at a stop token, grant_draft at max_tokens).
+      RIDGE_CHECK(!done || j + 1 == n, "request {}: finished at token {} of {} produced in one step", s->id, j + 1, n);
       if (done) break;
     }
   }
@@ -500,7 +526,8 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
     stats_.decode_tokens += t.produced;
     ++stats_.decode_steps;
     stats_.decode_rows += so.n_tokens();
-    spec_policy_.observe(t.n_decodes, so.n_tokens(), dt);
+    spec_policy_.observe(t.n_decodes, so.n_tokens(), t.n_verified > 0, dt);
+    if (t.n_verified > 0) ++stats_.spec_decode_steps, stats_.spec_decode_rows += so.n_tokens();
   }
 }
 

@@ -81,6 +81,7 @@ struct EngineStats {
   double prefill_s = 0, decode_s = 0;  // steps with prompt work / decode-only steps
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
   int64_t decode_steps = 0, decode_rows = 0;  // decode-only steps, and the tokens they ran (drafts too)
+  int64_t spec_decode_steps = 0, spec_decode_rows = 0;  // those of them that verified drafts
   int64_t swap_fallbacks = 0;       // swapped-out sequences recomputed because swap I/O failed
   // Speculative decoding, as vLLM counts it: proposals verified, tokens proposed and
   // accepted, and accepted per draft position ([i]: drafts whose token i was accepted).
@@ -160,6 +161,7 @@ class Engine {
   int32_t sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread);
   bool stops(const Sequence& s, int32_t tok) const;  // EOS (unless ignored) or a stop id
   void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
+  void probe(const SchedulerOutput& so, int32_t n_decodes, std::vector<int32_t>& take);
 
   const Model& model_;
   const Tokenizer* tok_;
@@ -176,7 +178,8 @@ class Engine {
   uint64_t arrivals_ = 0;
   double prefill_s_per_token_ = 1e-3;  // measured; feeds the recompute-or-swap choice
   SpecPolicy spec_policy_;
-  static constexpr int32_t kSpecProbe = 16;  // decode steps without a draft before a 1-token probe
+  double probe_credit_ = 0;
+  static constexpr double kSpecProbeShare = 0.01;  // of the decode time that probes may take
   const Proposer* external_ = nullptr;
   EngineStats stats_;
   std::vector<int32_t> rows_;

@@ -66,7 +66,10 @@ void Scheduler::swapped_out(Sequence* s) { s->swap_src.clear(); }
 int32_t Scheduler::grant_draft(SchedulerOutput& so, ScheduledChunk& c, int32_t n) {
   Sequence* s = c.seq;
   RIDGE_ASSERT(c.decode() && c.n_draft == 0 && s->pending() == 1);
-  n = int32_t(std::min<int64_t>(n, so.budget_left));
+  // Never past max_tokens: every accepted draft and the row after the last one produce
+  // a token each, and n_computed advances by all of them.
+  n = int32_t(std::min<int64_t>({n, so.budget_left, int64_t(s->params.max_tokens) - s->n_generated() - 1,
+                                 int64_t(s->draft.size())}));
   if (n <= 0) return 0;
   const int64_t end = int64_t(s->n_computed) + c.n_tokens + n;
   if (!bm_.reserve(s->blocks, end)) {

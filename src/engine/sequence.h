@@ -61,7 +61,7 @@ struct Sequence {
   std::vector<int32_t> draft;
   int32_t spec_k = 0;
   double spec_acc = 0, spec_rej = 0;
-  int32_t spec_idle = 0;  // decode steps since it last verified a draft
+  int32_t spec_idle = 0;  // decode steps with a proposal not worth a row since it last verified one
   int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
 
   // Attribution: this sequence's share of each step it rode in (the step's time x its

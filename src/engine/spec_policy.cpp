@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace ridge {
 
@@ -10,26 +11,37 @@ int SpecPolicy::bucket(int32_t n_decodes) {
   return n_decodes <= 1 ? 0 : std::min(kLast, int(std::bit_width(uint32_t(n_decodes - 1))));
 }
 
-void SpecPolicy::observe(int32_t n_decodes, int64_t rows, double seconds) {
+void SpecPolicy::observe(int32_t n_decodes, int64_t rows, bool drafts, double seconds) {
   if (seconds <= 0 || rows <= 0) return;
   Fit& f = fit_[size_t(bucket(n_decodes))];
+  ++f.n;
+  if (!drafts) {
+    f.pw = kDecay * f.pw + 1;
+    f.py = kDecay * f.py + seconds;
+    return;
+  }
   const double x = double(rows);
   f.w = kDecay * f.w + 1;
   f.x = kDecay * f.x + x;
   f.y = kDecay * f.y + seconds;
   f.xx = kDecay * f.xx + x * x;
   f.xy = kDecay * f.xy + x * seconds;
+  f.yy = kDecay * f.yy + seconds * seconds;
 }
 
 SpecPolicy::StepCost SpecPolicy::cost(int32_t n_decodes) const {
   const Fit& f = fit_[size_t(bucket(n_decodes))];
   StepCost c;
-  const double var = f.w * f.xx - f.x * f.x;  // w^2 x the rows' variance
-  // Rows must have varied (steps with and without drafts) for a slope to mean anything.
-  if (f.w < 4 || var <= 0.05 * f.w * f.w) return c;
-  c.per_row_s = std::max(0.0, (f.w * f.xy - f.x * f.y) / var);
+  if (f.pw < 1 || f.w < 3) return c;
+  // Centered sums: sxx = w x the rows' variance.
+  const double sxx = f.xx - f.x * f.x / f.w, sxy = f.xy - f.x * f.y / f.w, syy = f.yy - f.y * f.y / f.w;
+  if (sxx <= 0.1 * f.w) return c;  // the rows of steps with drafts hardly varied: no slope yet
+  const double slope = sxy / sxx;
+  const double resid = std::max(0.0, syy - slope * sxy) / std::max(1.0, f.w - 2);  // residual variance
+  c.plain_s = f.py / f.pw;
+  c.per_row_s = std::max(0.0, slope + std::sqrt(resid / sxx));
   c.fixed_s = std::max(0.0, (f.y - c.per_row_s * f.x) / f.w);
-  c.known = c.fixed_s + c.per_row_s > 0;
+  c.known = true;
   return c;
 }
 
@@ -38,14 +50,24 @@ void SpecPolicy::choose(int32_t n_decodes, int64_t step_rows, std::vector<Candid
   // Stable: a chunk's tokens keep their order (equal chances), so each takes a prefix.
   std::stable_sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) { return a.p > b.p; });
   const StepCost c = cost(n_decodes);
-  double expect = n_decodes, rows = double(step_rows);
-  for (const Candidate& k : cand) {
-    // Worth its row while p / per_row is above the step's rate without it.
-    if (c.known ? k.p * (c.fixed_s + c.per_row_s * rows) <= c.per_row_s * expect : k.p < kPriorChance) break;
-    ++take[k.chunk];
-    expect += k.p;
-    rows += 1;
+  const Fit& f = fit_[size_t(bucket(n_decodes))];
+  size_t best = 0;
+  if (c.known) {
+    double expect = n_decodes, best_rate = double(n_decodes) / std::max(1e-12, c.plain_s);
+    for (size_t i = 0; i < cand.size(); ++i) {
+      expect += cand[i].p;
+      const double rate = expect / std::max(1e-12, c.at(double(step_rows) + double(i + 1), true));
+      if (rate > best_rate) best_rate = rate, best = i + 1;
+    }
+  } else if (f.n % 2 == 1) {
+    const int32_t per_seq = int32_t(1 + (f.n / 2) % kPriorMax);
+    std::vector<int32_t> count(take.size(), 0);
+    // Not a prefix of the sorted list: each sequence its first per_seq likely tokens.
+    for (const Candidate& k : cand)
+      if (k.p >= kPriorChance && count[k.chunk] < per_seq) ++count[k.chunk], ++take[k.chunk];
+    return;
   }
+  for (size_t i = 0; i < best; ++i) ++take[cand[i].chunk];
 }
 
 }  // namespace ridge

@@ -3,14 +3,17 @@
 // A proposed token is worth its chance of acceptance (its sequence's measured acceptance
 // per token, raised to the token's depth in the proposal) and costs one more row of the
 // step. Rows are nearly free while a step is memory-bound (the weights stream once
-// whatever the rows) and cost their compute once it is compute-bound; where that turn
-// comes depends on the CPU, the weight format, the batch and the kernels, so the policy
-// measures it: per batch size (decoding sequences, in powers of two) it fits the time of
-// decode-only steps as fixed + per_row x rows (least squares, older steps forgotten). A
-// step then takes tokens, likeliest first across its sequences, while each one's chance
-// is above the tokens per second the step makes without it times the time its row adds.
-// At batch 1 on a memory-bound step that takes deep proposals; at a compute-bound batch
-// only near-certain tokens, or none: speculation shrinks and turns itself off.
+// whatever the rows) and cost their compute once it is compute-bound; and the first
+// draft of a step costs more than the next (a one-row step runs the decode kernel, more
+// rows the small-batch one). Where these turns come depends on the CPU, the weight
+// format, the batch and the kernels, so the policy measures them, per batch size
+// (decoding sequences, in powers of two): the mean time of decode steps without drafts,
+// and a least-squares line of time on rows through the steps with drafts (older steps
+// forgotten; the slope taken one standard error high, so rows that hardly varied are
+// assumed dear). A step then takes, of its candidates sorted likeliest first, the prefix
+// that maximizes expected tokens per second. Until the line is measured, every other
+// step takes none and the others a few tokens at least kPriorChance likely, varying how
+// many: the rows that varies are what the line needs.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -28,25 +31,28 @@ class SpecPolicy {
   // take[chunk] += how many of that chunk's candidates the step runs (a prefix of them);
   // the step already runs n_decodes decodes in step_rows rows.
   void choose(int32_t n_decodes, int64_t step_rows, std::vector<Candidate>& cand, std::vector<int32_t>& take) const;
-  // A decode-only step: rows it ran (drafts included) and its time.
-  void observe(int32_t n_decodes, int64_t rows, double seconds);
+  // A decode-only step: rows it ran, whether any were drafts, its time.
+  void observe(int32_t n_decodes, int64_t rows, bool drafts, double seconds);
 
-  // A decode step's time at this batch size: fixed + per_row x rows, once measured steps
-  // with different row counts fit it.
+  // A decode step's time at this batch size: plain_s without drafts, fixed + per_row x
+  // rows with them.
   struct StepCost {
     bool known = false;
-    double fixed_s = 0, per_row_s = 0;
+    double plain_s = 0, fixed_s = 0, per_row_s = 0;
+    double at(double rows, bool drafts) const { return drafts ? fixed_s + per_row_s * rows : plain_s; }
   };
   StepCost cost(int32_t n_decodes) const;
 
-  // Before a slope is measured: tokens whose chance is at least this.
   static constexpr double kPriorChance = 0.25;
-  static constexpr double kDecay = 0.98;  // of the fit's sums per step
+  static constexpr int kPriorMax = 4;     // tokens per sequence, cycling 1..kPriorMax
+  static constexpr double kDecay = 0.98;  // of the sums per step
 
  private:
   static int bucket(int32_t n_decodes);
-  struct Fit {  // decaying sums for least squares of seconds on rows
-    double w = 0, x = 0, y = 0, xx = 0, xy = 0;
+  struct Fit {  // decaying sums: steps without drafts, and least squares of time on rows with them
+    double pw = 0, py = 0;
+    double w = 0, x = 0, y = 0, xx = 0, xy = 0, yy = 0;
+    int64_t n = 0;  // steps seen
   };
   std::array<Fit, 12> fit_{};
 };

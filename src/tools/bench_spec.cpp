@@ -55,6 +55,7 @@ class ReplayProposer final : public Proposer {
 struct Run {
   std::vector<std::vector<int32_t>> out;
   double tok_per_s = 0, ms_per_step = 0, tok_per_step = 0, rows_per_step = 0, acceptance = 0;
+  double spec_share = 0, spec_rows = 0;  // share of decode steps with drafts, their mean rows
 };
 
 Run run_once(const Model& m, const EngineConfig& cfg, const SpecBenchOptions& o, const Proposer* ext) {
@@ -76,6 +77,8 @@ Run run_once(const Model& m, const EngineConfig& cfg, const SpecBenchOptions& o,
   r.tok_per_step = double(st.decode_tokens) / double(st.decode_steps);
   r.rows_per_step = double(st.decode_rows) / double(st.decode_steps);
   r.acceptance = st.spec_draft_tokens ? double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0;
+  r.spec_share = double(st.spec_decode_steps) / double(st.decode_steps);
+  r.spec_rows = st.spec_decode_steps ? double(st.spec_decode_rows) / double(st.spec_decode_steps) : 0;
   return r;
 }
 
@@ -91,9 +94,11 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
   const int32_t n_vocab = m.hparams().n_vocab;
   EngineConfig plain = o.engine;
   plain.speculative.method = SpecMethod::None;
-  EngineConfig cal = o.engine;
+  EngineConfig cal1 = o.engine, cal = o.engine;
+  cal1.speculative = {SpecMethod::External, 1, 1, 1, /*adaptive=*/false};
   cal.speculative = {SpecMethod::External, o.k, 1, 1, /*adaptive=*/false};
-  std::vector<std::pair<std::string, EngineConfig>> cases{{"plain", plain}, {"calibration", cal}};
+  std::vector<std::pair<std::string, EngineConfig>> cases{
+      {"plain", plain}, {"calibration 1", cal1}, {"calibration", cal}};
   if (o.ngram) {
     EngineConfig c = o.engine;
     c.speculative.method = SpecMethod::Ngram;
@@ -116,7 +121,7 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
   for (int r = 0; r < o.runs; ++r) {
     for (const auto& [name, cfg] : cases) {
       const Proposer* ext = nullptr;
-      if (name == "calibration") ext = &never;
+      if (name.starts_with("calibration")) ext = &never;
       for (size_t i = 0; i < o.replay_acceptance.size(); ++i)
         if (name == fmt::format("replay a={:.2f}", o.replay_acceptance[i])) ext = &replays[i];
       Run run = run_once(m, cfg, o, ext);
@@ -137,16 +142,21 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
     for (const Run& r : runs[n]) v.push_back(r.*f);
     return median(v);
   };
-  const double t_plain = med("plain", &Run::ms_per_step), rows_plain = med("plain", &Run::rows_per_step);
-  const double t_cal = med("calibration", &Run::ms_per_step), rows_cal = med("calibration", &Run::rows_per_step);
+  const double t_plain = med("plain", &Run::ms_per_step);
+  const double t1 = med("calibration 1", &Run::ms_per_step), rows1 = med("calibration 1", &Run::spec_rows);
+  const double tk = med("calibration", &Run::ms_per_step), rowsk = med("calibration", &Run::spec_rows);
   const double plain_rate = med("plain", &Run::tok_per_step) / t_plain;
-  auto t_of = [&](double rows) {
-    return rows_cal > rows_plain ? t_plain + (t_cal - t_plain) * (rows - rows_plain) / (rows_cal - rows_plain) : t_plain;
+  auto line = [&](double rows) { return rowsk > rows1 ? t1 + (tk - t1) * (rows - rows1) / (rowsk - rows1) : t1; };
+  auto t_of = [&](const std::string& n) {
+    const double share = med(n, &Run::spec_share);
+    return (1 - share) * t_plain + (share > 0 ? share * line(med(n, &Run::spec_rows)) : 0);
   };
   std::vector<SpecBenchRow> out;
   for (const auto& [name, cfg] : cases) {
     SpecBenchRow row;
-    row.name = name == "calibration" ? fmt::format("calibration ({} drafts, all wrong)", o.k) : name;
+    row.name = name == "calibration"     ? fmt::format("calibration: {} drafts, all wrong", o.k)
+               : name == "calibration 1" ? std::string("calibration: 1 draft, wrong")
+                                         : name;
     row.decode_tok_per_s = med(name, &Run::tok_per_s);
     row.plain_tok_per_s = med("plain", &Run::tok_per_s);
     row.speedup = row.decode_tok_per_s / row.plain_tok_per_s;
@@ -154,7 +164,7 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
     row.tokens_per_step = med(name, &Run::tok_per_step);
     row.rows_per_step = med(name, &Run::rows_per_step);
     row.ms_per_step = med(name, &Run::ms_per_step);
-    row.predicted_speedup = row.tokens_per_step / t_of(row.rows_per_step) / plain_rate;
+    row.predicted_speedup = row.tokens_per_step / t_of(name) / plain_rate;
     row.same_output = same[name];
     out.push_back(row);
   }

@@ -8,11 +8,14 @@
 // given the ones before it were), which sets the acceptance on any model, random weights
 // included.
 //
-// Prediction: t(rows), the time of a decode step running `rows` tokens, is measured at
-// the plain batch (no drafts) and at a calibration run whose every step verifies k
-// drafts per sequence (a replay that is always wrong, fixed depth), and interpolated
-// linearly between; a run's predicted decode rate is its tokens per step over t(its rows
-// per step). Every run's output must equal the plain run's, token for token.
+// Prediction: the time of a decode step is measured without drafts (the plain run) and
+// with 1 and with k drafts per sequence (calibration runs: a replay that is always
+// wrong, at a fixed depth); steps with drafts are taken as linear in their rows between
+// the two calibrations (the first draft costs more than the next: one row runs the
+// decode kernel, more the small-batch one). A run's predicted step time mixes its steps
+// without drafts at the plain time and its steps with drafts at the line's time for
+// their mean rows; its predicted rate is its tokens per step over that. Every run's
+// output must equal the plain run's, token for token.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,7 +38,7 @@ struct SpecBenchOptions {
 };
 
 struct SpecBenchRow {
-  std::string name;              // "plain", "ngram", "replay a=0.9", "calibration (k drafts, all wrong)"
+  std::string name;              // "plain", "ngram", "replay a=0.90", "calibration: k drafts, all wrong"
   double decode_tok_per_s = 0;   // median over runs (decode-only steps)
   double plain_tok_per_s = 0;    // median of the plain runs interleaved with these
   double speedup = 0;            // decode_tok_per_s / plain_tok_per_s

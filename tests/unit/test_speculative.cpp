@@ -253,7 +253,7 @@ namespace ridge {
 namespace {
 
 // The policy's choice follows the measured step costs: deep proposals while rows are
-// nearly free, only near-certain tokens once they cost as much as the step, the
+// nearly free, only near-certain tokens once they cost their share of the step, the
 // likeliest first across sequences, each sequence taking a prefix of its proposal.
 TEST(SpecPolicy, TakesTheTokensWorthTheirRows) {
   auto chances = [](std::vector<std::pair<double, int>> seqs) {  // (acceptance, proposal length)
@@ -270,45 +270,56 @@ TEST(SpecPolicy, TakesTheTokensWorthTheirRows) {
     p.choose(batch, batch, c, take);
     return take;
   };
-  // Unmeasured: the tokens at least kPriorChance likely.
+  // Unmeasured: every other step none, the others up to a cycling few tokens per
+  // sequence at least kPriorChance likely.
   SpecPolicy fresh;
-  EXPECT_EQ(choose(fresh, 1, {{0.5, 8}}), std::vector<int32_t>{2});
-  // Memory-bound batch 1: 20 ms per step + 1 ms per row. A 0.9 sequence goes deep, a 0.3
-  // one takes one or two tokens, a 0.02 one none.
+  EXPECT_EQ(choose(fresh, 1, {{0.5, 8}}), std::vector<int32_t>{0});
+  fresh.observe(1, 1, false, 0.02);
+  EXPECT_EQ(choose(fresh, 1, {{0.5, 8}}), std::vector<int32_t>{1});
+  fresh.observe(1, 1, false, 0.02);
+  fresh.observe(1, 2, true, 0.02);
+  EXPECT_EQ(choose(fresh, 1, {{0.9, 8}}), std::vector<int32_t>{2});
+  EXPECT_FALSE(fresh.cost(1).known);
+
+  // Memory-bound batch 1: 20 ms without drafts, 22 ms + 1 ms per row with them. A 0.9
+  // sequence goes deep, a 0.3 one takes two tokens, a 0.02 one none.
   SpecPolicy mem;
-  for (int i = 0; i < 50; ++i) mem.observe(1, 1 + i % 9, 0.020 + 0.001 * (1 + i % 9));
+  for (int i = 0; i < 60; ++i) {
+    const int rows = 1 + i % 9;
+    mem.observe(1, rows, rows > 1, rows > 1 ? 0.022 + 0.001 * rows : 0.020);
+  }
   EXPECT_EQ(choose(mem, 1, {{0.9, 8}}), std::vector<int32_t>{8});
-  const auto low = choose(mem, 1, {{0.3, 8}});
-  EXPECT_GE(low[0], 1);
-  EXPECT_LE(low[0], 2);
+  EXPECT_EQ(choose(mem, 1, {{0.3, 8}}), std::vector<int32_t>{2});
   EXPECT_EQ(choose(mem, 1, {{0.02, 8}}), std::vector<int32_t>{0});
-  // Compute-bound batch 16: 10 ms + 3 ms per row, a row costs a sixth of the step: only
-  // near-certain tokens (above 16 x 3 / 58 = 0.83). Were the time all per row, no token
-  // short of certain would be worth one.
+
+  // Compute-bound batch 16: 10 ms + 3 ms per row: a row is worth it only above the
+  // step's 16 / 58 tokens per ms x 3 ms = 0.83 tokens.
   SpecPolicy busy;
-  for (int i = 0; i < 50; ++i) busy.observe(16, 16 + i % 17, 0.010 + 0.003 * (16 + i % 17));
+  for (int i = 0; i < 60; ++i) {
+    const int rows = 16 + i % 17;
+    busy.observe(16, rows, rows > 16, 0.010 + 0.003 * rows);
+  }
   const auto b = choose(busy, 16, {{0.6, 4}, {0.99, 4}, {0.3, 4}});
-  EXPECT_EQ(b[0], 0);
-  EXPECT_EQ(b[2], 0);
-  EXPECT_GE(b[1], 1);
+  EXPECT_EQ(b, (std::vector<int32_t>{0, 4, 0}));
   // Batch sizes are measured apart: batch 16's costs say nothing about batch 2.
   EXPECT_FALSE(busy.cost(2).known);
 }
 
 TEST(SpecPolicy, StepCostFit) {
   SpecPolicy p;
-  // t = 20 ms + 1.5 ms per row, rows 1..9.
+  // 20 ms without drafts; with them 21 ms + 1.5 ms per row, rows 2..9.
   for (int i = 0; i < 40; ++i) {
     const int rows = 1 + i % 9;
-    p.observe(1, rows, 0.020 + 0.0015 * rows);
+    p.observe(1, rows, rows > 1, rows > 1 ? 0.021 + 0.0015 * rows : 0.020);
   }
   const SpecPolicy::StepCost c = p.cost(1);
   ASSERT_TRUE(c.known);
-  EXPECT_NEAR(c.fixed_s, 0.020, 1e-6);
+  EXPECT_NEAR(c.plain_s, 0.020, 1e-9);
+  EXPECT_NEAR(c.fixed_s, 0.021, 1e-6);
   EXPECT_NEAR(c.per_row_s, 0.0015, 1e-7);
-  // All steps of one row: no slope can be fitted.
+  // Steps with drafts all of one row count: no slope can be fitted.
   SpecPolicy q;
-  for (int i = 0; i < 40; ++i) q.observe(1, 1, 0.02);
+  for (int i = 0; i < 40; ++i) q.observe(1, 1 + i % 2, i % 2 == 1, 0.02);
   EXPECT_FALSE(q.cost(1).known);
 }
 
