@@ -105,6 +105,10 @@ int bench_throughput(Args& a) {
   const double cost_out = price > 0 && out_tps > 0 ? price / 3600.0 / out_tps * 1e6 : 0;
   const double cost_total = price > 0 && total_tps > 0 ? price / 3600.0 / total_tps * 1e6 : 0;
   const double rss = peak_rss_mib();
+  // Speculative decoding as vLLM reports it: accepted / proposed tokens, and tokens per
+  // verification (the pending token's plus the accepted ones).
+  const double spec_rate = st.spec_draft_tokens ? double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0;
+  const double spec_len = st.spec_drafts ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts) : 0;
   if (json) {
     std::printf(
         "{\"model\":\"%s\",\"num_prompts\":%lld,\"input_len\":%lld,\"output_len\":%lld,\"prefix_len\":%lld,"
@@ -113,13 +117,14 @@ int bench_throughput(Args& a) {
         "\"preemptions\":%lld,\"swaps\":%lld,\"steps\":%lld,\"kv_capacity_tokens\":%lld,\"prefill_tok_per_s\":%.3f,"
         "\"decode_tok_per_s\":%.3f,\"prefill_s\":%.4f,\"decode_s\":%.4f,\"kv_peak_usage\":%.4f,\"peak_rss_mib\":%.1f,"
         "\"useful_gflop\":%.3f,\"compute_utilization\":%.4f,\"price_per_hour\":%g,\"cost_per_m_output_tokens\":%.6f,"
-        "\"cost_per_m_total_tokens\":%.6f}\n",
+        "\"cost_per_m_total_tokens\":%.6f,\"spec_draft_tokens\":%lld,\"spec_accepted_tokens\":%lld,"
+        "\"spec_acceptance_rate\":%.4f,\"spec_mean_accepted_length\":%.4f}\n",
         path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
         cfg.prefix_cache ? "true" : "false", e.pool().size(), s, double(n) / s, double(st.generated_tokens) / s,
         double(st.prompt_tokens + st.generated_tokens) / s, mean_batch, hit, (long long)st.computed_tokens,
         (long long)e.n_preemptions(), (long long)e.n_swaps(), (long long)st.steps, (long long)e.kv_capacity_tokens(),
         prefill_tps, decode_tps, st.prefill_s, st.decode_s, kv_peak, rss, useful_flops / 1e9, compute_util, price,
-        cost_out, cost_total);
+        cost_out, cost_total, (long long)st.spec_draft_tokens, (long long)st.spec_accepted_tokens, spec_rate, spec_len);
   } else {
     std::printf("model %s, %lld prompts x (%lld in, %lld out), shared prefix %lld, prefix cache %s, %d threads\n",
                 path.c_str(), (long long)n, (long long)in_len, (long long)out_len, (long long)prefix,
@@ -134,6 +139,9 @@ int bench_throughput(Args& a) {
     std::printf("prefix hit rate  %.1f%% (%lld of %lld prompt tokens; %lld tokens computed)\n", 100 * hit,
                 (long long)st.prefix_hit_tokens, (long long)st.prompt_tokens, (long long)st.computed_tokens);
     std::printf("preemptions      %lld (%lld by swap)\n", (long long)e.n_preemptions(), (long long)e.n_swaps());
+    if (st.spec_drafts > 0)
+      std::printf("speculative      %.1f%% of %lld proposed tokens accepted, %.2f tokens per verification\n",
+                  100 * spec_rate, (long long)st.spec_draft_tokens, spec_len);
     std::printf("KV pool          %lld tokens, peak use %.1f%%; peak RSS %.0f MiB\n", (long long)e.kv_capacity_tokens(),
                 100 * kv_peak, rss);
     if (compute_util >= 0)
@@ -308,7 +316,10 @@ int bench_spec_cmd(Args& a) {
   const std::string acc = a.str({"--acceptance"}, "0.3,0.6,0.9");
   const std::string methods = a.str({"--methods"}, "ngram,replay");
   const bool json = a.flag({"--json"});
+  // Every proposed token verified (no policy): the proposers' own acceptance.
+  const bool fixed = a.flag({"--fixed-depth"});
   o.engine = engine_config(a);
+  o.engine.speculative.adaptive = !fixed;
   o.k = o.engine.speculative.num_speculative_tokens;
   a.finish();
   if (prompt && prompt_file) fail("give -p or --prompt-file, not both");

@@ -63,7 +63,7 @@ commands:
               runs, giving the noise band)
   bench spec  -m MODEL [-p TEXT | --prompt-file F | --input-len N] [--num-prompts N]
               [--output-len N] [--methods ngram,replay] [--acceptance 0.3,0.6,0.9] [--runs R]
-              [--json] + engine options (--num-speculative-tokens K)   decode with and without
+              [--fixed-depth] [--json] + engine options (--num-speculative-tokens K)   decode with and without
               speculative decoding, interleaved: speedup, acceptance, the speedup they
               predict; exit status 1 if any output differs from the plain run's
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]

@@ -60,12 +60,9 @@ void SpecPolicy::choose(int32_t n_decodes, int64_t step_rows, std::vector<Candid
       if (rate > best_rate) best_rate = rate, best = i + 1;
     }
   } else if (f.n % 2 == 1) {
-    const int32_t per_seq = int32_t(1 + (f.n / 2) % kPriorMax);
-    std::vector<int32_t> count(take.size(), 0);
-    // Not a prefix of the sorted list: each sequence its first per_seq likely tokens.
-    for (const Candidate& k : cand)
-      if (k.p >= kPriorChance && count[k.chunk] < per_seq) ++count[k.chunk], ++take[k.chunk];
-    return;
+    // A few rows in all, whatever the batch: a big batch pays for them in proportion.
+    const size_t n = size_t(1 + (f.n / 2) % kPriorMax);
+    while (best < std::min(n, cand.size()) && cand[best].p >= kPriorChance) ++best;
   }
   for (size_t i = 0; i < best; ++i) ++take[cand[i].chunk];
 }

@@ -12,8 +12,8 @@
 // forgotten; the slope taken one standard error high, so rows that hardly varied are
 // assumed dear). A step then takes, of its candidates sorted likeliest first, the prefix
 // that maximizes expected tokens per second. Until the line is measured, every other
-// step takes none and the others a few tokens at least kPriorChance likely, varying how
-// many: the rows that varies are what the line needs.
+// step takes none and the others 1..kPriorMax of the likeliest tokens (if at least
+// kPriorChance likely), whatever the batch: the rows that varies are what the line needs.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -44,7 +44,7 @@ class SpecPolicy {
   StepCost cost(int32_t n_decodes) const;
 
   static constexpr double kPriorChance = 0.25;
-  static constexpr int kPriorMax = 4;     // tokens per sequence, cycling 1..kPriorMax
+  static constexpr int kPriorMax = 4;     // tokens per step, cycling 1..kPriorMax
   static constexpr double kDecay = 0.98;  // of the sums per step
 
  private:

@@ -142,11 +142,17 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
     for (const Run& r : runs[n]) v.push_back(r.*f);
     return median(v);
   };
-  const double t_plain = med("plain", &Run::ms_per_step);
+  const double t_plain = med("plain", &Run::ms_per_step), rows_plain = med("plain", &Run::rows_per_step);
   const double t1 = med("calibration 1", &Run::ms_per_step), rows1 = med("calibration 1", &Run::spec_rows);
   const double tk = med("calibration", &Run::ms_per_step), rowsk = med("calibration", &Run::spec_rows);
   const double plain_rate = med("plain", &Run::tok_per_step) / t_plain;
-  auto line = [&](double rows) { return rowsk > rows1 ? t1 + (tk - t1) * (rows - rows1) / (rowsk - rows1) : t1; };
+  // Through the three measured points: from the plain batch to 1 draft per sequence, then
+  // on to k (the first segment holds the first draft's extra cost; past it the step turns
+  // compute-bound at its own pace).
+  auto line = [&](double rows) {
+    if (rows <= rows1) return rows1 > rows_plain ? t_plain + (t1 - t_plain) * (rows - rows_plain) / (rows1 - rows_plain) : t1;
+    return rowsk > rows1 ? t1 + (tk - t1) * (rows - rows1) / (rowsk - rows1) : t1;
+  };
   auto t_of = [&](const std::string& n) {
     const double share = med(n, &Run::spec_share);
     return (1 - share) * t_plain + (share > 0 ? share * line(med(n, &Run::spec_rows)) : 0);

@@ -270,8 +270,8 @@ TEST(SpecPolicy, TakesTheTokensWorthTheirRows) {
     p.choose(batch, batch, c, take);
     return take;
   };
-  // Unmeasured: every other step none, the others up to a cycling few tokens per
-  // sequence at least kPriorChance likely.
+  // Unmeasured: every other step none, the others a cycling few of the likeliest tokens
+  // (at least kPriorChance likely), whatever the batch.
   SpecPolicy fresh;
   EXPECT_EQ(choose(fresh, 1, {{0.5, 8}}), std::vector<int32_t>{0});
   fresh.observe(1, 1, false, 0.02);
@@ -280,6 +280,9 @@ TEST(SpecPolicy, TakesTheTokensWorthTheirRows) {
   fresh.observe(1, 2, true, 0.02);
   EXPECT_EQ(choose(fresh, 1, {{0.9, 8}}), std::vector<int32_t>{2});
   EXPECT_FALSE(fresh.cost(1).known);
+  SpecPolicy fresh16;
+  fresh16.observe(16, 16, false, 0.04);
+  EXPECT_EQ(choose(fresh16, 16, {{0.5, 4}, {0.9, 4}, {0.6, 4}}), (std::vector<int32_t>{0, 1, 0}));
 
   // Memory-bound batch 1: 20 ms without drafts, 22 ms + 1 ms per row with them. A 0.9
   // sequence goes deep, a 0.3 one takes two tokens, a 0.02 one none.
