@@ -28,7 +28,7 @@ echo '#include "server/server.h"' >>"$tmp/src/core/error.h"
 expect_fail "a planted core -> server include" "core/error.h:"
 
 rm -rf "$tmp/src" && cp -r src "$tmp/src"
-sed -i '0,/#include "kernels\/cpu\/kv_view.h"/s//#include "model\/kv_cache.h"/' "$tmp/src/kernels/cpu/attention.h"
+sed -i '0,/#include "kernels\/kv_view.h"/s//#include "model\/kv_cache.h"/' "$tmp/src/kernels/cpu/attention.h"
 expect_fail "kernels reaching up into model" "kernels -> model"
 
 rm -rf "$tmp/src" && cp -r src "$tmp/src"
