@@ -316,10 +316,7 @@ int bench_spec_cmd(Args& a) {
   const std::string acc = a.str({"--acceptance"}, "0.3,0.6,0.9");
   const std::string methods = a.str({"--methods"}, "ngram,replay");
   const bool json = a.flag({"--json"});
-  // Every proposed token verified (no policy): the proposers' own acceptance.
-  const bool fixed = a.flag({"--fixed-depth"});
   o.engine = engine_config(a);
-  o.engine.speculative.adaptive = !fixed;
   o.k = o.engine.speculative.num_speculative_tokens;
   a.finish();
   if (prompt && prompt_file) fail("give -p or --prompt-file, not both");

@@ -99,6 +99,7 @@ void engine_config(Args& a, EngineConfig& c) {
   sp.num_speculative_tokens = int32_t(a.integer({"--num-speculative-tokens"}, sp.num_speculative_tokens, 1, 32));
   sp.prompt_lookup_max = int32_t(a.integer({"--prompt-lookup-max"}, sp.prompt_lookup_max, 1, 64));
   sp.prompt_lookup_min = int32_t(a.integer({"--prompt-lookup-min"}, std::min(sp.prompt_lookup_min, sp.prompt_lookup_max), 1, 64));
+  sp.adaptive = !a.flag({"--no-speculative-adaptive"});
   if (sp.prompt_lookup_min > sp.prompt_lookup_max)
     fail("--prompt-lookup-min {} is above --prompt-lookup-max {}", sp.prompt_lookup_min, sp.prompt_lookup_max);
 }

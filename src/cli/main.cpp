@@ -63,9 +63,10 @@ commands:
               runs, giving the noise band)
   bench spec  -m MODEL [-p TEXT | --prompt-file F | --input-len N] [--num-prompts N]
               [--output-len N] [--methods ngram,replay] [--acceptance 0.3,0.6,0.9] [--runs R]
-              [--fixed-depth] [--json] + engine options (--num-speculative-tokens K)   decode with and without
-              speculative decoding, interleaved: speedup, acceptance, the speedup they
-              predict; exit status 1 if any output differs from the plain run's
+              [--json] + engine options (--num-speculative-tokens K, --no-speculative-adaptive)
+              decode with and without speculative decoding, interleaved: speedup,
+              acceptance, the speedup they predict; exit status 1 if any output differs
+              from the plain run's
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
               [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
@@ -83,7 +84,8 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   --priority-aging STEPS (256), --mlock (pin the weights in RAM),
   --speculative-method ngram (propose tokens by prompt lookup, verify them in one pass;
   the output is unchanged), --num-speculative-tokens K (4), --prompt-lookup-min N (2),
-  --prompt-lookup-max N (4)
+  --prompt-lookup-max N (4), --no-speculative-adaptive (verify every proposed token
+  however little it pays: to measure a proposer, and in tests)
   --trace FILE.json (generate, serve, bench throughput): Chrome trace for Perfetto
 
 Long work (loading, quantize, mkmodel, perplexity, roofline, bench) shows its progress on

@@ -64,9 +64,10 @@ std::optional<SpeculativeConfig> parse_speculative(const json& j, const Speculat
   }
   if (!v->is_object()) throw ApiError(400, "speculative must be a boolean or an object", "speculative");
   for (const auto& [key, _] : v->items())
-    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" && key != "prompt_lookup_max")
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" && key != "prompt_lookup_max" &&
+        key != "adaptive")
       throw ApiError(400, fmt::format("speculative.{} is not a known key (method, num_speculative_tokens, "
-                                      "prompt_lookup_min, prompt_lookup_max)", key), "speculative." + key);
+                                      "prompt_lookup_min, prompt_lookup_max, adaptive)", key), "speculative." + key);
   SpeculativeConfig c = server;
   if (const json* m = field(*v, "method")) {
     const std::string s = m->is_string() ? m->get<std::string>() : "";
@@ -84,6 +85,12 @@ std::optional<SpeculativeConfig> parse_speculative(const json& j, const Speculat
     }
   };
   c.num_speculative_tokens = get("num_speculative_tokens", c.num_speculative_tokens, 32);
+  // ridge's: false verifies every proposed token, whatever it costs (to measure a proposer).
+  try {
+    c.adaptive = boolean(*v, "adaptive", c.adaptive);
+  } catch (ApiError& e) {
+    throw ApiError(400, "speculative." + std::string(e.what()), "speculative.adaptive");
+  }
   c.prompt_lookup_max = get("prompt_lookup_max", c.prompt_lookup_max, 64);
   c.prompt_lookup_min = get("prompt_lookup_min", std::min(c.prompt_lookup_min, c.prompt_lookup_max), 64);
   if (c.prompt_lookup_min > c.prompt_lookup_max)

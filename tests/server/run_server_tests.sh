@@ -3,8 +3,9 @@
 # Three servers, all on --port 0 (the port is read from the "serve: ... on http://" line):
 #   stories  stories260K (real model, context 128), --api-key, --chat-template, a 1M KV
 #            cache (about 100 blocks: a large n preempts), --max-body-size 64K,
-#            speculative decoding by prompt lookup (every e2e test then checks that it
-#            changes nothing; the speculative test compares requests that turn it off),
+#            speculative decoding by prompt lookup, every proposed token verified (every
+#            e2e test then checks that it changes nothing; the speculative test
+#            compares requests that turn it off),
 #            --trace: after its SIGINT shutdown check_trace.mjs reads the trace (step
 #            phases, per-op spans, request tracks)
 #   spm      random weights over the Llama 2 SentencePiece vocabulary (32000 tokens,
@@ -137,7 +138,7 @@ EOF
 KEY=sk-ridge-test-key
 BODY_LIMIT=65536
 start_server stories -m "$STORIES" --served-model-name stories -t 2 --kv-cache-memory 1M \
-  --speculative-method ngram --prompt-lookup-min 1 --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT --trace "$tmp/stories.trace.json"
+  --speculative-method ngram --prompt-lookup-min 1 --no-speculative-adaptive --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT --trace "$tmp/stories.trace.json"
 start_server spm -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 2M \
   --chat-template "$tmp/chat.jinja" --max-num-seqs 32 --max-waiting 512 --shutdown-timeout 2
 start_server queue -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \
