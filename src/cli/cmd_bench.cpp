@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "cli/commands.h"
@@ -339,13 +338,7 @@ int bench_spec_cmd(Args& a) {
   auto model = Model::load(path);
   std::vector<std::string> texts;
   if (prompt) texts.push_back(*prompt);
-  if (prompt_file) {
-    std::ifstream in(*prompt_file);
-    if (!in) fail("cannot read --prompt-file {}", *prompt_file);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) texts.push_back(line);
-    if (texts.empty()) fail("--prompt-file {} has no prompt", *prompt_file);
-  }
+  if (prompt_file) texts = read_prompt_lines(*prompt_file, "--prompt-file");
   if (!texts.empty()) {
     auto tok = Tokenizer::from_gguf(model->file());
     for (int64_t i = 0; i < n; ++i) o.prompts.push_back(tok->encode(texts[size_t(i) % texts.size()], true));

@@ -2,7 +2,6 @@
 // in one batch) to stdout; timings and memory on stderr.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include "cli/commands.h"
@@ -67,11 +66,7 @@ int cmd_generate(Args& a) {
 
   std::vector<std::string> prompts;
   if (file) {
-    std::ifstream in(*file);
-    if (!in) fail("cannot read prompts file {}", *file);
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) prompts.push_back(line);
-    if (prompts.empty()) fail("prompts file {} has no non-empty line", *file);
+    prompts = read_prompt_lines(*file, "prompts file");
   } else {
     prompts.push_back(prompt.value_or("Once upon a time"));
   }

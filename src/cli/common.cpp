@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "core/error.h"
@@ -59,6 +60,16 @@ int64_t parse_bytes(const std::string& s, const char* flag) {
   else fail("{}: unknown size unit '{}' in '{}' (use K, M or G)", flag, unit, s);
   if (v * mul > 9e18) fail("{} = {} is too large", flag, s);
   return int64_t(v * mul);
+}
+
+std::vector<std::string> read_prompt_lines(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read {} {}", flag, path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  if (lines.empty()) fail("{} {} has no non-empty line", flag, path);
+  return lines;
 }
 
 void forward_config(Args& a, EngineConfig& c) {

@@ -24,6 +24,9 @@ void engine_config(Args& a, EngineConfig& c);
 // scheduling and the pool for each batch size itself) take these, so a scheduling flag
 // there is an unknown flag, not one silently ignored.
 void forward_config(Args& a, EngineConfig& c);
+// The non-empty lines of a prompts file (one prompt per line); fails naming `flag` when
+// the file cannot be read or has none.
+std::vector<std::string> read_prompt_lines(const std::string& path, const char* flag);
 // Parses "512M", "2G", "1.5GiB", "1000000" into bytes.
 int64_t parse_bytes(const std::string& s, const char* flag);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
