@@ -270,6 +270,8 @@ void Engine::move_kv(const SchedulerOutput& so) {
     sched_->swapped_out(s);
   }
   for (Sequence* s : so.swap_in) {
+    RIDGE_CHECK(s->blocks.size() >= s->swap_slots.size(), "request {}: swap-in of {} blocks into {}", s->id,
+                s->swap_slots.size(), s->blocks.size());
     const bool ok =
         runner_->swap()->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
     s->swap_slots.clear();
@@ -470,12 +472,18 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
     stats_.computed_tokens += advanced;
     if (c.n_draft > 0) {
       ++t.n_verified;
-      on_verified(s, c.n_draft, n - 1);
+      // Accepted: the drafts the produced tokens matched (a stop token that matched its
+      // draft ends the chunk accepted).
+      int32_t accepted = n - 1;
+      if (accepted < c.n_draft && sampled.tokens[size_t(rows_[i] + n - 1)] == s->draft[size_t(n - 1)]) ++accepted;
+      on_verified(s, c.n_draft, accepted);
       sched_->rollback(s);
       s->draft.clear();
     }
-    sched_->on_computed(s);
-    if (rows_[i] < 0) continue;
+    if (rows_[i] < 0) {
+      sched_->on_computed(s);
+      continue;
+    }
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
     const size_t first_lp = s->logprobs.size() - (s->params.logprobs >= 0 ? size_t(n) : 0);
     for (int32_t j = 0; j < n; ++j) {
@@ -495,6 +503,9 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       RIDGE_CHECK(!done || j + 1 == n, "request {}: finished at token {} of {} produced in one step", s->id, j + 1, n);
       if (done) break;
     }
+    // After the tokens joined: n_computed never runs past them (the prefix cache reads
+    // the tokens of its full blocks). A finished sequence did this in finish().
+    if (!s->finished()) sched_->on_computed(s);
   }
   return events;
 }
@@ -535,8 +546,15 @@ void Engine::check_invariants() const {
   bm_->check_invariants();
   sched_->check_invariants();
   std::vector<int32_t> refs(size_t(bm_->n_total()), 0);
-  for (const auto& [id, s] : seqs_)
+  for (const auto& [id, s] : seqs_) {
     for (int32_t b : s->blocks) ++refs[size_t(b)];
+    // A swapped-out sequence's KV is its computed tokens' blocks, no more: swap-in
+    // reserves exactly those.
+    if (s->status == SeqStatus::Swapped && !s->swap_slots.empty())
+      RIDGE_CHECK(int64_t(s->swap_slots.size()) == bm_->blocks_for(s->n_computed),
+                  "request {} is swapped out in {} blocks but has {} tokens computed", id, s->swap_slots.size(),
+                  s->n_computed);
+  }
   if (radix_) {
     radix_->check_invariants();
     std::vector<int32_t> tree;

@@ -84,7 +84,7 @@ int32_t Scheduler::grant_draft(SchedulerOutput& so, ScheduledChunk& c, int32_t n
   return n;
 }
 
-void Scheduler::rollback(Sequence* s) { bm_.truncate(s->blocks, int64_t(s->n_computed) + 1); }
+void Scheduler::rollback(Sequence* s) { bm_.truncate(s->blocks, s->n_computed); }
 
 void Scheduler::swap_in_failed(Sequence* s) {
   RIDGE_ASSERT(s->status == SeqStatus::Running);

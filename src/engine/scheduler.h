@@ -77,8 +77,9 @@ class Scheduler {
   // Up to n draft tokens more for decode chunk c, within the token budget and the free
   // blocks (speculation never preempts or evicts); returns how many were granted.
   int32_t grant_draft(SchedulerOutput& so, ScheduledChunk& c, int32_t n);
-  // After verification: the blocks past s's computed tokens and the one to run next held
-  // only rejected drafts; they go back to the pool.
+  // After verification: the blocks past s's computed tokens held only rejected drafts;
+  // they go back to the pool, leaving the table as a step without drafts leaves it (what
+  // a swap-out copies and a swap-in reserves: blocks_for(n_computed)).
   void rollback(Sequence* s);
   // Swap-in of s (scheduled this step, no work yet) lost its KV to an I/O error: drop
   // its blocks and requeue it for recompute, as if it had been preempted that way.

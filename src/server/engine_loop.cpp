@@ -195,7 +195,9 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
     st.finish_reason = stopped_late ? "stop" : reason;
     if (ch.seq >= 0) {
       const RequestStats rs = engine_.request_stats(ch.seq);
-      st.n_generated = rs.generated_tokens;
+      // A stop string ends the text where it matched: tokens the engine produced after
+      // it in the same step (accepted speculative tokens) are not the completion's.
+      if (!(abort_seq && reason == "stop")) st.n_generated = rs.generated_tokens;
       if (rs.generated_tokens == 0) st.n_cached = rs.cached_tokens;
       st.prefill_s = rs.prefill_s;
       st.decode_s = rs.decode_s;

@@ -226,6 +226,52 @@ TEST_F(SpeculativeRandomModel, StopsWhereItWouldWithout) {
   EXPECT_GT(stops, 0);
 }
 
+// A proposer that is almost always wrong: nearly every step rejects, n_computed moves
+// one token at a time, every fourth step ends on a block boundary with the rejected
+// drafts' block given back, and a pool of about four sequences swaps the others out
+// and in. The output must not change, and Engine::check_invariants (after every step)
+// holds a swapped-out sequence to exactly the blocks of its computed tokens, what
+// swap-in reserves (a table one block longer once left swap-in reading past its
+// reservation).
+class WrongProposer final : public Proposer {
+ public:
+  void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
+    for (int32_t j = 0; j < max_tokens; ++j) out.push_back(int32_t((tokens.back() * 7 + 13 + j) % 97 + 3));
+  }
+};
+
+TEST_F(SpeculativeRandomModel, SwapPreemptionRightAfterRejections) {
+  auto reqs = repeating_prompts(16, model_->hparams().n_vocab, 9, 20, false);
+  EngineConfig base;
+  base.block_size = 4;
+  base.max_num_seqs = 16;
+  KVLayout kl{model_->hparams().n_layer, model_->hparams().n_head_kv, model_->hparams().head_dim_k,
+              model_->hparams().head_dim_v, 4, 0, base.kv_dtype};
+  base.kv_cache_bytes = 4 * (48 + 20) * kl.bytes_per_token();  // about four sequences' worth
+  base.preemption = PreemptionMode::Swap;
+  base.swap_bytes = int64_t(256) << 20;
+  const auto plain = run(*model_, base, reqs);
+  EngineConfig spec = base;
+  spec.speculative = {SpecMethod::External, 3, 1, 1, /*adaptive=*/false};
+  WrongProposer wrong;
+  spec.threads = 2;
+  Engine e(*model_, nullptr, spec);
+  e.set_proposer(&wrong);
+  std::vector<int64_t> ids;
+  for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+  while (e.has_work()) {
+    e.step();
+    e.check_invariants();
+  }
+  EXPECT_GT(e.n_swaps(), 0) << "no swap preemption happened: the case was not tested";
+  EXPECT_GT(e.stats().spec_draft_tokens, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RequestOutput o = e.output(ids[i]);
+    ASSERT_EQ(o.tokens, plain[i].o.tokens) << "request " << i;
+    EXPECT_EQ(std::memcmp(o.logits.data(), plain[i].o.logits.data(), o.logits.size() * 4), 0) << "request " << i;
+  }
+}
+
 // A request chooses: off while the engine speculates, or on while it does not.
 TEST_F(SpeculativeRandomModel, PerRequestChoice) {
   auto reqs = repeating_prompts(6, model_->hparams().n_vocab, 5, 16, false);
