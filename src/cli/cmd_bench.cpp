@@ -241,6 +241,9 @@ int bench_serve_cmd(Args& a) {
   o.url = a.str({"--url"}, "");
   o.endpoint = a.str({"--endpoint"}, o.endpoint);
   o.model = a.str({"--model"}, "");
+  // As the openai clients (and vllm bench serve) do: the key from the environment.
+  const char* env_key = std::getenv("OPENAI_API_KEY");
+  o.api_key = a.str({"--api-key"}, env_key ? env_key : "");
   o.num_prompts = a.integer({"--num-prompts"}, o.num_prompts, 1, 1 << 24);
   const std::string rate = a.str({"--request-rate"}, "inf");
   o.max_concurrency = a.integer({"--max-concurrency"}, 0, 1, 1 << 24);

@@ -55,6 +55,7 @@ commands:
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
               [--input-len I] [--output-len O] [--prefix-len P] [--vocab-max V] [--seed S]
               [--slo-ttft MS] [--slo-tpot MS] [--timeout-s T] [--json FILE|-] [--price-per-hour P]
+              [--api-key KEY (default $OPENAI_API_KEY)]
               load an OpenAI-compatible server as vllm bench serve does (Poisson
               arrivals, streamed answers): TTFT, TPOT, ITL, end-to-end latency,
               throughputs, goodput; exit status 1 if any request failed

@@ -49,6 +49,7 @@ std::string clip(std::string_view s, size_t n) {
 struct Server {
   HttpUrl url;
   std::string host_header;
+  std::string authorization;  // "Bearer KEY", or empty
   tcp::resolver::results_type endpoints;
   double timeout_s = 600;
 
@@ -156,6 +157,7 @@ asio::awaitable<void> stream_request(Bench& b, size_t i) {
   req.set(http::field::user_agent, "ridge-bench-serve");
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
+  if (!b.srv.authorization.empty()) req.set(http::field::authorization, b.srv.authorization);
   req.keep_alive(false);
   req.body() = b.bodies[i];
   req.prepare_payload();
@@ -264,7 +266,9 @@ asio::awaitable<void> dispatch(Bench& b, Clock::time_point t0, const std::vector
   }
 }
 
-asio::awaitable<void> fetch_model(asio::io_context& io, const Server& srv, std::string& model, std::string& err) {
+// GET path: the body of a 200, else err says why.
+asio::awaitable<void> http_get(asio::io_context& io, const Server& srv, std::string path, std::string& body,
+                               std::string& err) {
   beast::error_code ec;
   beast::tcp_stream stream(io);
   srv.arm(stream);
@@ -273,27 +277,36 @@ asio::awaitable<void> fetch_model(asio::io_context& io, const Server& srv, std::
     err = srv.error("connect to", ec);
     co_return;
   }
-  http::request<http::empty_body> req{http::verb::get, srv.url.base_path + "/v1/models", 11};
+  http::request<http::empty_body> req{http::verb::get, srv.url.base_path + path, 11};
   req.set(http::field::host, srv.host_header);
   req.set(http::field::user_agent, "ridge-bench-serve");
+  if (!srv.authorization.empty()) req.set(http::field::authorization, srv.authorization);
   req.keep_alive(false);
   co_await http::async_write(stream, req, asio::redirect_error(asio::use_awaitable, ec));
   beast::flat_buffer buf;
-  http::response<http::string_body> res;
+  http::response_parser<http::string_body> res;
+  res.body_limit(64 << 20);
   if (!ec) co_await http::async_read(stream, buf, res, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    err = srv.error("GET /v1/models from", ec);
+    err = srv.error(fmt::format("GET {} from", path), ec);
     co_return;
   }
-  if (res.result_int() != 200) {
-    err = fmt::format("HTTP {}: {}", res.result_int(), error_body_message(res.body()));
+  if (res.get().result_int() != 200) {
+    err = fmt::format("HTTP {}: {}", res.get().result_int(), error_body_message(res.get().body()));
     co_return;
   }
-  const json j = json::parse(res.body(), nullptr, false);
+  body = std::move(res.get().body());
+}
+
+asio::awaitable<void> fetch_model(asio::io_context& io, const Server& srv, std::string& model, std::string& err) {
+  std::string body;
+  co_await http_get(io, srv, "/v1/models", body, err);
+  if (!err.empty()) co_return;
+  const json j = json::parse(body, nullptr, false);
   if (j.is_object())
     if (auto d = j.find("data"); d != j.end() && d->is_array() && !d->empty() && (*d)[0].is_object())
       if (auto id = (*d)[0].find("id"); id != (*d)[0].end() && id->is_string()) model = id->get<std::string>();
-  if (model.empty()) err = fmt::format("no data[0].id in '{}'", clip(res.body(), 200));
+  if (model.empty()) err = fmt::format("no data[0].id in '{}'", clip(body, 200));
 }
 
 // Every in-flight request holds a socket: lift the soft limit on open files to the hard
@@ -333,6 +346,7 @@ ServeBenchRun run_serve_bench(const ServeBenchOptions& o) {
   Server srv;
   srv.url = parse_http_url(o.url);
   srv.timeout_s = o.timeout_s;
+  if (!o.api_key.empty()) srv.authorization = "Bearer " + o.api_key;
   const bool v6 = srv.url.host.find(':') != std::string::npos;
   srv.host_header = (v6 ? "[" + srv.url.host + "]" : srv.url.host) +
                     (srv.url.port == 80 ? "" : ":" + std::to_string(srv.url.port));
@@ -382,12 +396,24 @@ ServeBenchRun run_serve_bench(const ServeBenchOptions& o) {
                          o.max_concurrency ? std::to_string(o.max_concurrency) : "unlimited")
                  .c_str(),
              stderr);
+  // The server's speculative-decoding counters around the run; a server without
+  // /metrics (or without them) leaves them not found.
+  auto spec_counters = [&] {
+    std::string body, err;
+    asio::co_spawn(io, http_get(io, srv, "/metrics", body, err), on_done);
+    io.run();
+    io.restart();
+    return err.empty() ? parse_spec_counters(body) : SpecCounters{};
+  };
+  run.spec_before = spec_counters();
   const auto t0 = Clock::now();
   asio::co_spawn(io, dispatch(b, t0, at), on_done);
   io.run();
+  io.restart();
   run.duration_s = seconds(Clock::now() - t0);
   run.peak_in_flight = b.peak;
   if (!internal_error.empty()) fail("bench serve: {}", internal_error);
+  run.spec_after = spec_counters();
   return run;
 }
 

@@ -40,6 +40,7 @@ struct ServeBenchOptions {
   std::optional<double> slo_ttft_ms, slo_tpot_ms;
   double timeout_s = 600;  // per request, connect to last byte
   double price_per_hour = 0;  // the server's cost per hour (any currency); > 0 adds cost per 1M tokens
+  std::string api_key;        // sent as "Authorization: Bearer KEY" when set
 };
 
 // Throws an Error naming the first impossible setting.
@@ -80,11 +81,20 @@ struct RequestResult {
   std::vector<double> itl_s;
 };
 
+// A server's speculative-decoding counters on /metrics (ridge's ridge:spec_decode_* or
+// vLLM's vllm:spec_decode_*, every label set summed); found: the server has them.
+struct SpecCounters {
+  bool found = false;
+  double drafts = 0, draft_tokens = 0, accepted = 0;
+};
+SpecCounters parse_spec_counters(std::string_view prometheus_text);
+
 struct ServeBenchRun {
   std::string model;
   std::vector<RequestResult> results;
   double duration_s = 0;
   int64_t peak_in_flight = 0;
+  SpecCounters spec_before, spec_after;  // /metrics around the run (not found: no /metrics)
 };
 
 // Sends every request and waits for all of them; failed requests are results, not
@@ -102,6 +112,10 @@ struct ServeMetrics {
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   double request_goodput = 0;  // requests within both SLOs (an absent one: no limit) / s
   int64_t peak_in_flight = 0;
+  // Speculative decoding during the run, from the server's counters (spec: it speculated).
+  bool spec = false;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  double spec_acceptance_rate = 0, spec_acceptance_length = 0;  // accepted / drafted; tokens per verification
   double cost_per_m_output = 0, cost_per_m_total = 0;  // price_per_hour over the token rates (0: no price)
   LatencyStats ttft, tpot, itl, e2el;
   std::vector<std::string> errors;  // the first 10

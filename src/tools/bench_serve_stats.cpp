@@ -1,6 +1,7 @@
 // The parts of `ridge bench serve` that touch no socket: URL and SSE parsing, synthetic
 // prompts and arrival times, and the statistics and report, as vLLM computes them.
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -193,10 +194,49 @@ std::string rate_str(double r) { return std::isinf(r) ? "inf" : fmt::format("{:g
 
 }  // namespace
 
+SpecCounters parse_spec_counters(std::string_view text) {
+  SpecCounters c;
+  // "NAME{labels} value" or "NAME value"; the per-position series are left out.
+  auto value = [](std::string_view line) {
+    const size_t sp = line.rfind(' ');
+    return sp == std::string_view::npos ? 0.0 : std::strtod(std::string(line.substr(sp + 1)).c_str(), nullptr);
+  };
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view prefix = line.substr(0, colon);
+    if (prefix != "ridge" && prefix != "vllm") continue;
+    const std::string_view rest = line.substr(colon + 1);
+    const std::string_view name = rest.substr(0, rest.find_first_of("{ "));
+    double* into = name == "spec_decode_num_drafts_total"          ? &c.drafts
+                   : name == "spec_decode_num_draft_tokens_total"    ? &c.draft_tokens
+                   : name == "spec_decode_num_accepted_tokens_total" ? &c.accepted
+                                                                     : nullptr;
+    if (!into) continue;
+    c.found = true;
+    *into += value(line);
+  }
+  return c;
+}
+
 ServeMetrics compute_serve_metrics(const ServeBenchRun& run, const ServeBenchOptions& o) {
   ServeMetrics m;
   m.duration_s = run.duration_s;
   m.peak_in_flight = run.peak_in_flight;
+  if (run.spec_before.found && run.spec_after.found) {
+    m.spec_drafts = int64_t(run.spec_after.drafts - run.spec_before.drafts);
+    m.spec_draft_tokens = int64_t(run.spec_after.draft_tokens - run.spec_before.draft_tokens);
+    m.spec_accepted_tokens = int64_t(run.spec_after.accepted - run.spec_before.accepted);
+    m.spec = m.spec_draft_tokens > 0;
+    if (m.spec) {
+      m.spec_acceptance_rate = double(m.spec_accepted_tokens) / double(m.spec_draft_tokens);
+      m.spec_acceptance_length = 1.0 + double(m.spec_accepted_tokens) / double(std::max<int64_t>(m.spec_drafts, 1));
+    }
+  }
   std::vector<double> ttft, tpot, itl, e2el;
   int64_t good = 0;
   for (size_t i = 0; i < run.results.size(); ++i) {
@@ -264,6 +304,14 @@ std::string serve_report_table(const ServeMetrics& m, const ServeBenchRun& run, 
     row("Cost per 1M output tokens:", fmt::format("{:.4f}", m.cost_per_m_output));
     row("Cost per 1M total tokens:", fmt::format("{:.4f}", m.cost_per_m_total));
   }
+  if (m.spec) {  // as vLLM's bench serve reports it
+    head(" Speculative Decoding ", '-');
+    row("Acceptance rate (%):", f2(100 * m.spec_acceptance_rate));
+    row("Acceptance length:", f2(m.spec_acceptance_length));
+    row("Drafts:", std::to_string(m.spec_drafts));
+    row("Draft tokens:", std::to_string(m.spec_draft_tokens));
+    row("Accepted tokens:", std::to_string(m.spec_accepted_tokens));
+  }
   auto lat = [&](std::string_view title, std::string_view name, const LatencyStats& l) {
     head(title, '-');
     row(fmt::format("Mean {} (ms):", name), f2(l.mean));
@@ -319,6 +367,13 @@ std::string serve_report_json(const ServeMetrics& m, const ServeBenchRun& run, c
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   j["max_concurrent_requests"] = m.peak_in_flight;
+  if (m.spec) {
+    j["spec_decode_acceptance_rate"] = m.spec_acceptance_rate;
+    j["spec_decode_acceptance_length"] = m.spec_acceptance_length;
+    j["spec_decode_num_drafts"] = m.spec_drafts;
+    j["spec_decode_draft_tokens"] = m.spec_draft_tokens;
+    j["spec_decode_accepted_tokens"] = m.spec_accepted_tokens;
+  }
   auto lat = [&](std::string_view name, const LatencyStats& l) {
     j[fmt::format("mean_{}_ms", name)] = l.mean;
     j[fmt::format("median_{}_ms", name)] = l.median;

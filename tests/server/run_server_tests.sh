@@ -23,6 +23,8 @@
 #                    a random moment (idle, a kept-alive connection, prefill, a stream, a
 #                    client that stopped reading a huge response) must exit 0 in time; a
 #                    second SIGTERM stops a server with a 60 s timeout at once
+#   and between them `ridge bench serve` through the stories server's API key, reading its
+#   speculative-decoding counters from /metrics around the run;
 #   5. swap_faults.sh  its own stories server: a swap space on a 2 MiB tmpfs (refused when
 #                    too large; filled up when it fits), swap I/O faults injected
 #                    (RIDGE_SWAP_FAULTS), 48 concurrent greedy requests equal to each
@@ -152,6 +154,17 @@ phase "e2e (openai client)" node tests/server/e2e.mjs --url "$STORIES_URL" --key
   --greedy "$SHARED/models/stories260K.greedy.tsv" --spm-url "$SPM_URL" --spm-model spm-random --body-limit $BODY_LIMIT \
   --queue-url "$QUEUE_URL"
 stop_server queue
+
+# bench serve through the API key, with the server's speculative-decoding counters read
+# from /metrics around the run (the stories server verifies every proposed token).
+bench_spec() {
+  "$RIDGE" bench serve --url "$STORIES_URL" --api-key "$KEY" --num-prompts 8 --input-len 16 --output-len 48 \
+    --vocab-max 64 >"$tmp/bench_serve.out" 2>&1 &&
+    grep -q "^Failed requests: *0$" "$tmp/bench_serve.out" &&
+    grep -q "^Acceptance rate (%): *[0-9]" "$tmp/bench_serve.out" &&
+    grep -q "^Draft tokens: *[1-9]" "$tmp/bench_serve.out" || { cat "$tmp/bench_serve.out"; return 1; }
+}
+phase "bench serve: speculative acceptance from /metrics" bench_spec
 
 # 256 streams through 32 sequence slots, 160 tokens each: a wave of 32 takes this model
 # (1 thread, 32000-token output layer, logprobs on) about 2.5 s, while all 256 connections

@@ -250,3 +250,50 @@ TEST(BenchServe, RefusedConnectionFailsEveryRequestQuickly) {
 
 }  // namespace
 }  // namespace ridge
+
+namespace ridge {
+namespace {
+
+// The server's speculative-decoding counters, ridge's or vLLM's names, summed over label
+// sets, and the run's figures from the difference around it.
+TEST(BenchServe, SpecCountersFromMetrics) {
+  const SpecCounters none = parse_spec_counters("# HELP x\nridge:num_requests_running{model_name=\"m\"} 3\n");
+  EXPECT_FALSE(none.found);
+  const SpecCounters r = parse_spec_counters(
+      "# TYPE ridge:spec_decode_num_drafts_total counter\n"
+      "ridge:spec_decode_num_drafts_total{model_name=\"m\"} 10\n"
+      "ridge:spec_decode_num_draft_tokens_total{model_name=\"m\"} 40\n"
+      "ridge:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 25\n"
+      "ridge:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 9\n");
+  EXPECT_TRUE(r.found);
+  EXPECT_EQ(r.drafts, 10);
+  EXPECT_EQ(r.draft_tokens, 40);
+  EXPECT_EQ(r.accepted, 25);
+  const SpecCounters v = parse_spec_counters(
+      "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"a\"} 7\n"
+      "vllm:spec_decode_num_draft_tokens_total{engine=\"1\",model_name=\"a\"} 5\n"
+      "vllm:spec_decode_num_drafts_total 4\nvllm:spec_decode_num_accepted_tokens_total 6");
+  EXPECT_EQ(v.draft_tokens, 12);
+  EXPECT_EQ(v.drafts, 4);
+  EXPECT_EQ(v.accepted, 6);
+
+  ServeBenchOptions o;
+  o.url = "http://127.0.0.1:1";
+  ServeBenchRun run;
+  run.duration_s = 1;
+  run.spec_before = {true, 10, 40, 25};
+  run.spec_after = {true, 30, 100, 55};
+  const ServeMetrics m = compute_serve_metrics(run, o);
+  ASSERT_TRUE(m.spec);
+  EXPECT_EQ(m.spec_draft_tokens, 60);
+  EXPECT_EQ(m.spec_accepted_tokens, 30);
+  EXPECT_DOUBLE_EQ(m.spec_acceptance_rate, 0.5);
+  EXPECT_DOUBLE_EQ(m.spec_acceptance_length, 2.5);  // 1 + 30 accepted / 20 drafts
+  EXPECT_NE(serve_report_table(m, run, o).find("Acceptance rate (%):"), std::string::npos);
+  EXPECT_NE(serve_report_json(m, run, o).find("spec_decode_acceptance_rate"), std::string::npos);
+  run.spec_after = {};  // the server went away: nothing reported
+  EXPECT_FALSE(compute_serve_metrics(run, o).spec);
+}
+
+}  // namespace
+}  // namespace ridge
