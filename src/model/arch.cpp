@@ -66,9 +66,7 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w) {
     w.tied_output = true;
   }
   w.layers.resize(size_t(h.n_layer));
-  for (int32_t il = 0; il < h.n_layer; ++il) {
-    LayerWeights& L = w.layers[size_t(il)];
-    const std::string p = fmt::format("blk.{}.", il);
+  for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.attn_norm = ld.vec(p + "attn_norm.weight", h.n_embd);
     L.wq = ld.matrix(p + "attn_q.weight", h.n_embd, h.n_q());
     L.wk = ld.matrix(p + "attn_k.weight", h.n_embd, h.n_kv_k());
@@ -78,7 +76,12 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w) {
     L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
     L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
     L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
-  }
+  });
+}
+
+void for_each_layer(const HParams& h, Weights& w, const std::function<void(LayerWeights&, const std::string&)>& fn) {
+  RIDGE_CHECK(int64_t(w.layers.size()) == h.n_layer, "weights hold {} layers, the model {}", w.layers.size(), h.n_layer);
+  for (int32_t il = 0; il < h.n_layer; ++il) fn(w.layers[size_t(il)], fmt::format("blk.{}.", il));
 }
 
 }  // namespace ridge

@@ -6,6 +6,7 @@
 // adding an architecture is adding such a file, its line in find_arch(), a mkmodel preset
 // and an oracle test against llama.cpp (tests/oracle/).
 #pragma once
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 namespace ridge {
 
 struct Weights;
+struct LayerWeights;
 
 // What an architecture's loader reads the file through: every tensor checked for shape
 // and type, its bytes counted, f32 vectors converted once (and their file pages given back).
@@ -56,6 +58,9 @@ struct ArchSpec {
 // output_norm, output (tied to token_embd when absent), and per layer attn_norm,
 // attn_q/k/v, attn_output, ffn_norm, ffn_gate/up/down.
 void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w);
+// fn(layer, "blk.N.") for every layer of w (sized by load_llama_family): the GGUF prefix
+// of a layer's tensor names, spelled in one place.
+void for_each_layer(const HParams& h, Weights& w, const std::function<void(LayerWeights&, const std::string&)>& fn);
 
 const ArchSpec& arch_llama();
 const ArchSpec& arch_qwen2();

@@ -1,6 +1,4 @@
 // qwen2: Qwen 2 / 2.5. Biases on q, k, v; NeoX-style RoPE (rotate halves).
-#include <fmt/format.h>
-
 #include "model/arch.h"
 #include "model/model.h"
 
@@ -9,13 +7,11 @@ namespace {
 
 void load(TensorLoader& ld, const HParams& h, Weights& w) {
   load_llama_family(ld, h, w);
-  for (int32_t il = 0; il < h.n_layer; ++il) {
-    LayerWeights& L = w.layers[size_t(il)];
-    const std::string p = fmt::format("blk.{}.", il);
+  for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.bq = ld.vec(p + "attn_q.bias", h.n_q());
     L.bk = ld.vec(p + "attn_k.bias", h.n_kv_k());
     L.bv = ld.vec(p + "attn_v.bias", h.n_kv_v());
-  }
+  });
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // qwen3: Qwen 3 dense. Per-head RMSNorm of q and k (attn_q_norm / attn_k_norm, shared
 // across heads) before NeoX-style RoPE; no biases; head_dim from attention.key_length
 // (Qwen3-0.6B: 128, not n_embd / n_head).
-#include <fmt/format.h>
-
 #include "model/arch.h"
 #include "model/model.h"
 
@@ -11,12 +9,10 @@ namespace {
 
 void load(TensorLoader& ld, const HParams& h, Weights& w) {
   load_llama_family(ld, h, w);
-  for (int32_t il = 0; il < h.n_layer; ++il) {
-    LayerWeights& L = w.layers[size_t(il)];
-    const std::string p = fmt::format("blk.{}.", il);
+  for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.q_norm = ld.vec(p + "attn_q_norm.weight", h.head_dim_k);
     L.k_norm = ld.vec(p + "attn_k_norm.weight", h.head_dim_k);
-  }
+  });
 }
 
 }  // namespace
