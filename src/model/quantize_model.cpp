@@ -149,7 +149,7 @@ QuantizeReport quantize_model(const std::string& in_path, const std::string& out
 }
 
 QuantizeReport quantize_model(const std::string& in_path, const std::string& out_path, const QuantTarget& target,
-                              int threads) {
+                              int threads, int keep_layers) {
   if (same_file(in_path, out_path)) fail("input and output are the same file ({})", out_path);
   auto in = gguf::File::open(in_path);
 
@@ -163,13 +163,19 @@ QuantizeReport quantize_model(const std::string& in_path, const std::string& out
     has_output = has_output || t.name == "output.weight";
   }
 
+  if (keep_layers > 0) {
+    if (keep_layers > n_layer) fail("--layers {}: {} has {} layers", keep_layers, in_path, n_layer);
+    n_layer = keep_layers;  // the mixes' rules see the model as written
+  }
   gguf::Writer w;
   for (const auto& [k, v] : in->kv())
     if (k != "general.alignment") w.set_value(k, v);
   w.set_u32("general.file_type", target.file_type);
+  if (keep_layers > 0) w.set_u32(arch + ".block_count", uint32_t(keep_layers));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   QuantizeReport rep;
   for (const auto& t : in->tensors()) {
+    if (keep_layers > 0 && layer_of(t.name) >= keep_layers) continue;
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     const gguf::TensorInfo* src = &t;
     const Choice c = choose(target, t.name, t.type, t.n_dims, t.ne[0], layer_of(t.name), n_layer, has_output);

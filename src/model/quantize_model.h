@@ -56,8 +56,11 @@ struct QuantizeReport {
   std::map<DType, int> types;  // every tensor of the output, by type
 };
 
+// keep_layers > 0: only the first keep_layers blocks (blk.N. with N below it) are
+// written and block_count says so: a layer-truncated copy, the self-drafting model of
+// speculative decoding (LayerSkip's early exit) and the tests' draft of a real model.
 QuantizeReport quantize_model(const std::string& in, const std::string& out, const QuantTarget& target,
-                              int threads = 0);
+                              int threads = 0, int keep_layers = 0);
 // A plain type; throws ridge::Error for a type ridge cannot write.
 QuantizeReport quantize_model(const std::string& in, const std::string& out, DType target, int threads = 0);
 
