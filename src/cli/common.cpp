@@ -102,11 +102,23 @@ void engine_config(Args& a, EngineConfig& c) {
   c.aging_steps = int32_t(a.integer({"--priority-aging"}, c.aging_steps, 1, 1 << 30));
   c.mlock = a.flag({"--mlock"});
   SpeculativeConfig& sp = c.speculative;
-  if (auto m = a.str({"--speculative-method"})) {
+  const auto method = a.str({"--speculative-method"});
+  if (const auto& m = method) {
     if (*m == "ngram") sp.method = SpecMethod::Ngram;
+    else if (*m == "suffix") sp.method = SpecMethod::Suffix;
+    else if (*m == "draft") sp.method = SpecMethod::Draft;
     else if (*m == "none") sp.method = SpecMethod::None;
-    else fail("--speculative-method {} is not one of ngram, none", *m);
+    else fail("--speculative-method {} is not one of ngram, suffix, draft, none", *m);
   }
+  if (auto d = a.str({"--draft-model", "-md", "--model-draft"})) {
+    sp.draft_model = *d;
+    // A draft model and no method: the draft model is the method (as llama.cpp's -md).
+    if (sp.method == SpecMethod::None && !method) sp.method = SpecMethod::Draft;
+  }
+  if (sp.method == SpecMethod::Draft && sp.draft_model.empty())
+    fail("--speculative-method draft needs --draft-model FILE (a smaller GGUF with the same vocabulary)");
+  sp.suffix_cache_tokens = a.integer({"--suffix-cache-tokens"}, sp.suffix_cache_tokens, 0, int64_t(1) << 40);
+  sp.suffix_min_token_prob = a.number({"--suffix-min-token-prob"}, sp.suffix_min_token_prob, 0, 1);
   sp.num_speculative_tokens = int32_t(a.integer({"--num-speculative-tokens"}, sp.num_speculative_tokens, 1, 32));
   sp.prompt_lookup_max = int32_t(a.integer({"--prompt-lookup-max"}, sp.prompt_lookup_max, 1, 64));
   sp.prompt_lookup_min = int32_t(a.integer({"--prompt-lookup-min"}, std::min(sp.prompt_lookup_min, sp.prompt_lookup_max), 1, 64));

@@ -31,6 +31,7 @@ commands:
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
+              [--layers N (keep the first N blocks: a layer-truncated draft model)]
   perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t N] [--kv-cache-dtype T] [--block-size N]
               [--max-num-batched-tokens N]
   info        -m MODEL        print metadata and tensors
@@ -63,7 +64,8 @@ commands:
               metric (bench throughput / serve / roofline JSON; a JSON array = repeated
               runs, giving the noise band)
   bench spec  -m MODEL [-p TEXT | --prompt-file F | --input-len N] [--num-prompts N]
-              [--output-len N] [--methods ngram,replay] [--acceptance 0.3,0.6,0.9] [--runs R]
+              [--output-len N] [--methods ngram,suffix,draft,replay (ngram,replay)]
+              [--draft-model FILE] [--acceptance 0.3,0.6,0.9] [--runs R]
               [--json] + engine options (--num-speculative-tokens K, --no-speculative-adaptive)
               decode with and without speculative decoding, interleaved: speedup,
               acceptance, the speedup they predict; exit status 1 if any output differs
@@ -83,10 +85,14 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM),
-  --speculative-method ngram (propose tokens by prompt lookup, verify them in one pass;
-  the output is unchanged), --num-speculative-tokens K (4), --prompt-lookup-min N (2),
-  --prompt-lookup-max N (4), --no-speculative-adaptive (verify every proposed token
-  however little it pays: to measure a proposer, and in tests)
+  --speculative-method ngram|suffix|draft|none (propose tokens, verify them in one pass;
+  the output is unchanged: ngram looks the last tokens up in the sequence's own text,
+  suffix in all recent requests' text too, draft runs a draft model),
+  --num-speculative-tokens K (4), --prompt-lookup-min N (2), --prompt-lookup-max N (4),
+  --draft-model FILE (alias -md; a smaller GGUF with the same vocabulary; implies
+  --speculative-method draft), --suffix-cache-tokens N (1048576 tokens of finished
+  requests kept), --suffix-min-token-prob P (0.1), --no-speculative-adaptive (verify
+  every proposed token however little it pays: to measure a proposer, and in tests)
   --trace FILE.json (generate, serve, bench throughput): Chrome trace for Perfetto
 
 Long work (loading, quantize, mkmodel, perplexity, roofline, bench) shows its progress on

@@ -9,10 +9,13 @@ namespace ridge {
 
 enum class PreemptionMode { Recompute, Swap, Auto };
 
-// Speculative decoding (engine/proposer.h): who proposes, and how far ahead.
-// External: the proposer a driver hands the engine (Engine::set_proposer; the benches'
-// replay of a known continuation).
-enum class SpecMethod { None, Ngram, External };
+// Speculative decoding (engine/proposer.h): who proposes, and how far ahead. Ngram:
+// prompt lookup in the sequence itself; Suffix: the text of all recent requests
+// (suffix_proposer.h); Draft: a draft model (draft_proposer.h). External: the proposer
+// a driver hands the engine (Engine::set_proposer; the benches' replay of a known
+// continuation).
+enum class SpecMethod { None, Ngram, Suffix, Draft, External };
+const char* spec_method_name(SpecMethod m);
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;
   int32_t num_speculative_tokens = 4;  // the most tokens proposed per sequence and step
@@ -20,6 +23,21 @@ struct SpeculativeConfig {
   // Each step runs the proposed tokens worth their rows (SpecPolicy: measured acceptance
   // and step costs); false: all of every proposal, up to num_speculative_tokens.
   bool adaptive = true;
+  // The engine's, not a request's: the draft model's GGUF (Draft needs one), and the
+  // suffix store's bound and confidence floor.
+  std::string draft_model;
+  int64_t suffix_cache_tokens = int64_t(1) << 20;
+  double suffix_min_token_prob = 0.1;
+
+  static SpeculativeConfig make(SpecMethod m, int32_t k, int32_t lookup_min, int32_t lookup_max, bool adaptive) {
+    SpeculativeConfig c;
+    c.method = m;
+    c.num_speculative_tokens = k;
+    c.prompt_lookup_min = lookup_min;
+    c.prompt_lookup_max = lookup_max;
+    c.adaptive = adaptive;
+    return c;
+  }
 };
 
 struct EngineConfig {
@@ -27,6 +45,7 @@ struct EngineConfig {
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;
   int64_t kv_cache_bytes = 0;       // KV pool size; 0: mem_fraction of the RAM left after weights
+  int64_t kv_cache_tokens = 0;      // > 0: the pool holds this many tokens (the draft model's too); overrides bytes
   double mem_fraction = 0.5;
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;

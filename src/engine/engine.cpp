@@ -16,6 +16,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void check_speculative(const SpeculativeConfig& c) {
+  RIDGE_CHECK(c.suffix_cache_tokens >= 0, "suffix cache of {} tokens", c.suffix_cache_tokens);
+  RIDGE_CHECK(c.suffix_min_token_prob >= 0 && c.suffix_min_token_prob <= 1,
+              "suffix min token probability {} is not in [0, 1]", c.suffix_min_token_prob);
   if (c.method == SpecMethod::None) return;
   RIDGE_CHECK(c.num_speculative_tokens >= 1 && c.num_speculative_tokens <= 32,
               "num_speculative_tokens {} is not in 1..32", c.num_speculative_tokens);
@@ -53,6 +56,17 @@ void trace_chunks(const SchedulerOutput& so, int64_t t0, int64_t t1) {
 
 }  // namespace
 
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::None: return "none";
+    case SpecMethod::Ngram: return "ngram";
+    case SpecMethod::Suffix: return "suffix";
+    case SpecMethod::Draft: return "draft";
+    case SpecMethod::External: return "external";
+  }
+  return "?";
+}
+
 // Recompute costs the sequence's tokens at the measured prefill rate; swapping costs its
 // blocks out and back at the measured copy rate. Swap wins when it is cheaper.
 class Engine::Cost : public PreemptionCost {
@@ -76,8 +90,33 @@ class Engine::Cost : public PreemptionCost {
 
 Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg)
     : model_(model), tok_(tok), cfg_(cfg), pool_(cfg.threads > 0 ? cfg.threads : default_thread_count()) {
+  check_speculative(cfg.speculative);
   if (cfg.mlock) model.lock_in_memory();
-  runner_ = std::make_unique<ModelRunner>(model, cfg, pool_);
+  EngineConfig target = cfg;
+  RIDGE_CHECK(cfg.kv_cache_tokens >= 0, "KV cache of {} tokens", cfg.kv_cache_tokens);
+  if (cfg.kv_cache_tokens > 0)
+    target.kv_cache_bytes = cfg.kv_cache_tokens * ModelRunner::kv_bytes_per_token(model, cfg);
+  if (!cfg.speculative.draft_model.empty()) {
+    draft_model_ = Model::load(cfg.speculative.draft_model);
+    check_draft_vocabulary(model, *draft_model_);
+    if (cfg.mlock) draft_model_->lock_in_memory();
+    // Both pools hold the same number of tokens: the KV memory split by bytes per token.
+    const int64_t budget = ModelRunner::kv_budget_bytes(cfg, model.mapped_bytes() + draft_model_->mapped_bytes());
+    const double t = double(ModelRunner::kv_bytes_per_token(model, cfg));
+    const double d = double(ModelRunner::kv_bytes_per_token(*draft_model_, cfg));
+    target.kv_cache_bytes = std::max<int64_t>(1, int64_t(double(budget) * t / (t + d)));
+    EngineConfig dc = cfg;
+    dc.kv_cache_bytes = std::max<int64_t>(1, budget - target.kv_cache_bytes);
+    if (cfg.kv_cache_tokens > 0) {
+      target.kv_cache_bytes = cfg.kv_cache_tokens * int64_t(t);
+      dc.kv_cache_bytes = cfg.kv_cache_tokens * int64_t(d);
+    }
+    draft_ = std::make_unique<DraftModelProposer>(*draft_model_, dc, pool_);
+  } else if (cfg.speculative.method == SpecMethod::Draft) {
+    fail("speculative method draft needs a draft model (--draft-model FILE)");
+  }
+  if (cfg.speculative.method == SpecMethod::Suffix) make_suffix();
+  runner_ = std::make_unique<ModelRunner>(model, target, pool_);
   if (cfg.preemption != PreemptionMode::Recompute && !runner_->swap())
     fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
   const KVLayout& kl = runner_->kv_layout();
@@ -86,7 +125,21 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   cost_ = std::make_unique<Cost>(*this);
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
   sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
-  check_speculative(cfg.speculative);
+}
+
+void Engine::make_suffix() {
+  if (!suffix_)
+    suffix_ = std::make_unique<SuffixProposer>(
+        SuffixProposer::Options{cfg_.speculative.suffix_cache_tokens, cfg_.speculative.suffix_min_token_prob});
+}
+
+Proposer* Engine::proposer(SpecMethod m) const {
+  switch (m) {
+    case SpecMethod::Suffix: return suffix_.get();
+    case SpecMethod::Draft: return draft_.get();
+    case SpecMethod::External: return external_;
+    default: return nullptr;
+  }
 }
 
 int64_t Engine::activation_bytes() const {
@@ -112,6 +165,9 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
          p.max_tokens, kv_capacity_tokens());
   const SpeculativeConfig& spec = p.speculative ? *p.speculative : cfg_.speculative;
   if (p.speculative) check_speculative(spec);
+  if (spec.method == SpecMethod::Draft && !draft_)
+    fail("speculative method draft needs a draft model, and this engine has none (--draft-model FILE)");
+  if (spec.method == SpecMethod::Suffix) make_suffix();  // it learns from requests finishing from now on
   const int64_t id = next_id_++;
   auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
   s->spec_k = spec.method == SpecMethod::None ? 0 : spec.num_speculative_tokens;
@@ -133,8 +189,16 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   return id;
 }
 
+void Engine::retire(const Sequence& s, bool learn) {
+  const std::span<const int32_t> text = learn ? std::span<const int32_t>(s.tokens) : std::span<const int32_t>();
+  if (suffix_) suffix_->retire(s.id, text);
+  if (draft_) draft_->retire(s.id, text);
+  if (external_) external_->retire(s.id, text);
+}
+
 void Engine::finish(Sequence* s, const char* reason) {
   s->finish_reason = reason;
+  retire(*s, true);
   if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
     sw->free(s->swap_slots);
     s->swap_slots.clear();
@@ -149,6 +213,7 @@ void Engine::abort(int64_t id) {
   if (it == seqs_.end() || it->second->finished()) return;
   Sequence* s = it->second.get();
   s->finish_reason = "abort";
+  retire(*s, false);
   if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
     sw->free(s->swap_slots);
     s->swap_slots.clear();
@@ -226,13 +291,13 @@ void Engine::release(int64_t id) {
 std::vector<TokenEvent> Engine::step() {
   perf::TraceScope span("step", "engine", /*lead_ns=*/1);
   SchedulerOutput so = schedule();
+  const auto t0 = Clock::now();  // proposing is part of the step's cost
   speculate(so);
   move_kv(so);
   if (so.chunks.empty()) {
     span.end({{"step", stats_.steps}, {"seqs", 0}});
     return {};
   }
-  const auto t0 = Clock::now();
   const std::span<const float> logits = execute(so);
   const Sampled sampled = sample(so, logits);
   perf::TraceScope post("postprocess", "engine");
@@ -305,7 +370,12 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
 // runs: all of it at a fixed depth; adaptive, the tokens worth their row (spec_policy.h:
 // a token's chance of acceptance against the time its row adds, best chances first
 // across the batch). Within the remaining max_tokens, the token budget and free blocks.
+// A costly proposer (a draft model) is asked after that choice, for as many tokens as
+// the step will verify; the others before it, since what they find (often nothing)
+// informs it.
 void Engine::speculate(SchedulerOutput& so) {
+  draft_catchup_s_ = 0;
+  propose_s_ = 0;
   int32_t n_decodes = 0, n_speculating = 0;
   for (const ScheduledChunk& c : so.chunks) {
     n_decodes += c.decode();
@@ -313,8 +383,10 @@ void Engine::speculate(SchedulerOutput& so) {
   }
   if (n_speculating == 0) return;
   perf::TraceScope span("propose", "engine");
+  const auto t0 = Clock::now();
   std::vector<SpecPolicy::Candidate> cand;
-  std::vector<int32_t> take(so.chunks.size(), 0);
+  std::vector<int32_t> take(so.chunks.size(), 0), avail(so.chunks.size(), 0);
+  std::vector<Proposer*> later(so.chunks.size(), nullptr);  // costly: asked after the choice
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
     s->draft.clear();  // a proposal lives for its step only
@@ -324,28 +396,37 @@ void Engine::speculate(SchedulerOutput& so) {
     const int32_t want = std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1);
     if (want <= 0) continue;
     const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
-    if (sc.method == SpecMethod::External) {
-      RIDGE_CHECK(external_, "speculative method External without a proposer (Engine::set_proposer)");
-      external_->propose(s->tokens, want, s->draft);
+    Proposer* p = proposer(sc.method);
+    RIDGE_CHECK(p || sc.method == SpecMethod::Ngram, "speculative method {} has no proposer in this engine",
+                spec_method_name(sc.method));
+    if (!p) {
+      NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose_one(s->tokens, want, s->draft);
+      avail[i] = int32_t(s->draft.size());
+    } else if (p->costly()) {
+      later[i] = p;
+      avail[i] = want;
     } else {
-      NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose(s->tokens, want, s->draft);
+      const Proposer::Ask ask{s->id, s->tokens, want, &s->draft};
+      p->propose({&ask, 1});
+      avail[i] = int32_t(s->draft.size());
     }
     if (!sc.adaptive) {
-      take[i] = int32_t(s->draft.size());
+      take[i] = avail[i];
       continue;
     }
     // The sequence's acceptance per token (a Beta(1, 1) prior on its decaying counts).
     const double rate = (s->spec_acc + 1) / (s->spec_acc + s->spec_rej + 2);
-    double p = 1;
-    for (size_t j = 0; j < s->draft.size(); ++j) cand.push_back({p *= rate, i});
+    double p_acc = 1;
+    for (int32_t j = 0; j < avail[i]; ++j) cand.push_back({p_acc *= rate, i});
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
-  probe(so, n_decodes, take);
+  probe(so, n_decodes, avail, take);
+  ask_costly(so, later, take);
   int64_t n_drafts = 0, n_tokens = 0;
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     Sequence* s = so.chunks[i].seq;
     if (take[i] == 0) {
-      s->spec_idle += !s->draft.empty();
+      s->spec_idle += avail[i] > 0;
       continue;
     }
     s->spec_idle = 0;
@@ -353,19 +434,44 @@ void Engine::speculate(SchedulerOutput& so) {
     n_drafts += n > 0;
     n_tokens += n;
   }
+  propose_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
+}
+
+// The costly proposers' asks, one batch per proposer (a draft model drafts for all its
+// sequences in one forward per position).
+void Engine::ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>& later, std::vector<int32_t>& take) {
+  std::vector<Proposer*> done;
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    Proposer* p = later[i];
+    if (!p || take[i] == 0 || std::find(done.begin(), done.end(), p) != done.end()) continue;
+    done.push_back(p);
+    std::vector<Proposer::Ask> asks;
+    for (size_t j = i; j < so.chunks.size(); ++j)
+      if (later[j] == p && take[j] > 0) {
+        Sequence* s = so.chunks[j].seq;
+        asks.push_back({s->id, s->tokens, take[j], &s->draft});
+      }
+    perf::TraceScope span("draft", "engine");
+    p->propose(asks);
+    if (p == draft_.get()) draft_catchup_s_ += draft_->catchup_seconds();
+    span.end({{"seqs", asks.size()}});
+  }
+  for (size_t i = 0; i < so.chunks.size(); ++i)
+    if (later[i]) take[i] = std::min(take[i], int32_t(so.chunks[i].seq->draft.size()));
 }
 
 // A sequence whose proposals were not worth a row still verifies one token now and then,
 // so its acceptance is measured again (text that starts repeating): the one idle longest,
 // when the probe credit covers the share of the step a row costs. The credit grows by
 // kSpecProbeShare per step, so probes never take more than that share of the time.
-void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, std::vector<int32_t>& take) {
+void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
+                   std::vector<int32_t>& take) {
   probe_credit_ = std::min(1.0, probe_credit_ + kSpecProbeShare);
   size_t best = so.chunks.size();
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     const Sequence* s = so.chunks[i].seq;
-    if (take[i] == 0 && !s->draft.empty() && (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
+    if (take[i] == 0 && avail[i] > 0 && (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
       best = i;
   }
   if (best == so.chunks.size()) return;
@@ -528,6 +634,8 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
   ++stats_.steps;
   stats_.batched_seqs += int64_t(so.chunks.size());
   stats_.generated_tokens += t.produced;
+  stats_.spec_propose_s += propose_s_;
+  if (!t.prompt_work) stats_.spec_propose_decode_s += propose_s_;
   if (t.prompt_work) {
     stats_.prefill_s += dt;
     const int64_t n = so.n_tokens();
@@ -537,7 +645,8 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
     stats_.decode_tokens += t.produced;
     ++stats_.decode_steps;
     stats_.decode_rows += so.n_tokens();
-    spec_policy_.observe(t.n_decodes, so.n_tokens(), t.n_verified > 0, dt);
+    // Not the draft model's catch-up on new text: a cost of the sequence, not of the rows.
+    spec_policy_.observe(t.n_decodes, so.n_tokens(), t.n_verified > 0, std::max(0.0, dt - draft_catchup_s_));
     if (t.n_verified > 0) ++stats_.spec_decode_steps, stats_.spec_decode_rows += so.n_tokens();
   }
 }

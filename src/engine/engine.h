@@ -14,12 +14,14 @@
 #include "core/threadpool.h"
 #include "engine/block_manager.h"
 #include "engine/config.h"
+#include "engine/draft_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/proposer.h"
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/spec_policy.h"
+#include "engine/suffix_proposer.h"
 #include "engine/swap_space.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -87,6 +89,9 @@ struct EngineStats {
   // accepted, and accepted per draft position ([i]: drafts whose token i was accepted).
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_pos;
+  // Time spent proposing (a draft model's forwards; the lookups), in all steps and in
+  // decode-only steps (part of decode_s).
+  double spec_propose_s = 0, spec_propose_decode_s = 0;
 };
 
 class Engine {
@@ -99,7 +104,11 @@ class Engine {
   int64_t add_request(std::vector<int32_t> prompt, const RequestParams& p);
   void abort(int64_t id);
   // The proposer of SpecMethod::External requests; must outlive the engine's steps.
-  void set_proposer(const Proposer* p) { external_ = p; }
+  void set_proposer(Proposer* p) { external_ = p; }
+  // The cross-request suffix store (null until a request or the config uses it) and the
+  // draft model's proposer (null without --draft-model).
+  const SuffixProposer* suffix_proposer() const { return suffix_.get(); }
+  const DraftModelProposer* draft_proposer() const { return draft_.get(); }
   std::vector<TokenEvent> step();
   bool has_work() const { return n_unfinished_ > 0; }
 
@@ -161,7 +170,12 @@ class Engine {
   int32_t sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread);
   bool stops(const Sequence& s, int32_t tok) const;  // EOS (unless ignored) or a stop id
   void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
-  void probe(const SchedulerOutput& so, int32_t n_decodes, std::vector<int32_t>& take);
+  void probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
+             std::vector<int32_t>& take);
+  void ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>& later, std::vector<int32_t>& take);
+  Proposer* proposer(SpecMethod m) const;  // null for Ngram (made per request) and None
+  void make_suffix();
+  void retire(const Sequence& s, bool learn);  // tell the proposers a sequence ended
 
   const Model& model_;
   const Tokenizer* tok_;
@@ -180,7 +194,12 @@ class Engine {
   SpecPolicy spec_policy_;
   double probe_credit_ = 0;
   static constexpr double kSpecProbeShare = 0.01;  // of the decode time that probes may take
-  const Proposer* external_ = nullptr;
+  Proposer* external_ = nullptr;
+  std::unique_ptr<SuffixProposer> suffix_;
+  std::unique_ptr<Model> draft_model_;
+  std::unique_ptr<DraftModelProposer> draft_;  // declared after pool_ and draft_model_: destroyed before them
+  double draft_catchup_s_ = 0;  // of this step
+  double propose_s_ = 0;        // of this step
   EngineStats stats_;
   std::vector<int32_t> rows_;
   std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs

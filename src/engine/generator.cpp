@@ -21,7 +21,6 @@ Generator::Generator(const Model& model, const Tokenizer* tok, const GenOptions&
 Generator::~Generator() = default;
 
 std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const OnToken& on_token) {
-  const HParams& h = model_.hparams();
   const auto t_start = Clock::now();
   int64_t need_tokens = 0;
   for (const auto& r : reqs) {
@@ -33,9 +32,8 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   EngineConfig ec = opt_;
   ec.threads = threads_;
   if (opt_.kv_tokens > 0 || (opt_.kv_cache_bytes <= 0 && opt_.pool_for_requests)) {
-    KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, opt_.block_size, 0, opt_.kv_dtype};
     const int64_t tokens = opt_.kv_tokens > 0 ? opt_.kv_tokens : std::max<int64_t>(need_tokens, opt_.block_size);
-    ec.kv_cache_bytes = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size * kl.bytes_per_token();
+    ec.kv_cache_tokens = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size;
   }
   Engine engine(model_, tok_, ec);
   if (opt_.on_engine) opt_.on_engine(engine);

@@ -18,20 +18,13 @@ int64_t mem_available_bytes() {
   return 0;
 }
 
-// The pool: cfg.kv_cache_bytes, else mem_fraction of the memory the weights leave.
+// The pool: cfg.kv_cache_bytes (ModelRunner::kv_budget_bytes).
 KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
   const int64_t per_block = kl.bytes_per_token() * cfg.block_size;
-  int64_t bytes = cfg.kv_cache_bytes;
-  if (bytes <= 0) {
-    RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
-    // The repacked panels are resident already (MemAvailable counts them); what the
-    // forward still reads through the mapping is page cache, counted as available.
-    const int64_t avail = mem_available_bytes() - m.mapped_bytes();
-    bytes = int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
-  }
+  const int64_t bytes = ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
@@ -42,6 +35,20 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
 }
 
 }  // namespace
+
+int64_t ModelRunner::kv_budget_bytes(const EngineConfig& cfg, int64_t mapped_bytes) {
+  if (cfg.kv_cache_bytes > 0) return cfg.kv_cache_bytes;
+  RIDGE_CHECK(cfg.mem_fraction > 0 && cfg.mem_fraction <= 1, "--mem-fraction {} is not in (0, 1]", cfg.mem_fraction);
+  // The repacked panels are resident already (MemAvailable counts them); what the
+  // forward still reads through the mapping is page cache, counted as available.
+  const int64_t avail = mem_available_bytes() - mapped_bytes;
+  return int64_t(double(std::max<int64_t>(avail, 0)) * cfg.mem_fraction);
+}
+
+int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg) {
+  const HParams& h = m.hparams();
+  return KVLayout{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype}.bytes_per_token();
+}
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
     : backend_(kernels::make_cpu_backend(pool)), kv_(std::make_unique<KVCache>(pool_layout(m, cfg))) {

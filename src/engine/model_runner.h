@@ -28,6 +28,12 @@ class ModelRunner {
   // token), or -1.
   std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows);
 
+  // The KV pool's bytes: cfg.kv_cache_bytes, else cfg.mem_fraction of the memory left
+  // besides the weights still read through their mapping (mapped_bytes).
+  static int64_t kv_budget_bytes(const EngineConfig& cfg, int64_t mapped_bytes);
+  // K and V bytes of one token of m's in cfg's KV type.
+  static int64_t kv_bytes_per_token(const Model& m, const EngineConfig& cfg);
+
   const KVLayout& kv_layout() const { return kv_->layout(); }
   int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
   SwapSpace* swap() const { return swap_.get(); }  // null without a swap space

@@ -10,7 +10,7 @@ NgramProposer::NgramProposer(int32_t min_n, int32_t max_n) : min_n_(min_n), max_
   RIDGE_CHECK(min_n >= 1 && min_n <= max_n, "prompt lookup: need 1 <= min ({}) <= max ({})", min_n, max_n);
 }
 
-void NgramProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const {
+void NgramProposer::propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const {
   const int64_t L = int64_t(tokens.size());
   if (max_tokens <= 0) return;
   // The longest suffix first: a longer match is more specific, so what followed it is

@@ -72,10 +72,16 @@ std::optional<SpeculativeConfig> parse_speculative(const json& j, const Speculat
   if (const json* m = field(*v, "method")) {
     const std::string s = m->is_string() ? m->get<std::string>() : "";
     if (s == "ngram") c.method = SpecMethod::Ngram;
+    else if (s == "suffix") c.method = SpecMethod::Suffix;
+    else if (s == "draft") c.method = SpecMethod::Draft;
     else if (s == "none") c.method = SpecMethod::None;
-    else throw ApiError(400, "speculative.method must be \"ngram\" or \"none\"", "speculative.method");
+    else throw ApiError(400, "speculative.method must be \"ngram\", \"suffix\", \"draft\" or \"none\"", "speculative.method");
+    if (c.method == SpecMethod::Draft && server.draft_model.empty())
+      throw ApiError(400, "speculative.method \"draft\": the server has no draft model (--draft-model)",
+                     "speculative.method");
   } else if (c.method == SpecMethod::None) {
-    c.method = SpecMethod::Ngram;  // an object asks for speculation: the one method there is
+    // An object asks for speculation: the server's draft model when it has one.
+    c.method = server.draft_model.empty() ? SpecMethod::Ngram : SpecMethod::Draft;
   }
   auto get = [&](const char* key, int32_t dflt, int32_t hi) {
     try {

@@ -23,13 +23,13 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer: a position's fixed pseudo
 // Proposes the known continuation of each prompt, each token replaced by another with
 // probability 1 - a. Whether a position is wrong is fixed by (request, position, seed),
 // so every proposal covering it agrees and the runs are reproducible.
-class ReplayProposer final : public Proposer {
+class ReplayProposer final : public SequenceProposer {
  public:
   ReplayProposer(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& cont,
                  double a, int32_t n_vocab, uint64_t seed)
       : prompts_(prompts), cont_(cont), a_(a), n_vocab_(n_vocab), seed_(seed) {}
 
-  void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
+  void propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
     for (size_t r = 0; r < prompts_.size(); ++r) {
       const auto& p = prompts_[r];
       if (tokens.size() < p.size() || !std::equal(p.begin(), p.end(), tokens.begin())) continue;
@@ -56,9 +56,10 @@ struct Run {
   std::vector<std::vector<int32_t>> out;
   double tok_per_s = 0, ms_per_step = 0, tok_per_step = 0, rows_per_step = 0, acceptance = 0;
   double spec_share = 0, spec_rows = 0;  // share of decode steps with drafts, their mean rows
+  double propose_ms = 0;                 // proposing time per decode step
 };
 
-Run run_once(const Model& m, const EngineConfig& cfg, const SpecBenchOptions& o, const Proposer* ext) {
+Run run_once(const Model& m, const EngineConfig& cfg, const SpecBenchOptions& o, Proposer* ext) {
   Engine e(m, nullptr, cfg);
   e.set_proposer(ext);
   RequestParams p;
@@ -79,6 +80,7 @@ Run run_once(const Model& m, const EngineConfig& cfg, const SpecBenchOptions& o,
   r.acceptance = st.spec_draft_tokens ? double(st.spec_accepted_tokens) / double(st.spec_draft_tokens) : 0;
   r.spec_share = double(st.spec_decode_steps) / double(st.decode_steps);
   r.spec_rows = st.spec_decode_steps ? double(st.spec_decode_rows) / double(st.spec_decode_steps) : 0;
+  r.propose_ms = 1e3 * st.spec_propose_decode_s / double(st.decode_steps);
   return r;
 }
 
@@ -94,19 +96,30 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
   const int32_t n_vocab = m.hparams().n_vocab;
   EngineConfig plain = o.engine;
   plain.speculative.method = SpecMethod::None;
+  plain.speculative.draft_model.clear();  // only the draft case loads it
   EngineConfig cal1 = o.engine, cal = o.engine;
-  cal1.speculative = {SpecMethod::External, 1, 1, 1, /*adaptive=*/false};
-  cal.speculative = {SpecMethod::External, o.k, 1, 1, /*adaptive=*/false};
+  cal1.speculative = SpeculativeConfig::make(SpecMethod::External, 1, 1, 1, /*adaptive=*/false);
+  cal.speculative = SpeculativeConfig::make(SpecMethod::External, o.k, 1, 1, /*adaptive=*/false);
   std::vector<std::pair<std::string, EngineConfig>> cases{
       {"plain", plain}, {"calibration 1", cal1}, {"calibration", cal}};
-  if (o.ngram) {
-    EngineConfig c = o.engine;
-    c.speculative.method = SpecMethod::Ngram;
+  cal1.speculative.draft_model.clear();
+  cal.speculative.draft_model.clear();
+  auto method = [&](SpecMethod m) {
+    EngineConfig c = plain;
+    c.speculative.method = m;
     c.speculative.num_speculative_tokens = o.k;
-    cases.push_back({"ngram", c});
+    c.speculative.adaptive = o.engine.speculative.adaptive;
+    return c;
+  };
+  if (o.ngram) cases.push_back({"ngram", method(SpecMethod::Ngram)});
+  if (o.suffix) cases.push_back({"suffix", method(SpecMethod::Suffix)});
+  if (!o.draft_model.empty()) {
+    cases.push_back({"draft", method(SpecMethod::Draft)});
+    cases.back().second.speculative.draft_model = o.draft_model;
   }
   for (double a : o.replay_acceptance) {
-    EngineConfig c = o.engine;
+    EngineConfig c = plain;
+    c.speculative.adaptive = o.engine.speculative.adaptive;
     c.speculative.method = SpecMethod::External;
     c.speculative.num_speculative_tokens = o.k;
     cases.push_back({fmt::format("replay a={:.2f}", a), c});
@@ -114,13 +127,13 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
 
   std::vector<std::vector<int32_t>> ref;  // the plain run's continuations
   std::vector<ReplayProposer> replays;
-  const ReplayProposer never(o.prompts, ref, 0.0, n_vocab, o.seed);
+  ReplayProposer never(o.prompts, ref, 0.0, n_vocab, o.seed);
   std::map<std::string, std::vector<Run>> runs;
   std::map<std::string, bool> same;
   Progress progress("bench spec", int64_t(o.runs) * int64_t(cases.size()), "runs");
   for (int r = 0; r < o.runs; ++r) {
     for (const auto& [name, cfg] : cases) {
-      const Proposer* ext = nullptr;
+      Proposer* ext = nullptr;
       if (name.starts_with("calibration")) ext = &never;
       for (size_t i = 0; i < o.replay_acceptance.size(); ++i)
         if (name == fmt::format("replay a={:.2f}", o.replay_acceptance[i])) ext = &replays[i];
@@ -155,7 +168,7 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
   };
   auto t_of = [&](const std::string& n) {
     const double share = med(n, &Run::spec_share);
-    return (1 - share) * t_plain + (share > 0 ? share * line(med(n, &Run::spec_rows)) : 0);
+    return (1 - share) * t_plain + (share > 0 ? share * line(med(n, &Run::spec_rows)) : 0) + med(n, &Run::propose_ms);
   };
   std::vector<SpecBenchRow> out;
   for (const auto& [name, cfg] : cases) {

@@ -2,8 +2,8 @@
 // greedy requests, interleaved run by run, with the acceptance each proposer reached and
 // the speedup that acceptance and the measured cost of a verification step predict.
 //
-// Proposers: prompt lookup (real acceptance: it needs text that repeats, so real models
-// and prompts) and a replay of the known greedy continuation with each proposed token
+// Proposers: prompt lookup and suffix decoding (real acceptance: they need text that
+// repeats, so real models and prompts), a draft model, and a replay of the known greedy continuation with each proposed token
 // wrong with probability 1 - a, independently (a: the chance a draft token is accepted
 // given the ones before it were), which sets the acceptance on any model, random weights
 // included.
@@ -14,7 +14,8 @@
 // the two calibrations (the first draft costs more than the next: one row runs the
 // decode kernel, more the small-batch one). A run's predicted step time mixes its steps
 // without drafts at the plain time and its steps with drafts at the line's time for
-// their mean rows; its predicted rate is its tokens per step over that. Every run's
+// their mean rows, plus its measured proposing time per step (a draft model's forwards);
+// its predicted rate is its tokens per step over that. Every run's
 // output must equal the plain run's, token for token.
 #pragma once
 #include <cstdint>
@@ -32,6 +33,8 @@ struct SpecBenchOptions {
   int32_t output_len = 128;
   int32_t k = 4;
   bool ngram = true;
+  bool suffix = false;       // suffix decoding (the store fills as the run's requests finish)
+  std::string draft_model;   // non-empty: a draft-model case
   std::vector<double> replay_acceptance{0.3, 0.6, 0.9};
   int runs = 3;
   uint64_t seed = 1;

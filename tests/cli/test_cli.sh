@@ -112,6 +112,7 @@ mkdir model_dir.gguf
 printf 'Once upon a time there was a text file.\n' >text.gguf
 printf 'hi there\n' >short.txt
 printf 'Once upon a time\n' >prompts.txt
+run "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 1 --dtype q4_0 -o bigvocab.gguf  # 32000 tokens: not tiny's vocabulary
 
 # --- bad input: exit 1 with one "error:" line naming the culprit --------------------
 expect_error "unknown command"                  "frobnicate"                 "$RIDGE" frobnicate
@@ -162,6 +163,13 @@ expect_error "bench compare a missing file"     "no_such\.json"              "$R
 expect_error "an unknown --speculative-method"  "--speculative-method.*eagle" "$RIDGE" generate -m tiny.gguf -p hi --speculative-method eagle
 expect_error "prompt lookup min above max"      "--prompt-lookup-min 5"      "$RIDGE" generate -m tiny.gguf -p hi --speculative-method ngram --prompt-lookup-min 5 --prompt-lookup-max 3
 expect_error "--num-speculative-tokens 0"       "--num-speculative-tokens"   "$RIDGE" generate -m tiny.gguf -p hi --num-speculative-tokens 0
+expect_error "draft method without a draft model" "--draft-model"           "$RIDGE" generate -m tiny.gguf -p hi --speculative-method draft
+expect_error "a missing draft model"            "no_such_draft\.gguf"       "$RIDGE" generate -m tiny.gguf -p hi --draft-model no_such_draft.gguf
+expect_error "a truncated draft model"          "trunc_data\.gguf"          "$RIDGE" generate -m tiny.gguf -p hi --draft-model trunc_data.gguf
+expect_error "a draft of another vocabulary"    "vocabulary"                 "$RIDGE" generate -m tiny.gguf -p hi --draft-model bigvocab.gguf
+expect_error "quantize --layers above the model's" "--layers 9"              "$RIDGE" quantize tiny.gguf out.gguf --type q8_0 --layers 9
+expect_error "bench spec draft without a model" "--draft-model"              "$RIDGE" bench spec -m tiny.gguf --methods draft
+expect_error "--suffix-min-token-prob 2"        "--suffix-min-token-prob"    "$RIDGE" generate -m tiny.gguf -p hi --speculative-method suffix --suffix-min-token-prob 2
 expect_error "bench spec with a bad --acceptance" "--acceptance.*1\.5"       "$RIDGE" bench spec -m tiny.gguf --acceptance 0.5,1.5
 expect_error "bench spec with an unknown method" "--methods.*eagle"          "$RIDGE" bench spec -m tiny.gguf --methods ngram,eagle
 
@@ -169,6 +177,10 @@ expect_error "bench spec with an unknown method" "--methods.*eagle"          "$R
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
 expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m tiny.gguf -p hi -n 4 --temp 0
 expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
+expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
+expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1
+expect_ok "generate with --draft-model (1 layer)"        "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --draft-model draft1.gguf
+expect_ok "bench spec (draft and suffix, 1 run)"         "$RIDGE" bench spec -m tiny.gguf --output-len 16 --runs 1 --methods ngram,suffix,draft --draft-model draft1.gguf
 # bench spec: every proposer's output equals the plain run's (it exits 1 otherwise).
 expect_ok "bench spec (ngram and replay, 1 run)"         "$RIDGE" bench spec -m tiny.gguf --output-len 24 --runs 1 --json
 

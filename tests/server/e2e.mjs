@@ -444,11 +444,14 @@ test("preemption: n=48 seeded choices through a small KV cache equal the same se
   checkIdleKv(await waitIdle(o.url));
 });
 
-test("speculative: per-request prompt lookup changes no token, logprob or finish; counted on /metrics", async () => {
+test("speculative: per-request prompt lookup, suffix decoding and draft model change no token, logprob or finish; counted on /metrics", async () => {
   // Every proposed token verified (adaptive: false): how much the adaptive policy
   // speculates depends on measured step times, and this model's steps are too short for
   // speculation to pay, so it would rarely run.
-  const spec = { method: "ngram", num_speculative_tokens: 5, prompt_lookup_min: 1, adaptive: false };
+  const specs = [{ method: "ngram", num_speculative_tokens: 5, prompt_lookup_min: 1, adaptive: false },
+                 { method: "suffix", num_speculative_tokens: 5, adaptive: false },
+                 { method: "draft", num_speculative_tokens: 4, adaptive: false }];  // the server's --draft-model
+  const spec = specs[0];
   const before = await metricsOf(o.url);
   const bodies = [
     { prompt: "Once upon a time", max_tokens: 100, temperature: 0 },
@@ -456,19 +459,21 @@ test("speculative: per-request prompt lookup changes no token, logprob or finish
     { prompt: "Lily and Ben", max_tokens: 80, temperature: 1, seed: 77, frequency_penalty: 0.3 },
     { prompt: "Mom said", max_tokens: 100, temperature: 0, stop: [" the park", "!"] },
   ];
-  for (const b of bodies) {
+  for (const [i, b] of bodies.entries()) for (const spec of specs) {
     const body = { model: MODEL, ...b };
     const plain = await client.completions.create({ ...body, speculative: false });
     const sp = await client.completions.create({ ...body, speculative: spec, ridge_timings: true });
-    const what = JSON.stringify(b);
+    const what = `${JSON.stringify(b)} ${spec.method}`;
     assert.equal(sp.choices[0].text, plain.choices[0].text, what);
     assert.equal(sp.choices[0].finish_reason, plain.choices[0].finish_reason, what);
     // (not cached_tokens: the second request of a pair finds the first's prompt cached)
     assert.equal(sp.usage.prompt_tokens, plain.usage.prompt_tokens, what);
     assert.equal(sp.usage.completion_tokens, plain.usage.completion_tokens, what);
     if (b.logprobs) assert.deepEqual(sp.choices[0].logprobs, plain.choices[0].logprobs, what);
-    const st = await streamCompletion(client, { ...body, speculative: spec });
-    assert.equal(st.text[0], plain.choices[0].text, `${what} (stream)`);
+    if (i % 2 == 0 || spec.method == "draft") {
+      const st = await streamCompletion(client, { ...body, speculative: spec });
+      assert.equal(st.text[0], plain.choices[0].text, `${what} (stream)`);
+    }
   }
   const after = await metricsOf(o.url);
   const d = (n) => after.get(n) - before.get(n);
@@ -486,6 +491,12 @@ test("speculative: per-request prompt lookup changes no token, logprob or finish
     assert.equal(r.status, 400, JSON.stringify(bad));
     assert.equal(r.json.error.param, param, JSON.stringify(r.json));
   }
+  // A server without a draft model refuses the draft method, naming it.
+  const r = await postJson(`${o["spm-url"]}/v1/completions`,
+                           { model: o["spm-model"], prompt: "x", max_tokens: 1, speculative: { method: "draft" } });
+  assert.equal(r.status, 400, JSON.stringify(r.json));
+  assert.equal(r.json.error.param, "speculative.method");
+  assert.match(r.json.error.message, /draft model/);
   checkIdleKv(await waitIdle(o.url));
 });
 

@@ -139,7 +139,10 @@ EOF
 
 KEY=sk-ridge-test-key
 BODY_LIMIT=65536
-start_server stories -m "$STORIES" --served-model-name stories -t 2 --kv-cache-memory 1M \
+# The stories server has a draft model (its q8_0 copy: the same shapes, so the 2M of KV
+# are 1M for each) for requests that choose it; ngram is its default.
+"$RIDGE" quantize "$STORIES" "$tmp/stories-q8.gguf" --type q8_0 2>/dev/null || { echo "server tests: quantize failed"; exit 1; }
+start_server stories -m "$STORIES" --served-model-name stories -t 2 --kv-cache-memory 2M --draft-model "$tmp/stories-q8.gguf" \
   --speculative-method ngram --prompt-lookup-min 1 --no-speculative-adaptive --chat-template "$tmp/chat.jinja" --api-key "$KEY" --max-body-size $BODY_LIMIT --trace "$tmp/stories.trace.json"
 start_server spm -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 2M \
   --chat-template "$tmp/chat.jinja" --max-num-seqs 32 --max-waiting 512 --shutdown-timeout 2

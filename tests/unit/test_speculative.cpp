@@ -7,12 +7,16 @@
 // leave a block behind, or a prefix-cache entry over unverified tokens, fail here.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/proposer.h"
+#include "engine/suffix_proposer.h"
 #include "engine/spec_policy.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
@@ -23,7 +27,7 @@ namespace {
 
 std::vector<int32_t> propose(const NgramProposer& p, std::vector<int32_t> toks, int32_t k) {
   std::vector<int32_t> out;
-  p.propose(toks, k, out);
+  p.propose_one(toks, k, out);
   return out;
 }
 
@@ -43,6 +47,56 @@ TEST(NgramProposer, LongestThenLatestMatch) {
   EXPECT_TRUE(propose(NgramProposer(2, 3), {4, 5, 1, 5}, 3).empty());  // a 1-token match is below min
   EXPECT_THROW(NgramProposer(0, 2), ridge::Error);
   EXPECT_THROW(NgramProposer(3, 2), ridge::Error);
+}
+
+std::vector<int32_t> suffix_propose(SuffixProposer& p, std::vector<int32_t> toks, int32_t k) {
+  std::vector<int32_t> out;
+  p.propose_one(toks, k, out);
+  return out;
+}
+
+TEST(SuffixProposer, LongestMatchThenMostFrequentContinuation) {
+  SuffixProposer p({1000, 0.1});
+  EXPECT_TRUE(suffix_propose(p, {8, 2, 3}, 4).empty());  // nothing stored, nothing repeats
+  p.add(std::vector<int32_t>{1, 2, 3, 4, 5});
+  EXPECT_EQ(suffix_propose(p, {9, 2, 3}, 4), (std::vector<int32_t>{4, 5}));  // another request's text
+  EXPECT_EQ(suffix_propose(p, {9, 2, 3}, 1), (std::vector<int32_t>{4}));
+  // Votes: three stored texts continue "2 3" with 6 7, one with 9; the majority wins, and
+  // where the voters run out of text the proposal ends.
+  SuffixProposer v({1000, 0.1});
+  for (int i = 0; i < 3; ++i) v.add(std::vector<int32_t>{1, 2, 3, 6, 7});
+  v.add(std::vector<int32_t>{1, 2, 3, 9, 9, 9});
+  EXPECT_EQ(suffix_propose(v, {5, 2, 3}, 8), (std::vector<int32_t>{6, 7}));
+  // The longest match votes alone: "5 6 2 3" matches one text over four tokens.
+  v.add(std::vector<int32_t>{5, 6, 2, 3, 8});
+  EXPECT_EQ(suffix_propose(v, {5, 6, 2, 3}, 2), (std::vector<int32_t>{8}));
+  // Confidence: an even split (0.5) is below a floor of 0.6, so nothing is proposed.
+  SuffixProposer split({1000, 0.6});
+  split.add(std::vector<int32_t>{1, 2, 3, 4});
+  split.add(std::vector<int32_t>{1, 2, 3, 5});
+  EXPECT_TRUE(suffix_propose(split, {7, 2, 3}, 3).empty());
+  // The sequence's own text votes too (prompt lookup with nothing stored).
+  SuffixProposer self({1000, 0.1});
+  EXPECT_EQ(suffix_propose(self, {1, 2, 3, 9, 1, 2}, 3), (std::vector<int32_t>{3, 9, 1}));
+  EXPECT_THROW(SuffixProposer({10, 1.5}), Error);
+}
+
+TEST(SuffixProposer, BoundedLeastRecentlyUsed) {
+  SuffixProposer p({10, 0.1});
+  p.add(std::vector<int32_t>{1, 1, 1, 1, 1});
+  p.add(std::vector<int32_t>{2, 2, 2, 2, 2});
+  EXPECT_EQ(p.n_cached_tokens(), 10);
+  EXPECT_EQ(suffix_propose(p, {0, 1, 1}, 1), (std::vector<int32_t>{1}));  // uses the first: now the most recent
+  p.add(std::vector<int32_t>{3, 3, 3, 3, 3});                             // evicts the second
+  EXPECT_EQ(p.n_docs(), 2);
+  EXPECT_EQ(p.n_cached_tokens(), 10);
+  EXPECT_TRUE(suffix_propose(p, {0, 2, 2}, 1).empty());
+  EXPECT_EQ(suffix_propose(p, {0, 1, 1}, 1), (std::vector<int32_t>{1}));
+  EXPECT_EQ(suffix_propose(p, {0, 3, 3}, 1), (std::vector<int32_t>{3}));
+  p.add(std::vector<int32_t>(11, 4));  // longer than the whole store: not kept
+  EXPECT_EQ(p.n_docs(), 2);
+  p.retire(7, {});  // an aborted request teaches nothing
+  EXPECT_EQ(p.n_docs(), 2);
 }
 
 struct Req {
@@ -129,7 +183,8 @@ std::vector<Req> repeating_prompts(int n, int32_t n_vocab, uint64_t seed, int ma
 // These run at a fixed depth, so what is proposed does not depend on timing; one more
 // case runs the adaptive policy (how much it speculates depends on measured step times,
 // so only its output is checked).
-void same_with_and_without(const Model& m, int max_tokens, bool sampled, int64_t min_accepted) {
+void same_with_and_without(const Model& m, int max_tokens, bool sampled, int64_t min_accepted,
+                           SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Ngram, 5, 1, 4, false)) {
   const auto reqs = repeating_prompts(24, m.hparams().n_vocab, 11, max_tokens, sampled);
   EngineConfig base;
   base.max_num_seqs = 8;
@@ -137,7 +192,7 @@ void same_with_and_without(const Model& m, int max_tokens, bool sampled, int64_t
   const auto plain = run(m, base, reqs);
 
   EngineConfig spec = base;
-  spec.speculative = {SpecMethod::Ngram, 5, 1, 4, /*adaptive=*/false};
+  spec.speculative = sc;
   struct Case {
     std::string name;
     EngineConfig cfg;
@@ -203,6 +258,149 @@ TEST(SpeculativeStories260K, GreedyAndSampledOutputUnchanged) {
   same_with_and_without(*m, 48, true, 1);
 }
 
+// Draft models: the target quantized to q4_0 (nearly the same predictions), and cut to
+// its first layer (a poor draft: most proposals rejected). Either way the output is the
+// one decoding without speculation gives, under the same stress as prompt lookup.
+class SpeculativeDraftModel : public SpeculativeRandomModel {
+ protected:
+  static std::string draft(const char* name, DType t, int32_t layers) {
+    const std::string path = testing::TempDir() + "/" + name;
+    make_model({"llama", "tiny", t, 3, "", layers, 2}, path);
+    return path;
+  }
+};
+
+TEST_F(SpeculativeDraftModel, QuantizedCopyGreedyAndSampled) {
+  SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Draft, 4, 2, 4, false);
+  sc.draft_model = draft("draft-q4.gguf", DType::Q4_0, 0);
+  same_with_and_without(*model_, 24, false, 1, sc);
+  same_with_and_without(*model_, 24, true, 1, sc);
+}
+
+// The target as its own draft: greedy drafts are the target's own choices, computed by
+// the batch-invariant forward in other batches, so every one of them is accepted.
+TEST_F(SpeculativeDraftModel, ItselfAsDraftAcceptsEverything) {
+  const auto reqs = repeating_prompts(8, model_->hparams().n_vocab, 6, 20, false);
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(64) << 20;
+  const auto plain = run(*model_, cfg, reqs);
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::Draft, 5, 2, 4, false);
+  cfg.speculative.draft_model = draft("draft-same.gguf", DType::Q8_0, 0);
+  EngineStats st;
+  expect_same(plain, run(*model_, cfg, reqs, &st), "itself as draft");
+  EXPECT_GT(st.spec_draft_tokens, 8 * 10);
+  EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+}
+
+TEST_F(SpeculativeDraftModel, LayerTruncatedCopy) {
+  SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Draft, 3, 2, 4, false);
+  sc.draft_model = draft("draft-1layer.gguf", DType::Q8_0, 1);
+  same_with_and_without(*model_, 20, false, 0, sc);
+}
+
+// The draft's pool is small: shadows are dropped least recently used first, and a
+// sequence that does not fit gets no proposal; nothing changes what is produced.
+TEST_F(SpeculativeDraftModel, DraftPoolPressure) {
+  const auto reqs = repeating_prompts(8, model_->hparams().n_vocab, 4, 16, false);
+  EngineConfig base;
+  base.kv_cache_bytes = int64_t(64) << 20;
+  const auto plain = run(*model_, base, reqs);
+  EngineConfig cfg = base;
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::Draft, 4, 2, 4, false);
+  cfg.speculative.draft_model = draft("draft-pressure.gguf", DType::Q8_0, 0);
+  cfg.threads = 2;
+  Engine e(*model_, nullptr, cfg);
+  // Same bytes per token for both: half the memory each.
+  EXPECT_EQ(e.kv_pool_bytes(), e.draft_proposer()->kv_pool_bytes());
+  std::vector<int64_t> ids;
+  for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+  while (e.has_work()) {
+    e.step();
+    e.check_invariants();
+    e.draft_proposer()->blocks().check_invariants();
+  }
+  EXPECT_EQ(e.draft_proposer()->n_shadows(), 0) << "finished sequences keep draft KV";
+  EXPECT_EQ(e.draft_proposer()->blocks().n_free(), e.draft_proposer()->blocks().n_total());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(e.output(ids[i]).tokens, plain[i].o.tokens) << i;
+  EXPECT_GT(e.stats().spec_accepted_tokens, 0);
+
+  // Pools of about three sequences each for eight: the target preempts, the draft drops
+  // shadows (the preempted sequences' first) and skips sequences it cannot fit.
+  const KVLayout kl{model_->hparams().n_layer, model_->hparams().n_head_kv, model_->hparams().head_dim_k,
+                    model_->hparams().head_dim_v, 16, 0, cfg.kv_dtype};
+  cfg.kv_cache_bytes = 2 * 3 * (56 + 16 + 4) * kl.bytes_per_token();
+  EngineStats st;
+  const auto got = run(*model_, cfg, reqs, &st);
+  expect_same(plain, got, "draft, small pools");
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+}
+
+TEST_F(SpeculativeDraftModel, VocabularyMustMatch) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(16) << 20;
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::Draft, 4, 2, 4, false);
+  cfg.speculative.draft_model = testing::TempDir() + "/no-such-draft.gguf";
+  EXPECT_THROW(Engine(*model_, nullptr, cfg), Error);
+  // Another vocabulary size.
+  cfg.speculative.draft_model = testing::TempDir() + "/draft-bigvocab.gguf";
+  make_model({"llama", "tinyllama-1.1b", DType::Q4_0, 3, "", 1, 2}, cfg.speculative.draft_model);
+  try {
+    Engine e(*model_, nullptr, cfg);
+    ADD_FAILURE() << "a draft with 32000 tokens was taken for a 512-token target";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("vocabulary"), std::string::npos) << err.what();
+  }
+  // Draft chosen without a draft model: at the engine, and per request.
+  cfg.speculative.draft_model.clear();
+  EXPECT_THROW(Engine(*model_, nullptr, cfg), Error);
+  cfg.speculative.method = SpecMethod::None;
+  Engine e(*model_, nullptr, cfg);
+  RequestParams p;
+  p.speculative = SpeculativeConfig::make(SpecMethod::Draft, 4, 2, 4, false);
+  EXPECT_THROW(e.add_request({1, 2, 3}, p), Error);
+}
+
+// Same size, other tokens: a real vocabulary (stories260K's 512 SentencePiece pieces)
+// against the synthetic one.
+TEST(SpeculativeDraftVocabulary, SameSizeOtherTokens) {
+  RIDGE_REQUIRE_SHARED(vocab, "models/stories260K.gguf");
+  const std::string t = testing::TempDir() + "/vocab-synthetic.gguf", d = testing::TempDir() + "/vocab-stories.gguf";
+  make_model({"llama", "tiny", DType::Q8_0, 3, "", 1, 2}, t);
+  make_model({"llama", "tiny", DType::Q8_0, 3, vocab, 1, 2}, d);
+  auto target = Model::load(t), draft = Model::load(d);
+  ASSERT_EQ(target->hparams().n_vocab, draft->hparams().n_vocab);
+  EXPECT_THROW(check_draft_vocabulary(*target, *draft), Error);
+  EXPECT_NO_THROW(check_draft_vocabulary(*target, *target));
+}
+
+// Suffix decoding: the second time a prompt comes, the first one's output is in the
+// store, so nearly all of the continuation is proposed and accepted; the output stays
+// the one without speculation.
+TEST_F(SpeculativeRandomModel, SuffixLearnsFromFinishedRequests) {
+  auto reqs = repeating_prompts(6, model_->hparams().n_vocab, 21, 20, false);
+  EngineConfig base;
+  base.kv_cache_bytes = int64_t(64) << 20;
+  const auto plain = run(*model_, base, reqs);
+  EngineConfig cfg = base;
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::Suffix, 6, 2, 4, false);
+  cfg.threads = 2;
+  Engine e(*model_, nullptr, cfg);
+  int64_t first_accepted = 0;
+  for (int wave = 0; wave < 2; ++wave) {
+    std::vector<int64_t> ids;
+    for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+    while (e.has_work()) {
+      e.step();
+      e.check_invariants();
+    }
+    for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(e.output(ids[i]).tokens, plain[i].o.tokens) << wave << " " << i;
+    if (wave == 0) first_accepted = e.stats().spec_accepted_tokens;
+  }
+  const int64_t second = e.stats().spec_accepted_tokens - first_accepted;
+  EXPECT_GE(second, int64_t(reqs.size()) * 15) << "the second wave should replay the first one's outputs";
+  EXPECT_EQ(e.suffix_proposer()->n_docs(), int64_t(2 * reqs.size()));
+}
+
 // max_tokens and stop ids end a request where they would without speculation, even when
 // the stop falls inside an accepted proposal.
 TEST_F(SpeculativeRandomModel, StopsWhereItWouldWithout) {
@@ -218,7 +416,7 @@ TEST_F(SpeculativeRandomModel, StopsWhereItWouldWithout) {
   }
   const auto plain = run(*model_, base, reqs);
   EngineConfig spec = base;
-  spec.speculative = {SpecMethod::Ngram, 8, 1, 3, /*adaptive=*/false};
+  spec.speculative = SpeculativeConfig::make(SpecMethod::Ngram, 8, 1, 3, /*adaptive=*/false);
   const auto got = run(*model_, spec, reqs);
   expect_same(plain, got, "stop ids and max_tokens");
   int stops = 0;
@@ -233,9 +431,9 @@ TEST_F(SpeculativeRandomModel, StopsWhereItWouldWithout) {
 // holds a swapped-out sequence to exactly the blocks of its computed tokens, what
 // swap-in reserves (a table one block longer once left swap-in reading past its
 // reservation).
-class WrongProposer final : public Proposer {
+class WrongProposer final : public SequenceProposer {
  public:
-  void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
+  void propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
     for (int32_t j = 0; j < max_tokens; ++j) out.push_back(int32_t((tokens.back() * 7 + 13 + j) % 97 + 3));
   }
 };
@@ -252,7 +450,7 @@ TEST_F(SpeculativeRandomModel, SwapPreemptionRightAfterRejections) {
   base.swap_bytes = int64_t(256) << 20;
   const auto plain = run(*model_, base, reqs);
   EngineConfig spec = base;
-  spec.speculative = {SpecMethod::External, 3, 1, 1, /*adaptive=*/false};
+  spec.speculative = SpeculativeConfig::make(SpecMethod::External, 3, 1, 1, /*adaptive=*/false);
   WrongProposer wrong;
   spec.threads = 2;
   Engine e(*model_, nullptr, spec);
@@ -272,12 +470,101 @@ TEST_F(SpeculativeRandomModel, SwapPreemptionRightAfterRejections) {
   }
 }
 
+// The token distribution with speculation is the one without it: rejection sampling
+// against a deterministic proposal (proposer.h). Two disjoint sets of seeds, one decoded
+// plainly and one with every step proposing the plain run's most frequent token at each
+// position (likely enough to be accepted often, so a bias toward proposed tokens would
+// show), give counts per (position, token) that a chi-square test of homogeneity cannot
+// tell apart at the 0.001 level. Fixed seeds: the statistic is the same every run.
+class ModeProposer final : public SequenceProposer {
+ public:
+  ModeProposer(size_t n_prompt, std::vector<int32_t> modes) : n_prompt_(n_prompt), modes_(std::move(modes)) {}
+  void propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override {
+    for (size_t g = tokens.size() - n_prompt_; g < modes_.size() && int32_t(out.size()) < max_tokens; ++g)
+      out.push_back(modes_[g]);
+  }
+
+ private:
+  size_t n_prompt_;
+  std::vector<int32_t> modes_;
+};
+
+TEST_F(SpeculativeRandomModel, SampledDistributionUnchanged) {
+  constexpr int kSeeds = 1500, kLen = 4;
+  const std::vector<int32_t> prompt{1, 17, 99, 42, 7};
+  auto sample = [&](uint64_t seed0, Proposer* proposer, EngineStats* st) {
+    EngineConfig cfg;
+    cfg.kv_cache_bytes = int64_t(64) << 20;
+    cfg.max_num_seqs = 64;
+    cfg.threads = 2;
+    if (proposer) cfg.speculative = SpeculativeConfig::make(SpecMethod::External, kLen - 1, 1, 1, false);
+    Engine e(*model_, nullptr, cfg);
+    e.set_proposer(proposer);
+    RequestParams p;
+    p.max_tokens = kLen;
+    p.ignore_eos = true;
+    p.sampling.temperature = 0.7f;
+    p.sampling.top_k = 6;
+    p.sampling.top_p = 1;
+    p.sampling.min_p = 0;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < kSeeds; ++i) {
+      p.sampling.seed = seed0 + uint64_t(i);
+      ids.push_back(e.add_request(prompt, p));
+    }
+    while (e.has_work()) e.step();
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) out.push_back(e.output(id).tokens);
+    if (st) *st = e.stats();
+    return out;
+  };
+  const auto plain = sample(1, nullptr, nullptr);
+  std::vector<int32_t> modes;
+  for (int j = 0; j < kLen; ++j) {
+    std::map<int32_t, int> c;
+    for (const auto& o : plain) ++c[o[size_t(j)]];
+    modes.push_back(std::max_element(c.begin(), c.end(), [](auto& a, auto& b) { return a.second < b.second; })->first);
+  }
+  ModeProposer mp(prompt.size(), modes);
+  EngineStats st;
+  const auto spec = sample(1 + kSeeds, &mp, &st);
+  ASSERT_GT(st.spec_accepted_tokens, kSeeds / 4) << "proposals too rarely accepted for the test to see a bias";
+  // Bins: (position, token) with at least 10 draws over both sides; the rest of each
+  // position pooled into one bin.
+  double chi2 = 0;
+  int bins = 0;
+  for (int j = 1; j < kLen; ++j) {
+    std::map<int32_t, std::array<int, 2>> c;
+    for (const auto& o : plain) ++c[o[size_t(j)]][0];
+    for (const auto& o : spec) ++c[o[size_t(j)]][1];
+    std::array<int, 2> rest{0, 0};
+    auto add = [&](const std::array<int, 2>& n) {
+      const double e = (n[0] + n[1]) / 2.0;  // equal sample sizes
+      chi2 += (n[0] - e) * (n[0] - e) / e + (n[1] - e) * (n[1] - e) / e;
+      ++bins;
+    };
+    for (const auto& [tok, n] : c) {
+      if (n[0] + n[1] >= 10) add(n);
+      else rest[0] += n[0], rest[1] += n[1];
+    }
+    if (rest[0] + rest[1] > 0) add(rest);
+  }
+  // Degrees of freedom: (bins - 1) per position (each position's counts sum to kSeeds on
+  // both sides); the 0.999 quantile by Wilson-Hilferty (z = 3.090).
+  const double df = bins - (kLen - 1);
+  const double q = df * std::pow(1 - 2 / (9 * df) + 3.090 * std::sqrt(2 / (9 * df)), 3);
+  std::printf("chi-square %.2f over %d bins, %.0f degrees of freedom, 0.999 quantile %.2f; %lld of %lld drafts accepted\n",
+              chi2, bins, df, q, (long long)st.spec_accepted_tokens, (long long)st.spec_draft_tokens);
+  EXPECT_LT(chi2, q) << "the token distribution with speculation differs from the one without";
+  ASSERT_GE(df, 3);
+}
+
 // A request chooses: off while the engine speculates, or on while it does not.
 TEST_F(SpeculativeRandomModel, PerRequestChoice) {
   auto reqs = repeating_prompts(6, model_->hparams().n_vocab, 5, 16, false);
   for (size_t i = 0; i < reqs.size(); ++i)
-    reqs[i].p.speculative = i % 2 ? SpeculativeConfig{SpecMethod::None, 4, 2, 4, false}
-                                  : SpeculativeConfig{SpecMethod::Ngram, 4, 1, 4, false};
+    reqs[i].p.speculative = i % 2 ? SpeculativeConfig::make(SpecMethod::None, 4, 2, 4, false)
+                                  : SpeculativeConfig::make(SpecMethod::Ngram, 4, 1, 4, false);
   EngineConfig cfg;
   cfg.kv_cache_bytes = int64_t(64) << 20;
   cfg.speculative.adaptive = false;  // no step policy: every step may speculate
@@ -287,7 +574,7 @@ TEST_F(SpeculativeRandomModel, PerRequestChoice) {
   for (size_t i = 0; i < got.size(); i += 2) drafted += got[i].drafted;
   EXPECT_GT(drafted, 0);
   Req bad = reqs[0];
-  bad.p.speculative = SpeculativeConfig{SpecMethod::Ngram, 0, 1, 4};
+  bad.p.speculative = SpeculativeConfig::make(SpecMethod::Ngram, 0, 1, 4, true);
   Engine e(*model_, nullptr, cfg);
   EXPECT_THROW(e.add_request(bad.prompt, bad.p), Error);
 }

@@ -1,0 +1,137 @@
+#include "engine/draft_proposer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+
+namespace ridge {
+namespace {
+
+constexpr std::string_view kTokens = "tokenizer.ggml.tokens";
+
+}  // namespace
+
+void check_draft_vocabulary(const Model& target, const Model& draft) {
+  const int32_t nt = target.hparams().n_vocab, nd = draft.hparams().n_vocab;
+  if (nt != nd)
+    fail("the draft model {} has a vocabulary of {} tokens, the target {} has {}: a draft model must share the "
+         "target's vocabulary", draft.file().name(), nd, target.file().name(), nt);
+  const gguf::Value* a = target.file().get_array(kTokens, gguf::ValueType::STRING);
+  const gguf::Value* b = draft.file().get_array(kTokens, gguf::ValueType::STRING);
+  if (!a || !b) return;  // one has no token list to compare: the sizes agree
+  for (size_t i = 0; i < a->strs.size() && i < b->strs.size(); ++i)
+    if (a->strs[i] != b->strs[i])
+      fail("the draft model {} and the target {} differ at token {} ('{}' vs '{}'): a draft model must share the "
+           "target's vocabulary", draft.file().name(), target.file().name(), i, b->strs[i], a->strs[i]);
+}
+
+DraftModelProposer::DraftModelProposer(const Model& draft, const EngineConfig& cfg, ThreadPool& pool)
+    : model_(draft), cfg_(cfg) {
+  cfg_.swap_bytes = 0;
+  runner_ = std::make_unique<ModelRunner>(draft, cfg_, pool);
+  bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size);
+}
+
+DraftModelProposer::~DraftModelProposer() = default;
+
+void DraftModelProposer::drop(std::unordered_map<int64_t, Shadow>::iterator it) {
+  bm_->release(it->second.seq->blocks);
+  shadows_.erase(it);
+}
+
+void DraftModelProposer::retire(int64_t seq, std::span<const int32_t>) {
+  if (auto it = shadows_.find(seq); it != shadows_.end()) drop(it);
+}
+
+bool DraftModelProposer::reserve(Sequence& s, int64_t n_tokens) {
+  while (!bm_->reserve(s.blocks, n_tokens)) {
+    auto victim = shadows_.end();
+    for (auto it = shadows_.begin(); it != shadows_.end(); ++it)
+      if (it->second.last_use < now_ && (victim == shadows_.end() || it->second.last_use < victim->second.last_use))
+        victim = it;
+    if (victim == shadows_.end()) return false;
+    drop(victim);
+  }
+  return true;
+}
+
+void DraftModelProposer::run(const std::vector<ScheduledChunk>& chunks) {
+  logits_ = runner_->run(chunks, rows_);
+  ++n_forwards_;
+  for (const ScheduledChunk& c : chunks) c.seq->n_computed += c.n_tokens;
+}
+
+void DraftModelProposer::propose(std::span<const Ask> asks) {
+  using Clock = std::chrono::steady_clock;
+  ++now_;
+  catchup_s_ = 0;
+  n_forwards_ = 0;
+  // The shadows to draft for, each with its ask, caught up to all but the last token.
+  std::vector<std::pair<Sequence*, const Ask*>> live;
+  int32_t depth = 0;
+  for (const Ask& a : asks) {
+    if (a.max_tokens <= 0 || a.tokens.empty()) continue;
+    auto [it, fresh] = shadows_.try_emplace(a.seq);
+    Shadow& sh = it->second;
+    if (fresh) sh.seq = std::make_unique<Sequence>(a.seq, std::vector<int32_t>{}, RequestParams{}, model_.hparams().n_vocab, 0);
+    sh.last_use = now_;
+    Sequence& s = *sh.seq;
+    // K/V stay valid for the prefix the shadow shares with the target's tokens; the last
+    // token is run again in any case (its logits give the first draft), even when the
+    // shadow ran it already (the target took fewer tokens than the shadow drafted).
+    const auto diverge = std::mismatch(s.tokens.begin(), s.tokens.end(), a.tokens.begin(), a.tokens.end()).first;
+    s.n_computed = std::min<int32_t>({s.n_computed, int32_t(diverge - s.tokens.begin()), int32_t(a.tokens.size()) - 1});
+    s.tokens.assign(a.tokens.begin(), a.tokens.end());
+    s.n_prompt = int32_t(s.tokens.size());
+    bm_->truncate(s.blocks, s.n_computed);
+    // Every token and every draft but the last (which is never run) needs a slot.
+    if (!reserve(s, int64_t(s.tokens.size()) + a.max_tokens - 1)) {
+      drop(it);
+      continue;
+    }
+    live.emplace_back(&s, &a);
+    depth = std::max(depth, a.max_tokens);
+  }
+  if (live.empty()) return;
+
+  // Catch-up: the tokens before the last, in forwards of at most the token budget.
+  const auto t0 = Clock::now();
+  const int64_t budget = std::max(1, cfg_.max_num_batched_tokens);
+  for (;;) {
+    std::vector<ScheduledChunk> chunks;
+    int64_t used = 0;
+    for (auto& [s, a] : live) {
+      const int32_t behind = s->pending() - 1;
+      if (behind <= 0 || used >= budget) continue;
+      const int32_t n = int32_t(std::min<int64_t>(behind, budget - used));
+      chunks.push_back({s, n});
+      used += n;
+    }
+    if (chunks.empty()) break;
+    run(chunks);
+  }
+  catchup_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // Drafting: position j of every sequence that wants j + 1 tokens, in one forward.
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  std::vector<ScheduledChunk> chunks;
+  for (int32_t j = 0; j < depth; ++j) {
+    chunks.clear();
+    for (auto& [s, a] : live)
+      if (j < a->max_tokens) chunks.push_back({s, 1});
+    run(chunks);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      RIDGE_ASSERT(rows_[i] >= 0);
+      Sequence* s = chunks[i].seq;
+      const int32_t tok = argmax(logits_.data() + int64_t(rows_[i]) * n_vocab, n_vocab);
+      s->tokens.push_back(tok);
+    }
+  }
+  // The shadow keeps its drafts as tokens (and K/V for all but the last): the next step
+  // keeps the prefix of them the target accepted.
+  for (auto& [s, a] : live) a->out->insert(a->out->end(), s->tokens.end() - a->max_tokens, s->tokens.end());
+}
+
+}  // namespace ridge
