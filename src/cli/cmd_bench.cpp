@@ -327,12 +327,13 @@ int bench_spec_cmd(Args& a) {
   for (const auto& m : split_list(methods)) {
     if (m == "ngram") o.ngram = true;
     else if (m == "suffix") o.suffix = true;
-    else if (m == "draft") o.draft_model = o.engine.speculative.draft_model;
+    else if (m == "draft") {
+      if (o.engine.speculative.draft_model.empty()) fail("--methods draft needs --draft-model FILE");
+      o.draft_model = o.engine.speculative.draft_model;
+    }
     else if (m == "replay") replay = true;
     else fail("--methods: '{}' is not one of ngram, suffix, draft, replay", m);
   }
-  if (!o.engine.speculative.draft_model.empty()) o.draft_model = o.engine.speculative.draft_model;
-  else if (methods.find("draft") != std::string::npos) fail("--methods draft needs --draft-model FILE");
   o.replay_acceptance.clear();
   if (replay)
     for (const auto& s : split_list(acc)) {

@@ -68,16 +68,18 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   ++now_;
   catchup_s_ = 0;
   n_forwards_ = 0;
-  // The shadows to draft for, each with its ask, caught up to all but the last token.
+  // Every asked shadow is in use this step before any reserves: none evicts another.
+  for (const Ask& a : asks)
+    if (a.max_tokens > 0 && !a.tokens.empty()) shadows_[a.seq].last_use = now_;
+  // The shadows to draft for, each with its ask.
   std::vector<std::pair<Sequence*, const Ask*>> live;
   int32_t depth = 0;
   for (const Ask& a : asks) {
     if (a.max_tokens <= 0 || a.tokens.empty()) continue;
-    auto [it, fresh] = shadows_.try_emplace(a.seq);
-    Shadow& sh = it->second;
-    if (fresh) sh.seq = std::make_unique<Sequence>(a.seq, std::vector<int32_t>{}, RequestParams{}, model_.hparams().n_vocab, 0);
-    sh.last_use = now_;
-    Sequence& s = *sh.seq;
+    auto it = shadows_.find(a.seq);
+    if (!it->second.seq)
+      it->second.seq = std::make_unique<Sequence>(a.seq, std::vector<int32_t>{}, RequestParams{}, model_.hparams().n_vocab, 0);
+    Sequence& s = *it->second.seq;
     // K/V stay valid for the prefix the shadow shares with the target's tokens; the last
     // token is run again in any case (its logits give the first draft), even when the
     // shadow ran it already (the target took fewer tokens than the shadow drafted).
@@ -86,8 +88,10 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
     s.tokens.assign(a.tokens.begin(), a.tokens.end());
     s.n_prompt = int32_t(s.tokens.size());
     bm_->truncate(s.blocks, s.n_computed);
-    // Every token and every draft but the last (which is never run) needs a slot.
-    if (!reserve(s, int64_t(s.tokens.size()) + a.max_tokens - 1)) {
+    // Every token and every draft but the last (which is never run) needs a slot; what
+    // the whole pool cannot hold evicts nothing.
+    const int64_t need = int64_t(s.tokens.size()) + a.max_tokens - 1;
+    if (bm_->blocks_for(need) > bm_->n_total() || !reserve(s, need)) {
       drop(it);
       continue;
     }
@@ -96,7 +100,10 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   }
   if (live.empty()) return;
 
-  // Catch-up: the tokens before the last, in forwards of at most the token budget.
+  // Catch-up of long stretches (a new prompt, text the draft has not seen for a while):
+  // forwards of at most the token budget, timed apart (a cost of the sequence, not of
+  // the step's rows). A few tokens behind (the target accepted all drafts, or the
+  // shadow sat out some steps) ride in the first drafting forward instead.
   const auto t0 = Clock::now();
   const int64_t budget = std::max(1, cfg_.max_num_batched_tokens);
   for (;;) {
@@ -104,7 +111,7 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
     int64_t used = 0;
     for (auto& [s, a] : live) {
       const int32_t behind = s->pending() - 1;
-      if (behind <= 0 || used >= budget) continue;
+      if (behind <= kMergedCatchup || used >= budget) continue;
       const int32_t n = int32_t(std::min<int64_t>(behind, budget - used));
       chunks.push_back({s, n});
       used += n;
@@ -120,13 +127,12 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   for (int32_t j = 0; j < depth; ++j) {
     chunks.clear();
     for (auto& [s, a] : live)
-      if (j < a->max_tokens) chunks.push_back({s, 1});
+      if (j < a->max_tokens) chunks.push_back({s, s->pending()});
     run(chunks);
     for (size_t i = 0; i < chunks.size(); ++i) {
       RIDGE_ASSERT(rows_[i] >= 0);
       Sequence* s = chunks[i].seq;
-      const int32_t tok = argmax(logits_.data() + int64_t(rows_[i]) * n_vocab, n_vocab);
-      s->tokens.push_back(tok);
+      s->tokens.push_back(argmax(logits_.data() + int64_t(rows_[i]) * n_vocab, n_vocab));
     }
   }
   // The shadow keeps its drafts as tokens (and K/V for all but the last): the next step

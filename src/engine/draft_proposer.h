@@ -3,9 +3,9 @@
 //
 // The draft runs on the engine's threads with its own paged KV pool, and keeps, per
 // target sequence, a shadow sequence: the tokens it has seen and how many of them have
-// K/V in its pool. Each step it first catches up on what it has not seen (a new prompt,
-// the tokens the target accepted and its correction: one forward for all sequences),
-// then drafts position by position, every speculating sequence in the same forward, so
+// K/V in its pool. Each step it first catches up on what it has not seen (a new prompt:
+// forwards for all sequences, timed apart; the few tokens the target accepted and its
+// correction ride in the first drafting forward), then drafts position by position, every speculating sequence in the same forward, so
 // k drafts of a batch cost k forwards of the draft model. What the target rejected is
 // undone next step: the shadow keeps only the prefix it shares with the target's tokens,
 // and its blocks past that prefix go back to the draft's pool.
@@ -13,6 +13,8 @@
 // The draft's pool holds as many tokens as the target's (the engine splits the KV memory
 // between them by their bytes per token). When it is full, the shadows used least
 // recently are dropped; a sequence that still does not fit gets no proposal this step.
+// The draft has no prefix cache: sequences sharing a prompt (n > 1 choices, a cached
+// system prompt) each hold their own copy of it here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -51,6 +53,10 @@ class DraftModelProposer final : public Proposer {
   int32_t n_shadows() const { return int32_t(shadows_.size()); }
   const BlockManager& blocks() const { return *bm_; }
   int64_t kv_pool_bytes() const { return runner_->kv_pool_bytes(); }
+
+  // Tokens behind that ride in the first drafting forward rather than a catch-up of
+  // their own.
+  static constexpr int32_t kMergedCatchup = 8;
 
  private:
   struct Shadow {

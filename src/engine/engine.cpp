@@ -208,12 +208,12 @@ void Engine::finish(Sequence* s, const char* reason) {
   if (perf::trace_on()) trace_end(*s);
 }
 
-void Engine::abort(int64_t id) {
+void Engine::abort(int64_t id, bool complete) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second->finished()) return;
   Sequence* s = it->second.get();
   s->finish_reason = "abort";
-  retire(*s, false);
+  retire(*s, complete);
   if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
     sw->free(s->swap_slots);
     s->swap_slots.clear();
@@ -291,19 +291,20 @@ void Engine::release(int64_t id) {
 std::vector<TokenEvent> Engine::step() {
   perf::TraceScope span("step", "engine", /*lead_ns=*/1);
   SchedulerOutput so = schedule();
-  const auto t0 = Clock::now();  // proposing is part of the step's cost
   speculate(so);
   move_kv(so);
   if (so.chunks.empty()) {
     span.end({{"step", stats_.steps}, {"seqs", 0}});
     return {};
   }
+  const auto t0 = Clock::now();
   const std::span<const float> logits = execute(so);
   const Sampled sampled = sample(so, logits);
   perf::TraceScope post("postprocess", "engine");
   StepTally tally;
   std::vector<TokenEvent> events = postprocess(so, sampled, tally);
-  account(so, tally, std::chrono::duration<double>(Clock::now() - t0).count());
+  // Proposing is part of the step's cost (a draft model's forwards); swap copies are not.
+  account(so, tally, std::chrono::duration<double>(Clock::now() - t0).count() + propose_s_);
   post.end({{"finished", tally.n_finished}});
   span.end({{"step", stats_.steps},
             {"seqs", so.chunks.size()},
@@ -639,7 +640,7 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
   if (t.prompt_work) {
     stats_.prefill_s += dt;
     const int64_t n = so.n_tokens();
-    if (n >= 16) prefill_s_per_token_ = 0.7 * prefill_s_per_token_ + 0.3 * dt / double(n);
+    if (n >= 16) prefill_s_per_token_ = 0.7 * prefill_s_per_token_ + 0.3 * (dt - propose_s_) / double(n);
   } else {
     stats_.decode_s += dt;
     stats_.decode_tokens += t.produced;

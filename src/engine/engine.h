@@ -102,7 +102,9 @@ class Engine {
   // Throws ridge::Error when the request can never fit (prompt + max_tokens beyond the
   // KV pool or the model's context) or has no tokens.
   int64_t add_request(std::vector<int32_t> prompt, const RequestParams& p);
-  void abort(int64_t id);
+  // complete: the driver ended a normal completion (a stop string matched), so its text
+  // is what a finished request's is to the proposers that learn from it.
+  void abort(int64_t id, bool complete = false);
   // The proposer of SpecMethod::External requests; must outlive the engine's steps.
   void set_proposer(Proposer* p) { external_ = p; }
   // The cross-request suffix store (null until a request or the config uses it) and the

@@ -211,7 +211,8 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
     // The engine would report "abort"; say why. (A no-op when not tracing.)
     if (reason == "stop") perf::trace_req_note_end(ch.seq, "stop", "stop_string");
     else if (*a.trace_cause) perf::trace_req_note_end(ch.seq, reason, a.trace_cause);
-    engine_.abort(ch.seq);
+    // A stop string ends a normal completion: its text teaches the suffix store.
+    engine_.abort(ch.seq, /*complete=*/reason == "stop");
   }
   by_seq_.erase(ch.seq);
   engine_.release(ch.seq);

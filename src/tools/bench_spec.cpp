@@ -97,13 +97,11 @@ std::vector<SpecBenchRow> run_spec_bench(const Model& m, const SpecBenchOptions&
   EngineConfig plain = o.engine;
   plain.speculative.method = SpecMethod::None;
   plain.speculative.draft_model.clear();  // only the draft case loads it
-  EngineConfig cal1 = o.engine, cal = o.engine;
+  EngineConfig cal1 = plain, cal = plain;
   cal1.speculative = SpeculativeConfig::make(SpecMethod::External, 1, 1, 1, /*adaptive=*/false);
   cal.speculative = SpeculativeConfig::make(SpecMethod::External, o.k, 1, 1, /*adaptive=*/false);
   std::vector<std::pair<std::string, EngineConfig>> cases{
       {"plain", plain}, {"calibration 1", cal1}, {"calibration", cal}};
-  cal1.speculative.draft_model.clear();
-  cal.speculative.draft_model.clear();
   auto method = [&](SpecMethod m) {
     EngineConfig c = plain;
     c.speculative.method = m;
