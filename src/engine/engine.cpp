@@ -94,23 +94,21 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   if (cfg.mlock) model.lock_in_memory();
   EngineConfig target = cfg;
   RIDGE_CHECK(cfg.kv_cache_tokens >= 0, "KV cache of {} tokens", cfg.kv_cache_tokens);
-  if (cfg.kv_cache_tokens > 0)
-    target.kv_cache_bytes = cfg.kv_cache_tokens * ModelRunner::kv_bytes_per_token(model, cfg);
+  const int64_t t = ModelRunner::kv_bytes_per_token(model, cfg);
+  if (cfg.kv_cache_tokens > 0) target.kv_cache_bytes = cfg.kv_cache_tokens * t;
   if (!cfg.speculative.draft_model.empty()) {
     draft_model_ = Model::load(cfg.speculative.draft_model);
     check_draft_vocabulary(model, *draft_model_);
     if (cfg.mlock) draft_model_->lock_in_memory();
     // Both pools hold the same number of tokens: the KV memory split by bytes per token.
-    const int64_t budget = ModelRunner::kv_budget_bytes(cfg, model.mapped_bytes() + draft_model_->mapped_bytes());
-    const double t = double(ModelRunner::kv_bytes_per_token(model, cfg));
-    const double d = double(ModelRunner::kv_bytes_per_token(*draft_model_, cfg));
-    target.kv_cache_bytes = std::max<int64_t>(1, int64_t(double(budget) * t / (t + d)));
+    const int64_t d = ModelRunner::kv_bytes_per_token(*draft_model_, cfg);
+    const int64_t tokens =
+        cfg.kv_cache_tokens > 0
+            ? cfg.kv_cache_tokens
+            : ModelRunner::kv_budget_bytes(cfg, model.mapped_bytes() + draft_model_->mapped_bytes()) / (t + d);
+    target.kv_cache_bytes = std::max<int64_t>(1, tokens * t);
     EngineConfig dc = cfg;
-    dc.kv_cache_bytes = std::max<int64_t>(1, budget - target.kv_cache_bytes);
-    if (cfg.kv_cache_tokens > 0) {
-      target.kv_cache_bytes = cfg.kv_cache_tokens * int64_t(t);
-      dc.kv_cache_bytes = cfg.kv_cache_tokens * int64_t(d);
-    }
+    dc.kv_cache_bytes = std::max<int64_t>(1, tokens * d);
     draft_ = std::make_unique<DraftModelProposer>(*draft_model_, dc, pool_);
   } else if (cfg.speculative.method == SpecMethod::Draft) {
     fail("speculative method draft needs a draft model (--draft-model FILE)");
