@@ -234,7 +234,7 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     } else {
       stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
       nibble_unpack<NP, FmtInfo<F>::kHigh>(w + b * kBlockBytes + FmtInfo<F>::kCodes, ps, codes);
-      batch_row_tiles(rows, tile);
+      batch_even_tiles(rows, tile);
     }
   }
   batch_store<NP>(accm, rows, y, ldy, last);

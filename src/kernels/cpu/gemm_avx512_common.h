@@ -51,14 +51,20 @@ struct PassPrefetch {
 // same in the kernels.
 inline constexpr int64_t kAheadBytes = 1024;
 
-// Prefetches the lines kAheadBytes past [off, off + kBytes) of NP panels at stride ps.
+// A Q8_0 decode batch spends several times longer on each block than decode does, so
+// the same distance ahead is too little time ahead: at 2 to 9 rows the stream fell
+// behind the arithmetic. Twice the distance measured faster there and the same at one
+// row; 3 and 4 KiB no better, 6 KiB worse (docs/BENCHMARKS.md, issue 20 session 13).
+inline constexpr int64_t kBatchAheadBytes = 2048;
+
+// Prefetches the lines kDist past [off, off + kBytes) of NP panels at stride ps.
 // Stepping 64 bytes from each iteration's start covers every line of a stream that the
 // iterations walk back to back.
-template <int NP, int64_t kBytes>
+template <int NP, int64_t kBytes, int64_t kDist = kAheadBytes>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off) {
   for (int p = 0; p < NP; ++p)
     for (int64_t j = 0; j < kBytes; j += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + kAheadBytes + j), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + kDist + j), _MM_HINT_T0);
 }
 
 // The float accumulators of an MR x NP tile: zero at the start of the reduction, else
@@ -159,7 +165,27 @@ inline __attribute__((always_inline)) void batch_row_tiles(int64_t rows, F&& f) 
   }
 }
 
-// batch_row_tiles for one block of a decode batch, with the block's prefetch ahead
+// f(R, r) for tiles of at most 4 rows, as even as the rows allow (9 rows: 3, 3, 3, where
+// batch_row_tiles runs 4, 4, 1): a one-row tile loads each weight vector for a single
+// vpdpbusd. Measured faster for the 32-block formats at 5 to 9 rows; the K-quant batches,
+// whose tiles carry per-panel scale vectors too, measured the same or slower, so they
+// keep batch_row_tiles (docs/BENCHMARKS.md, issue 20 session 13).
+template <class F>
+inline __attribute__((always_inline)) void batch_even_tiles(int64_t rows, F&& f) {
+  const int64_t tiles = (rows + 3) / 4;
+  for (int64_t t = 0, r = 0; t < tiles; ++t) {
+    const int64_t n = (rows - r) / (tiles - t);  // the larger tiles last
+    switch (n) {
+      case 4: f(std::integral_constant<int, 4>{}, r); break;
+      case 3: f(std::integral_constant<int, 3>{}, r); break;
+      case 2: f(std::integral_constant<int, 2>{}, r); break;
+      default: f(std::integral_constant<int, 1>{}, r); break;
+    }
+    r += n;
+  }
+}
+
+// batch_even_tiles for one block of a decode batch, with the block's prefetch ahead
 // issued one panel per row tile: all NP panels' lines at the block's start are a burst
 // that fills the core's fill buffers and holds up the first tile's loads. The panels no
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
@@ -169,11 +195,11 @@ template <int NP, int64_t kBytes, class F>
 inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
                                                              F&& f) {
   int ahead = 0;
-  batch_row_tiles(rows, [&](auto R, int64_t r) {
-    if (ahead < NP) stream_ahead<1, kBytes>(w + ahead++ * ps, ps, off);
+  batch_even_tiles(rows, [&](auto R, int64_t r) {
+    if (ahead < NP) stream_ahead<1, kBytes, kBatchAheadBytes>(w + ahead++ * ps, ps, off);
     f(R, r);
   });
-  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes>(w + ahead * ps, ps, off);
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, kBatchAheadBytes>(w + ahead * ps, ps, off);
 }
 
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.
