@@ -132,15 +132,17 @@ TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   const DType t = GetParam();
   // k long enough that a batch splits each reduction into several passes where it still
   // runs in passes (gemm_avx512.cpp: 256 float columns, 2 super-blocks of Q6_K) while a
-  // single row runs it in one. 5, 6, 23 and 48 rows are one row chunk, a decode batch
-  // (every integer format runs block by block in row tiles of 4, so 4 + 1,
-  // 4 + 2 and 5 x 4 + 3; the others in passes); 61 is two (prefill: one pass per tile).
+  // single row runs it in one. 5, 6, 9, 23 and 48 rows are one row chunk, a decode
+  // batch (every integer format runs block by block in row tiles of at most 4: the
+  // K-quants 4 + 1, 4 + 2, 4 + 4 + 1, 5 x 4 + 3, the 32-block formats as even as the rows
+  // allow, 2 + 3, 3 + 3, 3 x 3, 3 + 5 x 4; the others in passes); 61 is two (prefill:
+  // one pass per tile).
   // 11 panels (the last partial) give decode batches tasks of 4, 4 and 2 + 1 panels; 12
   // (the last partial) end on a group of 4 with its last panel masked.
   const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800;
   ThreadPool p1(1), p2(2);
   for (const int64_t n_out : {166, 182})
-    for (const int64_t m : {5, 6, 23, 48, 61}) {
+    for (const int64_t m : {5, 6, 9, 23, 48, 61}) {
       SCOPED_TRACE("n_out = " + std::to_string(n_out) + ", m = " + std::to_string(m));
       const Mat w = make(t, k, n_out, uint32_t(11 + n_out));
       const auto x = acts(m, k, uint32_t(12 + m));
