@@ -32,6 +32,24 @@ DraftModelProposer::DraftModelProposer(const Model& draft, const EngineConfig& c
   cfg_.swap_bytes = 0;
   runner_ = std::make_unique<ModelRunner>(draft, cfg_, pool);
   bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size);
+  // The warm-up (draft_proposer.h): one block of token 0, in a block given back after.
+  const int32_t n = std::min(runner_->kv_layout().block_size, std::max(1, cfg_.max_num_batched_tokens));
+  Sequence warm(-1, std::vector<int32_t>(size_t(n), 0), RequestParams{}, draft.hparams().n_vocab, 0);
+  if (bm_->reserve(warm.blocks, n)) {
+    runner_->run({{&warm, n}}, rows_);
+    bm_->release(warm.blocks);
+  }
+}
+
+double DraftModelProposer::setup_seconds(int64_t seq, std::span<const int32_t> tokens) const {
+  int64_t done = 0;
+  if (auto it = shadows_.find(seq); it != shadows_.end() && it->second.seq) {
+    const Sequence& s = *it->second.seq;
+    const auto diverge = std::mismatch(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end()).first;
+    done = std::min<int64_t>(s.n_computed, diverge - s.tokens.begin());
+  }
+  const int64_t behind = int64_t(tokens.size()) - 1 - done;
+  return behind > kMergedCatchup ? double(behind) * catchup_s_per_token_ : 0.0;
 }
 
 DraftModelProposer::~DraftModelProposer() = default;
@@ -106,6 +124,7 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   // shadow sat out some steps) ride in the first drafting forward instead.
   const auto t0 = Clock::now();
   const int64_t budget = std::max(1, cfg_.max_num_batched_tokens);
+  int64_t caught_up = 0;
   for (;;) {
     std::vector<ScheduledChunk> chunks;
     int64_t used = 0;
@@ -118,8 +137,13 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
     }
     if (chunks.empty()) break;
     run(chunks);
+    caught_up += used;
   }
   catchup_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (caught_up > 0) {
+    const double rate = catchup_s_ / double(caught_up);
+    catchup_s_per_token_ = catchup_s_per_token_ > 0 ? 0.7 * catchup_s_per_token_ + 0.3 * rate : rate;
+  }
 
   // Drafting: position j of every sequence that wants j + 1 tokens, in one forward.
   const int32_t n_vocab = model_.hparams().n_vocab;

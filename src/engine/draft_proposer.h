@@ -10,6 +10,10 @@
 // undone next step: the shadow keeps only the prefix it shares with the target's tokens,
 // and its blocks past that prefix go back to the draft's pool.
 //
+// A forward of one block at construction touches the pool's first pages and the forward's
+// buffers, which the first drafting step would otherwise pay for (on a small model,
+// many steps' time).
+//
 // The draft's pool holds as many tokens as the target's (the engine splits the KV memory
 // between them by their bytes per token). When it is full, the shadows used least
 // recently are dropped; a sequence that still does not fit gets no proposal this step.
@@ -45,6 +49,8 @@ class DraftModelProposer final : public Proposer {
 
   void propose(std::span<const Ask> asks) override;
   bool costly() const override { return true; }
+  // The tokens the shadow has not run, at the measured catch-up time per token.
+  double setup_seconds(int64_t seq, std::span<const int32_t> tokens) const override;
   void retire(int64_t seq, std::span<const int32_t> tokens) override;
 
   // Of the last propose(): seconds spent catching up (not drafting), and forwards run.
@@ -78,6 +84,7 @@ class DraftModelProposer final : public Proposer {
   std::vector<int32_t> rows_;
   std::span<const float> logits_;
   double catchup_s_ = 0;
+  double catchup_s_per_token_ = 0;  // measured (decaying mean); 0 until a catch-up ran
   int64_t n_forwards_ = 0;
 };
 

@@ -371,7 +371,9 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
 // across the batch). Within the remaining max_tokens, the token budget and free blocks.
 // A costly proposer (a draft model) is asked after that choice, for as many tokens as
 // the step will verify; the others before it, since what they find (often nothing)
-// informs it.
+// informs it. Where the policy knows that not even certain tokens would pay for their
+// rows, no proposer is asked at all (on a small model the lookup is a share of the step)
+// but the probe's, for its one token.
 void Engine::speculate(SchedulerOutput& so) {
   draft_catchup_s_ = 0;
   propose_s_ = 0;
@@ -383,31 +385,38 @@ void Engine::speculate(SchedulerOutput& so) {
   if (n_speculating == 0) return;
   perf::TraceScope span("propose", "engine");
   const auto t0 = Clock::now();
-  std::vector<SpecPolicy::Candidate> cand;
-  std::vector<int32_t> take(so.chunks.size(), 0), avail(so.chunks.size(), 0);
-  std::vector<Proposer*> later(so.chunks.size(), nullptr);  // costly: asked after the choice
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
+  const size_t n = so.chunks.size();
+  std::vector<int32_t> want(n, 0);
+  int32_t adaptive_want = 0;
+  for (size_t i = 0; i < n; ++i) {
     Sequence* s = so.chunks[i].seq;
     s->draft.clear();  // a proposal lives for its step only
     if (s->spec_k <= 0 || !so.chunks[i].decode() || s->pending() != 1) continue;
     // Every produced token counts against max_tokens: the pending token's row gives one
     // more than the drafts.
-    const int32_t want = std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1);
-    if (want <= 0) continue;
-    const SpeculativeConfig& sc = s->params.speculative ? *s->params.speculative : cfg_.speculative;
+    want[i] = std::max(0, std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1));
+    if (spec_config(*s).adaptive) adaptive_want += want[i];
+  }
+  const bool hopeless = !spec_policy_.worth_asking(n_decodes, so.n_tokens(), adaptive_want);
+  std::vector<SpecPolicy::Candidate> cand;
+  std::vector<int32_t> take(n, 0), avail(n, 0);
+  std::vector<Proposer*> later(n, nullptr);  // costly: asked after the choice
+  std::vector<bool> deferred(n, false);      // not asked: nothing could pay
+  for (size_t i = 0; i < n; ++i) {
+    if (want[i] <= 0) continue;
+    Sequence* s = so.chunks[i].seq;
+    const SpeculativeConfig& sc = spec_config(*s);
+    if (sc.adaptive && hopeless) {
+      deferred[i] = true;
+      avail[i] = want[i];
+      continue;
+    }
     Proposer* p = proposer(sc.method);
-    RIDGE_CHECK(p || sc.method == SpecMethod::Ngram, "speculative method {} has no proposer in this engine",
-                spec_method_name(sc.method));
-    if (!p) {
-      NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose_one(s->tokens, want, s->draft);
-      avail[i] = int32_t(s->draft.size());
-    } else if (p->costly()) {
+    if (p && p->costly()) {
       later[i] = p;
-      avail[i] = want;
+      avail[i] = want[i];
     } else {
-      const Proposer::Ask ask{s->id, s->tokens, want, &s->draft};
-      p->propose({&ask, 1});
-      avail[i] = int32_t(s->draft.size());
+      avail[i] = ask_cheap(*s, p, want[i]);
     }
     if (!sc.adaptive) {
       take[i] = avail[i];
@@ -420,21 +429,55 @@ void Engine::speculate(SchedulerOutput& so) {
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
   probe(so, n_decodes, avail, take);
+  for (size_t i = 0; i < n; ++i) {
+    if (!deferred[i] || take[i] == 0) continue;
+    Sequence* s = so.chunks[i].seq;  // the probe's: ask its proposer now
+    Proposer* p = proposer(spec_config(*s).method);
+    if (p && p->costly()) later[i] = p;
+    else take[i] = std::min(take[i], ask_cheap(*s, p, take[i]));
+  }
   ask_costly(so, later, take);
+  // Catching a draft model up is a cost of speculating that the policy's line leaves out
+  // (spec_policy.h): it is paid from the probes' share, so that a draft turned off for
+  // being slow cannot cost more than that share by being probed.
+  if (draft_catchup_s_ > 0) {
+    const SpecPolicy::StepCost c = spec_policy_.cost(n_decodes);
+    if (c.known) probe_credit_ -= draft_catchup_s_ / std::max(1e-12, c.plain_s);
+  }
   int64_t n_drafts = 0, n_tokens = 0;
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     Sequence* s = so.chunks[i].seq;
     if (take[i] == 0) {
       s->spec_idle += avail[i] > 0;
       continue;
     }
     s->spec_idle = 0;
-    const int32_t n = sched_->grant_draft(so, so.chunks[i], take[i]);
-    n_drafts += n > 0;
-    n_tokens += n;
+    const int32_t got = sched_->grant_draft(so, so.chunks[i], take[i]);
+    n_drafts += got > 0;
+    n_tokens += got;
   }
   propose_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
+}
+
+const SpeculativeConfig& Engine::spec_config(const Sequence& s) const {
+  return s.params.speculative ? *s.params.speculative : cfg_.speculative;
+}
+
+// A cheap proposer's (or prompt lookup's, which needs no state) proposal of up to n
+// tokens into s.draft; returns its length.
+int32_t Engine::ask_cheap(Sequence& s, Proposer* p, int32_t n) {
+  const SpeculativeConfig& sc = spec_config(s);
+  RIDGE_CHECK(p || sc.method == SpecMethod::Ngram, "speculative method {} has no proposer in this engine",
+              spec_method_name(sc.method));
+  s.draft.clear();
+  if (!p) {
+    NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose_one(s.tokens, n, s.draft);
+  } else {
+    const Proposer::Ask ask{s.id, s.tokens, n, &s.draft};
+    p->propose({&ask, 1});
+  }
+  return int32_t(s.draft.size());
 }
 
 // The costly proposers' asks, one batch per proposer (a draft model drafts for all its
@@ -462,8 +505,9 @@ void Engine::ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>&
 
 // A sequence whose proposals were not worth a row still verifies one token now and then,
 // so its acceptance is measured again (text that starts repeating): the one idle longest,
-// when the probe credit covers the share of the step a row costs. The credit grows by
-// kSpecProbeShare per step, so probes never take more than that share of the time.
+// when the probe credit covers the share of the step a row costs (and the draft model's
+// catch-up it would need). The credit grows by kSpecProbeShare per step, so probes
+// never take more than that share of the time.
 void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
                    std::vector<int32_t>& take) {
   probe_credit_ = std::min(1.0, probe_credit_ + kSpecProbeShare);
@@ -475,9 +519,13 @@ void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   }
   if (best == so.chunks.size()) return;
   const SpecPolicy::StepCost c = spec_policy_.cost(n_decodes);
-  const double rows = double(so.n_tokens());
-  const double share = c.known ? std::max(0.0, c.at(rows + 1, true) / std::max(1e-12, c.plain_s) - 1) : 1.0 / rows;
-  if (probe_credit_ < share) return;
+  if (!c.known) return;  // the policy's prior measures this batch size already
+  const double share = std::max(0.0, c.at(double(so.n_tokens()) + 1, true) / std::max(1e-12, c.plain_s) - 1);
+  // A draft model's catch-up too must fit in the credit (speculate() charges what it took).
+  const Sequence* s = so.chunks[best].seq;
+  const Proposer* p = proposer(spec_config(*s).method);
+  const double setup = p ? p->setup_seconds(s->id, s->tokens) / std::max(1e-12, c.plain_s) : 0.0;
+  if (probe_credit_ < share + setup) return;
   probe_credit_ -= share;
   take[best] = 1;
 }

@@ -36,6 +36,10 @@ class Proposer {
   // how many tokens a step verifies first and asks for that many. A proposer that is not
   // costly is asked for all it may propose, and what it finds informs that decision.
   virtual bool costly() const { return false; }
+  // Seconds a proposal for this sequence would spend before its first token, beyond
+  // the cost per token (a draft model catching up on text it has not seen): the engine
+  // weighs it before probing a sequence it has not speculated on for a while.
+  virtual double setup_seconds(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) const { return 0; }
   // A sequence ended; `tokens` are its prompt and output when it finished normally
   // (empty when aborted). Proposers that keep state per sequence drop it here.
   virtual void retire(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) {}

@@ -18,6 +18,7 @@ void SpecPolicy::observe(int32_t n_decodes, int64_t rows, bool drafts, double se
   if (!drafts) {
     f.pw = kDecay * f.pw + 1;
     f.py = kDecay * f.py + seconds;
+    f.pr = kDecay * f.pr + double(rows);
     return;
   }
   const double x = double(rows);
@@ -30,7 +31,38 @@ void SpecPolicy::observe(int32_t n_decodes, int64_t rows, bool drafts, double se
 }
 
 SpecPolicy::StepCost SpecPolicy::cost(int32_t n_decodes) const {
-  const Fit& f = fit_[size_t(bucket(n_decodes))];
+  const int b = bucket(n_decodes);
+  StepCost c = own_cost(b);
+  const Fit& f = fit_[size_t(b)];
+  if (c.known || f.pw < 1) return c;
+  // A neighbor's line, moved: the same jump over its plain step at its plain rows, and
+  // the same cost per row, from this size's plain time and rows.
+  for (const int nb : {b - 1, b + 1}) {
+    if (nb < 0 || nb >= int(fit_.size())) continue;
+    const StepCost n = own_cost(nb);
+    if (!n.known) continue;
+    const Fit& g = fit_[size_t(nb)];
+    const double jump = n.at(g.pr / g.pw, true) - n.plain_s;
+    c.known = c.borrowed = true;
+    c.plain_s = f.py / f.pw;
+    c.per_row_s = n.per_row_s;
+    c.fixed_s = c.plain_s + jump - n.per_row_s * (f.pr / f.pw);
+    return c;
+  }
+  return c;
+}
+
+bool SpecPolicy::worth_asking(int32_t n_decodes, int64_t step_rows, int32_t max_tokens) const {
+  const StepCost c = cost(n_decodes);
+  if (!c.known) return true;  // the prior, or the first plain step of a borrowed line: cheap either way
+  const double plain_rate = double(n_decodes) / std::max(1e-12, c.plain_s);
+  for (int32_t a = 1; a <= max_tokens; ++a)
+    if (double(n_decodes + a) / std::max(1e-12, c.at(double(step_rows + a), true)) > plain_rate) return true;
+  return false;
+}
+
+SpecPolicy::StepCost SpecPolicy::own_cost(int b) const {
+  const Fit& f = fit_[size_t(b)];
   StepCost c;
   if (f.pw < 1 || f.w < 3) return c;
   // Centered sums: sxx = w x the rows' variance.
@@ -50,7 +82,9 @@ void SpecPolicy::choose(int32_t n_decodes, int64_t step_rows, std::vector<Candid
   // Stable: a chunk's tokens keep their order (equal chances), so each takes a prefix.
   std::stable_sort(cand.begin(), cand.end(), [](const Candidate& a, const Candidate& b) { return a.p > b.p; });
   const StepCost c = cost(n_decodes);
-  const Fit& f = fit_[size_t(bucket(n_decodes))];
+  const int b = bucket(n_decodes);
+  const Fit& f = fit_[size_t(b)];
+  auto measured = [&](int nb) { return nb >= 0 && nb < int(fit_.size()) && own_cost(nb).known; };
   size_t best = 0;
   if (c.known) {
     double expect = n_decodes, best_rate = double(n_decodes) / std::max(1e-12, c.plain_s);
@@ -59,7 +93,7 @@ void SpecPolicy::choose(int32_t n_decodes, int64_t step_rows, std::vector<Candid
       const double rate = expect / std::max(1e-12, c.at(double(step_rows) + double(i + 1), true));
       if (rate > best_rate) best_rate = rate, best = i + 1;
     }
-  } else if (f.n % 2 == 1) {
+  } else if (f.n % 2 == 1 && !measured(b - 1) && !measured(b + 1)) {  // else: a plain step, then borrow
     // A few rows in all, whatever the batch: a big batch pays for them in proportion.
     const size_t n = size_t(1 + (f.n / 2) % kPriorMax);
     while (best < std::min(n, cand.size()) && cand[best].p >= kPriorChance) ++best;

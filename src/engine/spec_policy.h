@@ -11,9 +11,13 @@
 // and a least-squares line of time on rows through the steps with drafts (older steps
 // forgotten; the slope taken one standard error high, so rows that hardly varied are
 // assumed dear). A step then takes, of its candidates sorted likeliest first, the prefix
-// that maximizes expected tokens per second. Until the line is measured, every other
-// step takes none and the others 1..kPriorMax of the likeliest tokens (if at least
-// kPriorChance likely), whatever the batch: the rows that varies are what the line needs.
+// that maximizes expected tokens per second. A batch size not yet measured borrows the
+// line of the next size up or down, once it has its own plain steps: what a draft row
+// adds to a step (the first one's jump, each next one's cost) changes little between
+// neighbors, and a batch that shrinks as its sequences finish otherwise pays to measure
+// every size again. With no neighbor measured either, every other step takes none and
+// the others 1..kPriorMax of the likeliest tokens (if at least kPriorChance likely),
+// whatever the batch: the rows that varies are what the line needs.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -33,11 +37,15 @@ class SpecPolicy {
   void choose(int32_t n_decodes, int64_t step_rows, std::vector<Candidate>& cand, std::vector<int32_t>& take) const;
   // A decode-only step: rows it ran, whether any were drafts, its time.
   void observe(int32_t n_decodes, int64_t rows, bool drafts, double seconds);
+  // Whether a step of n_decodes decodes in step_rows rows could gain from up to
+  // max_tokens more, even certain ones. False lets the engine skip asking proposers.
+  bool worth_asking(int32_t n_decodes, int64_t step_rows, int32_t max_tokens) const;
 
   // A decode step's time at this batch size: plain_s without drafts, fixed + per_row x
-  // rows with them.
+  // rows with them (borrowed: the line is a neighbor batch size's, moved to this one's
+  // plain steps).
   struct StepCost {
-    bool known = false;
+    bool known = false, borrowed = false;
     double plain_s = 0, fixed_s = 0, per_row_s = 0;
     double at(double rows, bool drafts) const { return drafts ? fixed_s + per_row_s * rows : plain_s; }
   };
@@ -49,8 +57,9 @@ class SpecPolicy {
 
  private:
   static int bucket(int32_t n_decodes);
+  StepCost own_cost(int b) const;
   struct Fit {  // decaying sums: steps without drafts, and least squares of time on rows with them
-    double pw = 0, py = 0;
+    double pw = 0, py = 0, pr = 0;  // pr: the plain steps' rows
     double w = 0, x = 0, y = 0, xx = 0, xy = 0, yy = 0;
     int64_t n = 0;  // steps seen
   };

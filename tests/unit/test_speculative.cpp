@@ -14,6 +14,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/draft_proposer.h"
 #include "engine/engine.h"
 #include "engine/proposer.h"
 #include "engine/suffix_proposer.h"
@@ -335,6 +336,32 @@ TEST_F(SpeculativeDraftModel, DraftPoolPressure) {
   EXPECT_GT(st.spec_accepted_tokens, 0);
 }
 
+// The draft's warm-up gives its block back; a sequence's catch-up is priced from the
+// measured catch-ups (what a probe weighs), and nothing once the shadow has the text.
+TEST_F(SpeculativeDraftModel, WarmUpAndCatchUpCost) {
+  const auto dm = Model::load(draft("draft-setup.gguf", DType::Q8_0, 1));
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(8) << 20;
+  ThreadPool pool(2);
+  DraftModelProposer d(*dm, cfg, pool);
+  EXPECT_EQ(d.blocks().n_free(), d.blocks().n_total());
+  std::vector<int32_t> toks(40);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + i % 50);
+  EXPECT_EQ(d.setup_seconds(7, toks), 0.0) << "nothing measured yet";
+  std::vector<int32_t> out;
+  const Proposer::Ask ask{7, toks, 3, &out};
+  d.propose({&ask, 1});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_GT(d.catchup_seconds(), 0.0);
+  EXPECT_EQ(d.setup_seconds(7, toks), 0.0) << "the shadow ran all of it";
+  std::vector<int32_t> longer = toks;
+  longer.insert(longer.end(), 30, 5);
+  EXPECT_GT(d.setup_seconds(7, longer), 0.0);
+  EXPECT_GT(d.setup_seconds(8, longer), d.setup_seconds(7, longer)) << "an unknown sequence starts from nothing";
+  d.retire(7, {});
+  EXPECT_EQ(d.blocks().n_free(), d.blocks().n_total());
+}
+
 TEST_F(SpeculativeDraftModel, VocabularyMustMatch) {
   EngineConfig cfg;
   cfg.kv_cache_bytes = int64_t(16) << 20;
@@ -639,6 +666,44 @@ TEST(SpecPolicy, TakesTheTokensWorthTheirRows) {
   EXPECT_EQ(b, (std::vector<int32_t>{0, 4, 0}));
   // Batch sizes are measured apart: batch 16's costs say nothing about batch 2.
   EXPECT_FALSE(busy.cost(2).known);
+  // Certain tokens pay on either (a sure token for a row), so proposers are asked.
+  EXPECT_TRUE(busy.worth_asking(16, 16, 1));
+  EXPECT_TRUE(mem.worth_asking(1, 1, 1));
+  // Drafts add a 20 ms jump to a 58 ms step and 3 ms per row: even 12 certain tokens
+  // (28 in 114 ms against 16 in 58) do not pay, so no proposer need be asked.
+  SpecPolicy dear;
+  for (int i = 0; i < 60; ++i) {
+    const int rows = 16 + i % 17;
+    dear.observe(16, rows, rows > 16, rows > 16 ? 0.030 + 0.003 * rows : 0.058);
+  }
+  EXPECT_FALSE(dear.worth_asking(16, 16, 12));
+  EXPECT_TRUE(dear.worth_asking(16, 16, 400)) << "a jump amortized over enough sure tokens";
+}
+
+// A batch size not yet measured borrows its neighbor's line once it has plain steps of
+// its own: the same jump for the first draft and cost per row, from its own plain step.
+TEST(SpecPolicy, NeighborsLine) {
+  SpecPolicy p;
+  for (int i = 0; i < 60; ++i) {  // 4 decodes: 20 ms, with drafts 22 ms + 1 ms per row
+    const int rows = 4 + i % 9;
+    p.observe(4, rows, rows > 4, rows > 4 ? 0.022 + 0.001 * rows : 0.020);
+  }
+  ASSERT_TRUE(p.cost(4).known);
+  EXPECT_FALSE(p.cost(4).borrowed);
+  EXPECT_FALSE(p.cost(2).known) << "no plain step of its own yet";
+  std::vector<SpecPolicy::Candidate> c{{0.5, 0}, {0.25, 0}};
+  std::vector<int32_t> take(1, 0);
+  p.choose(2, 2, c, take);
+  EXPECT_EQ(take[0], 0) << "a plain step first, not the prior's exploration";
+  p.observe(2, 2, false, 0.012);
+  const SpecPolicy::StepCost b = p.cost(2);
+  ASSERT_TRUE(b.known);
+  EXPECT_TRUE(b.borrowed);
+  EXPECT_NEAR(b.plain_s, 0.012, 1e-9);
+  EXPECT_NEAR(b.per_row_s, p.cost(4).per_row_s, 1e-12);
+  // 4 decodes: 4 rows with drafts would take 26 ms against 20 plain (a 6 ms jump).
+  EXPECT_NEAR(b.at(2, true) - b.plain_s, 0.006, 1e-6);
+  EXPECT_FALSE(p.cost(16).known) << "only the next size up or down";
 }
 
 TEST(SpecPolicy, StepCostFit) {
