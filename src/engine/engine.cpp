@@ -402,7 +402,9 @@ void Engine::speculate(SchedulerOutput& so) {
   std::vector<int32_t> take(n, 0), avail(n, 0);
   std::vector<Proposer*> later(n, nullptr);  // costly: asked after the choice
   std::vector<bool> deferred(n, false);      // not asked: nothing could pay
+  std::vector<float> conf;                   // a proposal's confidence, where its proposer has one
   for (size_t i = 0; i < n; ++i) {
+    conf.clear();
     if (want[i] <= 0) continue;
     Sequence* s = so.chunks[i].seq;
     const SpeculativeConfig& sc = spec_config(*s);
@@ -416,16 +418,20 @@ void Engine::speculate(SchedulerOutput& so) {
       later[i] = p;
       avail[i] = want[i];
     } else {
-      avail[i] = ask_cheap(*s, p, want[i]);
+      avail[i] = ask_cheap(*s, p, want[i], &conf);
     }
     if (!sc.adaptive) {
       take[i] = avail[i];
       continue;
     }
-    // The sequence's acceptance per token (a Beta(1, 1) prior on its decaying counts).
+    // The sequence's acceptance per token (a Beta(1, 1) prior on its decaying counts),
+    // times the proposer's own confidence where it has one (suffix decoding's votes).
     const double rate = (s->spec_acc + 1) / (s->spec_acc + s->spec_rej + 2);
     double p_acc = 1;
-    for (int32_t j = 0; j < avail[i]; ++j) cand.push_back({p_acc *= rate, i});
+    for (int32_t j = 0; j < avail[i]; ++j) {
+      p_acc *= rate;
+      cand.push_back({p_acc * (size_t(j) < conf.size() ? double(conf[size_t(j)]) : 1.0), i});
+    }
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
   probe(so, n_decodes, avail, take);
@@ -434,7 +440,7 @@ void Engine::speculate(SchedulerOutput& so) {
     Sequence* s = so.chunks[i].seq;  // the probe's: ask its proposer now
     Proposer* p = proposer(spec_config(*s).method);
     if (p && p->costly()) later[i] = p;
-    else take[i] = std::min(take[i], ask_cheap(*s, p, take[i]));
+    else take[i] = std::min(take[i], ask_cheap(*s, p, take[i], nullptr));
   }
   ask_costly(so, later, take);
   // Catching a draft model up is a cost of speculating that the policy's line leaves out
@@ -465,8 +471,8 @@ const SpeculativeConfig& Engine::spec_config(const Sequence& s) const {
 }
 
 // A cheap proposer's (or prompt lookup's, which needs no state) proposal of up to n
-// tokens into s.draft; returns its length.
-int32_t Engine::ask_cheap(Sequence& s, Proposer* p, int32_t n) {
+// tokens into s.draft, with its confidence where it has one; returns its length.
+int32_t Engine::ask_cheap(Sequence& s, Proposer* p, int32_t n, std::vector<float>* confidence) {
   const SpeculativeConfig& sc = spec_config(s);
   RIDGE_CHECK(p || sc.method == SpecMethod::Ngram, "speculative method {} has no proposer in this engine",
               spec_method_name(sc.method));
@@ -474,7 +480,7 @@ int32_t Engine::ask_cheap(Sequence& s, Proposer* p, int32_t n) {
   if (!p) {
     NgramProposer(sc.prompt_lookup_min, sc.prompt_lookup_max).propose_one(s.tokens, n, s.draft);
   } else {
-    const Proposer::Ask ask{s.id, s.tokens, n, &s.draft};
+    const Proposer::Ask ask{s.id, s.tokens, n, &s.draft, confidence};
     p->propose({&ask, 1});
   }
   return int32_t(s.draft.size());

@@ -175,7 +175,7 @@ class Engine {
   void probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
              std::vector<int32_t>& take);
   void ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>& later, std::vector<int32_t>& take);
-  int32_t ask_cheap(Sequence& s, Proposer* p, int32_t n);
+  int32_t ask_cheap(Sequence& s, Proposer* p, int32_t n, std::vector<float>* confidence);
   const SpeculativeConfig& spec_config(const Sequence& s) const;
   Proposer* proposer(SpecMethod m) const;  // null for Ngram (made per request) and None
   void make_suffix();

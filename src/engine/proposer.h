@@ -28,6 +28,10 @@ class Proposer {
     std::span<const int32_t> tokens;
     int32_t max_tokens;
     std::vector<int32_t>* out;
+    // Where the proposer has a measure of its own: one entry per proposed token, the
+    // chance that it and every token before it are right (suffix decoding's vote share).
+    // The engine's policy weighs it with the sequence's measured acceptance. May be null.
+    std::vector<float>* confidence = nullptr;
   };
   virtual ~Proposer() = default;
   // Every speculating sequence of a step at once (a draft model batches them).

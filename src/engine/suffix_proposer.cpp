@@ -56,10 +56,11 @@ void SuffixProposer::evict() {
 }
 
 void SuffixProposer::propose(std::span<const Ask> asks) {
-  for (const Ask& a : asks) propose_one(a.tokens, a.max_tokens, *a.out);
+  for (const Ask& a : asks) propose_one(a.tokens, a.max_tokens, *a.out, a.confidence);
 }
 
-void SuffixProposer::propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) {
+void SuffixProposer::propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out,
+                                 std::vector<float>* confidence) {
   const int32_t L = int32_t(tokens.size());
   if (L <= kKey || max_tokens <= 0) return;
   const uint64_t k = key(tokens.data() + L - kKey);
@@ -107,6 +108,7 @@ void SuffixProposer::propose_one(std::span<const int32_t> tokens, int32_t max_to
     if (conf < o_.min_token_prob) break;
     const int32_t tok = win->first;
     out.push_back(tok);
+    if (confidence) confidence->push_back(float(conf));
     std::erase_if(active, [&](const Occ& o) {
       const std::span<const int32_t> t = text(o.doc, tokens);
       return size_t(o.pos + depth) >= t.size() || t[size_t(o.pos + depth)] != tok;

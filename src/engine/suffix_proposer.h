@@ -35,7 +35,9 @@ class SuffixProposer final : public Proposer {
   void retire(int64_t seq, std::span<const int32_t> tokens) override;
   void add(std::span<const int32_t> tokens);
 
-  void propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out);
+  // confidence (may be null): each proposed token's running product of vote shares.
+  void propose_one(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out,
+                   std::vector<float>* confidence = nullptr);
   int64_t n_cached_tokens() const { return n_tokens_; }
   int64_t n_docs() const { return int64_t(docs_.size()); }
 

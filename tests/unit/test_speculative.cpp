@@ -68,6 +68,13 @@ TEST(SuffixProposer, LongestMatchThenMostFrequentContinuation) {
   for (int i = 0; i < 3; ++i) v.add(std::vector<int32_t>{1, 2, 3, 6, 7});
   v.add(std::vector<int32_t>{1, 2, 3, 9, 9, 9});
   EXPECT_EQ(suffix_propose(v, {5, 2, 3}, 8), (std::vector<int32_t>{6, 7}));
+  // Its confidence, which the engine's policy weighs: 3 of 4 voters, then all 3 left.
+  std::vector<int32_t> out;
+  std::vector<float> conf;
+  v.propose_one(std::vector<int32_t>{5, 2, 3}, 8, out, &conf);
+  ASSERT_EQ(conf.size(), out.size());
+  EXPECT_FLOAT_EQ(conf[0], 0.75f);
+  EXPECT_FLOAT_EQ(conf[1], 0.75f);
   // The longest match votes alone: "5 6 2 3" matches one text over four tokens.
   v.add(std::vector<int32_t>{5, 6, 2, 3, 8});
   EXPECT_EQ(suffix_propose(v, {5, 6, 2, 3}, 2), (std::vector<int32_t>{8}));
