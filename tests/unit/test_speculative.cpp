@@ -50,6 +50,29 @@ TEST(NgramProposer, LongestThenLatestMatch) {
   EXPECT_THROW(NgramProposer(3, 2), ridge::Error);
 }
 
+// The one-pass search against the definition: for n from max down to min, the latest
+// earlier occurrence of the last n tokens, on random texts of few distinct tokens.
+TEST(NgramProposer, OnePassEqualsTheDefinition) {
+  auto reference = [](std::span<const int32_t> t, int64_t min_n, int64_t max_n, int32_t k) {
+    const int64_t L = int64_t(t.size());
+    for (int64_t n = std::min<int64_t>(max_n, L - 1); n >= min_n; --n)
+      for (int64_t s = L - n - 1; s >= 0; --s)
+        if (std::equal(t.end() - n, t.end(), t.begin() + s))
+          return std::vector<int32_t>(t.begin() + s + n, t.begin() + std::min(L, s + n + k));
+    return std::vector<int32_t>{};
+  };
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t L = 1 + int64_t(rng() % 40), vocab = 2 + int64_t(rng() % 5);
+    const int64_t min_n = 1 + int64_t(rng() % 3), max_n = min_n + int64_t(rng() % 4);
+    const int32_t k = 1 + int32_t(rng() % 6);
+    std::vector<int32_t> t(static_cast<size_t>(L));
+    for (auto& v : t) v = int32_t(rng() % uint64_t(vocab));
+    ASSERT_EQ(propose(NgramProposer(int32_t(min_n), int32_t(max_n)), t, k), reference(t, min_n, max_n, k))
+        << "trial " << trial;
+  }
+}
+
 std::vector<int32_t> suffix_propose(SuffixProposer& p, std::vector<int32_t> toks, int32_t k) {
   std::vector<int32_t> out;
   p.propose_one(toks, k, out);
