@@ -81,6 +81,27 @@ void DraftModelProposer::run(const std::vector<ScheduledChunk>& chunks) {
   for (const ScheduledChunk& c : chunks) c.seq->n_computed += c.n_tokens;
 }
 
+// The whole blocks of tokens' prefix that donor's K/V hold among its first `upto` tokens
+// (never the last of tokens: it is run again for its logits).
+int32_t DraftModelProposer::shared_blocks(const Sequence& donor, int64_t upto, std::span<const int32_t> tokens) const {
+  const int64_t lim = std::max<int64_t>(0, std::min<int64_t>({upto, int64_t(donor.tokens.size()), int64_t(tokens.size()) - 1}));
+  const auto end = donor.tokens.begin() + lim;
+  const int64_t common = std::mismatch(donor.tokens.begin(), end, tokens.begin()).first - donor.tokens.begin();
+  return int32_t(common / bm_->block_size());
+}
+
+// s takes donor's first n blocks (their K/V are for the same tokens at the same
+// positions: the batch-invariant forward would write the same bits) and has their tokens
+// computed. Shared blocks are whole and before both tables' computed ends, so neither
+// ever writes them again.
+void DraftModelProposer::fork(Sequence& s, const Sequence& donor, int32_t n) {
+  bm_->release(s.blocks);
+  s.blocks.assign(donor.blocks.begin(), donor.blocks.begin() + n);
+  for (int32_t b : s.blocks) bm_->retain(b);
+  s.n_computed = n * bm_->block_size();
+  shared_tokens_ += s.n_computed;
+}
+
 void DraftModelProposer::propose(std::span<const Ask> asks) {
   using Clock = std::chrono::steady_clock;
   ++now_;
@@ -89,9 +110,22 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   // Every asked shadow is in use this step before any reserves: none evicts another.
   for (const Ask& a : asks)
     if (a.max_tokens > 0 && !a.tokens.empty()) shadows_[a.seq].last_use = now_;
-  // The shadows to draft for, each with its ask.
-  std::vector<std::pair<Sequence*, const Ask*>> live;
+  // The shadows to draft for, each with its ask; a shadow that will share its prefix
+  // with one caught up in this step (a leader) waits for it to be computed.
+  struct Live {
+    Sequence* s;
+    const Ask* a;
+    Sequence* leader = nullptr;
+    bool alive = true;
+  };
+  std::vector<Live> live;
   int32_t depth = 0;
+  // Every token and every draft but the last (which is never run) needs a slot; what the
+  // whole pool cannot hold evicts nothing.
+  auto reserve_ask = [&](Sequence& s, const Ask& a) {
+    const int64_t need = int64_t(s.tokens.size()) + a.max_tokens - 1;
+    return bm_->blocks_for(need) <= bm_->n_total() && reserve(s, need);
+  };
   for (const Ask& a : asks) {
     if (a.max_tokens <= 0 || a.tokens.empty()) continue;
     auto it = shadows_.find(a.seq);
@@ -106,14 +140,32 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
     s.tokens.assign(a.tokens.begin(), a.tokens.end());
     s.n_prompt = int32_t(s.tokens.size());
     bm_->truncate(s.blocks, s.n_computed);
-    // Every token and every draft but the last (which is never run) needs a slot; what
-    // the whole pool cannot hold evicts nothing.
-    const int64_t need = int64_t(s.tokens.size()) + a.max_tokens - 1;
-    if (bm_->blocks_for(need) > bm_->n_total() || !reserve(s, need)) {
+    // A shadow far behind shares the prefix another has computed (the same prompt: n > 1
+    // choices, a system prompt) or will compute in this step, rather than run it again.
+    Live e{&s, &a};
+    // A donor shares only tokens its target verified before its last ask (n_prompt):
+    // those it never runs again, where its drafts past them may be rolled back and
+    // rewritten.
+    if (s.pending() - 1 > kMergedCatchup) {
+      int32_t best = s.n_computed / bm_->block_size();
+      const Sequence* donor = nullptr;
+      for (const auto& [id, sh] : shadows_)
+        if (sh.seq && sh.seq.get() != &s) {
+          const int64_t stable = std::min<int64_t>(sh.seq->n_computed, int64_t(sh.seq->n_prompt) - 1);
+          const int32_t n = shared_blocks(*sh.seq, stable, a.tokens);
+          if (n > best) best = n, donor = sh.seq.get();
+        }
+      for (const Live& l : live)
+        if (!l.leader)
+          if (const int32_t n = shared_blocks(*l.s, int64_t(l.s->tokens.size()) - 1, a.tokens); n > best)
+            best = n, donor = nullptr, e.leader = l.s;
+      if (donor) fork(s, *donor, best);
+    }
+    if (!e.leader && !reserve_ask(s, a)) {
       drop(it);
       continue;
     }
-    live.emplace_back(&s, &a);
+    live.push_back(e);
     depth = std::max(depth, a.max_tokens);
   }
   if (live.empty()) return;
@@ -121,25 +173,44 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   // Catch-up of long stretches (a new prompt, text the draft has not seen for a while):
   // forwards of at most the token budget, timed apart (a cost of the sequence, not of
   // the step's rows). A few tokens behind (the target accepted all drafts, or the
-  // shadow sat out some steps) ride in the first drafting forward instead.
+  // shadow sat out some steps) ride in the first drafting forward instead. The leaders
+  // and the others first, then the shadows that share a leader's prefix.
   const auto t0 = Clock::now();
   const int64_t budget = std::max(1, cfg_.max_num_batched_tokens);
   int64_t caught_up = 0;
-  for (;;) {
-    std::vector<ScheduledChunk> chunks;
-    int64_t used = 0;
-    for (auto& [s, a] : live) {
-      const int32_t behind = s->pending() - 1;
-      if (behind <= kMergedCatchup || used >= budget) continue;
-      const int32_t n = int32_t(std::min<int64_t>(behind, budget - used));
-      chunks.push_back({s, n});
-      used += n;
+  auto catch_up = [&](bool followers) {
+    for (;;) {
+      std::vector<ScheduledChunk> chunks;
+      int64_t used = 0;
+      for (const Live& l : live) {
+        if (!l.alive || (l.leader && !followers)) continue;
+        const int32_t behind = l.s->pending() - 1;
+        if (behind <= kMergedCatchup || used >= budget) continue;
+        const int32_t n = int32_t(std::min<int64_t>(behind, budget - used));
+        chunks.push_back({l.s, n});
+        used += n;
+      }
+      if (chunks.empty()) break;
+      run(chunks);
+      caught_up += used;
     }
-    if (chunks.empty()) break;
-    run(chunks);
-    caught_up += used;
+  };
+  catch_up(false);
+  bool followers = false;
+  for (Live& l : live) {
+    if (!l.leader) continue;
+    followers = true;
+    const auto lead = std::find_if(live.begin(), live.end(), [&](const Live& o) { return o.s == l.leader; });
+    const int32_t n = lead->alive ? shared_blocks(*l.leader, l.leader->n_computed, l.a->tokens) : 0;
+    if (n > l.s->n_computed / bm_->block_size()) fork(*l.s, *l.leader, n);
+    if (!reserve_ask(*l.s, *l.a)) {
+      l.alive = false;
+      drop(shadows_.find(l.a->seq));
+    }
   }
+  if (followers) catch_up(true);
   catchup_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  catchup_tokens_ += caught_up;
   if (caught_up > 0) {
     const double rate = catchup_s_ / double(caught_up);
     catchup_s_per_token_ = catchup_s_per_token_ > 0 ? 0.7 * catchup_s_per_token_ + 0.3 * rate : rate;
@@ -150,8 +221,9 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   std::vector<ScheduledChunk> chunks;
   for (int32_t j = 0; j < depth; ++j) {
     chunks.clear();
-    for (auto& [s, a] : live)
-      if (j < a->max_tokens) chunks.push_back({s, s->pending()});
+    for (const Live& l : live)
+      if (l.alive && j < l.a->max_tokens) chunks.push_back({l.s, l.s->pending()});
+    if (chunks.empty()) break;
     run(chunks);
     for (size_t i = 0; i < chunks.size(); ++i) {
       RIDGE_ASSERT(rows_[i] >= 0);
@@ -161,7 +233,8 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   }
   // The shadow keeps its drafts as tokens (and K/V for all but the last): the next step
   // keeps the prefix of them the target accepted.
-  for (auto& [s, a] : live) a->out->insert(a->out->end(), s->tokens.end() - a->max_tokens, s->tokens.end());
+  for (const Live& l : live)
+    if (l.alive) l.a->out->insert(l.a->out->end(), l.s->tokens.end() - l.a->max_tokens, l.s->tokens.end());
 }
 
 }  // namespace ridge

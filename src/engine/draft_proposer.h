@@ -17,8 +17,10 @@
 // The draft's pool holds as many tokens as the target's (the engine splits the KV memory
 // between them by their bytes per token). When it is full, the shadows used least
 // recently are dropped; a sequence that still does not fit gets no proposal this step.
-// The draft has no prefix cache: sequences sharing a prompt (n > 1 choices, a cached
-// system prompt) each hold their own copy of it here.
+// A shadow far behind (a new request) first looks for another shadow that has its
+// prompt's first blocks computed, or will in this step, and shares those blocks (ref
+// counted) instead of running them again: n > 1 choices and requests with one system
+// prompt run it once.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -57,6 +59,10 @@ class DraftModelProposer final : public Proposer {
   double catchup_seconds() const { return catchup_s_; }
   int64_t n_forwards() const { return n_forwards_; }
   int32_t n_shadows() const { return int32_t(shadows_.size()); }
+  // Since construction: tokens run by catch-up forwards, and tokens a shadow took
+  // computed from another's blocks instead.
+  int64_t catchup_tokens() const { return catchup_tokens_; }
+  int64_t shared_tokens() const { return shared_tokens_; }
   const BlockManager& blocks() const { return *bm_; }
   int64_t kv_pool_bytes() const { return runner_->kv_pool_bytes(); }
 
@@ -74,6 +80,8 @@ class DraftModelProposer final : public Proposer {
   bool reserve(Sequence& s, int64_t n_tokens);
   void drop(std::unordered_map<int64_t, Shadow>::iterator it);
   void run(const std::vector<ScheduledChunk>& chunks);
+  int32_t shared_blocks(const Sequence& donor, int64_t upto, std::span<const int32_t> tokens) const;
+  void fork(Sequence& s, const Sequence& donor, int32_t n_blocks);
 
   const Model& model_;
   EngineConfig cfg_;
@@ -86,6 +94,7 @@ class DraftModelProposer final : public Proposer {
   double catchup_s_ = 0;
   double catchup_s_per_token_ = 0;  // measured (decaying mean); 0 until a catch-up ran
   int64_t n_forwards_ = 0;
+  int64_t catchup_tokens_ = 0, shared_tokens_ = 0;
 };
 
 }  // namespace ridge

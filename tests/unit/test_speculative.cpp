@@ -392,6 +392,83 @@ TEST_F(SpeculativeDraftModel, WarmUpAndCatchUpCost) {
   EXPECT_EQ(d.blocks().n_free(), d.blocks().n_total());
 }
 
+// Shadows of one prompt share its whole blocks: in the step they first draft (a leader
+// catches up, the others fork from it) and later (from a computed shadow, its verified
+// tokens only). The drafts are what a shadow of its own would draft.
+TEST_F(SpeculativeDraftModel, ShadowsShareAPromptsBlocks) {
+  const auto dm = Model::load(draft("draft-share.gguf", DType::Q8_0, 1));
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(8) << 20;
+  ThreadPool pool(2);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7) % 50);
+  auto alone = [&](std::span<const int32_t> toks) {
+    DraftModelProposer d(*dm, cfg, pool);
+    std::vector<int32_t> out;
+    const Proposer::Ask ask{1, toks, 4, &out};
+    d.propose({&ask, 1});
+    return out;
+  };
+  DraftModelProposer d(*dm, cfg, pool);
+  std::vector<int32_t> o1, o2, o3;
+  const Proposer::Ask two[] = {{1, prompt, 4, &o1}, {2, prompt, 4, &o2}};
+  d.propose(two);
+  EXPECT_EQ(d.shared_tokens(), 32) << "two whole blocks of the 39 computed tokens";
+  EXPECT_EQ(d.catchup_tokens(), 39 + 7);
+  int32_t shared = 0;
+  for (int32_t b = 0; b < d.blocks().n_total(); ++b) shared += d.blocks().ref_count(b) == 2;
+  EXPECT_EQ(shared, 2);
+  const auto ref = alone(prompt);
+  EXPECT_EQ(o1, ref);
+  EXPECT_EQ(o2, ref);
+  // A later request: the same prompt, then its own text.
+  std::vector<int32_t> third = prompt;
+  third.insert(third.end(), {9, 8, 7, 6, 5});
+  const Proposer::Ask later{3, third, 4, &o3};
+  d.propose({&later, 1});
+  EXPECT_EQ(d.shared_tokens(), 64);
+  EXPECT_EQ(o3, alone(third));
+  for (int64_t id : {1, 2, 3}) d.retire(id, {});
+  EXPECT_EQ(d.blocks().n_free(), d.blocks().n_total());
+  d.blocks().check_invariants();
+}
+
+// Requests with one long prompt through the engine, greedy and sampled: the output is
+// the plain run's and the draft shared the prompt's blocks.
+TEST_F(SpeculativeDraftModel, SharedPromptThroughTheEngine) {
+  const int32_t nv = model_->hparams().n_vocab;
+  std::vector<int32_t> common(70);
+  for (size_t i = 0; i < common.size(); ++i) common[i] = int32_t(1 + (i * 13) % (nv - 1));
+  for (const bool sampled : {false, true}) {
+    std::vector<Req> reqs;
+    for (int r = 0; r < 6; ++r) {
+      Req q;
+      q.prompt = common;
+      q.prompt.push_back(int32_t(1 + r));
+      q.p.max_tokens = 16;
+      q.p.ignore_eos = true;
+      if (sampled) q.p.sampling.temperature = 0.8f, q.p.sampling.seed = uint64_t(100 + r);
+      else q.p.sampling.temperature = 0;
+      reqs.push_back(q);
+    }
+    EngineConfig cfg;
+    cfg.kv_cache_bytes = int64_t(64) << 20;
+    const auto plain = run(*model_, cfg, reqs);
+    cfg.speculative = SpeculativeConfig::make(SpecMethod::Draft, 3, 2, 4, false);
+    cfg.speculative.draft_model = draft("draft-share-engine.gguf", DType::Q4_0, 0);
+    Engine e(*model_, nullptr, cfg);
+    std::vector<int64_t> ids;
+    for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+    while (e.has_work()) {
+      e.step();
+      e.draft_proposer()->blocks().check_invariants();
+    }
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(e.output(ids[i]).tokens, plain[i].o.tokens) << i;
+    EXPECT_GE(e.draft_proposer()->shared_tokens(), 5 * 64) << "five of six ran the prompt's 4 whole blocks once";
+    EXPECT_EQ(e.draft_proposer()->blocks().n_free(), e.draft_proposer()->blocks().n_total());
+  }
+}
+
 TEST_F(SpeculativeDraftModel, VocabularyMustMatch) {
   EngineConfig cfg;
   cfg.kv_cache_bytes = int64_t(16) << 20;
