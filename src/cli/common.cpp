@@ -33,12 +33,17 @@ namespace {
 int threads_flag(Args& a) { return int(a.integer({"-t", "--threads"}, 0, 0, 1024)); }
 int32_t block_size_flag(Args& a) { return int32_t(a.integer({"--block-size"}, 16, 1, 1024)); }
 
+// vLLM's names: fp8 is fp8_e4m3; int8 (llama.cpp's q8_0 cache, per position and head
+// here) and i8 are one.
 DType kv_type_flag(Args& a) {
   const std::string kv = a.str({"--kv-cache-dtype", "--kv-type"}, "auto");
   if (kv == "auto") return DType::F16;
+  if (kv == "int8" || kv == "i8") return DType::I8;
+  if (kv == "fp8" || kv == "fp8_e4m3") return DType::F8_E4M3;
+  if (kv == "fp8_e5m2") return DType::F8_E5M2;
   auto t = dtype_from_name(kv);
   if (!t || !(*t == DType::F16 || *t == DType::BF16 || *t == DType::F32))
-    fail("--kv-cache-dtype {} is not one of auto, f16, bf16, f32", kv);
+    fail("--kv-cache-dtype {} is not one of auto, f16, bf16, f32, int8, fp8 (fp8_e4m3), fp8_e5m2", kv);
   return *t;
 }
 

@@ -79,7 +79,8 @@ commands:
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
 --kv-cache-dtype, --block-size and --max-num-batched-tokens only):
-  -t THREADS, --kv-cache-dtype auto|f16|bf16|f32 (alias --kv-type), --block-size N (16),
+  -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
+  the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
   --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,

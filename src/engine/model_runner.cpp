@@ -23,7 +23,7 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
-  const int64_t per_block = kl.bytes_per_token() * cfg.block_size;
+  const int64_t per_block = kl.block_bytes();
   const int64_t bytes = ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)

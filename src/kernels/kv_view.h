@@ -7,6 +7,12 @@
 // every block; a block's K (V) tiles of all KV heads are one contiguous run:
 //   [n_layer] { K [n_blocks][n_kv_head][head_dim_k][block_size],
 //               V [n_blocks][n_kv_head][block_size][head_dim_v] }
+// The 8-bit dtypes (I8, F8_E4M3, F8_E5M2) are scaled: a head's K (V) tile is followed by
+// its slots' f32 scales, [block_size] each, computed when a position is written (the
+// absolute maximum of that token's head vector over the code's largest value). A key's
+// scale multiplies its whole dot product, a value's scale its probability, so the
+// kernels convert codes and apply one scale per position. Scales live inside the block,
+// so whatever moves blocks (prefix cache, swap, rollback) moves them.
 // Attention computes a tile's scores with keys across the vector lanes (16 slots of one
 // dimension are one load, no transpose) and P.V with dimensions across the lanes (one
 // position's V row is one load). A decode attention task over several heads reads one
@@ -28,9 +34,22 @@ struct KVLayout {
   int32_t n_blocks = 0;
   DType dtype = DType::F16;
 
-  int64_t bytes_per_token() const {  // K and V, all layers
-    return int64_t(n_layer) * n_kv_head * (head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size);
+  bool scaled() const { return kv_scaled(dtype); }
+  // A head's K (dim = head_dim_k) or V tile in a block: codes (4-byte aligned when
+  // scaled), then the scales; and a whole block, all layers.
+  int64_t codes_bytes(int32_t dim) const {
+    const int64_t n = int64_t(block_size) * dim * int64_t(dtype_info(dtype).type_size);
+    return scaled() ? (n + 3) / 4 * 4 : n;
   }
+  int64_t tile_bytes(int32_t dim) const { return codes_bytes(dim) + (scaled() ? int64_t(block_size) * 4 : 0); }
+  int64_t block_bytes() const { return int64_t(n_layer) * n_kv_head * (tile_bytes(head_dim_k) + tile_bytes(head_dim_v)); }
+  int64_t bytes_per_token() const {  // K and V (and their scales), all layers; padding aside
+    return int64_t(n_layer) * n_kv_head *
+           ((head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size) + (scaled() ? 8 : 0));
+  }
+  static bool kv_scaled(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2; }
+  // The largest code value of a scaled dtype: a position's scale is its amax over this.
+  static float kv_code_max(DType t) { return t == DType::I8 ? 127.f : t == DType::F8_E4M3 ? 448.f : 57344.f; }
 };
 
 class KVView {
@@ -44,12 +63,22 @@ class KVView {
 
   // Sizes of one block's K tiles (all heads) and V tiles in one layer: also the bytes from
   // one block's K (V) tiles to the next block's.
-  int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_k * esz_; }
-  int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * l_.block_size * l_.head_dim_v * esz_; }
+  int64_t k_block_bytes() const { return int64_t(l_.n_kv_head) * k_head_bytes(); }
+  int64_t v_block_bytes() const { return int64_t(l_.n_kv_head) * v_head_bytes(); }
   int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }  // all layers
-  // Bytes from one head's K (V) tile to the next head's in a block.
-  int64_t k_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_k * esz_; }
-  int64_t v_head_bytes() const { return int64_t(l_.block_size) * l_.head_dim_v * esz_; }
+  // Bytes from one head's K (V) tile to the next head's in a block (codes and scales).
+  int64_t k_head_bytes() const { return k_codes_bytes() + scale_bytes(); }
+  int64_t v_head_bytes() const { return v_codes_bytes() + scale_bytes(); }
+  // A head's K (V) codes, then (scaled dtypes) its slots' f32 scales, 4-byte aligned.
+  int64_t k_codes_bytes() const { return l_.codes_bytes(l_.head_dim_k); }
+  int64_t v_codes_bytes() const { return l_.codes_bytes(l_.head_dim_v); }
+  int64_t scale_bytes() const { return l_.scaled() ? int64_t(l_.block_size) * 4 : 0; }
+  float* k_scales(int32_t layer, int32_t block, int32_t head) const {
+    return reinterpret_cast<float*>(k_tile(layer, block, head) + k_codes_bytes());
+  }
+  float* v_scales(int32_t layer, int32_t block, int32_t head) const {
+    return reinterpret_cast<float*>(v(layer, block, head, 0) + v_codes_bytes());
+  }
 
   // Head h's K tile [head_dim_k][block_size] of (layer, block).
   uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
@@ -62,7 +91,7 @@ class KVView {
   }
 
   // One position's K or V vector of one head, from or to f32 (K's elements lie
-  // block_size apart, V's are contiguous).
+  // block_size apart, V's are contiguous; a scaled dtype's codes times their scale).
   void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
   void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
   void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;

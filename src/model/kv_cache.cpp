@@ -7,8 +7,8 @@
 namespace ridge {
 
 KVCache::KVCache(const KVLayout& layout) : KVView(layout, nullptr) {
-  RIDGE_CHECK(l_.dtype == DType::F16 || l_.dtype == DType::F32 || l_.dtype == DType::BF16,
-              "KV cache dtype {} is not supported (f16, bf16, f32)", dtype_name(l_.dtype));
+  RIDGE_CHECK(l_.dtype == DType::F16 || l_.dtype == DType::F32 || l_.dtype == DType::BF16 || l_.scaled(),
+              "KV cache dtype {} is not supported (f16, bf16, f32, i8, fp8_e4m3, fp8_e5m2)", dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");
   RIDGE_CHECK(l_.block_size <= 1024, "KV cache block size {} is over 1024 tokens", l_.block_size);
   // Anonymous pages: zeroed (a never-written slot is never NaN garbage) and committed

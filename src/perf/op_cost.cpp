@@ -28,12 +28,18 @@ OpCost swiglu_cost(int64_t rows, int64_t n_ff) {
   return {5.0 * double(rows) * double(n_ff), 12.0 * double(rows) * double(n_ff)};
 }
 
+namespace {
+// The 8-bit KV dtypes' f32 scales: one for K and one for V per position and KV head.
+double kv_scale_bytes(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2 ? 8.0 : 0.0; }
+}  // namespace
+
 OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type) {
   const double nq = h.n_q(), nk = h.n_kv_k(), nv = h.n_kv_v(), t = double(tokens);
   double per_token = 3.0 * double(h.rope_dim) * double(h.n_head + h.n_head_kv);
   if (bias) per_token += nq + nk + nv;
   if (qk_norm) per_token += 3.0 * (nq + nk);
-  const double bytes = t * (4.0 * (nq + nk + nv) + 4.0 * (nq + nk) + double(row_bytes(kv_type, 1)) * (nk + nv));
+  const double bytes = t * (4.0 * (nq + nk + nv) + 4.0 * (nq + nk) + double(row_bytes(kv_type, 1)) * (nk + nv) +
+                            double(h.n_head_kv) * kv_scale_bytes(kv_type));
   return {t * per_token, bytes};
 }
 
@@ -46,7 +52,8 @@ OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int
     const double keys = double(n) * double(pos0) + double(n) * double(n + 1) / 2.0;
     flops += nh * keys * (2.0 * dk + 2.0 * dv + 5.0);
     const double ctx = double(pos0) + double(n);
-    bytes += ctx * nkv * (dk + dv) * kv_elem + double(n) * 4.0 * (double(h.n_q()) + double(h.n_attn_out()));
+    bytes += ctx * nkv * ((dk + dv) * kv_elem + kv_scale_bytes(kv_type)) +
+             double(n) * 4.0 * (double(h.n_q()) + double(h.n_attn_out()));
   }
   return {flops, bytes};
 }

@@ -112,6 +112,7 @@ mkdir model_dir.gguf
 printf 'Once upon a time there was a text file.\n' >text.gguf
 printf 'hi there\n' >short.txt
 printf 'Once upon a time\n' >prompts.txt
+for i in $(seq 40); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done >ppl.txt
 run "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 1 --dtype q4_0 -o bigvocab.gguf  # 32000 tokens: not tiny's vocabulary
 
 # --- bad input: exit 1 with one "error:" line naming the culprit --------------------
@@ -160,6 +161,7 @@ expect_error "roofline --html into a missing dir" "no_such_dir"              "$R
 expect_error "roofline --from-json missing"     "no_such\.json"              "$RIDGE" roofline --from-json no_such.json
 expect_error "roofline --from-json not JSON"    "text\.gguf"                 "$RIDGE" roofline --from-json text.gguf
 expect_error "bench compare a missing file"     "no_such\.json"              "$RIDGE" bench compare no_such.json no_such.json
+expect_error "an unknown --kv-cache-dtype"          "--kv-cache-dtype q4_0"      "$RIDGE" generate -m tiny.gguf -p hi --kv-cache-dtype q4_0
 expect_error "an unknown --speculative-method"  "--speculative-method.*eagle" "$RIDGE" generate -m tiny.gguf -p hi --speculative-method eagle
 expect_error "prompt lookup min above max"      "--prompt-lookup-min 5"      "$RIDGE" generate -m tiny.gguf -p hi --speculative-method ngram --prompt-lookup-min 5 --prompt-lookup-max 3
 expect_error "--num-speculative-tokens 0"       "--num-speculative-tokens"   "$RIDGE" generate -m tiny.gguf -p hi --num-speculative-tokens 0
@@ -176,6 +178,9 @@ expect_error "bench spec with an unknown method" "--methods.*eagle"          "$R
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
 expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m tiny.gguf -p hi -n 4 --temp 0
+expect_ok "generate with --kv-cache-dtype int8"            "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype int8
+expect_ok "generate with --kv-cache-dtype fp8"             "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype fp8
+expect_ok "perplexity with --kv-type fp8_e5m2"             "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-type fp8_e5m2
 expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
 expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
 expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1

@@ -227,7 +227,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
 
 TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
   double worst = 0;
-  for (DType t : {DType::F32, DType::F16, DType::BF16})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
     for (int32_t hd : {8, 48, 64, 128})
       for (int32_t n_ctx : {1, 15, 16, 17, 100, 300})
         for (int32_t n_q : {1, 4, 8}) check_case(t, hd, hd, 16, n_ctx, n_q, &worst);
@@ -238,7 +238,7 @@ TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
 // underfill a tile), head sizes off every vector width, dk != dv, odd group sizes.
 TEST(Attention, OddBlockSizesAndHeadDims) {
   double worst = 0;
-  for (DType t : {DType::F32, DType::F16})
+  for (DType t : {DType::F32, DType::F16, DType::I8, DType::F8_E4M3})
     for (int32_t bs : {1, 5, 24, 32, 48, 100})
       for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
         for (int32_t n_ctx : {1, 23, 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
@@ -250,7 +250,7 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
 // of 64 columns with a partial last vector: the grouped call still gives each row alone's bits.
 TEST(Attention, LargeGroupsAndWideHeads) {
   double worst = 0;
-  for (DType t : {DType::F16, DType::BF16})
+  for (DType t : {DType::F16, DType::BF16, DType::F8_E5M2})
     for (auto [dk, dv] : {std::pair{64, 64}, std::pair{20, 80}, std::pair{128, 200}})
       for (int32_t n_ctx : {17, 100})
         for (int32_t n_q : {2, 5, 12, 16, 17, 33}) check_case(t, dk, dv, 16, n_ctx, n_q, &worst);

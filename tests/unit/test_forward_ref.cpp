@@ -60,6 +60,8 @@ constexpr double kTolQuant = 4e-2;
 // attention. Observed 2.0e-4 (qwen3 f32 weights); 1e-3 is 5x that, and the test also
 // asserts the error exceeds kTolFloat, i.e. that the cache really rounds.
 constexpr double kTolKvF16 = 1e-3;
+// The 8-bit caches (measured on tiny qwen3: 5.3e-3, 2.1e-2 to 2.3e-2, 5.7e-2; 3x room).
+constexpr double kTolKvI8 = 2e-2, kTolKvE4M3 = 7e-2, kTolKvE5M2 = 1.7e-1;
 
 std::vector<int32_t> prompt_tokens() {
   // 24 fixed ids < 512 (the tiny vocabulary), BOS first; includes a repeated id.
@@ -242,6 +244,17 @@ TEST(ForwardRefKv, F16CacheWithinLooserTolerance) {
 
 // The thread count changes nothing, bit for bit (work is split over output rows and
 // (token, head) tasks only): 1 vs 2 threads, prefill and decode.
+// The 8-bit caches (a scale per position and head): K/V rounded to 8 bits is the extra
+// error, larger the fewer mantissa bits (int8 at its amax: 7 bits; E4M3: 3; E5M2: 2), and
+// a decode token by token still gives the one-batch prefill's bits.
+TEST(ForwardRefKv, EightBitCachesWithinTheirTolerances) {
+  const std::string path = write_model("kv_8bit", "tiny", "qwen3", DType::F32);
+  check_model("tiny_qwen3_f32", path, DType::I8, kTolKvI8);
+  check_model("tiny_qwen3_f32", path, DType::F8_E4M3, kTolKvE4M3);
+  check_model("tiny_qwen3_f32", path, DType::F8_E5M2, kTolKvE5M2);
+  std::filesystem::remove(path);
+}
+
 TEST(ForwardRefThreads, ThreadCountDoesNotChangeLogits) {
   for (DType t : {DType::F32, DType::Q4_0}) {
     const std::string path = write_model("threads", "tiny", "qwen3", t);

@@ -215,11 +215,13 @@ std::vector<Req> repeating_prompts(int n, int32_t n_vocab, uint64_t seed, int ma
 // case runs the adaptive policy (how much it speculates depends on measured step times,
 // so only its output is checked).
 void same_with_and_without(const Model& m, int max_tokens, bool sampled, int64_t min_accepted,
-                           SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Ngram, 5, 1, 4, false)) {
+                           SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Ngram, 5, 1, 4, false),
+                           DType kv = DType::F16) {
   const auto reqs = repeating_prompts(24, m.hparams().n_vocab, 11, max_tokens, sampled);
   EngineConfig base;
   base.max_num_seqs = 8;
   base.kv_cache_bytes = int64_t(64) << 20;
+  base.kv_dtype = kv;
   const auto plain = run(m, base, reqs);
 
   EngineConfig spec = base;
@@ -280,6 +282,14 @@ Model* SpeculativeRandomModel::model_ = nullptr;
 
 TEST_F(SpeculativeRandomModel, GreedyOutputUnchanged) { same_with_and_without(*model_, 24, false, 0); }
 TEST_F(SpeculativeRandomModel, SeededSamplingUnchanged) { same_with_and_without(*model_, 24, true, 0); }
+// The 8-bit KV caches under the same stress (their scales travel with the blocks through
+// swap, the prefix cache and rollback): the output is the plain run's with that cache.
+TEST_F(SpeculativeRandomModel, EightBitKvCaches) {
+  const SpeculativeConfig sc = SpeculativeConfig::make(SpecMethod::Ngram, 5, 1, 4, false);
+  same_with_and_without(*model_, 16, false, 0, sc, DType::I8);
+  same_with_and_without(*model_, 16, true, 0, sc, DType::F8_E4M3);
+  same_with_and_without(*model_, 16, false, 0, sc, DType::F8_E5M2);
+}
 
 // Real text repeats itself, so here drafts are accepted, many of them.
 TEST(SpeculativeStories260K, GreedyAndSampledOutputUnchanged) {

@@ -58,6 +58,14 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     // A head's tiles are contiguous: one conversion each (K's slots past n too, unread).
     to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, int64_t(bs) * dk);
     to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, 0), vf, int64_t(n) * dv);
+    if (l.scaled()) {  // codes times their position's scale (kv_view.h)
+      const float* sk = a.kv->k_scales(a.layer, block, kv_head);
+      const float* sv = a.kv->v_scales(a.layer, block, kv_head);
+      for (int32_t d = 0; d < dk; ++d)
+        for (int32_t j = 0; j < n; ++j) kf[int64_t(d) * bs + j] *= sk[j];
+      for (int32_t j = 0; j < n; ++j)
+        for (int32_t d = 0; d < dv; ++d) vf[int64_t(j) * dv + d] *= sv[j];
+    }
     for (int32_t i = 0; i < n_q; ++i) {
       const float* qi = q + i * ldq;
       float* o = out + i * ldo;
@@ -98,7 +106,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   const Isa isa = active_isa();
-  if (isa == Isa::Scalar) {
+  // The 8-bit dtypes have an AVX-512 kernel; on AVX2 they run the portable path.
+  if (isa == Isa::Scalar || (isa == Isa::Avx2 && l.scaled())) {
     for (int32_t h = 0; h < n_heads; ++h)
       attention_group_scalar(a, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
                              scratch);
@@ -111,6 +120,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.v_block_stride = a.kv->v_block_bytes();
   v.k_head_stride = a.kv->k_head_bytes();
   v.v_head_stride = a.kv->v_head_bytes();
+  v.k_scales_off = a.kv->k_codes_bytes();
+  v.v_scales_off = a.kv->v_codes_bytes();
   v.blocks = a.block_table.data();
   v.n_ctx = a.n_ctx;
   v.block_size = l.block_size;

@@ -70,7 +70,9 @@ struct AttnView {
   int32_t n_heads = 1;          // the call's rows: n_heads heads of n_q / n_heads rows
   const int32_t* blocks = nullptr;  // block table
   int32_t n_ctx = 0, block_size = 0, dk = 0, dv = 0;
-  DType dtype = DType::F16;  // F32, F16 or BF16
+  DType dtype = DType::F16;  // F32, F16, BF16, or a scaled one: I8, F8_E4M3, F8_E5M2
+  int64_t k_scales_off = 0;  // scaled dtypes: bytes from a head's K (V) tile to its scales
+  int64_t v_scales_off = 0;
   float scale = 1.f;
 };
 
@@ -87,6 +89,10 @@ void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int6
                             float* scratch);
 void attention_group_avx2(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
                           float* scratch);
+
+// The AVX-512 path's conversion of 8-bit codes (I8, F8_E4M3, F8_E5M2) to their values,
+// over an array (for tests: every code against the scalar definition).
+void kv_codes_to_f32_avx512(DType t, const uint8_t* src, float* dst, int64_t n);
 
 // The vector exp the SIMD paths use for the softmax, over an array (for tests).
 void exp_avx512(const float* x, float* y, int64_t n);

@@ -62,10 +62,32 @@ ATTN_INLINE void with_rows(int32_t rows, F&& f) {
   }
 }
 
-// Elements [i, i + 16) of a cache row in f32, lanes outside m zero (and not read).
+// The 8-bit dtypes: codes, one scale per position (kv_view.h).
+template <DType T>
+inline constexpr bool kScaled = T == DType::I8 || T == DType::F8_E4M3 || T == DType::F8_E5M2;
+template <DType T>
+inline constexpr int64_t kEsz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
+
+// Elements [i, i + 16) of a cache row in f32, lanes outside m zero (and not read). The
+// 8-bit codes as their values (times the position's scale later): E5M2 is the top byte of
+// a half; E4M3's exponent and mantissa shifted into a half's are its value times 2^-8
+// (subnormals included), and S.1111.111 is NaN.
 template <DType T>
 ATTN_INLINE __m512 load16(const uint8_t* row, int64_t i, __mmask16 m) {
-  if constexpr (T == DType::F16) {
+  if constexpr (kScaled<T>) {
+    const __m128i b = _mm_maskz_loadu_epi8(m, row + i);
+    if constexpr (T == DType::I8) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    } else if constexpr (T == DType::F8_E5M2) {
+      return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    } else {
+      const __m256i w = _mm256_cvtepu8_epi16(b);
+      const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
+      const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
+      return _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)), _mm512_set1_ps(__builtin_nanf("")));
+    }
+  } else if constexpr (T == DType::F16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
   } else if constexpr (T == DType::BF16) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * i)), 16));
@@ -90,6 +112,7 @@ struct Group {
   const uint8_t* k;
   __mmask16 slots, keys;
   int32_t lane;
+  const uint8_t* ks;  // the 16 keys' scales (scaled dtypes)
 };
 
 // Asks for a later tile's K/V during this one, one line per inner iteration of the scores
@@ -164,6 +187,12 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
   }
   pf.cur = c;
   const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(kNegInf);
+  if constexpr (kScaled<T>) {  // each key's dot product times its scale
+    __m512 ks[G];
+    ATTN_UNROLL for (int g = 0; g < G; ++g)
+      ks[g] = _mm512_maskz_loadu_ps(gr[g].slots, reinterpret_cast<const float*>(gr[g].ks + koff));
+    ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_mul_ps(acc[r][g], ks[g]);
+  }
   ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g)
     _mm512_storeu_ps(s + r * lds + gr[g].lane, _mm512_mask_mov_ps(ninf, gr[g].keys, _mm512_mul_ps(acc[r][g], vs)));
 }
@@ -246,8 +275,8 @@ void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int
 // serving all R rows, 2R accumulators in registers.
 template <int R, DType T>
 void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o, int64_t ldo, int32_t d0,
-        int32_t dv, int64_t voff, Prefetcher& pf) {
-  constexpr int64_t esz = T == DType::F32 ? 4 : 2;
+        int32_t dv, int64_t voff, int64_t vsoff, Prefetcher& pf) {
+  constexpr int64_t esz = kEsz<T>;
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   __m512 acc[R][2];
   ATTN_UNROLL for (int r = 0; r < R; ++r) {
@@ -259,12 +288,14 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
     const uint8_t* vb = tl.v[b] + voff + d0 * esz;
     const float* pb = p + b * lpb;
+    [[maybe_unused]] const float* sv = reinterpret_cast<const float*>(tl.v[b] + voff + vsoff);
     for (int32_t j = 0; j < tl.keys[b]; ++j) {
       pf.step(c);
       const uint8_t* vj = vb + int64_t(j) * dv * esz;
       const __m512 v0 = load16<T>(vj, 0, m0), v1 = load16<T>(vj, 16, m1);
       ATTN_UNROLL for (int r = 0; r < R; ++r) {
-        const __m512 w = _mm512_set1_ps(pb[r * ldp + j]);
+        // A scaled value's scale goes with its probability: p x s, then times the codes.
+        const __m512 w = _mm512_set1_ps(kScaled<T> ? pb[r * ldp + j] * sv[j] : pb[r * ldp + j]);
         acc[r][0] = _mm512_fmadd_ps(w, v0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(w, v1, acc[r][1]);
       }
@@ -280,13 +311,13 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
 
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o,
-             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
-  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
+             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, int64_t vsoff, Prefetcher& pf) {
+  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, vsoff, pf); });
 }
 
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
-  constexpr int64_t esz = T == DType::F32 ? 4 : 2;
+  constexpr int64_t esz = kEsz<T>;
   const int32_t dk = a.dk, dv = a.dv, bs = a.block_size;
   const int32_t gpb = (bs + 15) / 16;            // 16-lane groups per block
   const int32_t tb = attention_tile_blocks(bs);  // blocks per tile
@@ -310,8 +341,9 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const int64_t kstride = int64_t(bs) * esz;  // bytes between dimensions of a K tile
   Prefetcher pf;
   const int32_t nh = a.n_heads, grp = n_q / nh;  // heads, rows per head
-  // A block's K tiles of the call's heads are one piece, and so are its V tiles.
-  const int64_t k_bytes = int64_t(nh) * bs * dk * esz, v_bytes = int64_t(nh) * bs * dv * esz;
+  // A block's K tiles of the call's heads are one piece, and so are its V tiles (with
+  // their scales).
+  const int64_t k_bytes = int64_t(nh) * a.k_head_stride, v_bytes = int64_t(nh) * a.v_head_stride;
   pf.start(a, 0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk, k_bytes, v_bytes);
   pf.finish();
   Tile tl;
@@ -326,7 +358,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       tl.v[i] = a.v0 + a.blocks[b] * a.v_block_stride;
       tl.keys[i] = keys;
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
-        gr[ng++] = Group{tl.k[i] + 16 * g * esz, first_lanes(bs - 16 * g), first_lanes(keys - 16 * g), (i * gpb + g) * 16};
+        gr[ng++] = Group{tl.k[i] + 16 * g * esz, first_lanes(bs - 16 * g), first_lanes(keys - 16 * g), (i * gpb + g) * 16,
+                         tl.k[i] + a.k_scales_off + 16 * g * 4};
     }
     // Score lanes in use: the groups', then -inf up to the whole 16-lane groups the
     // softmax reads (a last block with fewer keys than slots leaves some).
@@ -352,7 +385,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         const int32_t r0 = h * grp + i;
         for (int32_t d0 = 0; d0 < dv; d0 += 32)
           pv_rows<T>(grp - i < kRows ? grp - i : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
-                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, a.v_scales_off, pf);
       }
     pf.finish();
   }
@@ -373,7 +406,20 @@ void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int6
   switch (v.dtype) {
     case DType::F16: return group<DType::F16>(v, n_q, q, ldq, out, ldo, scratch);
     case DType::BF16: return group<DType::BF16>(v, n_q, q, ldq, out, ldo, scratch);
+    case DType::I8: return group<DType::I8>(v, n_q, q, ldq, out, ldo, scratch);
+    case DType::F8_E4M3: return group<DType::F8_E4M3>(v, n_q, q, ldq, out, ldo, scratch);
+    case DType::F8_E5M2: return group<DType::F8_E5M2>(v, n_q, q, ldq, out, ldo, scratch);
     default: return group<DType::F32>(v, n_q, q, ldq, out, ldo, scratch);
+  }
+}
+
+void kv_codes_to_f32_avx512(DType t, const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(int32_t(n - i < 16 ? n - i : 16));
+    const __m512 v = t == DType::I8        ? load16<DType::I8>(src, i, m)
+                     : t == DType::F8_E4M3 ? load16<DType::F8_E4M3>(src, i, m)
+                                           : load16<DType::F8_E5M2>(src, i, m);
+    _mm512_mask_storeu_ps(dst + i, m, v);
   }
 }
 

@@ -3,18 +3,56 @@
 #include "kernels/kv_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/convert.h"
 
 namespace ridge {
 namespace {
 constexpr int64_t kChunk = 128;  // elements converted per step through a stack buffer
+
+// A scaled dtype's codes of x[0, n) at stride `stride` bytes, and the scale: amax over
+// the largest code (0 for a zero vector, whose codes are all 0; NaN if any value is NaN,
+// so that NaN reads back as NaN whatever the codes can hold).
+float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, int64_t stride) {
+  float amax = 0.f;
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i])), nan |= std::isnan(x[i]);
+  const float scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax / KVLayout::kv_code_max(t);
+  const float inv = scale > 0.f ? 1.f / scale : 0.f;  // NaN: all codes 0
+  alignas(64) float buf[kChunk];
+  alignas(64) uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    for (int64_t i = 0; i < m; ++i) buf[i] = x[i0 + i] * inv;
+    kernels::codes_from_f32(t, buf, codes, m);
+    for (int64_t i = 0; i < m; ++i) dst[(i0 + i) * stride] = codes[i];
+  }
+  return scale;
 }
+
+void dequantize_scaled(DType t, const uint8_t* src, int64_t stride, float scale, float* x, int64_t n) {
+  alignas(64) uint8_t codes[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    for (int64_t i = 0; i < m; ++i) codes[i] = src[(i0 + i) * stride];
+    kernels::to_f32(t, codes, x + i0, m);
+    for (int64_t i = 0; i < m; ++i) x[i0 + i] *= scale;
+  }
+}
+
+}  // namespace
 
 void KVView::write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
   uint8_t* dst = k_tile(layer, block, head) + int64_t(slot) * esz_;
   const int64_t stride = int64_t(l_.block_size) * esz_;
+  if (l_.scaled()) {
+    const float s = quantize_scaled(l_.dtype, x, l_.head_dim_k, dst, stride);
+    std::memcpy(k_scales(layer, block, head) + slot, &s, 4);
+    return;
+  }
   alignas(64) uint8_t buf[kChunk * 4];
   for (int64_t d0 = 0; d0 < l_.head_dim_k; d0 += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, l_.head_dim_k - d0);
@@ -26,6 +64,7 @@ void KVView::write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, c
 void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
   const uint8_t* src = k_tile(layer, block, head) + int64_t(slot) * esz_;
   const int64_t stride = int64_t(l_.block_size) * esz_;
+  if (l_.scaled()) return dequantize_scaled(l_.dtype, src, stride, k_scales(layer, block, head)[slot], x, l_.head_dim_k);
   alignas(64) uint8_t buf[kChunk * 4];
   for (int64_t d0 = 0; d0 < l_.head_dim_k; d0 += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, l_.head_dim_k - d0);
@@ -35,10 +74,16 @@ void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, fl
 }
 
 void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
+  if (l_.scaled()) {
+    v_scales(layer, block, head)[slot] = quantize_scaled(l_.dtype, x, l_.head_dim_v, v(layer, block, head, slot), 1);
+    return;
+  }
   kernels::from_f32(l_.dtype, x, v(layer, block, head, slot), l_.head_dim_v);
 }
 
 void KVView::read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
+  if (l_.scaled())
+    return dequantize_scaled(l_.dtype, v(layer, block, head, slot), 1, v_scales(layer, block, head)[slot], x, l_.head_dim_v);
   kernels::to_f32(l_.dtype, v(layer, block, head, slot), x, l_.head_dim_v);
 }
 

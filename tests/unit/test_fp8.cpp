@@ -1,0 +1,99 @@
+// OCP FP8 (quant/fp8.h) against the specification's definition, over every code: the
+// scalar conversions, the AVX-512 conversion the attention kernel reads the cache with,
+// and quantizing (nearest, ties to even, saturating) against a search over all codes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/cpu.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
+#include "quant/fp8.h"
+
+namespace ridge {
+namespace {
+
+// The specification's table, written from its text: value = (-1)^s x 2^(E - bias) x
+// (1 + M / 2^m) for E > 0, (-1)^s x 2^(1 - bias) x (M / 2^m) for E = 0. E4M3: bias 7,
+// S.1111.111 NaN, no infinities. E5M2: bias 15, E = 31 infinities (M = 0) and NaNs.
+double spec_value(uint8_t c, bool e4m3) {
+  const int m = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax_field = e4m3 ? 15 : 31;
+  const int s = c >> 7, E = (c >> m) & ((1 << (7 - m)) - 1), M = c & ((1 << m) - 1);
+  if (e4m3 && E == emax_field && M == (1 << m) - 1) return std::nan("");
+  if (!e4m3 && E == emax_field) return M ? std::nan("") : (s ? -INFINITY : INFINITY);
+  const double mag = E == 0 ? std::ldexp(double(M) / (1 << m), 1 - bias) : std::ldexp(1.0 + double(M) / (1 << m), E - bias);
+  return s ? -mag : mag;
+}
+
+bool same(double a, float b) { return (std::isnan(a) && std::isnan(b)) || (a == double(b) && std::signbit(a) == std::signbit(b)); }
+
+TEST(Fp8, EveryCodeDecodesAsTheSpecificationSays) {
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_TRUE(same(spec_value(uint8_t(c), true), quant::fp8_e4m3_to_f32(uint8_t(c)))) << "e4m3 code " << c;
+    EXPECT_TRUE(same(spec_value(uint8_t(c), false), quant::fp8_e5m2_to_f32(uint8_t(c)))) << "e5m2 code " << c;
+  }
+  EXPECT_EQ(quant::fp8_e4m3_to_f32(0x7E), 448.f);
+  EXPECT_EQ(quant::fp8_e5m2_to_f32(0x7B), 57344.f);
+  EXPECT_EQ(quant::fp8_e4m3_to_f32(0x01), std::ldexp(1.f, -9));   // the smallest subnormal
+  EXPECT_EQ(quant::fp8_e5m2_to_f32(0x01), std::ldexp(1.f, -16));
+}
+
+// The nearest finite code by search (ties to the even code: mantissa LSB 0), saturating.
+uint8_t spec_quantize(float x, bool e4m3) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  const int max_code = e4m3 ? 0x7E : 0x7B;
+  if (a >= spec_value(uint8_t(max_code), e4m3)) return uint8_t(sign | max_code);  // saturation
+  int best = 0;
+  double best_d = INFINITY;
+  for (int c = 0; c <= max_code; ++c) {
+    const double d = std::fabs(spec_value(uint8_t(c), e4m3) - a);
+    if (d < best_d || (d == best_d && (c & 1) == 0)) best = c, best_d = d;
+  }
+  return uint8_t(sign | best);
+}
+
+TEST(Fp8, QuantizeRoundsToNearestEvenAndSaturates) {
+  std::vector<float> xs = {0.f, -0.f, INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN(), 1e30f, -1e30f,
+                           448.f, 464.f, 465.f, 447.f, 57344.f, 61440.f, 1e-30f, std::ldexp(1.f, -10), std::ldexp(3.f, -11)};
+  // Every code's value, the midpoints between neighbours (ties), and just either side.
+  for (bool e4m3 : {true, false})
+    for (int c = 0; c < 127; ++c) {
+      const double v = spec_value(uint8_t(c), e4m3), w = spec_value(uint8_t(c + 1), e4m3);
+      if (!std::isfinite(v)) continue;
+      xs.push_back(float(v));
+      if (!std::isfinite(w)) continue;
+      const float mid = float((v + w) / 2);
+      xs.insert(xs.end(), {mid, std::nextafter(mid, 0.f), std::nextafter(mid, INFINITY), -mid});
+    }
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20000; ++i) xs.push_back(std::bit_cast<float>(uint32_t(rng())));
+  for (float x : xs) {
+    EXPECT_EQ(quant::f32_to_fp8_e4m3(x), spec_quantize(x, true)) << "e4m3 of " << x;
+    EXPECT_EQ(quant::f32_to_fp8_e5m2(x), spec_quantize(x, false)) << "e5m2 of " << x;
+  }
+}
+
+// The AVX-512 attention kernel's conversion of the cache's codes, every code.
+TEST(Fp8, VectorConversionOfEveryCode) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[size_t(c)] = uint8_t(c);
+  for (DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2}) {
+    std::vector<float> simd(256), scalar(256);
+    kernels::detail::kv_codes_to_f32_avx512(t, codes.data(), simd.data(), 256);
+    kernels::to_f32(t, codes.data(), scalar.data(), 256);
+    for (int c = 0; c < 256; ++c)
+      EXPECT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)])) << dtype_name(t) << " code " << c << ": "
+                                                                    << scalar[size_t(c)] << " vs " << simd[size_t(c)];
+  }
+}
+
+}  // namespace
+}  // namespace ridge
