@@ -166,6 +166,7 @@ int bench_kernels_cmd(Args& a) {
   o.attn_seqs = a.integer({"--attn-seqs"}, 16, 0, 4096);
   o.attn_ctx = a.integer({"--attn-ctx"}, 4096, 1, 1 << 20);
   o.attn_block = int32_t(a.integer({"--attn-block"}, 16, 1, 1024));
+  o.attn_dtype = kv_type_flag(a);
   if (const auto order = a.str({"--attn-order"})) {
     using O = KernelBenchOptions::AttnOrder;
     if (*order == "shuffled") o.attn_order = O::Shuffled;

@@ -33,6 +33,8 @@ namespace {
 int threads_flag(Args& a) { return int(a.integer({"-t", "--threads"}, 0, 0, 1024)); }
 int32_t block_size_flag(Args& a) { return int32_t(a.integer({"--block-size"}, 16, 1, 1024)); }
 
+}  // namespace
+
 // vLLM's names: fp8 is fp8_e4m3; int8 (llama.cpp's q8_0 cache, per position and head
 // here) and i8 are one.
 DType kv_type_flag(Args& a) {
@@ -47,7 +49,6 @@ DType kv_type_flag(Args& a) {
   return *t;
 }
 
-}  // namespace
 
 
 int64_t parse_bytes(const std::string& s, const char* flag) {

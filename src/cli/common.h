@@ -29,6 +29,8 @@ void forward_config(Args& a, EngineConfig& c);
 std::vector<std::string> read_prompt_lines(const std::string& path, const char* flag);
 // Parses "512M", "2G", "1.5GiB", "1000000" into bytes.
 int64_t parse_bytes(const std::string& s, const char* flag);
+// --kv-cache-dtype (alias --kv-type): auto (f16), f32, f16, bf16, int8, fp8 (e4m3), fp8_e5m2.
+DType kv_type_flag(Args& a);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
 // --presence-penalty, --frequency-penalty, --seed (default: from the clock, printed).
 SamplingParams sampling_params(Args& a, bool* seed_given = nullptr);

@@ -172,13 +172,20 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   l.head_dim_k = l.head_dim_v = d.head_dim;
   l.block_size = block;
   l.n_blocks = int32_t(seqs * ((ctx + block - 1) / block));
-  l.dtype = DType::F16;
+  l.dtype = opt.attn_dtype;
   KVCache kv(l);
-  // Finite f16 values everywhere; each sequence's blocks placed as opt.attn_order says.
+  // Finite values everywhere, written as the engine writes them (8-bit codes with their
+  // scales); each sequence's blocks placed as opt.attn_order says.
   std::mt19937_64 rng(3);
-  {  // one layer: the whole cache is its K and V tiles
-    auto* h = reinterpret_cast<uint16_t*>(kv.k_tile(0, 0, 0));
-    for (int64_t i = 0; i < kv.total_bytes() / 2; ++i) h[i] = f32_to_f16(float(int64_t(rng() % 2001) - 1000) * 1e-3f);
+  {
+    std::vector<float> x(static_cast<size_t>(d.head_dim));
+    for (int32_t b = 0; b < l.n_blocks; ++b)
+      for (int32_t h = 0; h < l.n_kv_head; ++h)
+        for (int32_t s = 0; s < block; ++s) {
+          for (auto& e : x) e = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
+          kv.write_k(0, b, h, s, x.data());
+          kv.write_v(0, b, h, s, x.data());
+        }
   }
   std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
@@ -227,14 +234,14 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
                         : opt.attn_order == O::Reversed ? " reversed"
                         : opt.attn_order == O::Turns    ? " turns"
                                                         : "");
-  r.type = DType::F16;
+  r.type = l.dtype;
   r.m = seqs;
   r.k = ctx;
   r.n_out = d.n_head;
   r.path = "grouped-" + std::string(isa_name(active_isa()));
   const double sec = median(times);
   r.us = sec * 1e6;
-  r.bytes = double(seqs) * double(ctx) * d.n_head_kv * d.head_dim * 2.0 * 2.0;  // K and V, f16, once
+  r.bytes = double(seqs) * double(ctx) * double(l.bytes_per_token());  // K and V (and scales), once
   r.flops = double(seqs) * double(ctx) * d.n_head * d.head_dim * 2.0 * 2.0;     // q.k and p.V
   r.gbs = r.bytes / sec / 1e9;
   r.gflops = r.flops / sec / 1e9;

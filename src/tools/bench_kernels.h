@@ -32,11 +32,12 @@ struct KernelBenchOptions {
   int threads = 0;
   int64_t ring_bytes = int64_t(1) << 30;
   double seconds = 0.3;  // minimum measured time per case
-  // Decode attention: attn_seqs sequences of attn_ctx tokens, one layer of f16 K/V in
+  // Decode attention: attn_seqs sequences of attn_ctx tokens, one layer of K/V in
   // shuffled cache blocks, the preset's heads (0 sequences: skip).
   std::string preset = "tinyllama-1.1b";
   int64_t attn_seqs = 16, attn_ctx = 4096;
   int32_t attn_block = 16;       // tokens per KV block (the engine's --block-size)
+  DType attn_dtype = DType::F16;  // the cache's (the engine's --kv-cache-dtype)
   // Where each sequence's blocks lie: shuffled over the pool (a long-running pool with no
   // placement), ascending (a fresh pool, or tables grown into the next block), or
   // descending (a table re-made from a stack of blocks freed first to last), or as the
