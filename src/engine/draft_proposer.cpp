@@ -98,8 +98,8 @@ void DraftModelProposer::fork(Sequence& s, const Sequence& donor, int32_t n) {
   bm_->release(s.blocks);
   s.blocks.assign(donor.blocks.begin(), donor.blocks.begin() + n);
   for (int32_t b : s.blocks) bm_->retain(b);
+  shared_tokens_ += n * bm_->block_size() - s.n_computed;
   s.n_computed = n * bm_->block_size();
-  shared_tokens_ += s.n_computed;
 }
 
 void DraftModelProposer::propose(std::span<const Ask> asks) {

@@ -434,7 +434,7 @@ void Engine::speculate(SchedulerOutput& so) {
     }
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
-  probe(so, n_decodes, avail, take);
+  const bool probed = probe(so, n_decodes, avail, take);
   for (size_t i = 0; i < n; ++i) {
     if (!deferred[i] || take[i] == 0) continue;
     Sequence* s = so.chunks[i].seq;  // the probe's: ask its proposer now
@@ -444,9 +444,10 @@ void Engine::speculate(SchedulerOutput& so) {
   }
   ask_costly(so, later, take);
   // Catching a draft model up is a cost of speculating that the policy's line leaves out
-  // (spec_policy.h): it is paid from the probes' share, so that a draft turned off for
-  // being slow cannot cost more than that share by being probed.
-  if (draft_catchup_s_ > 0) {
+  // (spec_policy.h): a probe's is paid from the probes' share, so that a draft turned off
+  // for being slow cannot cost more than that share by being probed. (The catch-ups of a
+  // step the policy chose to draft in are not: new prompts would stop the probes.)
+  if (probed && draft_catchup_s_ > 0) {
     const SpecPolicy::StepCost c = spec_policy_.cost(n_decodes);
     if (c.known) probe_credit_ -= draft_catchup_s_ / std::max(1e-12, c.plain_s);
   }
@@ -514,7 +515,7 @@ void Engine::ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>&
 // when the probe credit covers the share of the step a row costs (and the draft model's
 // catch-up it would need). The credit grows by kSpecProbeShare per step, so probes
 // never take more than that share of the time.
-void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
+bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
                    std::vector<int32_t>& take) {
   probe_credit_ = std::min(1.0, probe_credit_ + kSpecProbeShare);
   size_t best = so.chunks.size();
@@ -523,17 +524,18 @@ void Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
     if (take[i] == 0 && avail[i] > 0 && (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
       best = i;
   }
-  if (best == so.chunks.size()) return;
+  if (best == so.chunks.size()) return false;
   const SpecPolicy::StepCost c = spec_policy_.cost(n_decodes);
-  if (!c.known) return;  // the policy's prior measures this batch size already
+  if (!c.known) return false;  // the policy's prior measures this batch size already
   const double share = std::max(0.0, c.at(double(so.n_tokens()) + 1, true) / std::max(1e-12, c.plain_s) - 1);
   // A draft model's catch-up too must fit in the credit (speculate() charges what it took).
   const Sequence* s = so.chunks[best].seq;
   const Proposer* p = proposer(spec_config(*s).method);
   const double setup = p ? p->setup_seconds(s->id, s->tokens) / std::max(1e-12, c.plain_s) : 0.0;
-  if (probe_credit_ < share + setup) return;
+  if (probe_credit_ < share + setup) return false;
   probe_credit_ -= share;
   take[best] = 1;
+  return true;
 }
 
 bool Engine::stops(const Sequence& s, int32_t tok) const {

@@ -172,8 +172,8 @@ class Engine {
   int32_t sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread);
   bool stops(const Sequence& s, int32_t tok) const;  // EOS (unless ignored) or a stop id
   void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
-  void probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
-             std::vector<int32_t>& take);
+  bool probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
+             std::vector<int32_t>& take);  // whether it added a token to verify
   void ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>& later, std::vector<int32_t>& take);
   int32_t ask_cheap(Sequence& s, Proposer* p, int32_t n, std::vector<float>* confidence);
   const SpeculativeConfig& spec_config(const Sequence& s) const;

@@ -43,9 +43,8 @@ struct KVLayout {
   }
   int64_t tile_bytes(int32_t dim) const { return codes_bytes(dim) + (scaled() ? int64_t(block_size) * 4 : 0); }
   int64_t block_bytes() const { return int64_t(n_layer) * n_kv_head * (tile_bytes(head_dim_k) + tile_bytes(head_dim_v)); }
-  int64_t bytes_per_token() const {  // K and V (and their scales), all layers; padding aside
-    return int64_t(n_layer) * n_kv_head *
-           ((head_dim_k + head_dim_v) * int64_t(dtype_info(dtype).type_size) + (scaled() ? 8 : 0));
+  int64_t bytes_per_token() const {  // K and V (and their scales), all layers: a block's share, rounded up
+    return (block_bytes() + block_size - 1) / block_size;
   }
   static bool kv_scaled(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2; }
   // The largest code value of a scaled dtype: a position's scale is its amax over this.

@@ -45,22 +45,19 @@ float fp8_e5m2_to_f32(uint8_t c) {
   return decode(s, e, m, 2, 15);
 }
 
-uint8_t f32_to_fp8_e4m3(float x) {
+namespace {
+// Saturating: |x| at or past the largest finite value (max_code's) becomes it.
+uint8_t encode(float x, int m, int bias, float max, uint32_t max_code) {
   if (std::isnan(x)) return 0x7F;
   const uint32_t s = std::signbit(x) ? 0x80 : 0;
   const float a = std::fabs(x);
-  if (!(a < kFp8E4M3Max)) return uint8_t(s | 0x7E);  // saturates (infinity too)
-  const uint32_t c = encode_mag(a, 3, 7);
-  return uint8_t(s | (c > 0x7E ? 0x7E : c));
+  if (!(a < max)) return uint8_t(s | max_code);  // infinity too
+  const uint32_t c = encode_mag(a, m, bias);
+  return uint8_t(s | (c > max_code ? max_code : c));
 }
+}  // namespace
 
-uint8_t f32_to_fp8_e5m2(float x) {
-  if (std::isnan(x)) return 0x7F;
-  const uint32_t s = std::signbit(x) ? 0x80 : 0;
-  const float a = std::fabs(x);
-  if (!(a < kFp8E5M2Max)) return uint8_t(s | 0x7B);  // saturates (infinity too)
-  const uint32_t c = encode_mag(a, 2, 15);
-  return uint8_t(s | (c > 0x7B ? 0x7B : c));
-}
+uint8_t f32_to_fp8_e4m3(float x) { return encode(x, 3, 7, kFp8E4M3Max, 0x7E); }
+uint8_t f32_to_fp8_e5m2(float x) { return encode(x, 2, 15, kFp8E5M2Max, 0x7B); }
 
 }  // namespace ridge::quant

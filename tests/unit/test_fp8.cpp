@@ -13,6 +13,7 @@
 #include "core/cpu.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
+#include "model/kv_cache.h"
 #include "quant/fp8.h"
 
 namespace ridge {
@@ -92,6 +93,38 @@ TEST(Fp8, VectorConversionOfEveryCode) {
     for (int c = 0; c < 256; ++c)
       EXPECT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)])) << dtype_name(t) << " code " << c << ": "
                                                                     << scalar[size_t(c)] << " vs " << simd[size_t(c)];
+  }
+}
+
+// A head vector so small that its scale is subnormal (1 / scale overflows) reads back as
+// zeros, not NaN; one with a NaN reads back NaN; the codes and scales of each position
+// are its own.
+TEST(Fp8, KvCacheScalesOfTinyAndNanVectors) {
+  for (DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2}) {
+    KVLayout l;
+    l.n_layer = 1, l.n_kv_head = 2, l.head_dim_k = 6, l.head_dim_v = 6, l.block_size = 3, l.n_blocks = 2, l.dtype = t;
+    KVCache kv(l);
+    const std::vector<float> tiny{1e-40f, 0.f, -2e-41f, 0.f, 0.f, 0.f}, nan{1.f, std::nanf(""), 0.f, 0.f, 0.f, 0.f};
+    const std::vector<float> big{3.f, -1.5f, 0.25f, 100.f, -7.f, 0.f};
+    kv.write_k(0, 1, 1, 2, tiny.data());
+    kv.write_v(0, 1, 1, 2, tiny.data());
+    kv.write_k(0, 1, 1, 1, nan.data());
+    kv.write_k(0, 1, 1, 0, big.data());
+    kv.write_v(0, 1, 0, 0, big.data());
+    std::vector<float> x(6);
+    kv.read_k(0, 1, 1, 2, x.data());
+    for (float v : x) EXPECT_EQ(v, 0.f) << dtype_name(t);
+    kv.read_v(0, 1, 1, 2, x.data());
+    for (float v : x) EXPECT_EQ(v, 0.f) << dtype_name(t);
+    kv.read_k(0, 1, 1, 1, x.data());
+    for (float v : x) EXPECT_TRUE(std::isnan(v)) << dtype_name(t);
+    const double tol = t == DType::I8 ? 100.0 / 127 / 2 : t == DType::F8_E4M3 ? 100.0 / 16 : 100.0 / 8;
+    for (bool k : {true, false}) {
+      if (k) kv.read_k(0, 1, 1, 0, x.data());
+      else kv.read_v(0, 1, 0, 0, x.data());
+      for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(x[i], big[i], tol) << dtype_name(t) << (k ? " K " : " V ") << i;
+      EXPECT_NEAR(x[3], 100.f, 1e-4) << "the largest value is a code's exactly";
+    }
   }
 }
 

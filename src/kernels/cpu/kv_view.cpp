@@ -20,8 +20,9 @@ float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, int64_t 
   float amax = 0.f;
   bool nan = false;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i])), nan |= std::isnan(x[i]);
-  const float scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax / KVLayout::kv_code_max(t);
-  const float inv = scale > 0.f ? 1.f / scale : 0.f;  // NaN: all codes 0
+  float scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax / KVLayout::kv_code_max(t);
+  float inv = scale > 0.f ? 1.f / scale : 0.f;  // NaN: all codes 0
+  if (!std::isfinite(inv)) scale = inv = 0.f;   // a subnormal scale: the vector reads back as zeros
   alignas(64) float buf[kChunk];
   alignas(64) uint8_t codes[kChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
