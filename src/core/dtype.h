@@ -24,6 +24,10 @@ struct DTypeInfo {
   bool supported;      // ridge can compute with it (dequantize + dot)
 };
 
+// The KV cache's 8-bit dtypes, stored as codes with a scale per position and head
+// (kernels/kv_view.h).
+constexpr bool is_scaled_kv_dtype(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2; }
+
 // nullopt for a value GGUF does not define (or one ridge does not know): ridge's own
 // types are never read from a file.
 std::optional<DTypeInfo> dtype_info(uint32_t raw);

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "quant/fp8.h"
 
 namespace ridge {
 
@@ -34,7 +35,7 @@ struct KVLayout {
   int32_t n_blocks = 0;
   DType dtype = DType::F16;
 
-  bool scaled() const { return kv_scaled(dtype); }
+  bool scaled() const { return is_scaled_kv_dtype(dtype); }
   // A head's K (dim = head_dim_k) or V tile in a block: codes (4-byte aligned when
   // scaled), then the scales; and a whole block, all layers.
   int64_t codes_bytes(int32_t dim) const {
@@ -46,9 +47,10 @@ struct KVLayout {
   int64_t bytes_per_token() const {  // K and V (and their scales), all layers: a block's share, rounded up
     return (block_bytes() + block_size - 1) / block_size;
   }
-  static bool kv_scaled(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2; }
   // The largest code value of a scaled dtype: a position's scale is its amax over this.
-  static float kv_code_max(DType t) { return t == DType::I8 ? 127.f : t == DType::F8_E4M3 ? 448.f : 57344.f; }
+  static float kv_code_max(DType t) {
+    return t == DType::I8 ? 127.f : t == DType::F8_E4M3 ? quant::kFp8E4M3Max : quant::kFp8E5M2Max;
+  }
 };
 
 class KVView {

@@ -30,7 +30,7 @@ OpCost swiglu_cost(int64_t rows, int64_t n_ff) {
 
 namespace {
 // The 8-bit KV dtypes' f32 scales: one for K and one for V per position and KV head.
-double kv_scale_bytes(DType t) { return t == DType::I8 || t == DType::F8_E4M3 || t == DType::F8_E5M2 ? 8.0 : 0.0; }
+double kv_scale_bytes(DType t) { return is_scaled_kv_dtype(t) ? 8.0 : 0.0; }
 }  // namespace
 
 OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type) {

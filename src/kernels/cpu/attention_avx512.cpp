@@ -64,7 +64,7 @@ ATTN_INLINE void with_rows(int32_t rows, F&& f) {
 
 // The 8-bit dtypes: codes, one scale per position (kv_view.h).
 template <DType T>
-inline constexpr bool kScaled = T == DType::I8 || T == DType::F8_E4M3 || T == DType::F8_E5M2;
+inline constexpr bool kScaled = is_scaled_kv_dtype(T);
 template <DType T>
 inline constexpr int64_t kEsz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
 
