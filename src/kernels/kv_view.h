@@ -13,6 +13,9 @@
 // scale multiplies its whole dot product, a value's scale its probability, so the
 // kernels convert codes and apply one scale per position. Scales live inside the block,
 // so whatever moves blocks (prefix cache, swap, rollback) moves them.
+// int8 keys lie four dimensions to a slot ([ceil(head_dim_k / 4)][block_size][4]: k_element):
+// a 64-byte load is 16 slots' next four dimensions, which one vpdpbusd dots with four of a
+// query's int8 dimensions, so the scores run in integer arithmetic (attention_avx512.cpp).
 // Attention computes a tile's scores with keys across the vector lanes (16 slots of one
 // dimension are one load, no transpose) and P.V with dimensions across the lanes (one
 // position's V row is one load). A decode attention task over several heads reads one
@@ -36,11 +39,15 @@ struct KVLayout {
   DType dtype = DType::F16;
 
   bool scaled() const { return is_scaled_kv_dtype(dtype); }
-  // A head's K (dim = head_dim_k) or V tile in a block: codes (4-byte aligned when
-  // scaled), then the scales; and a whole block, all layers.
+  // A head's K (dim = head_dim_k) or V tile in a block: codes (each slot's padded to 4
+  // when scaled, for int8 keys' four-dimension lanes), then the scales; and a whole
+  // block, all layers.
   int64_t codes_bytes(int32_t dim) const {
-    const int64_t n = int64_t(block_size) * dim * int64_t(dtype_info(dtype).type_size);
-    return scaled() ? (n + 3) / 4 * 4 : n;
+    return scaled() ? int64_t(block_size) * ((dim + 3) / 4 * 4) : int64_t(block_size) * dim * int64_t(dtype_info(dtype).type_size);
+  }
+  // Element (dimension d, slot) of a K tile, in elements from its start.
+  int64_t k_element(int32_t d, int32_t slot) const {
+    return dtype == DType::I8 ? (int64_t(d >> 2) * block_size + slot) * 4 + (d & 3) : int64_t(d) * block_size + slot;
   }
   int64_t tile_bytes(int32_t dim) const { return codes_bytes(dim) + (scaled() ? int64_t(block_size) * 4 : 0); }
   int64_t block_bytes() const { return int64_t(n_layer) * n_kv_head * (tile_bytes(head_dim_k) + tile_bytes(head_dim_v)); }
@@ -81,7 +88,7 @@ class KVView {
     return reinterpret_cast<float*>(v(layer, block, head, 0) + v_codes_bytes());
   }
 
-  // Head h's K tile [head_dim_k][block_size] of (layer, block).
+  // Head h's K tile [head_dim_k][block_size] of (layer, block) (int8: k_element).
   uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
     return layer_base(layer) + int64_t(block) * k_block_bytes() + head * k_head_bytes();
   }
@@ -91,8 +98,8 @@ class KVView {
            head * v_head_bytes() + int64_t(slot) * l_.head_dim_v * esz_;
   }
 
-  // One position's K or V vector of one head, from or to f32 (K's elements lie
-  // block_size apart, V's are contiguous; a scaled dtype's codes times their scale).
+  // One position's K or V vector of one head, from or to f32 (K's elements where
+  // k_element puts them, V's contiguous; a scaled dtype's codes times their scale).
   void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
   void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
   void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;

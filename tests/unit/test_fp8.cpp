@@ -128,5 +128,22 @@ TEST(Fp8, KvCacheScalesOfTinyAndNanVectors) {
   }
 }
 
+// Int8 keys lie four dimensions to a slot (kv_view.h), which the AVX-512 attention's
+// integer scores read: dimension d of slot s at byte (d / 4 x block_size + s) x 4 + d % 4.
+TEST(Fp8, Int8KeysLieFourDimensionsToASlot) {
+  KVLayout l;
+  l.n_layer = 1, l.n_kv_head = 1, l.head_dim_k = 10, l.head_dim_v = 10, l.block_size = 5, l.n_blocks = 1;
+  l.dtype = DType::I8;
+  KVCache kv(l);
+  EXPECT_EQ(kv.k_codes_bytes(), 5 * 12);  // 10 dimensions padded to 12, per slot
+  std::vector<float> x(10);
+  for (int32_t d = 0; d < 10; ++d) x[size_t(d)] = float(d + 1) * (d % 2 ? -1.f : 1.f);  // amax 10: scale 10/127
+  kv.write_k(0, 0, 0, 3, x.data());
+  const auto* codes = reinterpret_cast<const int8_t*>(kv.k_tile(0, 0, 0));
+  for (int32_t d = 0; d < 10; ++d)
+    EXPECT_EQ(codes[(d / 4 * 5 + 3) * 4 + d % 4], int8_t(std::nearbyint(x[size_t(d)] * 12.7f))) << "dimension " << d;
+  EXPECT_FLOAT_EQ(kv.k_scales(0, 0, 0)[3], 10.f / 127.f);
+}
+
 }  // namespace
 }  // namespace ridge

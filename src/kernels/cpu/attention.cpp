@@ -24,11 +24,14 @@ int32_t detail::attention_tile_lanes(int32_t block_size) {
 //   vf [block_size * dv, to 16]      one V tile in f32 (same)
 //   sc [n_q][max(bsp, tile lanes)]   each row's scores, then its probabilities
 //   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
+//   [n_q][dk4], [n_q], [n_q]         int8 keys, AVX-512: the rows' codes (dk4 = head_dim_k
+//                                    rounded up to 4, over 4), their corrections and scales
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
   const int64_t row = std::max<int64_t>(bsp, detail::attention_tile_lanes(l.block_size));
-  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q);
+  const int64_t qcodes = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2) : 0;
+  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + qcodes;
 }
 
 namespace {
@@ -39,8 +42,8 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
                             float* out, int64_t ldo, float* scratch) {
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
-  float* kf = scratch;                        // [dk][bs], the cache's K tile layout
-  float* vf = kf + int64_t(bs) * dk;          // [bs][dv]
+  float* kf = scratch;                        // the cache's K tile layout (k_element)
+  float* vf = kf + int64_t(bs) * ((dk + 3) / 4 * 4);  // [bs][dv]
   float* s = vf + int64_t(bs) * dv;           // [bs]
   float* m = s + (bs + 15) / 16 * 16;         // [n_q]
   float* sum = m + n_q;                       // [n_q]
@@ -62,7 +65,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       const float* sk = a.kv->k_scales(a.layer, block, kv_head);
       const float* sv = a.kv->v_scales(a.layer, block, kv_head);
       for (int32_t d = 0; d < dk; ++d)
-        for (int32_t j = 0; j < n; ++j) kf[int64_t(d) * bs + j] *= sk[j];
+        for (int32_t j = 0; j < n; ++j) kf[l.k_element(d, j)] *= sk[j];
       for (int32_t j = 0; j < n; ++j)
         for (int32_t d = 0; d < dv; ++d) vf[int64_t(j) * dv + d] *= sv[j];
     }
@@ -72,7 +75,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int32_t j = 0; j < n; ++j) {
         float dot = 0.f;
-        for (int32_t d = 0; d < dk; ++d) dot += qi[d] * kf[int64_t(d) * bs + j];
+        for (int32_t d = 0; d < dk; ++d) dot += qi[d] * kf[l.k_element(d, j)];
         s[j] = dot * a.scale;
         tile_max = std::max(tile_max, s[j]);
       }

@@ -9,6 +9,7 @@
 //  - scores S[8 rows][2 x 16 keys] in 16 accumulators: the cache keeps K dimension-major
 //    per block ([dk][block_size]), so one load is dimension d of 16 keys and a broadcast
 //    q[r][d] feeds them (no transpose, no horizontal sums; key j of a block in lane j);
+//    int8 keys in integer arithmetic, four dimensions per load and vpdpbusd (scores_i8);
 //  - the online-softmax bookkeeping of up to 16 rows at once, row i in lane i: tile max
 //    and sum of exp by one fixed shuffle tree, one exp for every row's rescale;
 //  - out[8 rows][32 columns] = out * rescale + P V in 16 accumulators over the tile's
@@ -205,6 +206,94 @@ void scores_tile(const float* q, int64_t ldq, const Group* gr, int32_t ng, int64
   if (g < ng) scores<R, 1, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
 }
 
+// Int8 keys: the scores in integer arithmetic. Each query row is quantized once per call
+// (QRows: an int8 code per dimension, four to an int32, and a scale: amax / 127, nearest
+// even), and one vpdpbusd dots four of its dimensions with those of 16 keys, which the
+// cache keeps four dimensions to a slot (kv_view.h). vpdpbusd multiplies unsigned by
+// signed bytes: the keys' codes go in as k + 128 (their top bit flipped), and the row's
+// 128 x sum of its codes comes off the exact int32 sum. A score is then that sum in f32
+// times the key's scale times (the row's scale x the softmax scale): the same operations
+// in the same order for a row whatever shares the call.
+struct QRows {
+  int32_t* codes;  // [n_q][dk4]: four int8 codes per int32
+  int32_t* corr;   // [n_q]: 128 x the sum of the row's codes
+  float* scale;    // [n_q]: the row's scale x the softmax scale
+  int32_t dk4;
+};
+
+ATTN_INLINE void quantize_q_rows(const float* q, int64_t ldq, int32_t n_q, int32_t dk, float scale, const QRows& qr) {
+  for (int32_t r = 0; r < n_q; ++r) {
+    const float* x = q + r * ldq;
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+    for (int32_t d = 0; d < dk; d += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(dk - d), x + d);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    const float a = _mm512_reduce_max_ps(amax);
+    float inv = a > 0.f ? 127.f / a : 0.f;
+    if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal amax: the row counts as zeros
+    const float sq = inv > 0.f ? a / 127.f : 0.f;
+    __m512i sum = _mm512_setzero_si512();
+    int8_t* c = reinterpret_cast<int8_t*>(qr.codes + int64_t(r) * qr.dk4);
+    for (int32_t d = 0; d < 4 * qr.dk4; d += 16) {
+      const __mmask16 m = first_lanes(dk - d);
+      const __m512i i = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + d), _mm512_set1_ps(inv)));
+      const __m512i k = _mm512_maskz_mov_epi32(m, i);  // padding dimensions: code 0
+      sum = _mm512_add_epi32(sum, k);
+      _mm_mask_storeu_epi8(c + d, first_lanes(4 * qr.dk4 - d), _mm512_cvtsepi32_epi8(k));
+    }
+    qr.corr[r] = 128 * _mm512_reduce_add_epi32(sum);
+    qr.scale[r] = nan ? __builtin_nanf("") : sq * scale;
+  }
+}
+
+// s[r][g.lane, g.lane + 16) for R rows and G groups, as scores<> but in integer arithmetic
+// (QRows); kquad: bytes between a K tile's four-dimension rows (block_size x 4).
+template <int R, int G>
+ATTN_INLINE void scores_i8(const QRows& qr, int32_t r0, const Group* gr, int64_t kquad, float* s, int64_t lds,
+                           int64_t koff, Prefetcher& pf) {
+  __m512i acc[R][G];
+  ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_si512();
+  const uint8_t* kp[G];
+  __mmask16 km[G];
+  ATTN_UNROLL for (int g = 0; g < G; ++g) kp[g] = gr[g].k + koff, km[g] = gr[g].slots;
+  const int32_t* qc = qr.codes + int64_t(r0) * qr.dk4;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  Prefetcher::Cursor c = pf.cur;
+  for (int32_t d4 = 0; d4 < qr.dk4; ++d4) {
+    pf.step(c);
+    __m512i kv[G];
+    ATTN_UNROLL for (int g = 0; g < G; ++g)
+      kv[g] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(km[g], kp[g] + d4 * kquad), flip);
+    ATTN_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i qb = _mm512_set1_epi32(qc[r * qr.dk4 + d4]);
+      ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], kv[g], qb);
+    }
+  }
+  pf.cur = c;
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  __m512 ks[G];
+  ATTN_UNROLL for (int g = 0; g < G; ++g)
+    ks[g] = _mm512_maskz_loadu_ps(gr[g].slots, reinterpret_cast<const float*>(gr[g].ks + koff));
+  ATTN_UNROLL for (int r = 0; r < R; ++r) {
+    const __m512i corr = _mm512_set1_epi32(qr.corr[r0 + r]);
+    const __m512 rs = _mm512_set1_ps(qr.scale[r0 + r]);
+    ATTN_UNROLL for (int g = 0; g < G; ++g) {
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][g], corr));
+      _mm512_storeu_ps(s + r * lds + gr[g].lane, _mm512_mask_mov_ps(ninf, gr[g].keys, _mm512_mul_ps(_mm512_mul_ps(dot, ks[g]), rs)));
+    }
+  }
+}
+
+template <int R>
+void scores_i8_tile(const QRows& qr, int32_t r0, const Group* gr, int32_t ng, int64_t kquad, float* s, int64_t lds,
+                    int64_t koff, Prefetcher& pf) {
+  int32_t g = 0;
+  for (; g + 2 <= ng; g += 2) scores_i8<R, 2>(qr, r0, gr + g, kquad, s, lds, koff, pf);
+  if (g < ng) scores_i8<R, 1>(qr, r0, gr + g, kquad, s, lds, koff, pf);
+}
 
 // Lane j of the result = a[j]'s 16 lanes combined (sum, or max with Max) by one fixed
 // tree, the same for every j: row j's result does not depend on the other inputs.
@@ -275,7 +364,7 @@ void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int
 // serving all R rows, 2R accumulators in registers.
 template <int R, DType T>
 void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o, int64_t ldo, int32_t d0,
-        int32_t dv, int64_t voff, int64_t vsoff, Prefetcher& pf) {
+        int32_t dv, int64_t voff, Prefetcher& pf) {
   constexpr int64_t esz = kEsz<T>;
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   __m512 acc[R][2];
@@ -288,14 +377,12 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
     const uint8_t* vb = tl.v[b] + voff + d0 * esz;
     const float* pb = p + b * lpb;
-    [[maybe_unused]] const float* sv = reinterpret_cast<const float*>(tl.v[b] + voff + vsoff);
     for (int32_t j = 0; j < tl.keys[b]; ++j) {
       pf.step(c);
       const uint8_t* vj = vb + int64_t(j) * dv * esz;
       const __m512 v0 = load16<T>(vj, 0, m0), v1 = load16<T>(vj, 16, m1);
       ATTN_UNROLL for (int r = 0; r < R; ++r) {
-        // A scaled value's scale goes with its probability: p x s, then times the codes.
-        const __m512 w = _mm512_set1_ps(kScaled<T> ? pb[r * ldp + j] * sv[j] : pb[r * ldp + j]);
+        const __m512 w = _mm512_set1_ps(pb[r * ldp + j]);  // a scaled value's: times its scale already
         acc[r][0] = _mm512_fmadd_ps(w, v0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(w, v1, acc[r][1]);
       }
@@ -311,8 +398,25 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
 
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o,
-             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, int64_t vsoff, Prefetcher& pf) {
-  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, vsoff, pf); });
+             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
+  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
+}
+
+// A scaled value's scale goes with its probability (kv_view.h): p[r][lane of key j] x
+// sv_j for rows [r0, r0 + n) of one head, whose V scales lie vsoff past its tiles, over
+// the tile's keys. After the softmax's sums, which are of the probabilities themselves.
+void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int32_t n, int64_t vsoff) {
+  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+    const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
+    for (int32_t g = 0; g < gpb && 16 * g < tl.keys[b]; ++g) {
+      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g);
+      const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
+      for (int32_t r = 0; r < n; ++r) {
+        float* pr = p + r * ldp + (b * gpb + g) * 16;
+        _mm512_mask_storeu_ps(pr, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr), s));
+      }
+    }
+  }
 }
 
 template <DType T>
@@ -329,6 +433,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   float* m = sc + int64_t(n_q) * lds;  // [n_q] running max
   float* l = m + n_q;                  // [n_q] running sum of exp
   float* cr = l + n_q;                 // [n_q] this tile's rescale of the running state
+  // Int8 keys: the query rows' codes (attention_scratch_floats counts them).
+  const int32_t dk4 = (dk + 3) / 4;
+  const QRows qr{reinterpret_cast<int32_t*>(cr + n_q), reinterpret_cast<int32_t*>(cr + n_q) + int64_t(n_q) * dk4,
+                 cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
+  if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
@@ -358,8 +467,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       tl.v[i] = a.v0 + a.blocks[b] * a.v_block_stride;
       tl.keys[i] = keys;
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
-        gr[ng++] = Group{tl.k[i] + 16 * g * esz, first_lanes(bs - 16 * g), first_lanes(keys - 16 * g), (i * gpb + g) * 16,
-                         tl.k[i] + a.k_scales_off + 16 * g * 4};
+        gr[ng++] = Group{tl.k[i] + 16 * g * (T == DType::I8 ? 4 : esz), first_lanes(bs - 16 * g),
+                         first_lanes(keys - 16 * g), (i * gpb + g) * 16, tl.k[i] + a.k_scales_off + 16 * g * 4};
     }
     // Score lanes in use: the groups', then -inf up to the whole 16-lane groups the
     // softmax reads (a last block with fewer keys than slots leaves some).
@@ -373,19 +482,28 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     // Row units never straddle two heads (their K/V tiles differ).
     for (int32_t h = 0; h < nh; ++h)
       for (int32_t i = 0; i < grp; i += kRows) {
-        const int32_t r0 = h * grp + i;
-        scores_rows<T>(grp - i < kRows ? grp - i : kRows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale,
-                       sc + int64_t(r0) * lds, lds, h * a.k_head_stride, pf);
+        const int32_t r0 = h * grp + i, rows = grp - i < kRows ? grp - i : kRows;
+        if constexpr (T == DType::I8)
+          with_rows(rows, [&](auto R) {
+            scores_i8_tile<decltype(R)::value>(qr, r0, gr, ng, 4 * int64_t(bs), sc + int64_t(r0) * lds, lds,
+                                               h * a.k_head_stride, pf);
+          });
+        else
+          scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
+                         h * a.k_head_stride, pf);
       }
     for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
       softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
                    cr + r0);
+    if constexpr (kScaled<T>)
+      for (int32_t h = 0; h < nh; ++h)
+        scale_probabilities(tl, gpb, sc + int64_t(h) * grp * lds, lds, grp, h * a.v_head_stride + a.v_scales_off);
     for (int32_t h = 0; h < nh; ++h)
       for (int32_t i = 0; i < grp; i += kRows) {
         const int32_t r0 = h * grp + i;
         for (int32_t d0 = 0; d0 < dv; d0 += 32)
           pv_rows<T>(grp - i < kRows ? grp - i : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
-                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, a.v_scales_off, pf);
+                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
       }
     pf.finish();
   }

@@ -13,10 +13,11 @@ namespace ridge {
 namespace {
 constexpr int64_t kChunk = 128;  // elements converted per step through a stack buffer
 
-// A scaled dtype's codes of x[0, n) at stride `stride` bytes, and the scale: amax over
+// A scaled dtype's codes of x[0, n), element i to dst[at(i)], and the scale: amax over
 // the largest code (0 for a zero vector, whose codes are all 0; NaN if any value is NaN,
 // so that NaN reads back as NaN whatever the codes can hold).
-float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, int64_t stride) {
+template <class At>
+float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, At at) {
   float amax = 0.f;
   bool nan = false;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i])), nan |= std::isnan(x[i]);
@@ -29,16 +30,17 @@ float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, int64_t 
     const int64_t m = std::min(kChunk, n - i0);
     for (int64_t i = 0; i < m; ++i) buf[i] = x[i0 + i] * inv;
     kernels::codes_from_f32(t, buf, codes, m);
-    for (int64_t i = 0; i < m; ++i) dst[(i0 + i) * stride] = codes[i];
+    for (int64_t i = 0; i < m; ++i) dst[at(i0 + i)] = codes[i];
   }
   return scale;
 }
 
-void dequantize_scaled(DType t, const uint8_t* src, int64_t stride, float scale, float* x, int64_t n) {
+template <class At>
+void dequantize_scaled(DType t, const uint8_t* src, At at, float scale, float* x, int64_t n) {
   alignas(64) uint8_t codes[kChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
     const int64_t m = std::min(kChunk, n - i0);
-    for (int64_t i = 0; i < m; ++i) codes[i] = src[(i0 + i) * stride];
+    for (int64_t i = 0; i < m; ++i) codes[i] = src[at(i0 + i)];
     kernels::to_f32(t, codes, x + i0, m);
     for (int64_t i = 0; i < m; ++i) x[i0 + i] *= scale;
   }
@@ -47,13 +49,14 @@ void dequantize_scaled(DType t, const uint8_t* src, int64_t stride, float scale,
 }  // namespace
 
 void KVView::write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
-  uint8_t* dst = k_tile(layer, block, head) + int64_t(slot) * esz_;
-  const int64_t stride = int64_t(l_.block_size) * esz_;
   if (l_.scaled()) {
-    const float s = quantize_scaled(l_.dtype, x, l_.head_dim_k, dst, stride);
+    const auto at = [&](int64_t d) { return l_.k_element(int32_t(d), slot); };
+    const float s = quantize_scaled(l_.dtype, x, l_.head_dim_k, k_tile(layer, block, head), at);
     std::memcpy(k_scales(layer, block, head) + slot, &s, 4);
     return;
   }
+  uint8_t* dst = k_tile(layer, block, head) + int64_t(slot) * esz_;
+  const int64_t stride = int64_t(l_.block_size) * esz_;
   alignas(64) uint8_t buf[kChunk * 4];
   for (int64_t d0 = 0; d0 < l_.head_dim_k; d0 += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, l_.head_dim_k - d0);
@@ -63,9 +66,12 @@ void KVView::write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, c
 }
 
 void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
+  if (l_.scaled()) {
+    const auto at = [&](int64_t d) { return l_.k_element(int32_t(d), slot); };
+    return dequantize_scaled(l_.dtype, k_tile(layer, block, head), at, k_scales(layer, block, head)[slot], x, l_.head_dim_k);
+  }
   const uint8_t* src = k_tile(layer, block, head) + int64_t(slot) * esz_;
   const int64_t stride = int64_t(l_.block_size) * esz_;
-  if (l_.scaled()) return dequantize_scaled(l_.dtype, src, stride, k_scales(layer, block, head)[slot], x, l_.head_dim_k);
   alignas(64) uint8_t buf[kChunk * 4];
   for (int64_t d0 = 0; d0 < l_.head_dim_k; d0 += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, l_.head_dim_k - d0);
@@ -76,7 +82,8 @@ void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, fl
 
 void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
   if (l_.scaled()) {
-    v_scales(layer, block, head)[slot] = quantize_scaled(l_.dtype, x, l_.head_dim_v, v(layer, block, head, slot), 1);
+    v_scales(layer, block, head)[slot] =
+        quantize_scaled(l_.dtype, x, l_.head_dim_v, v(layer, block, head, slot), [](int64_t i) { return i; });
     return;
   }
   kernels::from_f32(l_.dtype, x, v(layer, block, head, slot), l_.head_dim_v);
@@ -84,7 +91,8 @@ void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, c
 
 void KVView::read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
   if (l_.scaled())
-    return dequantize_scaled(l_.dtype, v(layer, block, head, slot), 1, v_scales(layer, block, head)[slot], x, l_.head_dim_v);
+    return dequantize_scaled(l_.dtype, v(layer, block, head, slot), [](int64_t i) { return i; },
+                             v_scales(layer, block, head)[slot], x, l_.head_dim_v);
   kernels::to_f32(l_.dtype, v(layer, block, head, slot), x, l_.head_dim_v);
 }
 
