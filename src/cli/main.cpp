@@ -33,7 +33,10 @@ commands:
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
               [--layers N (keep the first N blocks: a layer-truncated draft model)]
   perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t N] [--kv-cache-dtype T] [--block-size N]
-              [--max-num-batched-tokens N]
+              [--max-num-batched-tokens N] [--kl-divergence-base FILE [--kl-divergence]]
+              llama-perplexity's measure; --kl-divergence-base FILE alone saves the scored
+              tokens' log-probabilities (the reference run), with --kl-divergence it reports
+              this run's KL divergence from them, top-1 agreement and both perplexities
   info        -m MODEL        print metadata and tensors
   chat-template -m MODEL --messages FILE.json [--no-generation-prompt] [--tools FILE.json]
               [--vars JSON] [--template FILE] [--config tokenizer_config.json]

@@ -49,7 +49,9 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
       for (int32_t v = 1; v < h.n_vocab; ++v) mx = std::max(mx, double(row[v]));
       double se = 0;
       for (int32_t v = 0; v < h.n_vocab; ++v) se += std::exp(double(row[v]) - mx);
-      const double l = -(double(row[tokens[size_t(c * o.n_ctx + j + 1)]]) - mx - std::log(se));
+      const int32_t next = tokens[size_t(c * o.n_ctx + j + 1)];
+      if (o.on_scored) o.on_scored(std::span<const float>(row, size_t(h.n_vocab)), next);
+      const double l = -(double(row[next]) - mx - std::log(se));
       nll += l;
       nll2 += l * l;
       ++r.n_scored;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -19,6 +20,9 @@ struct PerplexityOptions {
   int32_t block_size = 16;
   DType kv_dtype = DType::F16;
   int32_t bos = -1;            // replaces each window's first token when >= 0
+  // Each scored row's logits [n_vocab] and the token that follows, in order (the
+  // KL-divergence report, model/kl_divergence.h).
+  std::function<void(std::span<const float>, int32_t)> on_scored;
 };
 
 struct PerplexityResult {

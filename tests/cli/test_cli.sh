@@ -142,6 +142,10 @@ expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$R
 expect_error "generate with both -p and -f"     "-p.*-f|-f.*-p"              "$RIDGE" generate -m tiny.gguf -p hi -f prompts.txt
 expect_error "perplexity on a too-short text"   "short\.txt"                 "$RIDGE" perplexity -m tiny.gguf -f short.txt
 expect_error "perplexity without -f"            "-f"                         "$RIDGE" perplexity -m tiny.gguf
+expect_error "--kl-divergence without a base"   "--kl-divergence-base"       "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence
+expect_error "--kl-divergence on a missing base" "nobase\.bin"              "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence --kl-divergence-base nobase.bin
+expect_error "--kl-divergence on a GGUF"         "tiny\.gguf.*not a KL"      "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence --kl-divergence-base tiny.gguf
+expect_error "--kl-divergence-base unwritable"  "no/such/dir"                "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence-base no/such/dir/b.bin
 expect_error "peaks -t 0"                       "-t.*0"                      "$RIDGE" peaks -t 0
 expect_error "peaks with an unknown flag"       "--bogus"                    "$RIDGE" peaks --quick --bogus
 expect_error "peaks --json into a missing dir"  "no_such_dir"                "$RIDGE" peaks --quick --json no_such_dir/p.json
@@ -181,6 +185,10 @@ expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m ti
 expect_ok "generate with --kv-cache-dtype int8"            "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype int8
 expect_ok "generate with --kv-cache-dtype fp8"             "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype fp8
 expect_ok "perplexity with --kv-type fp8_e5m2"             "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-type fp8_e5m2
+expect_ok "perplexity --kl-divergence-base (f16 KV)"       "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence-base klbase.bin
+expect_ok "perplexity --kl-divergence (int8 KV)"           "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-cache-dtype int8 --kl-divergence --kl-divergence-base klbase.bin
+if ! grep -q "same top-1" "$TMP/out"; then report "the KL report has top-1 agreement" "no 'same top-1' line"; fi
+expect_error "--kl-divergence at another -c"    "-c 32.*-c 16"               "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 16 --kl-divergence --kl-divergence-base klbase.bin
 expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
 expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
 expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1
