@@ -7,7 +7,7 @@
 #      and ridge's tokenizers vs llama.cpp's on every vocabulary in ../shared/vocab;
 #      chat templates vs @huggingface/jinja; tokenizer.json files vs @huggingface/tokenizers
 #   4. unit tests again under ASan + UBSan (-O1, debug invariant checks on)
-#   5. the GGUF reader fuzzer (clang libFuzzer), fixed seed and run count
+#   5. the GGUF and safetensors reader fuzzers (clang libFuzzer), fixed seed and run count
 # Under CI=true a missing ../shared is a failure, never a skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,7 @@ stage "chat templates: ridge vs @huggingface/jinja" bash tests/chat/run_chat_tes
 stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/run_hf_tests.sh "$BUILD/ridge"
 stage "server: OpenAI API via the openai client" bash tests/server/run_server_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
-stage "fuzz: GGUF reader" bash scripts/fuzz.sh
+stage "fuzz: GGUF and safetensors readers" bash scripts/fuzz.sh
 
 echo
 echo "total $(($(date +%s) - t_all)) s"

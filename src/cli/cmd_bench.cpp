@@ -349,7 +349,7 @@ int bench_spec_cmd(Args& a) {
   if (prompt) texts.push_back(*prompt);
   if (prompt_file) texts = read_prompt_lines(*prompt_file, "--prompt-file");
   if (!texts.empty()) {
-    auto tok = Tokenizer::from_gguf(model->file());
+    auto tok = load_tokenizer(path, *model);
     for (int64_t i = 0; i < n; ++i) o.prompts.push_back(tok->encode(texts[size_t(i) % texts.size()], true));
   } else {  // random tokens: replay sets the acceptance, prompt lookup finds little
     std::mt19937_64 rng(o.seed);

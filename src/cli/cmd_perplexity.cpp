@@ -35,7 +35,7 @@ int cmd_perplexity(Args& a) {
   ss << in.rdbuf();
 
   auto model = Model::load(path);
-  auto tok = Tokenizer::from_gguf(model->file());
+  auto tok = load_tokenizer(path, *model);
   const std::vector<int32_t> tokens = tok->encode(ss.str(), tok->add_bos());
   PerplexityOptions po;
   po.n_ctx = n_ctx_arg > 0 ? n_ctx_arg : std::min<int64_t>(model->hparams().n_ctx_train, 512);

@@ -108,7 +108,7 @@ int cmd_roofline(Args& a) {
       origin = "measured in this run";
     }
     auto model = Model::load(path);
-    auto tok = Tokenizer::from_gguf(model->file());
+    auto tok = load_tokenizer(path, *model);
     o.model_name = std::filesystem::path(path).filename().string();
     run = tools::measure_roofline(*model, tok.get(), peaks, o);
     run.peaks_origin = origin;

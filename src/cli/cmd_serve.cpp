@@ -12,6 +12,7 @@
 #include "perf/tracer.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge::cli {
@@ -39,10 +40,8 @@ int cmd_serve(Args& a) {
   perf::TraceSession trace_session(trace, "serve");
 
   auto model = Model::load(path);
-  auto tok = Tokenizer::from_gguf(model->file());
+  auto tok = load_tokenizer(path, *model);
   const HParams& h = model->hparams();
-  if (tok->n_vocab() != h.n_vocab)
-    fail("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path, tok->n_vocab(), h.n_vocab);
 
   server::ApiContext ctx;
   ctx.model_name = served_name.value_or(std::filesystem::path(path).filename().string());
@@ -54,6 +53,17 @@ int cmd_serve(Args& a) {
     std::stringstream ss;
     ss << in.rdbuf();
     ctx.chat_template = ss.str();
+  } else if (std::filesystem::is_directory(path)) {  // a Hugging Face checkpoint
+    std::ifstream in(std::filesystem::path(path) / "tokenizer_config.json");
+    std::stringstream ss;
+    if (in) ss << in.rdbuf();
+    const HfTokenizerConfig cfg = parse_hf_tokenizer_config(ss.str());
+    ctx.chat_template = cfg.chat_template;
+    ctx.bos_token = cfg.bos_token.value_or("");
+    ctx.eos_token = cfg.eos_token.value_or("");
+    if (cfg.chat_template.empty())
+      std::fprintf(stderr, "serve: %s has no chat template: /v1/chat/completions needs --chat-template FILE\n",
+                   path.c_str());
   } else {
     try {
       ctx.chat_template = chat_template_from_gguf(model->file());
@@ -62,8 +72,10 @@ int cmd_serve(Args& a) {
                    path.c_str());
     }
   }
-  ctx.bos_token = gguf_special_token(model->file(), "tokenizer.ggml.bos_token_id");
-  ctx.eos_token = gguf_special_token(model->file(), "tokenizer.ggml.eos_token_id");
+  if (!std::filesystem::is_directory(path)) {
+    ctx.bos_token = gguf_special_token(model->file(), "tokenizer.ggml.bos_token_id");
+    ctx.eos_token = gguf_special_token(model->file(), "tokenizer.ggml.eos_token_id");
+  }
 
   Engine engine(*model, tok.get(), ec);
   print_memory_budget("serve", *model, engine);

@@ -8,6 +8,7 @@ namespace ridge::cli {
 int cmd_generate(Args& a);
 int cmd_mkmodel(Args& a);
 int cmd_quantize(Args& a);
+int cmd_convert(Args& a);
 int cmd_perplexity(Args& a);
 int cmd_info(Args& a);
 int cmd_chat_template(Args& a);

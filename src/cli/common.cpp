@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace ridge::cli {
 
@@ -26,6 +27,26 @@ std::string resolve_model(Args& a) {
     fail("no model given: pass -m MODEL.gguf, set RIDGE_MODEL, or put a .gguf in ./models (scripts/get-model.sh fetches one)");
   std::sort(found.begin(), found.end());
   return found.front();
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const Model& m) {
+  std::unique_ptr<Tokenizer> tok;
+  const std::filesystem::path dir(model_path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) {
+    if (!std::filesystem::exists(dir / "tokenizer.json", ec)) fail("{}: no tokenizer.json", model_path);
+    const auto cfg = dir / "tokenizer_config.json";
+    tok = load_hf_tokenizer_files((dir / "tokenizer.json").string(), std::filesystem::exists(cfg, ec) ? cfg.string() : "");
+    // Hugging Face pads the embedding past the tokenizer's ids (to a multiple of 64 or
+    // 128): those rows are never a token.
+    if (tok->n_vocab() > m.hparams().n_vocab)
+      fail("{}: tokenizer.json has {} tokens but the embedding has {} rows", model_path, tok->n_vocab(), m.hparams().n_vocab);
+    return tok;
+  }
+  tok = Tokenizer::from_gguf(m.file());
+  if (tok->n_vocab() != m.hparams().n_vocab)
+    fail("{}: tokenizer has {} tokens but token_embd.weight has {} rows", model_path, tok->n_vocab(), m.hparams().n_vocab);
+  return tok;
 }
 
 namespace {

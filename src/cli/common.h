@@ -1,16 +1,22 @@
 // Pieces shared by the commands: which model to load, the engine flags, peak memory.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ridge::cli {
 
 // --model / -m, else $RIDGE_MODEL, else the first *.gguf (by name) in ./models.
 std::string resolve_model(Args& a);
+// The model's tokenizer: the GGUF's, or a checkpoint directory's tokenizer.json (with its
+// tokenizer_config.json); checked against the model's vocabulary.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const Model& m);
 // The engine flags, one vocabulary for every command that runs the model (generate,
 // serve, bench throughput, perplexity, roofline): -t, --kv-cache-dtype (alias --kv-type),
 // --block-size, --max-num-seqs, --max-num-batched-tokens (alias -b, --batch-size),

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <memory>
 
 #include "core/error.h"
@@ -169,7 +170,7 @@ void Writer::add_tensor(std::string_view name, DType type, std::vector<int64_t> 
               shared->size(), tensors_.back().nbytes);
 }
 
-void Writer::write(const std::string& path) const {
+std::vector<uint8_t> Writer::header(uint64_t& data_bytes) const {
   Buf h;
   h.bytes("GGUF", 4);
   h.put<uint32_t>(3);
@@ -191,34 +192,55 @@ void Writer::write(const std::string& path) const {
     off += (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
   }
   while (h.b.size() % alignment_) h.b.push_back(0);
+  data_bytes = off;
+  return std::move(h.b);
+}
 
+void Writer::write(const std::string& path) const {
+  uint64_t off = 0;
+  const std::vector<uint8_t> head = header(off);
   const std::string tmp = path + ".tmp";
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
   if (!f) fail("cannot write {}: {}", tmp, std::strerror(errno));
-  auto out = [&](const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f.get()) != n) fail("write to {} failed: {}", tmp, std::strerror(errno));
-  };
   try {
-    out(h.b.data(), h.b.size());
-    // Filling a tensor (quantizing, generating) is the slow part: count tensors and bytes.
-    Progress progress("writing " + path, int64_t(off), "B");
-    std::vector<uint8_t> buf;
-    size_t done = 0;
-    for (const auto& t : tensors_) {
-      const uint64_t padded = (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
-      buf.assign(padded, 0);
-      t.fill(buf.data());
-      out(buf.data(), buf.size());
-      progress.set_detail(fmt::format("{}/{} tensors", ++done, tensors_.size()));
-      progress.add(int64_t(padded));
-    }
-    if (std::fflush(f.get()) != 0) fail("write to {} failed: {}", tmp, std::strerror(errno));
+    emit(head, off, f.get(), tmp, path);
     if (std::fclose(f.release()) != 0) fail("write to {} failed: {}", tmp, std::strerror(errno));
   } catch (...) {
     std::remove(tmp.c_str());  // a full disk leaves no half-written file behind
     throw;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename {} to {}: {}", tmp, path, std::strerror(errno));
+}
+
+void Writer::write_fd(int fd, const std::string& name) const {
+  uint64_t off = 0;
+  const std::vector<uint8_t> head = header(off);
+  const int fd2 = dup(fd);
+  std::unique_ptr<FILE, int (*)(FILE*)> f(fd2 >= 0 ? fdopen(fd2, "wb") : nullptr, &std::fclose);
+  if (!f) fail("cannot write {}: {}", name, std::strerror(errno));
+  emit(head, off, f.get(), name, name);
+  if (std::fclose(f.release()) != 0) fail("write to {} failed: {}", name, std::strerror(errno));
+}
+
+void Writer::emit(const std::vector<uint8_t>& head, uint64_t data_bytes, FILE* f, const std::string& where,
+                  const std::string& shown) const {
+  auto out = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n) fail("write to {} failed: {}", where, std::strerror(errno));
+  };
+  out(head.data(), head.size());
+  // Filling a tensor (quantizing, generating) is the slow part: count tensors and bytes.
+  Progress progress("writing " + shown, int64_t(data_bytes), "B");
+  std::vector<uint8_t> buf;
+  size_t done = 0;
+  for (const auto& t : tensors_) {
+    const uint64_t padded = (t.nbytes + alignment_ - 1) / alignment_ * alignment_;
+    buf.assign(padded, 0);
+    t.fill(buf.data());
+    out(buf.data(), buf.size());
+    progress.set_detail(fmt::format("{}/{} tensors", ++done, tensors_.size()));
+    progress.add(int64_t(padded));
+  }
+  if (std::fflush(f) != 0) fail("write to {} failed: {}", where, std::strerror(errno));
 }
 
 }  // namespace ridge::gguf

@@ -3,6 +3,7 @@
 // file is written, so a multi-GB model is produced tensor by tensor, never held whole.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,8 @@ class Writer {
 
   // Writes to path (through a temporary file renamed into place).
   void write(const std::string& path) const;
+  // Writes at fd's position (an anonymous in-memory file, say); name is for messages.
+  void write_fd(int fd, const std::string& name) const;
 
  private:
   struct Kv {
@@ -48,6 +51,9 @@ class Writer {
     Fill fill;
   };
   void put(std::string_view key, std::vector<uint8_t> bytes);
+  std::vector<uint8_t> header(uint64_t& data_bytes) const;  // through the tensor infos, padded
+  void emit(const std::vector<uint8_t>& head, uint64_t data_bytes, std::FILE* f, const std::string& where,
+            const std::string& shown) const;
 
   uint32_t alignment_ = 32;
   std::vector<Kv> kv_;

@@ -9,11 +9,15 @@
 #include "core/threadpool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
+#include "model/hf_checkpoint.h"
 #include "quant/quant.h"
 
 namespace ridge {
 
-std::unique_ptr<Model> Model::load(const std::string& path, bool pack) { return from_file(gguf::File::open(path), pack); }
+std::unique_ptr<Model> Model::load(const std::string& path, bool pack) {
+  if (is_hf_checkpoint_dir(path)) return from_file(open_hf_checkpoint(path), pack);
+  return from_file(gguf::File::open(path), pack);
+}
 
 std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack) {
   std::unique_ptr<Model> m(new Model());

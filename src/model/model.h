@@ -37,7 +37,8 @@ struct Weights {
 
 class Model {
  public:
-  // Throws ridge::Error naming the file and the missing/invalid key or tensor.
+  // Throws ridge::Error naming the file and the missing/invalid key or tensor. path is a
+  // GGUF file or a Hugging Face checkpoint directory (model/hf_checkpoint.h).
   // pack: repack the matrices into GEMM panels (kernels/cpu/packed.h) when the active
   // CPU path has a packed GEMM for their type; RIDGE_REPACK=0 turns it off.
   static std::unique_ptr<Model> load(const std::string& path, bool pack = true);

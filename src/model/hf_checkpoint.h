@@ -1,0 +1,40 @@
+// Hugging Face checkpoints as they ship: a directory with config.json and model.safetensors
+// (or shards and their index), turned into the GGUF llama.cpp's converter would write for
+// the same model: its tensor names, its metadata keys, llama's Q/K rows in llama.cpp's
+// order (Hugging Face keeps each head's rotary halves apart, llama.cpp interleaves them;
+// the rows move whole, so f32/f16/bf16 weights keep their bits). config.json is checked
+// against the tensors: a size that disagrees names the tensor and the key.
+//
+// Matrices keep their dtype (f32, f16, bf16) unless a type is asked for; block-scaled FP8
+// (E4M3 with weight_scale_inv per 128 x 128 block, quantization_config's
+// weight_block_size) has no llama.cpp type and converts to q8_0 unless told otherwise.
+// Norms and biases are f32, as llama.cpp writes them.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "gguf/safetensors.h"
+
+namespace ridge {
+
+struct HfConvertOptions {
+  std::optional<DType> type;  // the matrices' type; unset: keep (FP8: q8_0)
+};
+
+bool is_hf_checkpoint_dir(const std::string& path);
+
+// The GGUF the checkpoint converts to; its tensors are filled from ck's mapping while it
+// is written, so ck must outlive the writer's write().
+std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, const HfConvertOptions& o);
+
+// ridge convert DIR OUT.gguf.
+void convert_hf_checkpoint(const std::string& dir, const std::string& out, const HfConvertOptions& o);
+
+// -m DIR: the converted GGUF in memory (an anonymous file), parsed as any GGUF.
+std::unique_ptr<gguf::File> open_hf_checkpoint(const std::string& dir, const HfConvertOptions& o = {});
+
+}  // namespace ridge

@@ -1,0 +1,219 @@
+// Hugging Face checkpoints (model/hf_checkpoint, gguf/safetensors): a model written as
+// Hugging Face lays it out by an independent writer (tests/hf/write_hf_checkpoint.mjs,
+// Node, from the formats' specifications: its tensor names, its Q/K row order, sharded
+// or not) loads and gives logits bitwise equal to the GGUF it was written from; and
+// every way a safetensors file or config.json can be wrong is a clear error.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threadpool.h"
+#include "gguf/safetensors.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/forward.h"
+#include "model/hf_checkpoint.h"
+#include "model/kv_cache.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
+
+namespace ridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "ridge_hf_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::vector<float> logits(const Model& m, const std::vector<int32_t>& toks) {
+  const HParams& h = m.hparams();
+  KVLayout l{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, 16, 4, DType::F16};
+  KVCache kv(l);
+  ThreadPool pool(1);
+  const auto be = kernels::make_cpu_backend(pool);
+  Forward fwd(m, kv, *be);
+  const std::vector<int32_t> table{0, 1, 2, 3};
+  Batch b;
+  b.add(toks, 0, table, Logits::All);
+  const auto lg = fwd.run(b);
+  return {lg.begin(), lg.end()};
+}
+
+// The independent writer, or a skip (a failure under CI=true, where node must be there).
+bool write_hf(const std::string& gguf, const std::string& dir, int shards) {
+  const std::string script = std::string(RIDGE_SOURCE_DIR) + "/tests/hf/write_hf_checkpoint.mjs";
+  const std::string cmd = "node " + script + " --gguf " + gguf + " --out " + dir + " --shards " + std::to_string(shards);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") ADD_FAILURE() << cmd << " failed (" << rc << ")";
+    return false;
+  }
+  return true;
+}
+
+TEST(HfCheckpoint, IndependentlyWrittenCheckpointsGiveTheGgufsLogitsBitForBit) {
+  if (std::system("node --version > /dev/null 2>&1") != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << "node is missing; under CI=true this test must run";
+    GTEST_SKIP() << "node is not installed: the independent checkpoint writer cannot run";
+  }
+  const std::vector<int32_t> toks{1, 17, 300, 4, 99, 17, 256, 3, 511, 42};
+  int n = 0;
+  for (const char* arch : {"llama", "qwen2", "qwen3"})
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      const std::string name = std::string(arch) + "_" + std::string(dtype_name(t));
+      MkModelOptions o;
+      o.preset = "tiny";
+      o.arch = arch;
+      o.dtype = t;
+      o.seed = 11;
+      const std::string gguf = tmp(name + ".gguf"), dir = tmp(name + "_hf");
+      make_model(o, gguf);
+      const int shards = 1 + n++ % 3;  // 1, 2 and 3 shards in turn
+      ASSERT_TRUE(write_hf(gguf, dir, shards)) << name;
+      const auto want = logits(*Model::load(gguf), toks);
+      const auto got = logits(*Model::from_file(open_hf_checkpoint(dir)), toks);
+      ASSERT_EQ(want.size(), got.size()) << name;
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << name << ", " << shards << " shards";
+      // ridge convert's file: the same bytes, so the same logits.
+      const std::string conv = tmp(name + "_conv.gguf");
+      convert_hf_checkpoint(dir, conv, {});
+      const auto again = logits(*Model::load(conv), toks);
+      EXPECT_EQ(std::memcmp(want.data(), again.data(), want.size() * 4), 0) << name << " via ridge convert";
+      // To q8_0: the GGUF route quantizes the same rows.
+      if (t == DType::F32) {
+        HfConvertOptions q;
+        q.type = DType::Q8_0;
+        const auto mq = Model::from_file(open_hf_checkpoint(dir, q));
+        EXPECT_EQ(mq->weights().layers[0].wq.type, DType::Q8_0);
+      }
+      fs::remove(gguf), fs::remove(conv), fs::remove_all(dir);
+    }
+}
+
+// --- bad files ------------------------------------------------------------------------
+
+std::vector<uint8_t> st_file(const std::string& header, size_t data_bytes) {
+  std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  std::memcpy(b.data() + 8, header.data(), header.size());
+  return b;
+}
+
+void expect_parse_error(const std::string& header, size_t data_bytes, const std::string& what) {
+  const auto b = st_file(header, data_bytes);
+  try {
+    safetensors::File::parse(b.data(), b.size(), "t.safetensors");
+    ADD_FAILURE() << "no error for " << header << "; expected '" << what << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(Safetensors, ParsesAValidFile) {
+  const auto b = st_file(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                         R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},"__metadata__":{"format":"pt"}})",
+                         32);
+  const auto f = safetensors::File::parse(b.data(), b.size(), "t");
+  ASSERT_EQ(f->tensors().size(), 2u);
+  const auto* a = f->find("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a->nbytes, 24u);
+  EXPECT_EQ(f->find("b")->data, a->data + 24);
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+}
+
+TEST(Safetensors, BadFilesAreClearErrors) {
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})", 20, "past the data");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20, "needs 24 bytes");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                     12, "overlaps");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "belong to no tensor");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12, "after the last tensor");
+  expect_parse_error(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8, "dtype 'Q4'");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "non-negative");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, "more than the file");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "backwards");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2]}})", 8, "data_offsets");
+  expect_parse_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "not valid JSON");
+  expect_parse_error(R"([1,2])", 8, "not a JSON object");
+  {
+    std::vector<uint8_t> b(16, 0);
+    const uint64_t n = 200'000'000;
+    std::memcpy(b.data(), &n, 8);
+    try {
+      safetensors::File::parse(b.data(), b.size(), "big");
+      ADD_FAILURE() << "a 200 MB header";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+    }
+  }
+  {
+    const uint8_t four[4] = {1, 2, 3, 4};
+    EXPECT_THROW(safetensors::File::parse(four, 4, "short"), Error);
+  }
+}
+
+// A checkpoint made by hand: a config.json that disagrees with its tensors, a missing
+// tensor, an index naming a shard that lacks the tensor.
+TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
+  const std::string dir = tmp("cfg");
+  fs::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::vector<uint8_t>& b) {
+    std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  };
+  const auto write_text = [&](const std::string& name, const std::string& s) { std::ofstream(dir + "/" + name) << s; };
+  nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 8}, {"intermediate_size", 16},
+                        {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                        {"vocab_size", 4}, {"rms_norm_eps", 1e-5}};
+  write_text("config.json", cfg.dump());
+  // Only the embedding, with 5 rows where config.json says 4.
+  write("model.safetensors", st_file(R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[5,8],"data_offsets":[0,160]}})", 160));
+  auto expect = [&](const std::string& what) {
+    try {
+      open_hf_checkpoint(dir);
+      ADD_FAILURE() << "no error; expected '" << what << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect("has shape [5, 8], config.json makes it [4, 8]");
+  write("model.safetensors", st_file(R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[4,8],"data_offsets":[0,128]}})", 128));
+  expect("no tensor 'model.norm.weight'");
+  cfg["architectures"] = {"GPT2LMHeadModel"};
+  write_text("config.json", cfg.dump());
+  expect("'GPT2LMHeadModel' is not supported");
+  cfg["architectures"] = {"LlamaForCausalLM"};
+  cfg.erase("hidden_size");
+  write_text("config.json", cfg.dump());
+  expect("'hidden_size' is missing");
+  write_text("config.json", "{not json");
+  expect("not valid JSON");
+  cfg["hidden_size"] = 8;
+  cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  write_text("config.json", cfg.dump());
+  expect("rope_scaling");
+  cfg.erase("rope_scaling");
+  write_text("config.json", cfg.dump());
+  write_text("model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"model.safetensors"}})");
+  expect("has no such tensor");
+  write_text("model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"../x"}})");
+  expect("not a file in the directory");
+  fs::remove(dir + "/model.safetensors.index.json");
+  fs::remove(dir + "/model.safetensors");
+  expect("no model.safetensors");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ridge
