@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "model/kv_cache.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
+#include "quant/fp8.h"
 
 namespace ridge {
 namespace {
@@ -213,6 +216,113 @@ TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
   fs::remove(dir + "/model.safetensors");
   expect("no model.safetensors");
   fs::remove_all(dir);
+}
+
+// Block-scaled FP8 (quantization_config.weight_block_size): a checkpoint of E4M3 codes
+// with weight_scale_inv per block, and the same model in f32 holding exactly the values
+// those codes and scales stand for (code x its block's scale, one rounding, the
+// converter's own), convert to identical f32 GGUF tensors; partial blocks at the edges
+// included (20 x 40 matrices in 8 x 16 blocks). By default FP8 becomes q8_0, which needs
+// rows of whole 32-blocks: 40 is not, and says so.
+TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
+  const int64_t hidden = 40, ff = 24, vocab = 6, heads = 2, hd = 20;
+  const int64_t bs[2] = {8, 16};
+  std::mt19937 rng(5);
+  struct T {
+    std::string name;
+    std::vector<int64_t> shape;
+    bool fp8;
+  };
+  const std::vector<T> ts = {{"model.embed_tokens.weight", {vocab, hidden}, false},
+                             {"model.norm.weight", {hidden}, false},
+                             {"lm_head.weight", {vocab, hidden}, false},
+                             {"model.layers.0.input_layernorm.weight", {hidden}, false},
+                             {"model.layers.0.post_attention_layernorm.weight", {hidden}, false},
+                             {"model.layers.0.self_attn.q_proj.weight", {heads * hd, hidden}, true},
+                             {"model.layers.0.self_attn.k_proj.weight", {hd, hidden}, true},
+                             {"model.layers.0.self_attn.v_proj.weight", {hd, hidden}, true},
+                             {"model.layers.0.self_attn.o_proj.weight", {hidden, heads * hd}, true},
+                             {"model.layers.0.mlp.gate_proj.weight", {ff, hidden}, true},
+                             {"model.layers.0.mlp.up_proj.weight", {ff, hidden}, true},
+                             {"model.layers.0.mlp.down_proj.weight", {hidden, ff}, true}};
+  // name -> (dtype, shape, bytes), for both checkpoints.
+  struct Blob {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::map<std::string, Blob> fp8, f32;
+  auto put_f32 = [](std::map<std::string, Blob>& m, const std::string& n, std::vector<int64_t> shape, const std::vector<float>& v) {
+    Blob b{"F32", std::move(shape), std::vector<uint8_t>(v.size() * 4)};
+    std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
+    m[n] = std::move(b);
+  };
+  std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.01f, 2.f);
+  for (const T& t : ts) {
+    const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
+    if (!t.fp8) {
+      std::vector<float> v(size_t(rows * cols));
+      for (float& x : v) x = u(rng);
+      put_f32(fp8, t.name, t.shape, v);
+      put_f32(f32, t.name, t.shape, v);
+      continue;
+    }
+    const int64_t br = (rows + bs[0] - 1) / bs[0], bc = (cols + bs[1] - 1) / bs[1];
+    std::vector<float> scale(size_t(br * bc)), vals(size_t(rows * cols));
+    for (float& x : scale) x = pos(rng);
+    Blob codes{"F8_E4M3", t.shape, std::vector<uint8_t>(size_t(rows * cols))};
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t code = uint8_t(rng());
+        if ((code & 0x7F) == 0x7F) code = 0x30;  // not NaN
+        codes.bytes[size_t(r * cols + c)] = code;
+        vals[size_t(r * cols + c)] = quant::fp8_e4m3_to_f32(code) * scale[size_t((r / bs[0]) * bc + c / bs[1])];
+      }
+    fp8[t.name] = std::move(codes);
+    put_f32(fp8, t.name + "_scale_inv", {br, bc}, scale);
+    put_f32(f32, t.name, t.shape, vals);
+  }
+  auto write_dir = [&](const std::string& dir, const std::map<std::string, Blob>& m, bool quantized) {
+    fs::create_directories(dir);
+    nlohmann::json h = nlohmann::json::object();
+    uint64_t off = 0;
+    for (const auto& [n, b] : m) {
+      h[n] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {off, off + b.bytes.size()}}};
+      off += b.bytes.size();
+    }
+    std::string hs = h.dump();
+    while ((8 + hs.size()) % 8) hs += ' ';
+    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t n = hs.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << hs;
+    for (const auto& [nm, b] : m) f.write(reinterpret_cast<const char*>(b.bytes.data()), std::streamsize(b.bytes.size()));
+    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", hidden}, {"intermediate_size", ff},
+                          {"num_hidden_layers", 1}, {"num_attention_heads", heads}, {"num_key_value_heads", 1},
+                          {"head_dim", hd}, {"vocab_size", vocab}, {"rms_norm_eps", 1e-5}};
+    if (quantized) cfg["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {bs[0], bs[1]}}};
+    std::ofstream(dir + "/config.json") << cfg.dump();
+  };
+  const std::string d8 = tmp("fp8"), d32 = tmp("fp8_as_f32");
+  write_dir(d8, fp8, true);
+  write_dir(d32, f32, false);
+  HfConvertOptions o;
+  o.type = DType::F32;
+  const auto a = open_hf_checkpoint(d8, o), b = open_hf_checkpoint(d32, o);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const auto& t : b->tensors()) {
+    const auto* ta = a->find_tensor(t.name);
+    ASSERT_NE(ta, nullptr) << t.name;
+    ASSERT_EQ(ta->nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(ta->data, t.data, t.nbytes), 0) << t.name;
+  }
+  try {
+    open_hf_checkpoint(d8);
+    ADD_FAILURE() << "fp8 rows of 40 converted to q8_0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q8_0 blocks"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d8), fs::remove_all(d32);
 }
 
 }  // namespace
