@@ -32,11 +32,12 @@ commands:
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
               [--layers N (keep the first N blocks: a layer-truncated draft model)]
-  convert     CHECKPOINT_DIR OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|...] a Hugging Face
-              checkpoint (config.json, model.safetensors or shards with their index; f32,
-              f16, bf16, block-scaled fp8) as GGUF with llama.cpp's names; the matrices keep
-              their type unless --type (fp8: q8_0). -m DIR loads such a directory directly
-              (its tokenizer.json and tokenizer_config.json as the tokenizer)
+  convert     CHECKPOINT_DIR OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|...] [--no-tokenizer]
+              a Hugging Face checkpoint (config.json, model.safetensors or shards with their
+              index; f32, f16, bf16, block-scaled fp8) as GGUF with llama.cpp's names and
+              keys; the matrices keep their type unless --type (fp8: q8_0); a byte-level BPE
+              tokenizer.json becomes the GGUF's tokenizer (--no-tokenizer: weights only).
+              -m DIR loads such a directory directly (its tokenizer.json as the tokenizer)
   perplexity  -m MODEL -f TEXT_FILE [-c CTX] [-t N] [--kv-cache-dtype T] [--block-size N]
               [--max-num-batched-tokens N] [--kl-divergence-base FILE [--kl-divergence]]
               llama-perplexity's measure; --kl-divergence-base FILE alone saves the scored

@@ -31,7 +31,8 @@ bool is_hf_checkpoint_dir(const std::string& path);
 // is written, so ck must outlive the writer's write().
 std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, const HfConvertOptions& o);
 
-// ridge convert DIR OUT.gguf.
+// The weights and hyperparameters as GGUF (ridge convert adds the tokenizer:
+// tokenizer/hf_to_gguf.h).
 void convert_hf_checkpoint(const std::string& dir, const std::string& out, const HfConvertOptions& o);
 
 // -m DIR: the converted GGUF in memory (an anonymous file), parsed as any GGUF.

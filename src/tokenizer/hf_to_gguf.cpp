@@ -1,0 +1,114 @@
+#include "tokenizer/hf_to_gguf.h"
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace ridge {
+namespace {
+
+using nlohmann::json;
+
+// llama.cpp's name for a byte-level BPE pre-tokenizer: its Split patterns, in order,
+// before a ByteLevel that splits no more (or a lone ByteLevel with GPT-2's pattern).
+std::optional<std::string> pre_name(const json& pre) {
+  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true)) return "gpt-2";
+  if (!pre.is_object() || pre.value("type", "") != "Sequence") return std::nullopt;
+  const auto& seq = pre.at("pretokenizers");
+  if (!seq.is_array() || seq.empty()) return std::nullopt;
+  const json& last = seq.back();
+  if (last.value("type", "") != "ByteLevel" || last.value("use_regex", true)) return std::nullopt;
+  std::vector<std::string> pats;
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    const json& s = seq[i];
+    if (s.value("type", "") != "Split" || s.value("behavior", "") != "Isolated" || s.value("invert", false) ||
+        !s.contains("pattern") || !s["pattern"].contains("Regex"))
+      return std::nullopt;
+    pats.push_back(s["pattern"]["Regex"].get<std::string>());
+  }
+  const std::string contractions = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|";
+  const std::string tail = "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  if (pats == std::vector<std::string>{contractions + "\\p{N}{1,3}" + tail}) return "llama-bpe";
+  if (pats == std::vector<std::string>{contractions + "\\p{N}" + tail}) return "qwen2";
+  if (pats.size() == 3 && pats[0] == "\\p{N}{1,3}" && pats[1] == "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+")
+    return "deepseek-v3";
+  return std::nullopt;
+}
+
+}  // namespace
+
+void hf_tokenizer_to_gguf(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
+                          gguf::Writer& w) {
+  json j;
+  try {
+    j = json::parse(tokenizer_json);
+  } catch (const json::exception& e) {
+    fail("tokenizer.json is not valid JSON: {}", e.what());
+  }
+  const json& model = j.at("model");
+  if (model.value("type", "") != "BPE") fail("tokenizer.json: a {} model; convert writes byte-level BPE only", model.value("type", "?"));
+  if (model.value("byte_fallback", false))
+    fail("tokenizer.json: a SentencePiece-style BPE (byte_fallback); convert does not write those yet (-m DIR reads it)");
+  const auto pre = pre_name(j.value("pre_tokenizer", json()));
+  if (!pre)
+    fail("tokenizer.json: pre-tokenizer {} is not one convert knows (llama-bpe, qwen2, deepseek-v3, gpt-2); -m DIR reads it",
+         j.value("pre_tokenizer", json()).dump().substr(0, 200));
+
+  std::vector<std::string> tokens(static_cast<size_t>(n_vocab));
+  std::vector<int32_t> types(size_t(n_vocab), int32_t(TokenType::Unused));
+  std::vector<bool> seen(size_t(n_vocab), false);
+  auto put = [&](int64_t id, const std::string& text, TokenType t) {
+    if (id < 0 || id >= n_vocab) fail("tokenizer.json: token id {} ('{}') is past the embedding's {} rows", id, text, n_vocab);
+    tokens[size_t(id)] = text;
+    types[size_t(id)] = int32_t(t);
+    seen[size_t(id)] = true;
+  };
+  for (const auto& [text, id] : model.at("vocab").items()) put(id.get<int64_t>(), text, TokenType::Normal);
+  for (const auto& a : j.value("added_tokens", json::array()))
+    put(a.at("id").get<int64_t>(), a.at("content").get<std::string>(),
+        a.value("special", false) ? TokenType::Control : TokenType::UserDefined);
+  for (int64_t i = 0; i < n_vocab; ++i)
+    if (!seen[size_t(i)]) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
+  std::vector<std::string> merges;
+  for (const auto& m : model.at("merges")) {
+    if (m.is_string()) merges.push_back(m.get<std::string>());
+    else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    else fail("tokenizer.json: a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+  w.set_str("tokenizer.ggml.model", "gpt2");
+  w.set_str("tokenizer.ggml.pre", *pre);
+  w.set_str_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_str_array("tokenizer.ggml.merges", merges);
+
+  const HfTokenizerConfig cfg = parse_hf_tokenizer_config(tokenizer_config_json);
+  auto id_of = [&](const std::optional<std::string>& s) -> std::optional<uint32_t> {
+    if (!s) return std::nullopt;
+    for (int64_t i = 0; i < n_vocab; ++i)
+      if (seen[size_t(i)] && tokens[size_t(i)] == *s) return uint32_t(i);
+    return std::nullopt;
+  };
+  if (auto id = id_of(cfg.bos_token)) w.set_u32("tokenizer.ggml.bos_token_id", *id);
+  if (auto id = id_of(cfg.eos_token)) w.set_u32("tokenizer.ggml.eos_token_id", *id);
+  if (auto id = id_of(cfg.unk_token)) w.set_u32("tokenizer.ggml.unknown_token_id", *id);
+  if (auto id = id_of(cfg.pad_token)) w.set_u32("tokenizer.ggml.padding_token_id", *id);
+  // What the fast tokenizer does: the config's flags when present, else its post-processor
+  // (a BOS in its single-sequence template).
+  bool add_bos = false;
+  if (cfg.add_bos_token) {
+    add_bos = *cfg.add_bos_token;
+  } else if (const json& pp = j.value("post_processor", json()); pp.is_object()) {
+    const std::string d = pp.dump();
+    add_bos = cfg.bos_token && d.find("\"TemplateProcessing\"") != std::string::npos &&
+              d.find("\"" + *cfg.bos_token + "\"") != std::string::npos;
+  }
+  w.set_bool("tokenizer.ggml.add_bos_token", add_bos);
+  w.set_bool("tokenizer.ggml.add_eos_token", cfg.add_eos_token.value_or(false));
+  if (!cfg.chat_template.empty()) w.set_str("tokenizer.chat_template", cfg.chat_template);
+}
+
+}  // namespace ridge

