@@ -1,11 +1,29 @@
-// ridge mkmodel: a random-weight GGUF of a real model's shape.
+// ridge mkmodel: a random-weight GGUF of a real model's shape (--vocab: a GGUF's vocabulary,
+// or a tokenizer.json's).
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "gguf/gguf_writer.h"
 #include "model/mkmodel.h"
+#include "tokenizer/hf_to_gguf.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace ridge::cli {
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail("cannot read {}", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
 
 int cmd_mkmodel(Args& a) {
   MkModelOptions o;
@@ -24,7 +42,25 @@ int cmd_mkmodel(Args& a) {
   auto out = a.str({"-o", "--output"});
   a.finish();
   if (!out) fail("mkmodel needs -o OUT.gguf");
-  make_model(o, *out);
+  // A Hugging Face tokenizer.json (with the tokenizer_config.json beside it): written as
+  // ridge convert writes it, into a vocabulary file mkmodel copies from.
+  std::string tmp_vocab;
+  if (o.vocab_path.size() > 5 && o.vocab_path.ends_with(".json")) {
+    const std::filesystem::path j(o.vocab_path), cfg = j.parent_path() / "tokenizer_config.json";
+    const std::string tj = read_text(j), tc = std::filesystem::exists(cfg) ? read_text(cfg) : "";
+    gguf::Writer w;
+    hf_tokenizer_to_gguf(tj, tc, load_hf_tokenizer(tj, tc)->n_vocab(), w);
+    tmp_vocab = *out + ".vocab.tmp";
+    w.write(tmp_vocab);
+    o.vocab_path = tmp_vocab;
+  }
+  try {
+    make_model(o, *out);
+  } catch (...) {
+    if (!tmp_vocab.empty()) std::filesystem::remove(tmp_vocab);
+    throw;
+  }
+  if (!tmp_vocab.empty()) std::filesystem::remove(tmp_vocab);
   std::fprintf(stderr, "wrote %s\n", out->c_str());
   return 0;
 }

