@@ -14,6 +14,7 @@
 #include "core/fp16.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
+#include "model/hparams.h"
 
 namespace ridge {
 namespace {
@@ -39,7 +40,11 @@ struct Config {
   double rms_eps = 1e-6, rope_theta = 10000;
   bool tied = false;
   int64_t fp8_block[2] = {0, 0};  // quantization_config.weight_block_size, when FP8
+  // rope_scaling: Llama 3.1's frequency factors, or a linear scale (0: none).
+  bool rope_llama3 = false;
+  double rope_factor = 8, rope_low = 1, rope_high = 4, rope_orig_ctx = 8192, rope_linear = 0;
 };
+
 
 std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -100,8 +105,27 @@ Config read_config(const std::string& dir) {
     if (!t->is_boolean()) fail("{}: 'tie_word_embeddings' is not a boolean", path);
     c.tied = t->get<bool>();
   }
-  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null())
-    fail("{}: rope_scaling {} is not supported yet", path, rs->dump());
+  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+    const std::string type = rs->is_object() ? rs->value("rope_type", rs->value("type", "")) : "";
+    auto factor = [&](const char* key, double dflt) {
+      const auto it = rs->find(key);
+      if (it == rs->end() || it->is_null()) return dflt;
+      if (!it->is_number() || !(it->get<double>() > 0)) fail("{}: rope_scaling.{} is not a positive number", path, key);
+      return it->get<double>();
+    };
+    if (type == "llama3") {
+      c.rope_llama3 = true;
+      c.rope_factor = factor("factor", 8.0);
+      c.rope_low = factor("low_freq_factor", 1.0);
+      c.rope_high = factor("high_freq_factor", 4.0);
+      c.rope_orig_ctx = factor("original_max_position_embeddings", double(j.value("original_max_position_embeddings", 8192)));
+      if (c.rope_low == c.rope_high) fail("{}: rope_scaling's low_freq_factor equals its high_freq_factor", path);
+    } else if (type == "linear") {
+      c.rope_linear = factor("factor", 1.0);
+    } else if (type != "default") {
+      fail("{}: rope_scaling {} is not supported yet (llama3 and linear are)", path, rs->dump());
+    }
+  }
   if (const auto sw = j.find("sliding_window"); sw != j.end() && !sw->is_null() && j.value("use_sliding_window", true) &&
                                                 c.arch->gguf == std::string_view("llama"))
     fail("{}: sliding_window attention is not supported yet", path);
@@ -193,6 +217,17 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
   w->set_f32(a + "rope.freq_base", float(c.rope_theta));
   w->set_f32(a + "attention.layer_norm_rms_epsilon", float(c.rms_eps));
   w->set_u32(a + "vocab_size", uint32_t(c.n_vocab));
+  if (c.rope_linear > 0) {
+    w->set_str(a + "rope.scaling.type", "linear");
+    w->set_f32(a + "rope.scaling.factor", float(c.rope_linear));
+  }
+  if (c.rope_llama3) {
+    const std::vector<float> f = llama3_rope_factors(int32_t(c.head_dim), float(c.rope_theta), float(c.rope_factor),
+                                                     float(c.rope_low), float(c.rope_high), float(c.rope_orig_ctx));
+    std::vector<uint8_t> bytes(f.size() * 4);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    w->add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())}, std::move(bytes));
+  }
 
   const bool fp8 = c.fp8_block[0] > 0;
   auto add = [&](const std::string& gguf_name, const std::string& hf_name, std::vector<int64_t> shape, bool matrix,

@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <cmath>
+
 #include <tuple>
 
 #include "core/error.h"
@@ -64,6 +66,24 @@ HParams read_hparams(const gguf::File& f) {
     h.rope_freq_scale = float(1.0 / *fs);
   }
   return h;
+}
+
+std::vector<float> llama3_rope_factors(int32_t head_dim, float base, float factor, float low, float high, float orig_ctx) {
+  const float low_wavelen = orig_ctx / low, high_wavelen = orig_ctx / high;
+  std::vector<float> out;
+  for (int32_t i = 0; i < head_dim; i += 2) {
+    const float freq = 1.f / std::pow(base, float(i) / float(head_dim));
+    const float wavelen = float(2 * M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const float smooth = (orig_ctx / wavelen - low) / (high - low);
+      out.push_back(1.f / ((1.f - smooth) / factor + smooth));
+    }
+  }
+  return out;
 }
 
 }  // namespace ridge

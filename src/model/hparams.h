@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "perf/op_cost.h"
@@ -33,5 +34,10 @@ struct HParams {
 
 // Throws ridge::Error naming the missing or invalid key.
 HParams read_hparams(const gguf::File& f);
+
+// Llama 3.1's rope scaling as llama.cpp's converter writes it into rope_freqs.weight: per
+// frequency pair of a head_dim head, 1 for wavelengths under orig_ctx / high, `factor`
+// over orig_ctx / low, a smooth blend between; in f32 arithmetic, as the converter's.
+std::vector<float> llama3_rope_factors(int32_t head_dim, float base, float factor, float low, float high, float orig_ctx);
 
 }  // namespace ridge

@@ -43,24 +43,6 @@ const Preset& find_preset(const std::string& name) {
   fail("unknown preset '{}' (one of: {})", name, all);
 }
 
-// Llama 3.1 rope scaling (factor 32, low 1, high 4, original context 8192), stored as
-// per-frequency divisors the way llama.cpp's converter writes rope_freqs.weight.
-std::vector<float> llama3_rope_factors(int32_t head_dim, float base) {
-  const double factor = 32, lo = 1, hi = 4, old_ctx = 8192;
-  const double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
-  std::vector<float> out;
-  for (int32_t i = 0; i < head_dim / 2; ++i) {
-    const double freq = 1.0 / std::pow(double(base), 2.0 * i / head_dim);
-    const double wl = 2 * M_PI / freq;
-    if (wl < hi_wl) out.push_back(1.f);
-    else if (wl > lo_wl) out.push_back(float(factor));
-    else {
-      const double smooth = (old_ctx / wl - lo) / (hi - lo);
-      out.push_back(float(1.0 / ((1 - smooth) / factor + smooth)));
-    }
-  }
-  return out;
-}
 
 void synthetic_vocab(gguf::Writer& w, int32_t n_vocab) {
   RIDGE_CHECK(n_vocab >= 259 + 26, "a synthetic vocabulary needs at least 285 tokens, preset asks for {}", n_vocab);
@@ -204,7 +186,8 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   vec("output_norm.weight", E, 1.0, 0.1);
   if (!p.tied) matrix("output.weight", E, n_vocab, 4.0);
   if (p.llama3_rope) {
-    const auto f = llama3_rope_factors(head_dim, p.rope_base);
+    // Llama 3.1's: factor 32, low 1, high 4, original context 8192.
+    const auto f = llama3_rope_factors(head_dim, p.rope_base, 32.f, 1.f, 4.f, 8192.f);
     std::vector<uint8_t> bytes(f.size() * 4);
     std::memcpy(bytes.data(), f.data(), bytes.size());
     w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())}, std::move(bytes));

@@ -8,14 +8,17 @@
 // a loader bug cannot hide behind the same bug in the writer. Tensor bytes are copied verbatim;
 // llama's q/k rows are put back into Hugging Face order (llama.cpp's converter permutes them).
 //
-// Usage: node tests/hf/write_hf_checkpoint.mjs --gguf IN.gguf --out DIR [--shards N]
+// Usage: node tests/hf/write_hf_checkpoint.mjs --gguf IN.gguf --out DIR [--shards N] [--rope-scaling JSON]
+// --rope-scaling: config.json's rope_scaling (e.g. Llama 3.1's), which is what a GGUF's
+// rope_freqs.weight was made from; the tensor itself is then not written (Hugging Face
+// checkpoints have none). Without it, rope_freqs.weight is an error.
 // Exit codes: 0 ok (prints nothing), 1 unsupported or malformed input (`error: ...` on
 // stderr), 2 bad arguments. Supports llama, qwen2, qwen3 with F32/F16/BF16 tensors.
 import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
 
-const USAGE = "usage: node tests/hf/write_hf_checkpoint.mjs --gguf IN.gguf --out DIR [--shards N]";
+const USAGE = "usage: node tests/hf/write_hf_checkpoint.mjs --gguf IN.gguf --out DIR [--shards N] [--rope-scaling JSON]";
 class InputError extends Error {}
 const fail = (msg) => { throw new InputError(msg); };
 
@@ -32,7 +35,9 @@ function parseArgs(argv) {
     if (val === undefined) usage(`missing value for ${flag}`);
     if (flag === "--gguf") opts.gguf = val;
     else if (flag === "--out") opts.out = val;
-    else if (flag === "--shards") {
+    else if (flag === "--rope-scaling") {
+      try { opts.ropeScaling = JSON.parse(val); } catch { usage(`--rope-scaling is not JSON: '${val}'`); }
+    } else if (flag === "--shards") {
       if (!/^[1-9][0-9]*$/.test(val)) usage(`--shards must be a positive integer, got '${val}'`);
       opts.shards = Number(val);
     } else usage(`unknown argument '${flag}'`);
@@ -208,7 +213,9 @@ function main() {
   const opts = parseArgs(process.argv.slice(2));
   if (!fs.existsSync(opts.gguf)) fail(`cannot read ${opts.gguf}`);
   const {meta, tensors} = parseGguf(fs.readFileSync(opts.gguf));
+  if (opts.ropeScaling) tensors.delete("rope_freqs.weight");
   const config = makeConfig(meta, tensors);
+  if (opts.ropeScaling) config.rope_scaling = opts.ropeScaling;
   const list = [];
   for (const t of tensors.values()) {
     let bytes = t.bytes;

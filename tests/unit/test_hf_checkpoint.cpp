@@ -50,9 +50,10 @@ std::vector<float> logits(const Model& m, const std::vector<int32_t>& toks) {
 }
 
 // The independent writer, or a skip (a failure under CI=true, where node must be there).
-bool write_hf(const std::string& gguf, const std::string& dir, int shards) {
+bool write_hf(const std::string& gguf, const std::string& dir, int shards, const std::string& extra = "") {
   const std::string script = std::string(RIDGE_SOURCE_DIR) + "/tests/hf/write_hf_checkpoint.mjs";
-  const std::string cmd = "node " + script + " --gguf " + gguf + " --out " + dir + " --shards " + std::to_string(shards);
+  const std::string cmd =
+      "node " + script + " --gguf " + gguf + " --out " + dir + " --shards " + std::to_string(shards) + " " + extra;
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     const char* ci = std::getenv("CI");
@@ -70,18 +71,23 @@ TEST(HfCheckpoint, IndependentlyWrittenCheckpointsGiveTheGgufsLogitsBitForBit) {
   }
   const std::vector<int32_t> toks{1, 17, 300, 4, 99, 17, 256, 3, 511, 42};
   int n = 0;
-  for (const char* arch : {"llama", "qwen2", "qwen3"})
+  // tiny-llama3: a tied output and Llama 3.1's rope scaling, which the checkpoint states in
+  // config.json (rope_scaling) and the converter turns back into rope_freqs.weight.
+  const std::string llama3_rope =
+      R"('{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}')";
+  for (const char* arch : {"llama", "qwen2", "qwen3", "llama3"})
     for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      const bool l3 = std::string(arch) == "llama3";
       const std::string name = std::string(arch) + "_" + std::string(dtype_name(t));
       MkModelOptions o;
-      o.preset = "tiny";
-      o.arch = arch;
+      o.preset = l3 ? "tiny-llama3" : "tiny";
+      o.arch = l3 ? "llama" : arch;
       o.dtype = t;
       o.seed = 11;
       const std::string gguf = tmp(name + ".gguf"), dir = tmp(name + "_hf");
       make_model(o, gguf);
       const int shards = 1 + n++ % 3;  // 1, 2 and 3 shards in turn
-      ASSERT_TRUE(write_hf(gguf, dir, shards)) << name;
+      ASSERT_TRUE(write_hf(gguf, dir, shards, l3 ? "--rope-scaling " + llama3_rope : "")) << name;
       const auto want = logits(*Model::load(gguf), toks);
       const auto got = logits(*Model::from_file(open_hf_checkpoint(dir)), toks);
       ASSERT_EQ(want.size(), got.size()) << name;
@@ -206,6 +212,9 @@ TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
   cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   write_text("config.json", cfg.dump());
   expect("rope_scaling");
+  cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 2.0}, {"high_freq_factor", 2.0}};
+  write_text("config.json", cfg.dump());
+  expect("low_freq_factor equals");
   cfg.erase("rope_scaling");
   write_text("config.json", cfg.dump());
   write_text("model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"model.safetensors"}})");
