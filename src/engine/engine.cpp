@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -555,6 +557,9 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
   int32_t n = 0;
   for (int32_t j = 0; j <= c.n_draft; ++j) {
     float* lg = const_cast<float*>(logits) + int64_t(j) * n_vocab;
+    // Rows of the embedding past the tokenizer's ids (a Hugging Face checkpoint pads its
+    // vocabulary to a multiple of 64 or 128) are no token: never sampled, probability 0.
+    if (tok_ && tok_->n_vocab() < n_vocab) std::fill(lg + tok_->n_vocab(), lg + n_vocab, -INFINITY);
     if (s->params.capture_logits) s->logits.insert(s->logits.end(), lg, lg + n_vocab);
     if (s->params.margins) s->margins.push_back(top2_margin(lg, n_vocab));
     // Logprobs are of the raw distribution: keep the row before the sampler edits it.

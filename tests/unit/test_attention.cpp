@@ -229,7 +229,9 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
         ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << where << ": row " << i << " col " << d
                                               << " differs between the grouped call and the row alone: " << a
                                               << " vs " << b;
-        err = std::max(err, std::fabs(double(a) - want[size_t(i)][size_t(d)]) / vs);
+        const double e = std::fabs(double(a) - want[size_t(i)][size_t(d)]) / vs;
+        ASSERT_FALSE(std::isnan(e)) << where << ": row " << i << " col " << d << " is NaN";
+        err = std::max(err, e);
       }
       for (int64_t d = dv; d < grp.ldo; ++d) ASSERT_EQ(grp.out[size_t(i * grp.ldo + d)], -7.f) << where << ": wrote past dv";
     }
@@ -239,7 +241,11 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
       scalar_out = one.out;
     } else {
       double diff = 0;
-      for (size_t x = 0; x < one.out.size(); ++x) diff = std::max(diff, std::fabs(double(one.out[x]) - scalar_out[x]) / vs);
+      for (size_t x = 0; x < one.out.size(); ++x) {
+        const double e = std::fabs(double(one.out[x]) - scalar_out[x]) / vs;
+        ASSERT_FALSE(std::isnan(e)) << where << ": element " << x << " is NaN on one side";
+        diff = std::max(diff, e);
+      }
       EXPECT_LE(diff, q8 ? kTolQ8 : kTol) << where << " vs scalar";
     }
   }

@@ -24,6 +24,8 @@
 #include "model/kv_cache.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
+#include "engine/engine.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "quant/fp8.h"
 
 namespace ridge {
@@ -106,6 +108,46 @@ TEST(HfCheckpoint, IndependentlyWrittenCheckpointsGiveTheGgufsLogitsBitForBit) {
       }
       fs::remove(gguf), fs::remove(conv), fs::remove_all(dir);
     }
+}
+
+// A checkpoint's embedding has rows past its tokenizer's ids (Qwen's 151936 rows for
+// 151669 tokens): those rows are no token, never sampled and absent from logprobs. A tiny
+// model (512 rows) with a 264-token byte-level tokenizer, sampled at temperature 1.5.
+TEST(HfCheckpoint, EmbeddingRowsPastTheTokenizerAreNeverSampled) {
+  nlohmann::json vocab;
+  for (int b = 0; b < 256; ++b) {
+    // GPT-2's byte-to-unicode map for printable ASCII is the identity; the rest need not
+    // be meaningful here, only distinct.
+    vocab[b >= 33 && b <= 126 ? std::string(1, char(b)) : "<b" + std::to_string(b) + ">"] = b;
+  }
+  for (int i = 256; i < 264; ++i) vocab["tok" + std::to_string(i)] = i;
+  nlohmann::json j;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}};
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  const auto tok = load_hf_tokenizer(j.dump(), "");
+  ASSERT_EQ(tok->n_vocab(), 264);
+  const std::string path = tmp("pad.gguf");
+  make_model({"llama", "tiny", DType::F32, 9, "", 0, 1}, path);
+  const auto m = Model::load(path);
+  ASSERT_EQ(m->hparams().n_vocab, 512);
+  EngineConfig c;
+  c.threads = 1;
+  Engine e(*m, tok.get(), c);
+  RequestParams p;
+  p.sampling.temperature = 1.5f;
+  p.sampling.seed = 3;
+  p.max_tokens = 200;
+  p.ignore_eos = true;
+  p.logprobs = 5;
+  const int64_t id = e.add_request({65, 66, 67}, p);
+  while (e.has_work()) e.step();
+  const RequestOutput out = e.output(id);
+  ASSERT_EQ(out.tokens.size(), 200u);
+  for (int32_t t : out.tokens) EXPECT_LT(t, 264);
+  for (const auto& lp : out.logprobs)
+    for (const auto& [alt, v] : lp.top) EXPECT_LT(alt, 264) << v;
+  fs::remove(path);
 }
 
 // --- bad files ------------------------------------------------------------------------

@@ -59,7 +59,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
     // A head's tiles are contiguous: one conversion each (K's slots past n too, unread).
-    to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, int64_t(bs) * dk);
+    to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, a.kv->k_codes_bytes() / int64_t(dtype_info(l.dtype).type_size));
     to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, 0), vf, int64_t(n) * dv);
     if (l.scaled()) {  // codes times their position's scale (kv_view.h)
       const float* sk = a.kv->k_scales(a.layer, block, kv_head);
