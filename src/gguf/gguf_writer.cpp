@@ -217,7 +217,11 @@ void Writer::write_fd(int fd, const std::string& name) const {
   const std::vector<uint8_t> head = header(off);
   const int fd2 = dup(fd);
   std::unique_ptr<FILE, int (*)(FILE*)> f(fd2 >= 0 ? fdopen(fd2, "wb") : nullptr, &std::fclose);
-  if (!f) fail("cannot write {}: {}", name, std::strerror(errno));
+  if (!f) {
+    const int err = errno;
+    if (fd2 >= 0) close(fd2);
+    fail("cannot write {}: {}", name, std::strerror(err));
+  }
   emit(head, off, f.get(), name, name);
   if (std::fclose(f.release()) != 0) fail("write to {} failed: {}", name, std::strerror(errno));
 }

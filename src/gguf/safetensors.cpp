@@ -48,6 +48,10 @@ int64_t dtype_size(Dtype t) {
 }
 
 int64_t Tensor::n_elements() const {
+  // Parsing bounds the product by the data's bytes, unless a dimension is 0 (then the
+  // others may be anything): 0 first, so the product never overflows.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;

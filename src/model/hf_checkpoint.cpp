@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -126,9 +127,17 @@ Config read_config(const std::string& dir) {
       fail("{}: rope_scaling {} is not supported yet (llama3 and linear are)", path, rs->dump());
     }
   }
-  if (const auto sw = j.find("sliding_window"); sw != j.end() && !sw->is_null() && j.value("use_sliding_window", true) &&
-                                                c.arch->gguf == std::string_view("llama"))
-    fail("{}: sliding_window attention is not supported yet", path);
+  // A sliding window is on where it is set, unless use_sliding_window says otherwise
+  // (Qwen2's default is off).
+  const bool llama = c.arch->gguf == std::string_view("llama");
+  if (const auto sw = j.find("sliding_window"); sw != j.end() && !sw->is_null()) {
+    const auto use = j.find("use_sliding_window");
+    if (use != j.end() && !use->is_null() ? use->is_boolean() && use->get<bool>() : llama)
+      fail("{}: sliding_window attention is not supported yet", path);
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (llama && j.value(key, false)) fail("{}: {} = true: a llama with biases is not supported yet", path, key);
+  if (c.rope_llama3 && !llama) fail("{}: rope_scaling llama3 on a {} model is not supported", path, a);
   if (const auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
     const std::string method = q->value("quant_method", "");
     const auto bs = q->find("weight_block_size");
@@ -165,8 +174,12 @@ void source_row(const Plan& p, const int64_t block[2], int64_t r, float* dst) {
   const uint8_t* row = t.data + r * p.cols * safetensors::dtype_size(t.dtype);
   switch (t.dtype) {
     case Dtype::F32: std::memcpy(dst, row, size_t(p.cols) * 4); return;
-    case Dtype::F16: return quant::dequantize_row(DType::F16, row, dst, p.cols);
-    case Dtype::BF16: return quant::dequantize_row(DType::BF16, row, dst, p.cols);
+    case Dtype::F16: case Dtype::BF16: {
+      // safetensors does not align its tensors: the 16-bit elements go through a copy.
+      std::vector<uint16_t> h(size_t(p.cols));
+      std::memcpy(h.data(), row, size_t(p.cols) * 2);
+      return quant::dequantize_row(t.dtype == Dtype::F16 ? DType::F16 : DType::BF16, h.data(), dst, p.cols);
+    }
     case Dtype::F8_E4M3: case Dtype::F8_E5M2: {
       const int64_t nb = (p.cols + block[1] - 1) / block[1];
       for (int64_t c = 0; c < p.cols; ++c) {
@@ -230,9 +243,12 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
   }
 
   const bool fp8 = c.fp8_block[0] > 0;
+  std::set<std::string> used;  // every checkpoint tensor must find its place
   auto add = [&](const std::string& gguf_name, const std::string& hf_name, std::vector<int64_t> shape, bool matrix,
                  int64_t permute_heads = 0) {
     const Tensor& t = ck.require(hf_name);
+    used.insert(hf_name);
+    used.insert(hf_name + "_scale_inv");
     if (t.shape != shape) {
       std::string want = "[";
       for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
@@ -307,6 +323,13 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
     add(g + "ffn_up.weight", h + "mlp.up_proj.weight", {c.n_ff, c.n_embd}, true);
     add(g + "ffn_down.weight", h + "mlp.down_proj.weight", {c.n_embd, c.n_ff}, true);
   }
+  // A tensor left over means a variant this mapping does not know (biases, extra norms):
+  // converting without it would give another model. Old checkpoints' cached rotary
+  // frequencies are derived data.
+  for (const Tensor* t : ck.tensors())
+    if (!used.count(t->name) && !t->name.ends_with("rotary_emb.inv_freq"))
+      fail("{}: tensor '{}' has no place in a {} model (a variant ridge does not convert yet)", ck.dir(), t->name,
+           c.arch->hf);
   return w;
 }
 

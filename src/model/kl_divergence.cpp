@@ -49,7 +49,7 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
 KlBaseWriter::KlBaseWriter(const std::string& path, int32_t n_vocab, int64_t n_ctx, std::span<const int32_t> tokens)
     : path_(path), n_vocab_(n_vocab), row_(size_t(n_vocab)) {
   errno = 0;
-  f_ = std::fopen(path.c_str(), "wb");
+  f_.reset(std::fopen(path.c_str(), "wb"));
   if (!f_) io_fail("cannot create the KL-divergence base", path);
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -58,12 +58,10 @@ KlBaseWriter::KlBaseWriter(const std::string& path, int32_t n_vocab, int64_t n_c
   h.n_ctx = n_ctx;
   h.tokens_hash = fnv1a(tokens);
   h.rows = -1;  // finish() writes the count: a file cut short says so
-  if (std::fwrite(&h, sizeof h, 1, f_) != 1) io_fail("cannot write", path_);
+  if (std::fwrite(&h, sizeof h, 1, f_.get()) != 1) io_fail("cannot write", path_);
 }
 
-KlBaseWriter::~KlBaseWriter() {
-  if (f_) std::fclose(f_);
-}
+KlBaseWriter::~KlBaseWriter() = default;
 
 void KlBaseWriter::add(std::span<const float> logits) {
   RIDGE_CHECK(int64_t(logits.size()) == n_vocab_, "KL base: a row of {} logits, not {}", logits.size(), n_vocab_);
@@ -71,26 +69,25 @@ void KlBaseWriter::add(std::span<const float> logits) {
   log_softmax(logits, lp);
   for (size_t v = 0; v < lp.size(); ++v) row_[v] = float(lp[v]);
   errno = 0;
-  if (std::fwrite(row_.data(), sizeof(float), row_.size(), f_) != row_.size()) io_fail("cannot write", path_);
+  if (std::fwrite(row_.data(), sizeof(float), row_.size(), f_.get()) != row_.size()) io_fail("cannot write", path_);
   ++rows_;
 }
 
 void KlBaseWriter::finish() {
   errno = 0;
   const auto off = int64_t(offsetof(Header, rows));
-  if (std::fseek(f_, off, SEEK_SET) != 0 || std::fwrite(&rows_, sizeof rows_, 1, f_) != 1) io_fail("cannot write", path_);
-  const int rc = std::fclose(f_);  // the last buffered bytes: a full disk shows here
-  f_ = nullptr;
+  if (std::fseek(f_.get(), off, SEEK_SET) != 0 || std::fwrite(&rows_, sizeof rows_, 1, f_.get()) != 1) io_fail("cannot write", path_);
+  const int rc = std::fclose(f_.release());  // the last buffered bytes: a full disk shows here
   if (rc != 0) io_fail("cannot write", path_);
 }
 
 KlComparison::KlComparison(const std::string& path, int32_t n_vocab, int64_t n_ctx, std::span<const int32_t> tokens)
     : path_(path), n_vocab_(n_vocab), base_(size_t(n_vocab)) {
   errno = 0;
-  f_ = std::fopen(path.c_str(), "rb");
+  f_.reset(std::fopen(path.c_str(), "rb"));
   if (!f_) io_fail("cannot read the KL-divergence base", path);
   Header h{};
-  if (std::fread(&h, sizeof h, 1, f_) != 1 || std::memcmp(h.magic, kMagic, 8) != 0)
+  if (std::fread(&h, sizeof h, 1, f_.get()) != 1 || std::memcmp(h.magic, kMagic, 8) != 0)
     fail("{} is not a KL-divergence base (make one with ridge perplexity --kl-divergence-base FILE)", path);
   if (h.version != kVersion) fail("{}: KL-divergence base version {} (this ridge reads {})", path, h.version, kVersion);
   if (h.rows < 0) fail("{}: the run that wrote this KL-divergence base did not finish", path);
@@ -102,15 +99,13 @@ KlComparison::KlComparison(const std::string& path, int32_t n_vocab, int64_t n_c
   rows_ = h.rows;
 }
 
-KlComparison::~KlComparison() {
-  if (f_) std::fclose(f_);
-}
+KlComparison::~KlComparison() = default;
 
 void KlComparison::add(std::span<const float> logits, int32_t target) {
   RIDGE_CHECK(int64_t(logits.size()) == n_vocab_, "KL: a row of {} logits, not {}", logits.size(), n_vocab_);
   RIDGE_CHECK(read_ < rows_, "{} has {} rows; this run scores more", path_, rows_);
   RIDGE_CHECK(target >= 0 && target < n_vocab_, "KL: token {} is outside the vocabulary", target);
-  if (std::fread(base_.data(), sizeof(float), base_.size(), f_) != base_.size())
+  if (std::fread(base_.data(), sizeof(float), base_.size(), f_.get()) != base_.size())
     fail("{} ends after {} of the {} rows its header promises (cut short?)", path_, read_, rows_);
   ++read_;
   std::vector<double> lq;
@@ -119,11 +114,13 @@ void KlComparison::add(std::span<const float> logits, int32_t target) {
   size_t top_p = 0, top_q = 0;
   for (size_t v = 0; v < lq.size(); ++v) {
     const double lp = double(base_[v]);
-    kl += std::exp(lp) * (lp - lq[v]);
+    if (lp != -INFINITY) kl += std::exp(lp) * (lp - lq[v]);  // a token the base gives no chance adds nothing
+    // Both sides' top token from f32 log-probabilities (the base's precision), so a run
+    // against itself always agrees, ties to the lower id.
     if (base_[v] > base_[top_p]) top_p = v;
-    if (lq[v] > lq[top_q]) top_q = v;
+    if (float(lq[v]) > float(lq[top_q])) top_q = v;
   }
-  kl_.push_back(std::max(0.0, kl));  // >= 0 but for rounding
+  kl_.push_back(kl < 0 ? 0.0 : kl);  // >= 0 but for rounding; NaN stays NaN
   same_top1_ += top_p == top_q;
   nll_ -= lq[size_t(target)];
   nll_base_ -= double(base_[size_t(target)]);

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,7 +32,7 @@ class KlBaseWriter {
 
  private:
   std::string path_;
-  std::FILE* f_ = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f_{nullptr, &std::fclose};
   int32_t n_vocab_;
   int64_t rows_ = 0;
   std::vector<float> row_;
@@ -58,7 +59,7 @@ class KlComparison {
 
  private:
   std::string path_;
-  std::FILE* f_ = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f_{nullptr, &std::fclose};
   int32_t n_vocab_;
   int64_t rows_ = 0, read_ = 0;
   std::vector<float> base_;

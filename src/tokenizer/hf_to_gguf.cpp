@@ -16,12 +16,14 @@ using nlohmann::json;
 // llama.cpp's name for a byte-level BPE pre-tokenizer: its Split patterns, in order,
 // before a ByteLevel that splits no more (or a lone ByteLevel with GPT-2's pattern).
 std::optional<std::string> pre_name(const json& pre) {
-  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true)) return "gpt-2";
+  auto plain_byte_level = [](const json& b) { return !b.value("add_prefix_space", false); };
+  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true) && plain_byte_level(pre))
+    return "gpt-2";
   if (!pre.is_object() || pre.value("type", "") != "Sequence") return std::nullopt;
   const auto& seq = pre.at("pretokenizers");
   if (!seq.is_array() || seq.empty()) return std::nullopt;
   const json& last = seq.back();
-  if (last.value("type", "") != "ByteLevel" || last.value("use_regex", true)) return std::nullopt;
+  if (last.value("type", "") != "ByteLevel" || last.value("use_regex", true) || !plain_byte_level(last)) return std::nullopt;
   std::vector<std::string> pats;
   for (size_t i = 0; i + 1 < seq.size(); ++i) {
     const json& s = seq[i];
@@ -34,21 +36,42 @@ std::optional<std::string> pre_name(const json& pre) {
   const std::string tail = "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   if (pats == std::vector<std::string>{contractions + "\\p{N}{1,3}" + tail}) return "llama-bpe";
   if (pats == std::vector<std::string>{contractions + "\\p{N}" + tail}) return "qwen2";
-  if (pats.size() == 3 && pats[0] == "\\p{N}{1,3}" && pats[1] == "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+")
+  if (pats == std::vector<std::string>{"\\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                                      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"})
     return "deepseek-v3";
   return std::nullopt;
 }
+
+void convert(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
+             gguf::Writer& w);
 
 }  // namespace
 
 void hf_tokenizer_to_gguf(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
                           gguf::Writer& w) {
+  try {
+    convert(tokenizer_json, tokenizer_config_json, n_vocab, w);
+  } catch (const json::exception& e) {  // a field of the wrong type or missing
+    fail("tokenizer.json: {}", e.what());
+  }
+}
+
+namespace {
+
+void convert(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
+             gguf::Writer& w) {
   json j;
   try {
     j = json::parse(tokenizer_json);
   } catch (const json::exception& e) {
     fail("tokenizer.json is not valid JSON: {}", e.what());
   }
+  // What the byte-level pipeline ridge writes does not do: refuse rather than differ.
+  for (const char* key : {"truncation", "padding"})
+    if (j.contains(key) && !j[key].is_null()) fail("tokenizer.json: {} is set; convert does not write it", key);
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
+    if (j.at("model").contains(key) && !j["model"][key].is_null() && j["model"][key] != "")
+      fail("tokenizer.json: model.{} is set; convert does not write it", key);
   const json& model = j.at("model");
   if (model.value("type", "") != "BPE") fail("tokenizer.json: a {} model; convert writes byte-level BPE only", model.value("type", "?"));
   if (model.value("byte_fallback", false))
@@ -111,4 +134,5 @@ void hf_tokenizer_to_gguf(const std::string& tokenizer_json, const std::string& 
   if (!cfg.chat_template.empty()) w.set_str("tokenizer.chat_template", cfg.chat_template);
 }
 
+}  // namespace
 }  // namespace ridge

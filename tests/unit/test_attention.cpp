@@ -260,6 +260,34 @@ TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
   std::printf("[Attention] max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
+// A query row with an infinite or NaN element gives a non-finite output row on every ISA
+// (never a finite, wrong one: the int8-key path's quantization of such a row would have
+// zero codes and a zero scale), and the other rows of the call keep their bits.
+TEST(Attention, NonFiniteQueryRowsAreNotFinite) {
+  for (DType t : {DType::F16, DType::I8}) {
+    const int32_t dk = 64, n_q = 3;
+    const Cache st(t, dk, dk, 16, 40, 5);
+    std::vector<float> q(size_t(n_q * dk));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> g(0.f, 1.f);
+    for (float& x : q) x = g(rng);
+    q[size_t(dk + 7)] = std::numeric_limits<float>::infinity();
+    q[size_t(2 * dk + 9)] = std::numeric_limits<float>::quiet_NaN();
+    IsaGuard guard;
+    for (Isa isa : isas()) {
+      set_isa(isa);
+      const Result grp = run_group(st, q, dk, n_q, 0.125f);
+      const Result one = run_rows(st, q, dk, 1, 0.125f);  // row 0 alone
+      for (int32_t d = 0; d < dk; ++d) {
+        EXPECT_TRUE(std::isfinite(grp.out[size_t(d)])) << dtype_name(t) << " " << isa_name(isa);
+        EXPECT_EQ(grp.out[size_t(d)], one.out[size_t(d)]) << dtype_name(t) << " " << isa_name(isa);
+        for (int32_t r = 1; r < n_q; ++r)
+          EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + d)])) << dtype_name(t) << " " << isa_name(isa) << " row " << r;
+      }
+    }
+  }
+}
+
 // Shapes the models above do not have: other block sizes (groups of keys that straddle or
 // underfill a tile), head sizes off every vector width, dk != dv, odd group sizes.
 TEST(Attention, OddBlockSizesAndHeadDims) {

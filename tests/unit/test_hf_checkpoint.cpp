@@ -258,6 +258,18 @@ TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
   write_text("config.json", cfg.dump());
   expect("low_freq_factor equals");
   cfg.erase("rope_scaling");
+  cfg["attention_bias"] = true;
+  write_text("config.json", cfg.dump());
+  expect("attention_bias = true");
+  cfg.erase("attention_bias");
+  cfg["sliding_window"] = 4096;
+  write_text("config.json", cfg.dump());
+  expect("sliding_window");
+  cfg["use_sliding_window"] = false;  // Qwen2's configs name a window they do not use
+  write_text("config.json", cfg.dump());
+  expect("no tensor 'model.norm.weight'");  // past the config checks
+  cfg.erase("sliding_window");
+  cfg.erase("use_sliding_window");
   write_text("config.json", cfg.dump());
   write_text("model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"model.safetensors"}})");
   expect("has no such tensor");
@@ -372,6 +384,17 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
     ADD_FAILURE() << "fp8 rows of 40 converted to q8_0";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q8_0 blocks"), std::string::npos) << e.what();
+  }
+  // A tensor the mapping has no place for (a llama with attention biases) is an error,
+  // not silently dropped.
+  put_f32(f32, "model.layers.0.self_attn.q_proj.bias", {heads * hd}, std::vector<float>(size_t(heads * hd), 0.5f));
+  fs::remove_all(d32);
+  write_dir(d32, f32, false);
+  try {
+    open_hf_checkpoint(d32, o);
+    ADD_FAILURE() << "a leftover tensor converted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q_proj.bias' has no place"), std::string::npos) << e.what();
   }
   fs::remove_all(d8), fs::remove_all(d32);
 }

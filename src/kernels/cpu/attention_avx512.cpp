@@ -225,27 +225,29 @@ ATTN_INLINE void quantize_q_rows(const float* q, int64_t ldq, int32_t n_q, int32
   for (int32_t r = 0; r < n_q; ++r) {
     const float* x = q + r * ldq;
     __m512 amax = _mm512_setzero_ps();
-    __mmask16 nan = 0;
+    __mmask16 bad = 0;  // NaN or infinite: the row's scores are NaN, as the f32 paths' would be
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
     for (int32_t d = 0; d < dk; d += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(first_lanes(dk - d), x + d);
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      const __mmask16 m = first_lanes(dk - d);
+      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + d));
+      bad |= _mm512_mask_cmp_ps_mask(m, a, inf, _CMP_NLT_UQ);
+      amax = _mm512_max_ps(amax, a);
     }
-    const float a = _mm512_reduce_max_ps(amax);
+    const float a = bad ? 0.f : _mm512_reduce_max_ps(amax);  // codes 0: no overflow below
     float inv = a > 0.f ? 127.f / a : 0.f;
     if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal amax: the row counts as zeros
     const float sq = inv > 0.f ? a / 127.f : 0.f;
     __m512i sum = _mm512_setzero_si512();
     int8_t* c = reinterpret_cast<int8_t*>(qr.codes + int64_t(r) * qr.dk4);
     for (int32_t d = 0; d < 4 * qr.dk4; d += 16) {
-      const __mmask16 m = first_lanes(dk - d);
+      const __mmask16 m = bad ? __mmask16(0) : first_lanes(dk - d);  // a bad row: all codes 0
       const __m512i i = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + d), _mm512_set1_ps(inv)));
       const __m512i k = _mm512_maskz_mov_epi32(m, i);  // padding dimensions: code 0
       sum = _mm512_add_epi32(sum, k);
       _mm_mask_storeu_epi8(c + d, first_lanes(4 * qr.dk4 - d), _mm512_cvtsepi32_epi8(k));
     }
     qr.corr[r] = 128 * _mm512_reduce_add_epi32(sum);
-    qr.scale[r] = nan ? __builtin_nanf("") : sq * scale;
+    qr.scale[r] = bad ? __builtin_nanf("") : sq * scale;
   }
 }
 
