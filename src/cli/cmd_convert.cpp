@@ -2,29 +2,16 @@
 // (model/hf_checkpoint.h for the mapping).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "model/hf_checkpoint.h"
 #include "tokenizer/hf_to_gguf.h"
 #include "quant/quant.h"
 
 namespace ridge::cli {
-namespace {
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 int cmd_convert(Args& a) {
   const std::string ts = a.str({"--type"}, "");
   // The weights alone, where the tokenizer is of a kind convert does not write yet.
@@ -45,7 +32,7 @@ int cmd_convert(Args& a) {
   const bool has_tok = std::filesystem::exists(dir / "tokenizer.json");
   if (has_tok && !no_tokenizer) {
     const auto cfg = dir / "tokenizer_config.json";
-    hf_tokenizer_to_gguf(read_file(dir / "tokenizer.json"), std::filesystem::exists(cfg) ? read_file(cfg) : "",
+    hf_tokenizer_to_gguf(read_text_file((dir / "tokenizer.json").string()), std::filesystem::exists(cfg) ? read_text_file(cfg.string()) : "",
                          ck.require("model.embed_tokens.weight").shape[0], *w);
   }
   w->write(pos[1]);

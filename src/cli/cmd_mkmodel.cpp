@@ -2,29 +2,16 @@
 // or a tokenizer.json's).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "gguf/gguf_writer.h"
 #include "model/mkmodel.h"
 #include "tokenizer/hf_to_gguf.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace ridge::cli {
-namespace {
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 int cmd_mkmodel(Args& a) {
   MkModelOptions o;
   o.arch = a.str({"--arch"}, "");
@@ -47,7 +34,7 @@ int cmd_mkmodel(Args& a) {
   std::string tmp_vocab;
   if (o.vocab_path.size() > 5 && o.vocab_path.ends_with(".json")) {
     const std::filesystem::path j(o.vocab_path), cfg = j.parent_path() / "tokenizer_config.json";
-    const std::string tj = read_text(j), tc = std::filesystem::exists(cfg) ? read_text(cfg) : "";
+    const std::string tj = read_text_file(j.string()), tc = std::filesystem::exists(cfg) ? read_text_file(cfg.string()) : "";
     gguf::Writer w;
     hf_tokenizer_to_gguf(tj, tc, load_hf_tokenizer(tj, tc)->n_vocab(), w);
     tmp_vocab = *out + ".vocab.tmp";

@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/text_file.h"
 
 namespace ridge::safetensors {
 namespace {
@@ -162,18 +161,6 @@ void File::parse_all() {
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
-namespace {
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path d(dir), index = d / "model.safetensors.index.json", single = d / "model.safetensors";
@@ -184,7 +171,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
   if (fs::exists(index)) {
     json j;
     try {
-      j = json::parse(read_text(index));
+      j = json::parse(read_text_file(index.string()));
     } catch (const json::exception& e) {
       fail("{}: not valid JSON: {}", index.string(), e.what());
     }

@@ -7,11 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "core/fp16.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
@@ -47,19 +46,12 @@ struct Config {
 };
 
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Config read_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   json j;
   try {
-    j = json::parse(read_text(path));
+    j = json::parse(read_text_file(path));
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", path, e.what());
   }
