@@ -82,7 +82,7 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
          j.value("pre_tokenizer", json()).dump().substr(0, 200));
 
   std::vector<std::string> tokens(static_cast<size_t>(n_vocab));
-  std::vector<int32_t> types(size_t(n_vocab), int32_t(TokenType::Unused));
+  std::vector<int32_t> types(static_cast<size_t>(n_vocab), static_cast<int32_t>(TokenType::Unused));
   std::vector<bool> seen(size_t(n_vocab), false);
   auto put = [&](int64_t id, const std::string& text, TokenType t) {
     if (id < 0 || id >= n_vocab) fail("tokenizer.json: token id {} ('{}') is past the embedding's {} rows", id, text, n_vocab);
