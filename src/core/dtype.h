@@ -15,6 +15,10 @@ enum class DType : uint32_t {
   // ridge's own, not GGUF's (GGUF has no 8-bit float): OCP FP8 (quant/fp8.h). The KV
   // cache stores I8 and these with a scale per token and head (kernels/kv_view.h).
   F8_E4M3 = 1000, F8_E5M2 = 1001,
+  // ridge's FP8 weight format (quant/blocks.h BlockFp8): E4M3 codes in blocks of 128
+  // along a row, each block with an f32 scale. The one ridge type a GGUF file may hold
+  // (`ridge quantize --type fp8`, `ridge convert --type fp8`); llama.cpp cannot read it.
+  F8_E4M3_B128 = 1002,
 };
 
 struct DTypeInfo {

@@ -4,8 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 #include "model/model.h"
+#include "quant/blocks.h"
+#include "quant/fp8.h"
 #include "quant/quant.h"
 
 namespace ridge {
@@ -36,10 +41,26 @@ const gguf::TensorInfo& TensorLoader::need(const std::string& name, std::initial
   }
   if (!dtype_info(t->type).supported)
     fail("{}: tensor '{}' has type {}, which ridge cannot compute with (supported: f32, f16, bf16, q4_0, q4_1, "
-         "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)",
+         "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, fp8)",
          f_.name(), name, dtype_name(t->type));
+  if (t->type == DType::F8_E4M3_B128) check_fp8(*t);
   bytes_ += int64_t(t->nbytes);
   return *t;
+}
+
+// FP8 weights are read as their kernels read them (quant/fp8.h): NaN codes would not be
+// NaN there, and a non-finite scale is no weight either. One pass over the tensor.
+void TensorLoader::check_fp8(const gguf::TensorInfo& t) const {
+  const int64_t nb = int64_t(t.nbytes / sizeof(quant::BlockFp8));
+  for (int64_t i = 0; i < nb; ++i) {
+    quant::BlockFp8 b;
+    std::memcpy(&b, t.data + i * int64_t(sizeof b), sizeof b);
+    if (!std::isfinite(b.d))
+      fail("{}: tensor '{}' has a non-finite FP8 block scale ({}) in block {}", f_.name(), t.name, b.d, i);
+    if (const int64_t j = quant::find_fp8_e4m3_nan(b.qs, quant::kQF8); j >= 0)
+      fail("{}: tensor '{}' holds an FP8 NaN code (0x{:02x}) at element {}: not a weight", f_.name(), t.name,
+           b.qs[j], i * quant::kQF8 + j);
+  }
 }
 
 kernels::WeightView TensorLoader::matrix(const std::string& name, int64_t k, int64_t n_out) {

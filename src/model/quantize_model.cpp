@@ -36,7 +36,7 @@ constexpr MixName kMixes[] = {
 };
 // Plain targets in the order usage lists them (q6_k is a mix, see the header).
 constexpr DType kPlain[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K};
+                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::F8_E4M3_B128};
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
@@ -101,7 +101,8 @@ Choice choose(const QuantTarget& tg, std::string_view name, DType type, int n_di
   switch (want) {
     case DType::Q4_K: alt = DType::Q5_0; break;
     case DType::Q5_K: alt = DType::Q5_1; break;
-    case DType::Q6_K: alt = DType::Q8_0; break;
+    case DType::Q6_K:
+    case DType::F8_E4M3_B128: alt = DType::Q8_0; break;
     default: break;
   }
   return {fits(alt, ne0) ? alt : DType::F16, true};

@@ -12,6 +12,7 @@ ComputeClass matmul_class(DType type) {
     case DType::F32:
     case DType::F16:
     case DType::BF16:
+    case DType::F8_E4M3_B128:
       return ComputeClass::Fp32Fma;
     default:
       return ComputeClass::Int8Vnni;

@@ -51,6 +51,17 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// ridge's FP8 weights (DType::F8_E4M3_B128): value = d * e4m3(qs[j]) (quant/fp8.h), one
+// block per 128 elements of a row. 128 is the block of the FP8 checkpoints (their
+// 128 x 128 scale tiles repeat per row here; per-channel and per-tensor scales repeat per
+// block), so each loads exactly; the f32 d keeps the checkpoints' f32 scales exact.
+inline constexpr int kQF8 = 128;
+struct BlockFp8 {
+  float d;
+  uint8_t qs[kQF8];
+};
+static_assert(sizeof(BlockFp8) == 132);
+
 // 8 sub-blocks of 32: value = d * sc[j] * q - dmin * m[j], sc/m 6-bit (get_scale_min_k4).
 // Element e: chunk c = e / 64 holds qs[32c .. 32c+31]; low nibbles are elements
 // 64c .. 64c+31, high nibbles 64c+32 .. 64c+63; sub-block j = e / 32.

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
+#include "quant/fp8.h"
 #include "quant/kscales.h"
 #include "quant/quant.h"
 
@@ -146,6 +147,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: return deq_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
     case DType::Q5_K: return deq_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return deq_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case DType::F8_E4M3_B128: {
+      const auto* b = static_cast<const BlockFp8*>(src);
+      for (int64_t i = 0; i < nb; ++i, dst += kQF8)
+        for (int j = 0; j < kQF8; ++j) dst[j] = fp8_e4m3_to_f32(b[i].qs[j]) * b[i].d;
+      return;
+    }
     default: break;
   }
   fail("tensor type {} is not supported", info.name);

@@ -2,11 +2,13 @@
 // of a CPU without AVX2. Quantized weights meet BlockQ8A activations: within a 32-element
 // block the products are summed exactly in integers, and only the per-block scale
 // products are float, so the result depends on the rows alone.
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
 #include "quant/blocks.h"
 #include "quant/dot_paths.h"
+#include "quant/fp8.h"
 #include "quant/kscales.h"
 
 namespace ridge::quant::detail {
@@ -37,6 +39,22 @@ float dot_bf16(const void* w, const void* act, int64_t n) {
   return dot_plain(w, static_cast<const float*>(act), n, [](const void* p, int64_t i) {
     return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
   });
+}
+
+// FP8 weights, in the packed GEMM's order (kernels/cpu/gemm.h), so that the two agree
+// bit for bit: per 128-block a sequential FMA chain of the codes' kernel form (x 2^-8,
+// quant/fp8.h) with the activations from 0, then y = fma(chain, d x 2^8, y), blocks in
+// order.
+float dot_fp8(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockFp8*>(w);
+  const auto* a = static_cast<const float*>(act);
+  float y = 0.0f;
+  for (int64_t i = 0; i < n / kQF8; ++i, a += kQF8) {
+    float s = 0.0f;
+    for (int j = 0; j < kQF8; ++j) s = std::fma(fp8_e4m3_unit(b[i].qs[j]), a[j], s);
+    y = std::fma(s, b[i].d * 256.0f, y);
+  }
+  return y;
 }
 
 // sum over 32 (or `len`) elements of q[j] * a[j], exact.
@@ -211,6 +229,7 @@ DotFn scalar_dot(DType t) {
     case DType::Q4_K: return dot_q4_k;
     case DType::Q5_K: return dot_q5_k;
     case DType::Q6_K: return dot_q6_k;
+    case DType::F8_E4M3_B128: return dot_fp8;
     default: return nullptr;
   }
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/fp16.h"
+
 namespace ridge::quant {
 namespace {
 
@@ -56,6 +58,16 @@ uint8_t encode(float x, int m, int bias, float max, uint32_t max_code) {
   return uint8_t(s | (c > max_code ? max_code : c));
 }
 }  // namespace
+
+float fp8_e4m3_unit(uint8_t c) {
+  return f16_to_f32(uint16_t(((c & 0x80u) << 8) | ((c & 0x7Fu) << 7)));
+}
+
+int64_t find_fp8_e4m3_nan(const uint8_t* codes, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if ((codes[i] & 0x7F) == 0x7F) return i;
+  return -1;
+}
 
 uint8_t f32_to_fp8_e4m3(float x) { return encode(x, 3, 7, kFp8E4M3Max, 0x7E); }
 uint8_t f32_to_fp8_e5m2(float x) { return encode(x, 2, 15, kFp8E5M2Max, 0x7B); }

@@ -17,6 +17,17 @@ float fp8_e5m2_to_f32(uint8_t c);
 uint8_t f32_to_fp8_e4m3(float x);
 uint8_t f32_to_fp8_e5m2(float x);
 
+// The FP8 weight kernels' form of a code: e4m3(c) x 2^-8, exactly, as the IEEE half with
+// bits (sign << 15) | (magnitude bits << 7): the half's 5-bit exponent field holds E4M3's
+// 4 bits (so its bias 15 is E4M3's 7 plus 8), subnormals land on half subnormals, and
+// one vcvtph2ps makes floats of it (exact, whatever MXCSR's denormal modes say). The
+// kernels multiply the block scale by 2^8 instead. Defined for the finite codes only:
+// NaN codes (0x7F, 0xFF) read as +-1.875 here, so FP8 weights holding them are refused
+// when a model loads (check_fp8_codes).
+float fp8_e4m3_unit(uint8_t c);
+// The first NaN code (0x7F or 0xFF) among n bytes, or -1.
+int64_t find_fp8_e4m3_nan(const uint8_t* codes, int64_t n);
+
 inline constexpr float kFp8E4M3Max = 448.f;
 inline constexpr float kFp8E5M2Max = 57344.f;
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
+#include "quant/fp8.h"
 #include "quant/quant.h"
 
 namespace ridge::quant {
@@ -131,13 +132,26 @@ void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   }
 }
 
+// FP8 weights: d = amax / 448 (the block's largest magnitude is E4M3's largest finite
+// value), codes the nearest E4M3 of x / d (ties to even, saturating: quant/fp8.h).
+void quant_fp8(const float* x, BlockFp8* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQF8) {
+    for (int j = 0; j < kQF8; j += kQK) check_finite(x + j, i);
+    float amax = 0.0f;
+    for (int j = 0; j < kQF8; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / kFp8E4M3Max;
+    y[i].d = d;
+    for (int j = 0; j < kQF8; ++j) y[i].qs[j] = d != 0.0f ? f32_to_fp8_e4m3(x[j] / d) : 0;
+  }
+}
+
 }  // namespace
 
 bool can_quantize(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3_B128:
       return true;
     default:
       return false;
@@ -176,6 +190,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_1: return quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
     case DType::Q8_0: return quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return quantize_row_k(t, src, dst, nb);
+    case DType::F8_E4M3_B128: return quant_fp8(src, static_cast<BlockFp8*>(dst), nb);
     default: break;
   }
   fail("quantizing to tensor type {} is not supported", info.name);
@@ -184,7 +199,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
 ActKind act_kind(DType t) {
   const auto& info = dtype_info(t);
   RIDGE_CHECK(info.supported, "tensor type {} is not supported", info.name);
-  return (t == DType::F32 || t == DType::F16 || t == DType::BF16) ? ActKind::F32 : ActKind::Q8A;
+  // FP8 codes times f32 activations are exact products; only the sums round.
+  return (t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F8_E4M3_B128) ? ActKind::F32
+                                                                                             : ActKind::Q8A;
 }
 
 int64_t act_row_bytes(DType weight_type, int64_t n) {

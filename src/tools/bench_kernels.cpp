@@ -57,6 +57,16 @@ std::vector<uint8_t> random_rows(DType t, int64_t k, int64_t n_out, uint64_t see
     return v;
   }
   for (auto& b : v) b = uint8_t(rng());
+  if (t == DType::F8_E4M3_B128) {  // an f32 scale first; no NaN codes
+    const float d = 0.01f;
+    for (int64_t i = 0; i < int64_t(v.size()) / 132; ++i) {
+      uint8_t* b = v.data() + i * 132;
+      std::memcpy(b, &d, 4);
+      for (int j = 4; j < 132; ++j)
+        if ((b[j] & 0x7F) == 0x7F) b[j] = uint8_t(b[j] - 1);
+    }
+    return v;
+  }
   // Every block type but Q6_K starts with its f16 scale(s); Q6_K ends with it.
   const uint16_t scale = f32_to_f16(0.01f);
   const int64_t bs = int64_t(info.type_size), nblocks = int64_t(v.size()) / bs;

@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "model/kv_cache.h"
+#include "quant/blocks.h"
 #include "quant/fp8.h"
+#include "quant/quant.h"
 
 namespace ridge {
 namespace {
@@ -82,6 +85,46 @@ TEST(Fp8, QuantizeRoundsToNearestEvenAndSaturates) {
 }
 
 // The AVX-512 attention kernel's conversion of the cache's codes, every code.
+// The weight kernels' form of a code (a half, x 2^-8) is the specification's value, for
+// every finite code; the NaN codes are the ones the loader's scan finds.
+TEST(Fp8, WeightUnitOfEveryFiniteCode) {
+  for (int c = 0; c < 256; ++c) {
+    const double v = spec_value(uint8_t(c), true);
+    std::vector<uint8_t> one{uint8_t(c)};
+    if (std::isnan(v)) {
+      EXPECT_EQ(quant::find_fp8_e4m3_nan(one.data(), 1), 0) << c;
+      continue;
+    }
+    EXPECT_EQ(quant::find_fp8_e4m3_nan(one.data(), 1), -1) << c;
+    EXPECT_TRUE(same(v, quant::fp8_e4m3_unit(uint8_t(c)) * 256.f)) << "code " << c;
+  }
+}
+
+// FP8 weight rows: d = amax / 448, so the block's largest magnitude is the code 448 (or
+// -448) exactly; every value within half an E4M3 step (relative 2^-4) of the source;
+// a zero block stays zero; a non-finite weight is refused.
+TEST(Fp8, WeightRowsQuantizeAndDequantize) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(384), back(384);
+  for (auto& v : x) v = nd(rng) * 0.02f;
+  for (int j = 128; j < 256; ++j) x[size_t(j)] = 0.f;
+  x[300] = -1.5f;  // the third block's extreme, negative
+  std::vector<quant::BlockFp8> b(3);
+  quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 384);
+  quant::dequantize_row(DType::F8_E4M3_B128, b.data(), back.data(), 384);
+  EXPECT_EQ(b[1].d, 0.f);
+  EXPECT_EQ(b[2].qs[300 - 256], 0xFE);  // -448
+  for (int j = 0; j < 384; ++j) {
+    const float d = b[size_t(j / 128)].d;
+    // Subnormal codes are evenly spaced by 2^-9 x d; normals within 2^-4 relative.
+    EXPECT_LE(std::fabs(back[size_t(j)] - x[size_t(j)]), std::max(std::fabs(x[size_t(j)]) * 0.0625f, std::ldexp(d, -10)) * 1.0001f) << j;
+  }
+  x[5] = NAN;
+  EXPECT_THROW(quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 384), Error);
+  EXPECT_THROW(quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 300), Error);  // not whole blocks
+}
+
 TEST(Fp8, VectorConversionOfEveryCode) {
   if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::vector<uint8_t> codes(256);

@@ -20,6 +20,8 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
+#include "quant/blocks.h"
+#include "quant/fp8.h"
 #include "quant/quant.h"
 
 namespace ridge::kernels {
@@ -63,7 +65,8 @@ std::vector<float> acts(int64_t m, int64_t k, uint32_t seed) {
   return x;
 }
 
-bool is_int8(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
+bool is_int8(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::F8_E4M3_B128; }
+bool is_fp8(DType t) { return t == DType::F8_E4M3_B128; }
 bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 // The activation values the GEMM actually multiplies by.
@@ -103,6 +106,7 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
   std::vector<Shape> shapes{{32, 1}, {64, 17}, {96, 33}, {320, 100}, {544, 48}, {1024, 31}};
   if (!is_int8(t)) shapes.insert(shapes.end(), {{7, 5}, {300, 19}, {513, 16}});
   if (is_kquant(t)) shapes = {{256, 1}, {256, 17}, {512, 33}, {768, 100}, {1024, 31}};
+  if (is_fp8(t)) shapes = {{128, 1}, {128, 17}, {256, 33}, {384, 100}, {640, 48}, {1024, 31}};
   ThreadPool pool(2);
   for (const Shape& s : shapes)
     for (int64_t m : {1, 2, 3, 5, 7, 13, 50}) {
@@ -139,7 +143,7 @@ TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   // one pass per tile).
   // 11 panels (the last partial) give decode batches tasks of 4, 4 and 2 + 1 panels; 12
   // (the last partial) end on a group of 4 with its last panel masked.
-  const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : 800;
+  const int64_t k = is_kquant(t) ? 1792 : is_int8(t) ? 1600 : is_fp8(t) ? 1664 : 800;
   ThreadPool p1(1), p2(2);
   for (const int64_t n_out : {166, 182})
     for (const int64_t m : {5, 6, 9, 23, 48, 61}) {
@@ -175,6 +179,10 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
     const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
     for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
     ASSERT_NEAR(yp[i], yd[i], 2e-5 * mag + 1e-30) << dtype_name(t) << " element " << i;
+    // FP8's per-row dot is the GEMM's order (gemm.h): the same bits.
+    if (is_fp8(t)) {
+      ASSERT_EQ(yp[i], yd[i]) << "element " << i;
+    }
   }
 }
 
@@ -182,7 +190,7 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
 // and 2 threads, decode batches and prefill chunks; the source is called once per row.
 TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
   const DType t = GetParam();
-  const int64_t k = is_kquant(t) ? 512 : 320, n_out = 96;
+  const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 96;
   const WeightView v{t, k, n_out, nullptr, nullptr};
   const Mat w = make(t, k, n_out, 21);
   if (!is_int8(t)) {
@@ -216,8 +224,54 @@ TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K),
+                                           DType::Q6_K, DType::F8_E4M3_B128),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// FP8 weights holding every finite E4M3 code (subnormals, the extremes, both zeros) in
+// every lane position: the packed GEMM gives the scalar dot's bits (quant's dot_fp8, the
+// definition of the order), at 1 row and a prefill chunk, and the value is within f32
+// accumulation of the exact sum of e4m3(code) x d x a in double.
+TEST(GemmFp8, EveryCodeInEveryLaneGivesTheScalarDotsBits) {
+  set_isa(best_isa());
+  if (!gemm_available(DType::F8_E4M3_B128)) GTEST_SKIP() << "no packed GEMM on this CPU";
+  const int64_t k = 512, n_out = 48, rb = row_bytes(DType::F8_E4M3_B128, k);
+  std::vector<uint8_t> rows(size_t(rb * n_out));
+  std::mt19937 rng(9);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int64_t b = 0; b < k / 128; ++b) {
+      auto* blk = reinterpret_cast<quant::BlockFp8*>(rows.data() + r * rb) + b;
+      blk->d = std::ldexp(1.0f + float(rng() % 1000) / 1000.f, int(rng() % 40) - 20);
+      for (int j = 0; j < 128; ++j) {
+        uint8_t c = uint8_t((r * 37 + b * 128 + j * 3) & 0xFF);  // every code, shifted per row and block
+        if ((c & 0x7F) == 0x7F) c = uint8_t(c - 1);  // no NaN codes (loading refuses them)
+        blk->qs[j] = c;
+      }
+    }
+  std::vector<uint8_t> panels(size_t(packed_bytes(DType::F8_E4M3_B128, k, n_out)));
+  pack_panels(DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), 0, n_out / kPanelRows);
+  const WeightView v{DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data()};
+  const quant::DotFn dot = quant::dot_fn(DType::F8_E4M3_B128, Isa::Scalar);
+  ThreadPool pool(2);
+  for (const int64_t m : {1, 3, 20}) {
+    const auto x = acts(m, k, uint32_t(m));
+    std::vector<float> y(size_t(m * n_out));
+    Matmul mm;
+    mm.run(pool, v, x.data(), m, y.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t r = 0; r < n_out; ++r) {
+        const float want = dot(rows.data() + r * rb, x.data() + i * k, k);
+        ASSERT_EQ(y[size_t(i * n_out + r)], want) << "m " << m << " row " << i << " col " << r;
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const auto* blk = reinterpret_cast<const quant::BlockFp8*>(rows.data() + r * rb) + j / 128;
+          const double p = double(quant::fp8_e4m3_to_f32(blk->qs[j % 128])) * blk->d * x[size_t(i * k + j)];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(want, ref, 1e-5 * mag + 1e-30);
+      }
+  }
+}
 
 // On every path (the AVX-512 quantizer must give the scalar one's bits).
 TEST(GemmAct, SameCodesAsTheDotActivations) {

@@ -10,6 +10,9 @@
 // Summation order per output element (fixed, documented because tests pin it):
 //   float weights: columns in chunks of kGemmKc, each chunk a sequential FMA chain from 0,
 //                  chunks added in order into the output;
+//   FP8 weights:   per 128-block a sequential FMA chain from 0 of the codes' kernel form
+//                  (x 2^-8, quant/fp8.h) with the activations, then
+//                  acc = fma(chain, d_w x 2^8, acc) over blocks in order;
 //   int8 weights:  per 32-block an exact int32 sum (vpdpbusd), then
 //                  acc = fma(float(isum), d_w * d_a, acc) over blocks in order.
 #pragma once
@@ -40,7 +43,7 @@ void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
 bool gemm_available(DType t);
 
 // Rows [0, m) x output panels [p0, p1) of y (row stride ldy; columns past n_out are not
-// written). act: f32 rows [m][k] (stride lda floats) for float weights, ActQ8 rows
+// written). act: f32 rows [m][k] (stride lda floats) for float and FP8 weights, ActQ8 rows
 // (stride lda blocks) for Q8_0 / Q4_0.
 struct GemmArgs {
   DType type;

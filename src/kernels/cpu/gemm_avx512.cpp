@@ -67,6 +67,54 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
   }
 }
 
+// FP8 weights (packed.h), in 128-blocks [b0, b1): per block MR x NP FMA chains over its
+// columns from zero, then y = fma(chain, d x 2^8, y) (gemm.h's order, the scalar
+// dot_fp8's). A column's 16 codes become floats as halves (quant/fp8.h,
+// fp8_e4m3_unit): sign-extended to 16 bits and shifted left 7, with the sign's second
+// copy (bit 14) cleared, then vcvtph2ps, which is exact for half subnormals.
+inline __attribute__((always_inline)) __m512 fp8_column(const uint8_t* p) {
+  const __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xBFFF))));
+}
+
+inline constexpr int64_t kFp8Block = kPanelRows * int64_t(sizeof(quant::BlockFp8));  // 64 B of scales + 2048 of codes
+
+template <int MR, int NP, bool kAhead>
+void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t b0, int64_t b1, float* y,
+              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+  const __m512 two8 = _mm512_set1_ps(256.0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t off = b * kFp8Block;
+    __m512 acc[MR][NP];
+    for (int i = 0; i < MR; ++i)
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    // Every line of the block once: its scales' line with the first column, the codes'
+    // 32 lines one per 4 columns.
+    if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+    const float* xb = x + b * quant::kQF8;
+    for (int64_t c = 0; c < quant::kQF8; ++c) {
+      if ((c & 15) == 0) pf.step();
+      const int64_t at = off + 64 + c * kPanelRows;
+      if constexpr (kAhead)
+        if ((c & 3) == 0) stream_ahead<NP, 64>(w, ps, at);
+      __m512 wv[NP];
+      for (int p = 0; p < NP; ++p) wv[p] = fp8_column(w + p * ps + at);
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xv = _mm512_set1_ps(xb[i * ldx + c]);
+        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[p], xv, acc[i][p]);
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
+      const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(w + p * ps + off)), two8);
+      for (int i = 0; i < MR; ++i) {
+        float* yp = y + i * ldy + p * 16;
+        const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, yp);
+        _mm512_mask_storeu_ps(yp, mk, _mm512_fmadd_ps(acc[i][p], d, prev));
+      }
+    }
+  }
+}
 
 // The 32-element block formats with an int8 kernel (packed.h for the layouts).
 enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
@@ -248,6 +296,7 @@ bool is_kquant_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t 
 // takes: about 8 KiB of each panel, so a pair of panels stays in L1 while every row
 // tile of the call passes over it.
 int64_t reduction_units(const GemmArgs& g) {
+  if (g.type == DType::F8_E4M3_B128) return g.k / quant::kQF8;
   return is_float_type(g.type) ? g.k : is_kquant_type(g.type) ? g.k / 256 : g.k / 32;
 }
 int64_t units_per_pass(DType t) {
@@ -256,6 +305,7 @@ int64_t units_per_pass(DType t) {
     case DType::F16:
     case DType::BF16: return kGemmKc;  // f16: 8 KiB of a panel, f32: 16
     case DType::Q6_K: return 2;        // 2 x 3360 B
+    case DType::F8_E4M3_B128: return 4;  // 4 x 2112 B
     default: return 1 << 30;           // the batch formats never run passes (batch_over)
   }
 }
@@ -287,6 +337,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F8_E4M3_B128: return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
     case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
     case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
@@ -309,7 +360,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
 // The types whose decode batches run block by block (batch_over); the float types run
 // passes (a batch order through their tile kernels measured slower: docs/BENCHMARKS.md,
 // issue 6 session 6).
-bool has_batch_kernel(DType t) { return !is_float_type(t); }
+bool has_batch_kernel(DType t) { return !is_float_type(t) && t != DType::F8_E4M3_B128; }
 
 // kern_int8_batch or kern_q45k_batch for rows [m0, m1) of NP panels from p.
 template <int NP>
@@ -364,7 +415,7 @@ void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 l
 }
 
 // The types whose prefill tiles can read unpacked codes (unpack_units).
-bool unpacks(DType t) { return t != DType::Q8_0 && !is_float_type(t); }
+bool unpacks(DType t) { return t != DType::Q8_0 && t != DType::F8_E4M3_B128 && !is_float_type(t); }
 
 template <int NP, Fmt F>
 void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes) {
@@ -426,8 +477,8 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     return;
   }
   // Kernel iterations (PassPrefetch::step calls) per unit: int8 per 32-block, K-quants
-  // per 32-block of a super-block, float per 16 columns.
-  const int64_t steps_per_unit = is_kquant_type(g.type) ? 8 : 1;
+  // per 32-block of a super-block, float per 16 columns, FP8 per 16 columns of a block.
+  const int64_t steps_per_unit = is_kquant_type(g.type) || g.type == DType::F8_E4M3_B128 ? 8 : 1;
   const int64_t unit_div = is_float_type(g.type) ? 16 : 1;
   const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, row_tiles = (m1 - m0 + kMr - 1) / kMr;
   for (int64_t p = p0; p < p1; p += 2) {
@@ -509,7 +560,8 @@ void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, i
   switch (g.type) {
     case DType::F32:
     case DType::F16:
-    case DType::BF16: return panels_over<8>(g, m0, m1, p0, p1);
+    case DType::BF16:
+    case DType::F8_E4M3_B128: return panels_over<8>(g, m0, m1, p0, p1);
     case DType::Q8_0:
     case DType::Q4_0: return panels_over<6>(g, m0, m1, p0, p1);
     default: return panels_over<4>(g, m0, m1, p0, p1);

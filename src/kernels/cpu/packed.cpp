@@ -26,7 +26,8 @@ bool can_pack(DType t) {
     case DType::Q5_1:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return true;
+    case DType::Q6_K:
+    case DType::F8_E4M3_B128: return true;
     default: return false;
   }
 }
@@ -44,6 +45,7 @@ int64_t panel_bytes(DType t, int64_t k) {
     case DType::Q4_K: return k / quant::kQKK * kPanelRows * 148;  // 144 + 4 unpacked scale bytes
     case DType::Q5_K: return k / quant::kQKK * kPanelRows * 180;  // 176 + 4
     case DType::Q6_K: return k / quant::kQKK * kPanelRows * 210;
+    case DType::F8_E4M3_B128: return k / quant::kQF8 * kPanelRows * int64_t(sizeof(quant::BlockFp8));
     default: fail("no panel layout for {}", dtype_name(t));
   }
 }
@@ -112,6 +114,20 @@ void pack_legacy(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   }
 }
 
+// FP8: per 128-block, the rows' scales d[16] f32, then column c of row r at [c][r].
+void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+  const int64_t nb = k / quant::kQF8;
+  constexpr int64_t kBlock = kPanelRows * int64_t(sizeof(quant::BlockFp8));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* in = reinterpret_cast<const quant::BlockFp8*>(src + r * row_bytes(DType::F8_E4M3_B128, k));
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* out = dst + b * kBlock;
+      std::memcpy(out + r * 4, &in[b].d, 4);
+      for (int c = 0; c < quant::kQF8; ++c) out[kPanelRows * 4 + c * kPanelRows + r] = in[b].qs[c];
+    }
+  }
+}
+
 }  // namespace
 
 void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1) {
@@ -133,6 +149,7 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::Q4_K: detail::pack_q4_k(k, rows, in, out); break;
       case DType::Q5_K: detail::pack_q5_k(k, rows, in, out); break;
       case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;
+      case DType::F8_E4M3_B128: pack_fp8(k, rows, in, out); break;
       default: fail("no panel layout for {}", dtype_name(t));
     }
   }

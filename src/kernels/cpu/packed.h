@@ -21,6 +21,8 @@
 //         fifth bits after the nibbles (the Q5 types; packed.cpp): the GGUF sizes
 //   Q4_K, Q5_K, Q6_K: super-blocks of 16 rows, see packed_kquant.cpp (Q6_K: the GGUF
 //         size; Q4_K, Q5_K: +4 bytes per 144 / 176 for unpacked sub-block scales)
+//   FP8 (F8_E4M3_B128): per 128-block b: d[16] f32, then [128 columns][16 rows] E4M3
+//         codes -> 64 + 2048 = 2112 B per block = 16 x 132, the row size
 // Same bytes as the file (but Q4_K's +2.8%), so decode streams the GGUF's weight bytes.
 #pragma once
 #include <cstdint>
