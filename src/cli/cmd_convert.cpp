@@ -18,12 +18,13 @@ int cmd_convert(Args& a) {
   const bool no_tokenizer = a.flag({"--no-tokenizer"});
   auto pos = a.positional();
   a.finish();
-  if (pos.size() != 2) fail("usage: ridge convert CHECKPOINT_DIR OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|...] [--no-tokenizer]");
+  if (pos.size() != 2) fail("usage: ridge convert CHECKPOINT_DIR OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|...|fp8] [--no-tokenizer]");
   if (!is_hf_checkpoint_dir(pos[0])) fail("{} is not a Hugging Face checkpoint directory (no config.json)", pos[0]);
   HfConvertOptions o;
+  o.fp8_type = DType::Q8_0;  // what llama.cpp reads; --type fp8 keeps FP8 as FP8 (a ridge-only file)
   if (!ts.empty()) {
     const auto t = dtype_from_name(ts);
-    if (!t || !quant::can_quantize(*t)) fail("--type '{}' is not a weight type ridge writes (f32, f16, bf16, q8_0, q4_0, ...)", ts);
+    if (!t || !quant::can_quantize(*t)) fail("--type '{}' is not a weight type ridge writes (f32, f16, bf16, q8_0, q4_0, ..., fp8)", ts);
     o.type = *t;
   }
   const safetensors::Checkpoint ck(pos[0]);

@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/text_file.h"
 #include "core/fp16.h"
+#include "quant/blocks.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
 #include "model/hparams.h"
@@ -39,13 +41,51 @@ struct Config {
   int64_t n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
   double rms_eps = 1e-6, rope_theta = 10000;
   bool tied = false;
-  int64_t fp8_block[2] = {0, 0};  // quantization_config.weight_block_size, when FP8
+  bool fp8 = false;               // quantization_config names FP8 weights
+  int64_t fp8_block[2] = {0, 0};  // their scale tiles (weight_block_size, block_structure); 0: per channel or tensor
   // rope_scaling: Llama 3.1's frequency factors, or a linear scale (0: none).
   bool rope_llama3 = false;
   double rope_factor = 8, rope_low = 1, rope_high = 4, rope_orig_ctx = 8192, rope_linear = 0;
 };
 
 
+
+// The FP8 quantization_configs of the checkpoints that ship FP8 weights: "fp8" (Hugging
+// Face's: weight_block_size for 128 x 128 tiles as DeepSeek-V3 and Qwen3-FP8 ship them, or
+// none for one scale per tensor), "fbgemm_fp8" (per channel), "compressed-tensors" with
+// float 8-bit weights (strategy tensor, channel or block). Which scale a tensor has is
+// read from its scale tensor's shape (Plan); the activation side (dynamic or static
+// input_scale) is not needed: ridge multiplies f32 activations.
+void read_fp8_config(const std::string& path, const json& q, Config& c) {
+  const std::string method = q.value("quant_method", "");
+  auto block = [&](const json& bs) {
+    if (!bs.is_array() || bs.size() != 2 || !bs[0].is_number_integer() || !bs[1].is_number_integer() ||
+        bs[0].get<int64_t>() <= 0 || bs[1].get<int64_t>() <= 0)
+      fail("{}: quantization_config: block size {} is not two positive integers", path, bs.dump());
+    c.fp8_block[0] = bs[0].get<int64_t>();
+    c.fp8_block[1] = bs[1].get<int64_t>();
+  };
+  c.fp8 = true;
+  if (method == "fp8") {
+    if (const auto bs = q.find("weight_block_size"); bs != q.end() && !bs->is_null()) block(*bs);
+    return;
+  }
+  if (method == "fbgemm_fp8") return;
+  if (method == "compressed-tensors" && q.contains("config_groups") && q["config_groups"].is_object()) {
+    for (const auto& [name, g] : q["config_groups"].items()) {
+      const json w = g.is_object() ? g.value("weights", json()) : json();
+      if (!w.is_object() || w.value("type", "") != "float" || w.value("num_bits", 0) != 8)
+        fail("{}: quantization_config group '{}' is not 8-bit float weights (ridge reads FP8 checkpoints)", path, name);
+      const std::string strategy = w.value("strategy", "");
+      if (strategy == "block") block(w.value("block_structure", json()));
+      else if (strategy != "channel" && strategy != "tensor")
+        fail("{}: quantization_config group '{}': weight strategy '{}' is not supported (tensor, channel, block)", path,
+             name, strategy);
+    }
+    return;
+  }
+  fail("{}: quantization_config {} is not supported (FP8 weights: fp8, fbgemm_fp8, compressed-tensors)", path, q.dump());
+}
 
 Config read_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
@@ -130,15 +170,7 @@ Config read_config(const std::string& dir) {
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (llama && j.value(key, false)) fail("{}: {} = true: a llama with biases is not supported yet", path, key);
   if (c.rope_llama3 && !llama) fail("{}: rope_scaling llama3 on a {} model is not supported", path, a);
-  if (const auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) {
-    const std::string method = q->value("quant_method", "");
-    const auto bs = q->find("weight_block_size");
-    if (method != "fp8" || bs == q->end() || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() ||
-        !(*bs)[1].is_number_integer() || (*bs)[0].get<int64_t>() <= 0 || (*bs)[1].get<int64_t>() <= 0)
-      fail("{}: quantization_config {} is not supported (block-scaled fp8 with weight_block_size only)", path, q->dump());
-    c.fp8_block[0] = (*bs)[0].get<int64_t>();
-    c.fp8_block[1] = (*bs)[1].get<int64_t>();
-  }
+  if (const auto q = j.find("quantization_config"); q != j.end() && !q->is_null()) read_fp8_config(path, *q, c);
   return c;
 }
 
@@ -146,7 +178,11 @@ Config read_config(const std::string& dir) {
 // reordered (llama Q/K) and converted as it is written.
 struct Plan {
   const Tensor* src = nullptr;
-  const Tensor* scale = nullptr;  // FP8: weight_scale_inv [ceil(rows / b0)][ceil(cols / b1)]
+  // FP8: weight_scale_inv or weight_scale, by its shape one per tensor ([] or [1]), per
+  // row ([rows] or [rows, 1]) or per tile ([ceil(rows / b0)][ceil(cols / b1)]).
+  const Tensor* scale = nullptr;
+  enum class Scale { Tensor, Row, Tile } scale_kind = Scale::Tensor;
+  int64_t block[2] = {0, 0};  // the tiles
   int64_t rows = 1, cols = 0;
   int64_t permute_heads = 0;  // llama Q/K: heads whose rotary halves interleave
   DType out = DType::F32;
@@ -160,8 +196,18 @@ float scale_at(const Tensor& s, int64_t i) {
   }
 }
 
-// Row r of the source in f32 (FP8: times its block's scale).
-void source_row(const Plan& p, const int64_t block[2], int64_t r, float* dst) {
+// The FP8 scale of source row r, column c.
+float scale_of(const Plan& p, int64_t r, int64_t c) {
+  switch (p.scale_kind) {
+    case Plan::Scale::Tensor: return scale_at(*p.scale, 0);
+    case Plan::Scale::Row: return scale_at(*p.scale, r);
+    case Plan::Scale::Tile: return scale_at(*p.scale, (r / p.block[0]) * ((p.cols + p.block[1] - 1) / p.block[1]) + c / p.block[1]);
+  }
+  return 0;
+}
+
+// Row r of the source in f32 (FP8: times its scale).
+void source_row(const Plan& p, int64_t r, float* dst) {
   const Tensor& t = *p.src;
   const uint8_t* row = t.data + r * p.cols * safetensors::dtype_size(t.dtype);
   switch (t.dtype) {
@@ -172,20 +218,62 @@ void source_row(const Plan& p, const int64_t block[2], int64_t r, float* dst) {
       std::memcpy(h.data(), row, size_t(p.cols) * 2);
       return quant::dequantize_row(t.dtype == Dtype::F16 ? DType::F16 : DType::BF16, h.data(), dst, p.cols);
     }
-    case Dtype::F8_E4M3: case Dtype::F8_E5M2: {
-      const int64_t nb = (p.cols + block[1] - 1) / block[1];
+    case Dtype::F8_E4M3: case Dtype::F8_E5M2:
       for (int64_t c = 0; c < p.cols; ++c) {
         const float v = t.dtype == Dtype::F8_E4M3 ? quant::fp8_e4m3_to_f32(row[c]) : quant::fp8_e5m2_to_f32(row[c]);
-        dst[c] = p.scale ? v * scale_at(*p.scale, (r / block[0]) * nb + c / block[1]) : v;
+        dst[c] = v * scale_of(p, r, c);
       }
       return;
-    }
     default: fail("tensor '{}': dtype {} is not a weight type", t.name, safetensors::dtype_name(t.dtype));
   }
 }
 
-DType same_type(Dtype d) {
-  return d == Dtype::F32 ? DType::F32 : d == Dtype::F16 ? DType::F16 : d == Dtype::BF16 ? DType::BF16 : DType::Q8_0;
+DType same_type(Dtype d) { return d == Dtype::F32 ? DType::F32 : d == Dtype::F16 ? DType::F16 : DType::BF16; }
+
+// An FP8 tensor's scale: X.weight_scale_inv (Hugging Face's fp8) or X.weight_scale
+// (compressed-tensors, fbgemm), its kind from its shape.
+void find_fp8_scale(const safetensors::Checkpoint& ck, const Config& c, const std::string& name, Plan& p) {
+  const Tensor* inv = ck.find(name + "_scale_inv");
+  const Tensor* plain = ck.find(name + "_scale");
+  if (inv && plain) fail("{}: tensor '{}' has both a _scale_inv and a _scale", ck.dir(), name);
+  if (!inv && !plain) fail("{}: FP8 tensor '{}' has no {}_scale_inv or {}_scale", ck.dir(), name, name, name);
+  p.scale = inv ? inv : plain;
+  const Tensor& s = *p.scale;
+  if (s.dtype != Dtype::F32 && s.dtype != Dtype::BF16 && s.dtype != Dtype::F16)
+    fail("{}: tensor '{}' is {}, scales must be f32, bf16 or f16", ck.dir(), s.name, safetensors::dtype_name(s.dtype));
+  int64_t n = 1;
+  for (int64_t d : s.shape) n *= d;
+  const std::vector<int64_t> tiles{c.fp8_block[0] ? (p.rows + c.fp8_block[0] - 1) / c.fp8_block[0] : 0,
+                                   c.fp8_block[1] ? (p.cols + c.fp8_block[1] - 1) / c.fp8_block[1] : 0};
+  if (c.fp8_block[0] > 0 && s.shape == tiles) {
+    p.scale_kind = Plan::Scale::Tile;
+    p.block[0] = c.fp8_block[0], p.block[1] = c.fp8_block[1];
+  } else if (n == 1 && s.shape.size() <= 1) {
+    p.scale_kind = Plan::Scale::Tensor;
+  } else if (s.shape == std::vector<int64_t>{p.rows} || s.shape == std::vector<int64_t>{p.rows, 1}) {
+    p.scale_kind = Plan::Scale::Row;
+  } else {
+    fail("{}: tensor '{}' is {}: not one scale, one per row of {} or {}", ck.dir(), s.name, s.shape_str(),
+         p.src->shape_str(), c.fp8_block[0] ? fmt::format("one per {} x {} tile", c.fp8_block[0], c.fp8_block[1]) : "");
+  }
+}
+
+// E4M3 source rows whose scales are constant over each 128-block (per tensor, per row,
+// or tiles 128k wide) become ridge's FP8 blocks exactly: the codes copied, the scale as
+// the block's d.
+bool fp8_exact(const Plan& p) {
+  return p.out == DType::F8_E4M3_B128 && p.src->dtype == Dtype::F8_E4M3 &&
+         (p.scale_kind != Plan::Scale::Tile || p.block[1] % quant::kQF8 == 0);
+}
+
+void fp8_row(const Plan& p, int64_t r, uint8_t* dst) {
+  const uint8_t* row = p.src->data + r * p.cols;
+  for (int64_t b = 0; b < p.cols / quant::kQF8; ++b) {
+    quant::BlockFp8 blk;
+    blk.d = scale_of(p, r, b * quant::kQF8);
+    std::memcpy(blk.qs, row + b * quant::kQF8, quant::kQF8);
+    std::memcpy(dst + b * int64_t(sizeof blk), &blk, sizeof blk);
+  }
 }
 
 // The source row that lands in GGUF row r: llama.cpp's order keeps, per head, the
@@ -234,13 +322,11 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
     w->add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())}, std::move(bytes));
   }
 
-  const bool fp8 = c.fp8_block[0] > 0;
   std::set<std::string> used;  // every checkpoint tensor must find its place
   auto add = [&](const std::string& gguf_name, const std::string& hf_name, std::vector<int64_t> shape, bool matrix,
                  int64_t permute_heads = 0) {
     const Tensor& t = ck.require(hf_name);
     used.insert(hf_name);
-    used.insert(hf_name + "_scale_inv");
     if (t.shape != shape) {
       std::string want = "[";
       for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
@@ -253,26 +339,26 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
     p->permute_heads = permute_heads;
     const bool is_fp8 = t.dtype == Dtype::F8_E4M3 || t.dtype == Dtype::F8_E5M2;
     if (is_fp8) {
-      if (!fp8) fail("{}: tensor '{}' is {} but config.json has no fp8 quantization_config", ck.dir(), hf_name,
-                     safetensors::dtype_name(t.dtype));
-      p->scale = &ck.require(hf_name + "_scale_inv");
-      const std::vector<int64_t> ss{(p->rows + c.fp8_block[0] - 1) / c.fp8_block[0], (p->cols + c.fp8_block[1] - 1) / c.fp8_block[1]};
-      if (p->scale->shape != ss || (p->scale->dtype != Dtype::F32 && p->scale->dtype != Dtype::BF16 && p->scale->dtype != Dtype::F16))
-        fail("{}: tensor '{}_scale_inv' is {} {}, the blocks of {} need f32/bf16 [{}, {}]", ck.dir(), hf_name,
-             safetensors::dtype_name(p->scale->dtype), p->scale->shape_str(), t.shape_str(), ss[0], ss[1]);
+      if (!c.fp8) fail("{}: tensor '{}' is {} but config.json has no FP8 quantization_config", ck.dir(), hf_name,
+                       safetensors::dtype_name(t.dtype));
+      find_fp8_scale(ck, c, hf_name, *p);
+      // A static activation scale is the checkpoint's simulation of FP8 activations;
+      // ridge's activations stay f32.
+      if (ck.find(hf_name.substr(0, hf_name.size() - 6) + "input_scale"))
+        used.insert(hf_name.substr(0, hf_name.size() - 6) + "input_scale");
+      used.insert(p->scale->name);
     } else if (t.dtype != Dtype::F32 && t.dtype != Dtype::F16 && t.dtype != Dtype::BF16) {
       fail("{}: tensor '{}' has dtype {} (f32, f16, bf16 or fp8 weights)", ck.dir(), hf_name, safetensors::dtype_name(t.dtype));
     }
-    p->out = !matrix ? DType::F32 : o.type ? *o.type : same_type(t.dtype);
+    p->out = !matrix ? DType::F32 : o.type ? *o.type : is_fp8 ? o.fp8_type : same_type(t.dtype);
     if (p->cols % dtype_info(p->out).block_size != 0)
       fail("{}: tensor '{}' has rows of {}, not a whole number of {} blocks", ck.dir(), hf_name, p->cols, dtype_name(p->out));
-    const int64_t block[2] = {c.fp8_block[0], c.fp8_block[1]};
     const safetensors::Checkpoint* ckp = &ck;
     w->add_tensor(gguf_name, p->out, shape.size() == 2 ? std::vector<int64_t>{p->cols, p->rows} : std::vector<int64_t>{p->cols},
-                  [p, block, ckp](uint8_t* dst) {
+                  [p, ckp](uint8_t* dst) {
                     const int64_t rb = row_bytes(p->out, p->cols), es = safetensors::dtype_size(p->src->dtype);
-                    const bool copy = same_type(p->src->dtype) == p->out && p->src->dtype != Dtype::F8_E4M3 &&
-                                      p->src->dtype != Dtype::F8_E5M2;
+                    const bool fp8 = p->src->dtype == Dtype::F8_E4M3 || p->src->dtype == Dtype::F8_E5M2;
+                    const bool copy = !fp8 && same_type(p->src->dtype) == p->out, exact = fp8 && fp8_exact(*p);
                     std::vector<float> row(size_t(p->cols));
                     for (int64_t r = 0; r < p->rows; ++r) {
                       const int64_t s = source_row_index(*p, r);
@@ -280,7 +366,11 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
                         std::memcpy(dst + r * rb, p->src->data + s * p->cols * es, size_t(rb));
                         continue;
                       }
-                      source_row(*p, block, s, row.data());
+                      if (exact) {
+                        fp8_row(*p, s, dst + r * rb);
+                        continue;
+                      }
+                      source_row(*p, s, row.data());
                       if (p->out == DType::F32) std::memcpy(dst + r * rb, row.data(), size_t(rb));
                       else quant::quantize_row(p->out, row.data(), dst + r * rb, p->cols);
                     }

@@ -5,9 +5,10 @@
 // the rows move whole, so f32/f16/bf16 weights keep their bits). config.json is checked
 // against the tensors: a size that disagrees names the tensor and the key.
 //
-// Matrices keep their dtype (f32, f16, bf16) unless a type is asked for; block-scaled FP8
-// (E4M3 with weight_scale_inv per 128 x 128 block, quantization_config's
-// weight_block_size) has no llama.cpp type and converts to q8_0 unless told otherwise.
+// Matrices keep their dtype (f32, f16, bf16) unless a type is asked for. FP8 (E4M3 codes
+// with a scale per 128 x 128 tile, per row or per tensor: the fp8, fbgemm_fp8 and
+// compressed-tensors checkpoints) loads as ridge's FP8 weight type, the codes and scales
+// as they are; llama.cpp has no FP8 type, so `ridge convert` writes q8_0 unless told.
 // Norms and biases are f32, as llama.cpp writes them.
 #pragma once
 #include <memory>
@@ -22,7 +23,11 @@
 namespace ridge {
 
 struct HfConvertOptions {
-  std::optional<DType> type;  // the matrices' type; unset: keep (FP8: q8_0)
+  std::optional<DType> type;  // the matrices' type; unset: keep, FP8 as fp8_type
+  // FP8 matrices when no type is asked for: ridge's FP8 blocks (exact where the scales are
+  // constant over 128 columns) for -m DIR; ridge convert writes q8_0 by default, which
+  // llama.cpp reads.
+  DType fp8_type = DType::F8_E4M3_B128;
 };
 
 bool is_hf_checkpoint_dir(const std::string& path);

@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "quant/fp8.h"
+#include "quant/quant.h"
 
 namespace ridge {
 namespace {
@@ -285,8 +286,8 @@ TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
 // with weight_scale_inv per block, and the same model in f32 holding exactly the values
 // those codes and scales stand for (code x its block's scale, one rounding, the
 // converter's own), convert to identical f32 GGUF tensors; partial blocks at the edges
-// included (20 x 40 matrices in 8 x 16 blocks). By default FP8 becomes q8_0, which needs
-// rows of whole 32-blocks: 40 is not, and says so.
+// included (20 x 40 matrices in 8 x 16 blocks). By default FP8 loads as ridge's FP8, which
+// needs rows of whole 128-blocks: 40 is not, and says so.
 TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
   const int64_t hidden = 40, ff = 24, vocab = 6, heads = 2, hd = 20;
   const int64_t bs[2] = {8, 16};
@@ -381,9 +382,9 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
   }
   try {
     open_hf_checkpoint(d8);
-    ADD_FAILURE() << "fp8 rows of 40 converted to q8_0";
+    ADD_FAILURE() << "fp8 rows of 40 loaded as ridge's fp8 (128-blocks)";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q8_0 blocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a whole number of fp8 blocks"), std::string::npos) << e.what();
   }
   // A tensor the mapping has no place for (a llama with attention biases) is an error,
   // not silently dropped.
@@ -395,6 +396,164 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
     ADD_FAILURE() << "a leftover tensor converted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q_proj.bias' has no place"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d8), fs::remove_all(d32);
+}
+
+// FP8 checkpoints load as ridge's FP8 weights, codes and scales as they are, for each way
+// the checkpoints scale them: 128 x 128 tiles (fp8 with weight_block_size,
+// weight_scale_inv), one per row (compressed-tensors, weight_scale [rows, 1], with a static
+// input_scale that is not needed), one per tensor (fp8 without a block size, weight_scale
+// []). Each matrix dequantizes to exactly the f32 values the codes and scales stand for
+// (the same model written in f32), llama's Q/K rows moved with their scales; the model's
+// logits agree with the f32 model's within f32 rounding (the FP8 kernel multiplies codes,
+// then scales); a NaN code or a scale of the wrong shape is a clear error.
+TEST(HfCheckpoint, Fp8CheckpointsLoadAsFp8Weights) {
+  const int64_t hidden = 128, ff = 256, vocab = 8, heads = 2, hd = 64;
+  struct Blob {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  using Map = std::map<std::string, Blob>;
+  auto put_f32 = [](Map& m, const std::string& n, std::vector<int64_t> shape, const std::vector<float>& v) {
+    Blob b{"F32", std::move(shape), std::vector<uint8_t>(v.size() * 4)};
+    std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
+    m[n] = std::move(b);
+  };
+  auto write_dir = [&](const std::string& dir, const Map& m, const nlohmann::json& qc) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    nlohmann::json h = nlohmann::json::object();
+    uint64_t off = 0;
+    for (const auto& [n, b] : m) {
+      h[n] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {off, off + b.bytes.size()}}};
+      off += b.bytes.size();
+    }
+    std::string hs = h.dump();
+    while ((8 + hs.size()) % 8) hs += ' ';
+    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t n = hs.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << hs;
+    for (const auto& [nm, b] : m) f.write(reinterpret_cast<const char*>(b.bytes.data()), std::streamsize(b.bytes.size()));
+    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", hidden}, {"intermediate_size", ff},
+                          {"num_hidden_layers", 1}, {"num_attention_heads", heads}, {"num_key_value_heads", 1},
+                          {"head_dim", hd}, {"vocab_size", vocab}, {"rms_norm_eps", 1e-5}};
+    if (!qc.is_null()) cfg["quantization_config"] = qc;
+    std::ofstream(dir + "/config.json") << cfg.dump();
+  };
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> mats = {
+      {"self_attn.q_proj", {heads * hd, hidden}}, {"self_attn.k_proj", {hd, hidden}},
+      {"self_attn.v_proj", {hd, hidden}},         {"self_attn.o_proj", {hidden, heads * hd}},
+      {"mlp.gate_proj", {ff, hidden}},            {"mlp.up_proj", {ff, hidden}},
+      {"mlp.down_proj", {hidden, ff}}};
+  enum Kind { Tile, Row, Whole };
+  const nlohmann::json cfgs[] = {
+      {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}},
+      {{"quant_method", "compressed-tensors"},
+       {"config_groups", {{"group_0", {{"weights", {{"type", "float"}, {"num_bits", 8}, {"strategy", "channel"}}}}}}}},
+      {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}};
+  const std::string d8 = tmp("fp8n"), d32 = tmp("fp8n_f32");
+  for (const Kind kind : {Tile, Row, Whole}) {
+    SCOPED_TRACE("kind " + std::to_string(int(kind)));
+    std::mt19937 rng(7 + kind);
+    std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.002f, 0.05f);
+    Map fp8, f32;
+    auto plain = [&](const std::string& n, std::vector<int64_t> shape) {
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      std::vector<float> v(static_cast<size_t>(count));
+      for (float& x : v) x = n.find("norm") != std::string::npos ? 1.f + 0.1f * u(rng) : u(rng);
+      put_f32(fp8, n, shape, v);
+      put_f32(f32, n, shape, v);
+    };
+    plain("model.embed_tokens.weight", {vocab, hidden});
+    plain("lm_head.weight", {vocab, hidden});
+    plain("model.norm.weight", {hidden});
+    plain("model.layers.0.input_layernorm.weight", {hidden});
+    plain("model.layers.0.post_attention_layernorm.weight", {hidden});
+    for (const auto& [short_name, shape] : mats) {
+      const std::string n = "model.layers.0." + short_name + ".weight";
+      const int64_t rows = shape[0], cols = shape[1];
+      const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+      std::vector<float> scale(size_t(kind == Tile ? br * bc : kind == Row ? rows : 1));
+      for (float& x : scale) x = pos(rng);
+      Blob codes{"F8_E4M3", shape, std::vector<uint8_t>(size_t(rows * cols))};
+      std::vector<float> vals(size_t(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          uint8_t code = uint8_t(rng());
+          if ((code & 0x7F) == 0x7F) code = 0x3A;
+          codes.bytes[size_t(r * cols + c)] = code;
+          const float s = scale[size_t(kind == Tile ? (r / 128) * bc + c / 128 : kind == Row ? r : 0)];
+          vals[size_t(r * cols + c)] = quant::fp8_e4m3_to_f32(code) * s;
+        }
+      fp8[n] = std::move(codes);
+      if (kind == Tile) put_f32(fp8, n + "_scale_inv", {br, bc}, scale);
+      if (kind == Row) {
+        put_f32(fp8, n + "_scale", {rows, 1}, scale);
+        put_f32(fp8, "model.layers.0." + short_name + ".input_scale", {1}, {0.5f});
+      }
+      if (kind == Whole) put_f32(fp8, n + "_scale", {}, scale);
+      put_f32(f32, n, shape, vals);
+    }
+    write_dir(d8, fp8, cfgs[kind]);
+    write_dir(d32, f32, nullptr);
+    const auto a = open_hf_checkpoint(d8);
+    const auto b = open_hf_checkpoint(d32);
+    int n_fp8 = 0;
+    for (const auto& t : b->tensors()) {
+      const auto* ta = a->find_tensor(t.name);
+      ASSERT_NE(ta, nullptr) << t.name;
+      if (ta->type != DType::F8_E4M3_B128) {
+        EXPECT_EQ(std::memcmp(ta->data, t.data, t.nbytes), 0) << t.name;
+        continue;
+      }
+      ++n_fp8;
+      const int64_t k = t.ne[0], rows = t.ne[1];
+      std::vector<float> got(static_cast<size_t>(k));
+      for (int64_t r = 0; r < rows; ++r) {
+        quant::dequantize_row(DType::F8_E4M3_B128, ta->data + r * row_bytes(DType::F8_E4M3_B128, k), got.data(), k);
+        ASSERT_EQ(std::memcmp(got.data(), t.data + r * k * 4, size_t(k) * 4), 0) << t.name << " row " << r;
+      }
+    }
+    EXPECT_EQ(n_fp8, 7);
+    const std::vector<int32_t> toks{1, 5, 2, 7, 3};
+    const auto la = logits(*Model::from_file(open_hf_checkpoint(d8)), toks);
+    const auto lb = logits(*Model::from_file(open_hf_checkpoint(d32)), toks);
+    ASSERT_EQ(la.size(), lb.size());
+    for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-3 * (1 + std::fabs(lb[i]))) << i;
+    // ridge convert's default for llama.cpp: q8_0.
+    HfConvertOptions o;
+    o.fp8_type = DType::Q8_0;
+    EXPECT_EQ(open_hf_checkpoint(d8, o)->find_tensor("blk.0.ffn_up.weight")->type, DType::Q8_0);
+    if (kind != Row) continue;
+    // A NaN code: the loader names the tensor. A scale of another shape: the converter does.
+    fp8["model.layers.0.mlp.up_proj.weight"].bytes[77] = 0xFF;
+    write_dir(d8, fp8, cfgs[kind]);
+    try {
+      Model::from_file(open_hf_checkpoint(d8));
+      ADD_FAILURE() << "a NaN code loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight' holds an FP8 NaN code"), std::string::npos) << e.what();
+    }
+    fp8["model.layers.0.mlp.up_proj.weight"].bytes[77] = 0x10;
+    put_f32(fp8, "model.layers.0.mlp.up_proj.weight_scale", {3}, {1.f, 1.f, 1.f});
+    write_dir(d8, fp8, cfgs[kind]);
+    try {
+      open_hf_checkpoint(d8);
+      ADD_FAILURE() << "a scale of 3 loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("up_proj.weight_scale' is [3]"), std::string::npos) << e.what();
+    }
+  }
+  write_dir(d8, {}, {{"quant_method", "awq"}});
+  try {
+    open_hf_checkpoint(d8);
+    ADD_FAILURE() << "awq accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not supported (FP8 weights"), std::string::npos) << e.what();
   }
   fs::remove_all(d8), fs::remove_all(d32);
 }
