@@ -136,6 +136,9 @@ expect_error "quantize a nonexistent input"     "no_such_input\.gguf"        "$R
 expect_error "quantize with an unknown mix"     "q3_k_xl.*q4_k_m.*q6_k"      "$RIDGE" quantize tiny.gguf out.gguf --type q3_k_xl
 expect_error "quantize onto its own input"      "same file"                  "$RIDGE" quantize tiny.gguf ./tiny.gguf --type q4_k_m
 expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
+expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
+if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
+expect_ok    "generate with FP8 weights"                                    "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
 expect_error "mkmodel with an unknown preset"   "huge-9000"                  "$RIDGE" mkmodel --preset huge-9000 -o x.gguf
 expect_error "mkmodel without -o"               "-o"                         "$RIDGE" mkmodel --preset tiny
 expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$RIDGE" generate -m tiny.gguf -f missing_prompts.txt
