@@ -72,9 +72,12 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
 // dot_fp8's). A column's 16 codes become floats as halves (quant/fp8.h,
 // fp8_e4m3_unit): sign-extended to 16 bits and shifted left 7, with the sign's second
 // copy (bit 14) cleared, then vcvtph2ps, which is exact for half subnormals.
-inline __attribute__((always_inline)) __m512 fp8_column(const uint8_t* p) {
-  const __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(int16_t(0xBFFF))));
+// Two adjacent columns at a time: the integer part runs once on 32 codes.
+inline __attribute__((always_inline)) void fp8_columns(const uint8_t* p, __m512& c0, __m512& c1) {
+  const __m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i f = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16(int16_t(0xBFFF)));
+  c0 = _mm512_cvtph_ps(_mm512_castsi512_si256(f));
+  c1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f, 1));
 }
 
 inline constexpr int64_t kFp8Block = kPanelRows * int64_t(sizeof(quant::BlockFp8));  // 64 B of scales + 2048 of codes
@@ -92,17 +95,18 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
     // 32 lines one per 4 columns.
     if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
     const float* xb = x + b * quant::kQF8;
-    for (int64_t c = 0; c < quant::kQF8; ++c) {
+    for (int64_t c = 0; c < quant::kQF8; c += 2) {
       if ((c & 15) == 0) pf.step();
       const int64_t at = off + 64 + c * kPanelRows;
       if constexpr (kAhead)
         if ((c & 3) == 0) stream_ahead<NP, 64>(w, ps, at);
-      __m512 wv[NP];
-      for (int p = 0; p < NP; ++p) wv[p] = fp8_column(w + p * ps + at);
-      for (int i = 0; i < MR; ++i) {
-        const __m512 xv = _mm512_set1_ps(xb[i * ldx + c]);
-        for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[p], xv, acc[i][p]);
-      }
+      __m512 wv[2][NP];
+      for (int p = 0; p < NP; ++p) fp8_columns(w + p * ps + at, wv[0][p], wv[1][p]);
+      for (int j = 0; j < 2; ++j)
+        for (int i = 0; i < MR; ++i) {
+          const __m512 xv = _mm512_set1_ps(xb[i * ldx + c + j]);
+          for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[j][p], xv, acc[i][p]);
+        }
     }
     for (int p = 0; p < NP; ++p) {
       const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
