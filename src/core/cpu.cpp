@@ -37,6 +37,7 @@ CpuFeatures detect() {
   f.avx512vl = (b & bit_AVX512VL) && zmm_os;
   f.avx512dq = (b & bit_AVX512DQ) && zmm_os;
   f.avx512vnni = (c & bit_AVX512VNNI) && zmm_os;
+  f.avx512vbmi = (c & (1u << 1)) && zmm_os;  // CPUID.(7,0):ECX[1]
   f.avx512fp16 = (d & (1u << 23)) && zmm_os;  // CPUID.(7,0):EDX[23]
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512bf16 = (a & (1u << 5)) && zmm_os;

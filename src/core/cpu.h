@@ -10,7 +10,7 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false;
+  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false, avx512vbmi = false;
 };
 
 const CpuFeatures& cpu_features();

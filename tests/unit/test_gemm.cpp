@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/fp16.h"
 #include "core/threadpool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
@@ -71,6 +72,11 @@ bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DT
 
 // The activation values the GEMM actually multiplies by.
 std::vector<float> effective_acts(DType t, const std::vector<float>& x, int64_t m, int64_t k) {
+  if (is_fp8(t) && fp8_path() == Fp8Path::Bf16) {  // bf16 activations (gemm.h)
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    return out;
+  }
   if (!is_int8(t)) return x;
   std::vector<float> out(x.size());
   std::vector<ActQ8> blocks(static_cast<size_t>(k / 32));
@@ -171,7 +177,9 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
   const DType t = GetParam();
   const int64_t k = 1024, n_out = 70, m = 9;
   const Mat w = make(t, k, n_out, 5);
-  const auto x = acts(m, k, 6);
+  // The per-row dots take f32 activations: give them the ones the GEMM rounds to (bf16
+  // path), which it rounds to themselves.
+  const auto x = effective_acts(t, acts(m, k, 6), m, k);
   ThreadPool pool(2);
   const auto yp = run(pool, w, x, m, true), yd = run(pool, w, x, m, false);
   for (size_t i = 0; i < yp.size(); ++i) {
@@ -179,8 +187,8 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
     const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
     for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
     ASSERT_NEAR(yp[i], yd[i], 2e-5 * mag + 1e-30) << dtype_name(t) << " element " << i;
-    // FP8's per-row dot is the GEMM's order (gemm.h): the same bits.
-    if (is_fp8(t)) {
+    // FP8's per-row dot is the f16c path's order (gemm.h): the same bits.
+    if (is_fp8(t) && fp8_path() == Fp8Path::F16c) {
       ASSERT_EQ(yp[i], yd[i]) << "element " << i;
     }
   }
@@ -227,11 +235,20 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F
                                            DType::Q6_K, DType::F8_E4M3_B128),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The FP8 path for the scope of a test (packed.h): weights must be packed under it.
+struct Fp8PathScope {
+  Fp8Path saved = fp8_path();
+  explicit Fp8PathScope(Fp8Path p) { set_fp8_path(p); }
+  ~Fp8PathScope() { set_fp8_path(saved); }
+};
+
 // FP8 weights holding every finite E4M3 code (subnormals, the extremes, both zeros) in
-// every lane position: the packed GEMM gives the scalar dot's bits (quant's dot_fp8, the
-// definition of the order), at 1 row and a prefill chunk, and the value is within f32
-// accumulation of the exact sum of e4m3(code) x d x a in double.
-TEST(GemmFp8, EveryCodeInEveryLaneGivesTheScalarDotsBits) {
+// every lane position, on both paths the CPU has: the value is within f32 accumulation
+// (1e-5 of sum |w a|) of the exact sum of e4m3(code) x d x a in double, a taken as the
+// path rounds it (bf16: to bf16); the f16c path gives the scalar dot's bits (quant's
+// dot_fp8, the definition of its order); each path's rows are bitwise the same at 1 row,
+// a decode batch and a prefill chunk, on 1 and 2 threads.
+TEST(GemmFp8, EveryCodeInEveryLaneOnEveryPath) {
   set_isa(best_isa());
   if (!gemm_available(DType::F8_E4M3_B128)) GTEST_SKIP() << "no packed GEMM on this CPU";
   const int64_t k = 512, n_out = 48, rb = row_bytes(DType::F8_E4M3_B128, k);
@@ -247,29 +264,50 @@ TEST(GemmFp8, EveryCodeInEveryLaneGivesTheScalarDotsBits) {
         blk->qs[j] = c;
       }
     }
-  std::vector<uint8_t> panels(size_t(packed_bytes(DType::F8_E4M3_B128, k, n_out)));
-  pack_panels(DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), 0, n_out / kPanelRows);
-  const WeightView v{DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data()};
+  std::vector<Fp8Path> paths{Fp8Path::F16c};
+  if (fp8_bf16_available()) paths.push_back(Fp8Path::Bf16);
+  else std::printf("note: this CPU has no AVX512-BF16 + VBMI: only the f16c FP8 path runs\n");
   const quant::DotFn dot = quant::dot_fn(DType::F8_E4M3_B128, Isa::Scalar);
-  ThreadPool pool(2);
-  for (const int64_t m : {1, 3, 20}) {
-    const auto x = acts(m, k, uint32_t(m));
-    std::vector<float> y(size_t(m * n_out));
-    Matmul mm;
-    mm.run(pool, v, x.data(), m, y.data());
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t r = 0; r < n_out; ++r) {
-        const float want = dot(rows.data() + r * rb, x.data() + i * k, k);
-        ASSERT_EQ(y[size_t(i * n_out + r)], want) << "m " << m << " row " << i << " col " << r;
-        double ref = 0, mag = 0;
-        for (int64_t j = 0; j < k; ++j) {
-          const auto* blk = reinterpret_cast<const quant::BlockFp8*>(rows.data() + r * rb) + j / 128;
-          const double p = double(quant::fp8_e4m3_to_f32(blk->qs[j % 128])) * blk->d * x[size_t(i * k + j)];
-          ref += p;
-          mag += std::fabs(p);
+  ThreadPool p1(1), p2(2);
+  for (const Fp8Path path : paths) {
+    SCOPED_TRACE(fp8_path_name(path));
+    Fp8PathScope scope(path);
+    std::vector<uint8_t> panels(size_t(packed_bytes(DType::F8_E4M3_B128, k, n_out)));
+    pack_panels(DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), 0, n_out / kPanelRows);
+    const WeightView v{DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data()};
+    const auto x61 = acts(61, k, 61);
+    std::vector<float> all(size_t(61 * n_out));
+    Matmul().run(p2, v, x61.data(), 61, all.data());
+    for (const int64_t m : {1, 3, 9, 20}) {
+      const auto x = acts(m, k, uint32_t(m));
+      const auto xe = effective_acts(DType::F8_E4M3_B128, x, m, k);
+      std::vector<float> y(size_t(m * n_out)), y1(size_t(m * n_out));
+      Matmul().run(p2, v, x.data(), m, y.data());
+      Matmul().run(p1, v, x.data(), m, y1.data());
+      ASSERT_EQ(0, std::memcmp(y.data(), y1.data(), y.size() * sizeof(float))) << "1 vs 2 threads, m " << m;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < n_out; ++r) {
+          const float got = y[size_t(i * n_out + r)];
+          if (path == Fp8Path::F16c) {
+            ASSERT_EQ(got, dot(rows.data() + r * rb, x.data() + i * k, k)) << "m " << m << " row " << i << " col " << r;
+          }
+          double ref = 0, mag = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const auto* blk = reinterpret_cast<const quant::BlockFp8*>(rows.data() + r * rb) + j / 128;
+            const double p = double(quant::fp8_e4m3_to_f32(blk->qs[j % 128])) * blk->d * xe[size_t(i * k + j)];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-30) << "m " << m << " row " << i << " col " << r;
         }
-        ASSERT_NEAR(want, ref, 1e-5 * mag + 1e-30);
-      }
+    }
+    // A row alone gives its bits in the 61-row prefill call.
+    std::vector<float> y1(static_cast<size_t>(n_out));
+    for (const int64_t i : {0, 1, 30, 60}) {
+      const std::vector<float> xi(x61.begin() + i * k, x61.begin() + (i + 1) * k);
+      Matmul().run(p2, v, xi.data(), 1, y1.data());
+      ASSERT_EQ(0, std::memcmp(y1.data(), all.data() + i * n_out, size_t(n_out) * sizeof(float))) << "row " << i;
+    }
   }
 }
 

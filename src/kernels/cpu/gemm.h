@@ -10,9 +10,12 @@
 // Summation order per output element (fixed, documented because tests pin it):
 //   float weights: columns in chunks of kGemmKc, each chunk a sequential FMA chain from 0,
 //                  chunks added in order into the output;
-//   FP8 weights:   per 128-block a sequential FMA chain from 0 of the codes' kernel form
-//                  (x 2^-8, quant/fp8.h) with the activations, then
-//                  acc = fma(chain, d_w x 2^8, acc) over blocks in order;
+//   FP8 weights:   per 128-block a chain from 0, then acc = fma(chain, d, acc) over
+//                  blocks in order. f16c path: the chain is a sequential FMA of the codes'
+//                  kernel form (x 2^-8, quant/fp8.h; d x 2^8 then) with the f32
+//                  activations (quant's dot_fp8 gives the same bits); bf16 path: a
+//                  vdpbf16ps chain over column pairs (2j, 2j + 1) of the codes (exact
+//                  in bf16) with the activations rounded to bf16 (nearest even);
 //   int8 weights:  per 32-block an exact int32 sum (vpdpbusd), then
 //                  acc = fma(float(isum), d_w * d_a, acc) over blocks in order.
 #pragma once
@@ -58,6 +61,9 @@ struct GemmArgs {
   // Otherwise (prefill) every row tile reduces in one pass over weights kept in L2. The
   // order changes no bit of the result.
   bool stream = false;
+  // FP8 weights on the bf16 path (packed.h fp8_path): act holds bf16 rows [m][k] (stride
+  // lda elements), the panels that path's layout.
+  bool fp8_bf16 = false;
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 

@@ -120,6 +120,80 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
   }
 }
 
+// FP8 weights on the bf16 path (packed.h's layout): per 4 columns of NP panels, one
+// 64-byte load of codes, two vpermi2b lookups (the bf16's low and high bytes by the
+// code's 7 magnitude bits; the sign ORed into the high byte) and two unpacks give the
+// columns (0, 1) and (2, 3) as [row][pair] words, each a vdpbf16ps with the broadcast
+// activation pair.
+// The bf16 of E4M3 magnitude c (exact: 4 significant bits; the subnormals m x 2^-9 are
+// normal in bf16). Made at compile time: this file's code must not run before the CPU
+// check, static initializers included.
+constexpr uint16_t e4m3_bf16(int c) {
+  const int e = c >> 3, m = c & 7;
+  if (e > 0) return uint16_t((e + 120) << 7 | m << 4);
+  if (m == 0) return 0;
+  const int h = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m = 2^h x 1.f
+  return uint16_t((118 + h) << 7 | (m - (1 << h)) << (7 - h));
+}
+struct Bf16Tables {
+  alignas(64) uint8_t lo[128], hi[128];
+};
+constexpr Bf16Tables make_bf16_tables() {
+  Bf16Tables t{};
+  for (int c = 0; c < 128; ++c) t.lo[c] = uint8_t(e4m3_bf16(c) & 0xFF), t.hi[c] = uint8_t(e4m3_bf16(c) >> 8);
+  return t;
+}
+constexpr Bf16Tables kBf16Tables = make_bf16_tables();
+
+template <int MR, int NP, bool kAhead>
+__attribute__((target("avx512bf16,avx512vbmi"))) void kern_fp8_bf16(const uint8_t* w, int64_t ps, const uint16_t* x,
+                                                                    int64_t ldx, int64_t b0, int64_t b1, float* y,
+                                                                    int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+  const __m512i lo0 = _mm512_load_si512(kBf16Tables.lo), lo1 = _mm512_load_si512(kBf16Tables.lo + 64);
+  const __m512i hi0 = _mm512_load_si512(kBf16Tables.hi), hi1 = _mm512_load_si512(kBf16Tables.hi + 64);
+  const __m512i sign = _mm512_set1_epi8(char(0x80));
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t off = b * kFp8Block;
+    __m512 acc[MR][NP];
+    for (int i = 0; i < MR; ++i)
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+    if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+    const uint16_t* xb = x + b * quant::kQF8;
+    for (int64_t g = 0; g < quant::kQF8 / 4; ++g) {
+      if ((g & 3) == 0) pf.step();
+      const int64_t at = off + 64 + g * 64;
+      if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, at);
+      __m512i a01[NP], a23[NP];
+      for (int p = 0; p < NP; ++p) {
+        const __m512i v = _mm512_loadu_si512(w + p * ps + at);
+        const __m512i l = _mm512_permutex2var_epi8(lo0, v, lo1);
+        const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, v, hi1), v, sign, 0xF8);  // h | (v & sign)
+        a01[p] = _mm512_unpacklo_epi8(l, h);
+        a23[p] = _mm512_unpackhi_epi8(l, h);
+      }
+      for (int i = 0; i < MR; ++i) {
+        uint32_t x01, x23;
+        __builtin_memcpy(&x01, xb + i * ldx + 4 * g, 4);
+        __builtin_memcpy(&x23, xb + i * ldx + 4 * g + 2, 4);
+        const __m512i p01 = _mm512_set1_epi32(int(x01)), p23 = _mm512_set1_epi32(int(x23));
+        for (int p = 0; p < NP; ++p) {
+          acc[i][p] = _mm512_dpbf16_ps(acc[i][p], (__m512bh)a01[p], (__m512bh)p01);
+          acc[i][p] = _mm512_dpbf16_ps(acc[i][p], (__m512bh)a23[p], (__m512bh)p23);
+        }
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
+      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w + p * ps + off));
+      for (int i = 0; i < MR; ++i) {
+        float* yp = y + i * ldy + p * 16;
+        const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, yp);
+        _mm512_mask_storeu_ps(yp, mk, _mm512_fmadd_ps(acc[i][p], d, prev));
+      }
+    }
+  }
+}
+
 // The 32-element block formats with an int8 kernel (packed.h for the layouts).
 enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
 
@@ -341,7 +415,11 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::F8_E4M3_B128: return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F8_E4M3_B128:
+      if (g.fp8_bf16)
+        return kern_fp8_bf16<MR, NP, kAhead>(w, ps, static_cast<const uint16_t*>(g.act) + m * g.lda, g.lda, c0, c1, y,
+                                             g.ldy, last, pf);
+      return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
     case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
     case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
     case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);

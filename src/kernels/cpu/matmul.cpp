@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
 #include "quant/quant.h"
@@ -80,6 +81,15 @@ void Matmul::run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64
 const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
                              int64_t& lda) {
   lda = w.k;
+  if (w.type == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::Bf16) {
+    act_.resize(size_t(m * w.k) * sizeof(uint16_t));
+    auto* a = reinterpret_cast<uint16_t*>(act_.data());
+    pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i)
+        for (int64_t j = 0; j < w.k; ++j) a[i * w.k + j] = f32_to_bf16(x[i * w.k + j]);
+    });
+    return a;
+  }
   if (quant::act_kind(w.type) != quant::ActKind::Q8A) return x;
   const int64_t nb = w.k / 32;
   act_.resize(size_t(m * nb) * sizeof(ActQ8));
@@ -126,8 +136,9 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   for (size_t i = 0; i < n_outs; ++i) {
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
     const int64_t pg = panels_per_task(np);
-    segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1}, np,
-               tasks, pg};
+    segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
+                w.type == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::Bf16},
+               np, tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;
   }

@@ -1,9 +1,13 @@
 #include "kernels/cpu/packed.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/packed_detail.h"
 #include "quant/blocks.h"
@@ -13,6 +17,32 @@ namespace ridge::kernels {
 using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 using quant::kQK;
+
+bool fp8_bf16_available() {
+  const auto& f = cpu_features();
+  return active_isa() == Isa::Avx512 && f.avx512bf16 && f.avx512vbmi;
+}
+
+namespace {
+Fp8Path initial_fp8_path() {
+  const char* e = std::getenv("RIDGE_FP8_PATH");
+  if (e && std::string_view(e) == "f16c") return Fp8Path::F16c;
+  if (e && *e && std::string_view(e) != "bf16") fail("RIDGE_FP8_PATH={}: not f16c or bf16", e);
+  return fp8_bf16_available() ? Fp8Path::Bf16 : Fp8Path::F16c;
+}
+std::atomic<int> g_fp8_path{-1};
+}  // namespace
+
+Fp8Path fp8_path() {
+  int p = g_fp8_path.load(std::memory_order_relaxed);
+  if (p < 0) g_fp8_path.store(p = int(initial_fp8_path()), std::memory_order_relaxed);
+  if (Fp8Path(p) == Fp8Path::Bf16 && !fp8_bf16_available()) return Fp8Path::F16c;  // RIDGE_ISA lowered later
+  return Fp8Path(p);
+}
+
+void set_fp8_path(Fp8Path p) { g_fp8_path.store(int(p == Fp8Path::Bf16 && !fp8_bf16_available() ? Fp8Path::F16c : p)); }
+
+const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::Bf16 ? "bf16" : "f16c"; }
 
 bool can_pack(DType t) {
   switch (t) {
@@ -114,16 +144,23 @@ void pack_legacy(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   }
 }
 
-// FP8: per 128-block, the rows' scales d[16] f32, then column c of row r at [c][r].
+// FP8: per 128-block, the rows' scales d[16] f32, then the codes in the path's order
+// (packed.h).
 void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   const int64_t nb = k / quant::kQF8;
   constexpr int64_t kBlock = kPanelRows * int64_t(sizeof(quant::BlockFp8));
+  const bool bf16 = fp8_path() == Fp8Path::Bf16;
   for (int64_t r = 0; r < rows; ++r) {
     const auto* in = reinterpret_cast<const quant::BlockFp8*>(src + r * row_bytes(DType::F8_E4M3_B128, k));
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* out = dst + b * kBlock;
       std::memcpy(out + r * 4, &in[b].d, 4);
-      for (int c = 0; c < quant::kQF8; ++c) out[kPanelRows * 4 + c * kPanelRows + r] = in[b].qs[c];
+      uint8_t* codes = out + kPanelRows * 4;
+      for (int c = 0; c < quant::kQF8; ++c) {
+        // bf16: group c / 4, lane L = r / 4, byte t from (row, column) as packed.h says.
+        const int g = c / 4, j = c % 4, t = (j / 2) * 8 + (r % 4) * 2 + j % 2;
+        codes[bf16 ? g * 64 + (r / 4) * 16 + t : c * kPanelRows + r] = in[b].qs[c];
+      }
     }
   }
 }
