@@ -104,4 +104,30 @@ std::string_view isa_name(Isa isa) {
   return "?";
 }
 
+bool fp8_bf16_available() {
+  const auto& f = cpu_features();
+  return active_isa() == Isa::Avx512 && f.avx512bf16 && f.avx512vbmi;
+}
+
+namespace {
+Fp8Path initial_fp8_path() {
+  const char* e = std::getenv("RIDGE_FP8_PATH");
+  if (e && std::string_view(e) == "f16c") return Fp8Path::F16c;
+  if (e && *e && std::string_view(e) != "bf16") fail("RIDGE_FP8_PATH={}: not f16c or bf16", e);
+  return fp8_bf16_available() ? Fp8Path::Bf16 : Fp8Path::F16c;
+}
+std::atomic<int> g_fp8_path{-1};
+}  // namespace
+
+Fp8Path fp8_path() {
+  int p = g_fp8_path.load(std::memory_order_relaxed);
+  if (p < 0) g_fp8_path.store(p = int(initial_fp8_path()), std::memory_order_relaxed);
+  if (Fp8Path(p) == Fp8Path::Bf16 && !fp8_bf16_available()) return Fp8Path::F16c;  // RIDGE_ISA lowered later
+  return Fp8Path(p);
+}
+
+void set_fp8_path(Fp8Path p) { g_fp8_path.store(int(p == Fp8Path::Bf16 && !fp8_bf16_available() ? Fp8Path::F16c : p)); }
+
+const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::Bf16 ? "bf16" : "f16c"; }
+
 }  // namespace ridge

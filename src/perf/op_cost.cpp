@@ -1,5 +1,7 @@
 #include "perf/op_cost.h"
 
+#include "core/cpu.h"
+
 namespace ridge::perf {
 
 OpCost matmul_cost(int64_t m, int64_t k, int64_t n, DType type) {
@@ -12,8 +14,9 @@ ComputeClass matmul_class(DType type) {
     case DType::F32:
     case DType::F16:
     case DType::BF16:
-    case DType::F8_E4M3_B128:
       return ComputeClass::Fp32Fma;
+    case DType::F8_E4M3_B128:
+      return fp8_path() == Fp8Path::Bf16 ? ComputeClass::Bf16Dot : ComputeClass::Fp32Fma;
     default:
       return ComputeClass::Int8Vnni;
   }

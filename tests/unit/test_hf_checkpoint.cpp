@@ -26,7 +26,7 @@
 #include "model/model.h"
 #include "engine/engine.h"
 #include "tokenizer/hf_tokenizer.h"
-#include "kernels/cpu/packed.h"
+#include "core/cpu.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
 
@@ -536,14 +536,14 @@ TEST(HfCheckpoint, Fp8CheckpointsLoadAsFp8Weights) {
       return w;
     };
     const double q8_err = worst(logits(*Model::from_file(open_hf_checkpoint(d8, o)), toks));
-    const kernels::Fp8Path saved = kernels::fp8_path();
-    for (const auto path : {kernels::Fp8Path::F16c, kernels::Fp8Path::Bf16}) {
-      if (path == kernels::Fp8Path::Bf16 && !kernels::fp8_bf16_available()) continue;
-      kernels::set_fp8_path(path);  // the model packs its panels for it
+    const Fp8Path saved = fp8_path();
+    for (const auto path : {Fp8Path::F16c, Fp8Path::Bf16}) {
+      if (path == Fp8Path::Bf16 && !fp8_bf16_available()) continue;
+      set_fp8_path(path);  // the model packs its panels for it
       const auto la = logits(*Model::from_file(open_hf_checkpoint(d8)), toks);
-      kernels::set_fp8_path(saved);
+      set_fp8_path(saved);
       ASSERT_EQ(la.size(), lb.size());
-      if (path == kernels::Fp8Path::F16c) EXPECT_LE(worst(la), 1e-3) << "f16c: exact products";
+      if (path == Fp8Path::F16c) EXPECT_LE(worst(la), 1e-3) << "f16c: exact products";
       else EXPECT_LE(worst(la), 2 * q8_err) << "bf16 activations, against q8_0's " << q8_err;
     }
     if (kind != Row) continue;

@@ -61,7 +61,7 @@ struct GemmArgs {
   // Otherwise (prefill) every row tile reduces in one pass over weights kept in L2. The
   // order changes no bit of the result.
   bool stream = false;
-  // FP8 weights on the bf16 path (packed.h fp8_path): act holds bf16 rows [m][k] (stride
+  // FP8 weights on the bf16 path (core/cpu.h fp8_path): act holds bf16 rows [m][k] (stride
   // lda elements), the panels that path's layout.
   bool fp8_bf16 = false;
 };

@@ -23,7 +23,7 @@
 //         size; Q4_K, Q5_K: +4 bytes per 144 / 176 for unpacked sub-block scales)
 //   FP8 (F8_E4M3_B128): per 128-block b: d[16] f32, then the E4M3 codes of its 128
 //         columns x 16 rows -> 64 + 2048 = 2112 B per block = 16 x 132, the row size.
-//         The codes' order is the FP8 path's (fp8_path): f16c [column][row]; bf16 per
+//         The codes' order is the FP8 path's (core/cpu.h fp8_path): f16c [column][row]; bf16 per
 //         4 columns 4c.. a 64-byte group, byte 16 L + t = row 4 L + (t % 8) / 2, column
 //         4c + t % 2 + 2 (t / 8), which two byte unpacks turn into vdpbf16ps's
 //         [row][column pair] words (gemm_avx512.cpp)
@@ -31,23 +31,12 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
 
 namespace ridge::kernels {
 
 inline constexpr int kPanelRows = 16;
-
-// FP8 weights' two arithmetics (gemm.h): f16c multiplies the codes (as halves, then f32)
-// by f32 activations, exact products; bf16 multiplies them (as bf16, exact) by bf16
-// activations with vdpbf16ps, half the instructions per weight (AVX512-BF16 and VBMI).
-// RIDGE_FP8_PATH=f16c|bf16 forces one the CPU has; otherwise bf16 where the CPU has it
-// (the faster on the machines measured: docs/BENCHMARKS.md). The panels' layout follows
-// the path: weights packed under one must not be multiplied under the other.
-enum class Fp8Path { F16c, Bf16 };
-bool fp8_bf16_available();
-Fp8Path fp8_path();
-void set_fp8_path(Fp8Path p);  // tests; capped at what the CPU has
-const char* fp8_path_name(Fp8Path p);
 
 // Types with a panel layout (the others run through the per-row dots).
 bool can_pack(DType t);
