@@ -113,7 +113,9 @@ namespace {
 Fp8Path initial_fp8_path() {
   const char* e = std::getenv("RIDGE_FP8_PATH");
   if (e && std::string_view(e) == "f16c") return Fp8Path::F16c;
-  if (e && *e && std::string_view(e) != "bf16") fail("RIDGE_FP8_PATH={}: not f16c or bf16", e);
+  if (e && *e && std::string_view(e) != "bf16") fail("RIDGE_FP8_PATH={} is not one of f16c, bf16", e);
+  if (e && *e && !fp8_bf16_available())
+    fail("RIDGE_FP8_PATH=bf16 but this CPU path lacks AVX512-BF16 with VBMI (or RIDGE_ISA is below avx512)");
   return fp8_bf16_available() ? Fp8Path::Bf16 : Fp8Path::F16c;
 }
 std::atomic<int> g_fp8_path{-1};
@@ -126,7 +128,7 @@ Fp8Path fp8_path() {
   return Fp8Path(p);
 }
 
-void set_fp8_path(Fp8Path p) { g_fp8_path.store(int(p == Fp8Path::Bf16 && !fp8_bf16_available() ? Fp8Path::F16c : p)); }
+void set_fp8_path(Fp8Path p) { g_fp8_path.store(int(p)); }  // fp8_path() caps it when read
 
 const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::Bf16 ? "bf16" : "f16c"; }
 

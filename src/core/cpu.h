@@ -22,14 +22,14 @@ std::string_view isa_name(Isa isa);
 // FP8 weights' two arithmetics (kernels/cpu/gemm.h): f16c multiplies the codes (as
 // halves, then f32) by f32 activations, exact products; bf16 multiplies them (as bf16,
 // exact) by bf16 activations with vdpbf16ps, half the instructions per weight (needs
-// AVX512-BF16 and VBMI). RIDGE_FP8_PATH=f16c|bf16 forces one the CPU has; otherwise bf16
-// where the CPU has it (the faster on the machines measured: docs/BENCHMARKS.md). The
-// weight panels' layout follows the path (kernels/cpu/packed.h): weights packed under
-// one must not be multiplied under the other.
+// AVX512-BF16 and VBMI). RIDGE_FP8_PATH=f16c|bf16 forces one (bf16 on a CPU without it
+// is an error, as with RIDGE_ISA); otherwise bf16 where the CPU has it (the faster on
+// the machines measured: docs/BENCHMARKS.md). Weights are packed for one path and say
+// which (kernels/tensors.h WeightView::fp8_bf16): the GEMM follows the weights.
 enum class Fp8Path { F16c, Bf16 };
 bool fp8_bf16_available();
 Fp8Path fp8_path();
-void set_fp8_path(Fp8Path p);  // tests; capped at what the CPU has
+void set_fp8_path(Fp8Path p);  // tests; fp8_path() caps it at what the CPU path has
 const char* fp8_path_name(Fp8Path p);
 
 }  // namespace ridge

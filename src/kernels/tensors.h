@@ -14,6 +14,7 @@ struct WeightView {
   int64_t n_out = 0;   // rows (output features)
   const uint8_t* data = nullptr;    // GGUF rows (row stride = row_bytes(type, k))
   const uint8_t* packed = nullptr;  // the CPU GEMM's 16-row panels (cpu/packed.h), or null
+  bool fp8_bf16 = false;            // FP8 panels in the bf16 path's layout (core/cpu.h fp8_path)
 };
 
 // One output of a fused matmul: `n_out` consecutive output features into y[m][n_out].

@@ -55,8 +55,9 @@ void TensorLoader::check_fp8(const gguf::TensorInfo& t) const {
   for (int64_t i = 0; i < nb; ++i) {
     quant::BlockFp8 b;
     std::memcpy(&b, t.data + i * int64_t(sizeof b), sizeof b);
-    if (!std::isfinite(b.d))
-      fail("{}: tensor '{}' has a non-finite FP8 block scale ({}) in block {}", f_.name(), t.name, b.d, i);
+    if (!quant::fp8_scale_ok(b.d))
+      fail("{}: tensor '{}' has an FP8 block scale of {} in block {} (finite and below 2^119 only)", f_.name(),
+           t.name, b.d, i);
     if (const int64_t j = quant::find_fp8_e4m3_nan(b.qs, quant::kQF8); j >= 0)
       fail("{}: tensor '{}' holds an FP8 NaN code (0x{:02x}) at element {}: not a weight", f_.name(), t.name,
            b.qs[j], i * quant::kQF8 + j);

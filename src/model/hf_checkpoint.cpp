@@ -15,6 +15,7 @@
 #include "core/fp16.h"
 #include "quant/blocks.h"
 #include "quant/fp8.h"
+#include "kernels/cpu/gemm.h"
 #include "quant/quant.h"
 #include "model/hparams.h"
 
@@ -62,6 +63,9 @@ void read_fp8_config(const std::string& path, const json& q, Config& c) {
     if (!bs.is_array() || bs.size() != 2 || !bs[0].is_number_integer() || !bs[1].is_number_integer() ||
         bs[0].get<int64_t>() <= 0 || bs[1].get<int64_t>() <= 0)
       fail("{}: quantization_config: block size {} is not two positive integers", path, bs.dump());
+    if (c.fp8_block[0] && (c.fp8_block[0] != bs[0].get<int64_t>() || c.fp8_block[1] != bs[1].get<int64_t>()))
+      fail("{}: quantization_config: groups with different block sizes ({} x {} and {})", path, c.fp8_block[0],
+           c.fp8_block[1], bs.dump());
     c.fp8_block[0] = bs[0].get<int64_t>();
     c.fp8_block[1] = bs[1].get<int64_t>();
   };
@@ -230,6 +234,15 @@ void source_row(const Plan& p, int64_t r, float* dst) {
 
 DType same_type(Dtype d) { return d == Dtype::F32 ? DType::F32 : d == Dtype::F16 ? DType::F16 : DType::BF16; }
 
+// What an FP8 matrix becomes when no type is asked for: `want` (ridge's FP8, or q8_0 for
+// llama.cpp) where its rows fit the blocks and, for FP8, the CPU multiplies it in panels
+// (the per-row fallback has no SIMD FP8 dot); else q8_0, as quantize falls back; else
+// bf16.
+DType fp8_default(DType want, int64_t cols) {
+  if (want == DType::F8_E4M3_B128 && cols % quant::kQF8 == 0 && kernels::gemm_available(want)) return want;
+  return cols % quant::kQK == 0 ? DType::Q8_0 : DType::BF16;
+}
+
 // An FP8 tensor's scale: X.weight_scale_inv (Hugging Face's fp8) or X.weight_scale
 // (compressed-tensors, fbgemm), its kind from its shape.
 void find_fp8_scale(const safetensors::Checkpoint& ck, const Config& c, const std::string& name, Plan& p) {
@@ -253,8 +266,8 @@ void find_fp8_scale(const safetensors::Checkpoint& ck, const Config& c, const st
   } else if (s.shape == std::vector<int64_t>{p.rows} || s.shape == std::vector<int64_t>{p.rows, 1}) {
     p.scale_kind = Plan::Scale::Row;
   } else {
-    fail("{}: tensor '{}' is {}: not one scale, one per row of {} or {}", ck.dir(), s.name, s.shape_str(),
-         p.src->shape_str(), c.fp8_block[0] ? fmt::format("one per {} x {} tile", c.fp8_block[0], c.fp8_block[1]) : "");
+    fail("{}: tensor '{}' is {}: not one scale, one per row of {}{}", ck.dir(), s.name, s.shape_str(),
+         p.src->shape_str(), c.fp8_block[0] ? fmt::format(" or one per {} x {} tile", c.fp8_block[0], c.fp8_block[1]) : "");
   }
 }
 
@@ -266,12 +279,19 @@ bool fp8_exact(const Plan& p) {
          (p.scale_kind != Plan::Scale::Tile || p.block[1] % quant::kQF8 == 0);
 }
 
+// Refused as the loader refuses them (model/arch.cpp), so that convert writes no file
+// that does not load.
 void fp8_row(const Plan& p, int64_t r, uint8_t* dst) {
   const uint8_t* row = p.src->data + r * p.cols;
   for (int64_t b = 0; b < p.cols / quant::kQF8; ++b) {
     quant::BlockFp8 blk;
     blk.d = scale_of(p, r, b * quant::kQF8);
     std::memcpy(blk.qs, row + b * quant::kQF8, quant::kQF8);
+    if (!quant::fp8_scale_ok(blk.d))
+      fail("tensor '{}': scale {} of row {} is not a usable FP8 scale (finite, below 2^119)", p.src->name, blk.d, r);
+    if (const int64_t j = quant::find_fp8_e4m3_nan(blk.qs, quant::kQF8); j >= 0)
+      fail("tensor '{}' holds an FP8 NaN code (0x{:02x}) at row {}, column {}", p.src->name, blk.qs[j], r,
+           b * quant::kQF8 + j);
     std::memcpy(dst + b * int64_t(sizeof blk), &blk, sizeof blk);
   }
 }
@@ -343,14 +363,16 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
                        safetensors::dtype_name(t.dtype));
       find_fp8_scale(ck, c, hf_name, *p);
       // A static activation scale is the checkpoint's simulation of FP8 activations;
-      // ridge's activations stay f32.
-      if (ck.find(hf_name.substr(0, hf_name.size() - 6) + "input_scale"))
-        used.insert(hf_name.substr(0, hf_name.size() - 6) + "input_scale");
+      // ridge's activations stay f32 (or bf16).
+      if (hf_name.ends_with(".weight")) {
+        const std::string input_scale = hf_name.substr(0, hf_name.size() - 6) + "input_scale";
+        if (ck.find(input_scale)) used.insert(input_scale);
+      }
       used.insert(p->scale->name);
     } else if (t.dtype != Dtype::F32 && t.dtype != Dtype::F16 && t.dtype != Dtype::BF16) {
       fail("{}: tensor '{}' has dtype {} (f32, f16, bf16 or fp8 weights)", ck.dir(), hf_name, safetensors::dtype_name(t.dtype));
     }
-    p->out = !matrix ? DType::F32 : o.type ? *o.type : is_fp8 ? o.fp8_type : same_type(t.dtype);
+    p->out = !matrix ? DType::F32 : o.type ? *o.type : is_fp8 ? fp8_default(o.fp8_type, p->cols) : same_type(t.dtype);
     if (p->cols % dtype_info(p->out).block_size != 0)
       fail("{}: tensor '{}' has rows of {}, not a whole number of {} blocks", ck.dir(), hf_name, p->cols, dtype_name(p->out));
     const safetensors::Checkpoint* ckp = &ck;

@@ -7,8 +7,10 @@
 //
 // Matrices keep their dtype (f32, f16, bf16) unless a type is asked for. FP8 (E4M3 codes
 // with a scale per 128 x 128 tile, per row or per tensor: the fp8, fbgemm_fp8 and
-// compressed-tensors checkpoints) loads as ridge's FP8 weight type, the codes and scales
-// as they are; llama.cpp has no FP8 type, so `ridge convert` writes q8_0 unless told.
+// compressed-tensors checkpoints) loads as ridge's FP8 weight type, E4M3 codes and scales
+// as they are (E5M2 codes are quantized again, to E4M3 blocks; rows that fit no 128-block,
+// or a CPU without the FP8 GEMM, get q8_0); llama.cpp has no FP8 type, so `ridge
+// convert` writes q8_0 unless told.
 // Norms and biases are f32, as llama.cpp writes them.
 #pragma once
 #include <memory>

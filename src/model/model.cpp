@@ -85,6 +85,9 @@ void Model::pack_weights() {
       if (kernels::gemm_available(v->type)) total += align(bytes(v));
   if (total == 0) return;
   packed_ = Arena(size_t(total));
+  // Chosen here, on this thread (a bad RIDGE_FP8_PATH is an error, not a worker's throw),
+  // once for every FP8 matrix: the views carry it to the GEMM.
+  const bool fp8_bf16 = fp8_path() == Fp8Path::Bf16;
   ThreadPool pool(default_thread_count());
   int64_t file_total = 0;
   for (const auto& g : groups)
@@ -105,9 +108,10 @@ void Model::pack_weights() {
       uint8_t* dst = packed_.data() + off;
       const int64_t n_panels = (v->n_out + kernels::kPanelRows - 1) / kernels::kPanelRows;
       pool.parallel_for(n_panels, 16, [&](int64_t p0, int64_t p1, int) {
-        kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1);
+        kernels::pack_panels(v->type, v->k, v->n_out, v->data, dst, p0, p1, fp8_bf16);
       });
       v->packed = dst;
+      v->fp8_bf16 = v->type == DType::F8_E4M3_B128 && fp8_bf16;
       // The panels replace the file's copy: give its pages back now, tensor by tensor, so
       // the load never holds the file and the panels at once. (A tied head's rows stay:
       // the embedding gather reads them.) Tests that switch to the unpacked kernels
@@ -120,7 +124,7 @@ void Model::pack_weights() {
     if (fusable) {
       int64_t n = 0;
       for (auto* v : g.parts) n += v->n_out;
-      *g.fused = {g.parts[0]->type, g.parts[0]->k, n, nullptr, g.parts[0]->packed};
+      *g.fused = {g.parts[0]->type, g.parts[0]->k, n, nullptr, g.parts[0]->packed, g.parts[0]->fp8_bf16};
     }
   }
 }

@@ -23,10 +23,13 @@ uint8_t f32_to_fp8_e5m2(float x);
 // one vcvtph2ps makes floats of it (exact, whatever MXCSR's denormal modes say). The
 // kernels multiply the block scale by 2^8 instead. Defined for the finite codes only:
 // NaN codes (0x7F, 0xFF) read as +-1.875 here, so FP8 weights holding them are refused
-// when a model loads (check_fp8_codes).
+// when a model loads (model/arch.cpp TensorLoader::check_fp8).
 float fp8_e4m3_unit(uint8_t c);
 // The first NaN code (0x7F or 0xFF) among n bytes, or -1.
 int64_t find_fp8_e4m3_nan(const uint8_t* codes, int64_t n);
+// A weight block scale the kernels can use: finite, and small enough that d x 2^8 (the
+// f16c path's) is too.
+inline bool fp8_scale_ok(float d) { return d == d && d < 0x1p119f && d > -0x1p119f; }
 
 inline constexpr float kFp8E4M3Max = 448.f;
 inline constexpr float kFp8E5M2Max = 57344.f;

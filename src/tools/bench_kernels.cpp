@@ -108,11 +108,13 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
         continue;
       }
       const bool packed = kernels::gemm_available(t);
+      const bool fp8_bf16 = t == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::Bf16;
       const auto rows = random_rows(t, s.k, s.n_out, uint64_t(s.k * 131 + s.n_out));
       const int64_t mat_bytes = packed ? kernels::packed_bytes(t, s.k, s.n_out) : int64_t(rows.size());
       std::vector<uint8_t> one(static_cast<size_t>(mat_bytes));
       if (packed)
-        kernels::pack_panels(t, s.k, s.n_out, rows.data(), one.data(), 0, (s.n_out + kernels::kPanelRows - 1) / kernels::kPanelRows);
+        kernels::pack_panels(t, s.k, s.n_out, rows.data(), one.data(), 0, (s.n_out + kernels::kPanelRows - 1) / kernels::kPanelRows,
+                             fp8_bf16);
       else
         std::memcpy(one.data(), rows.data(), rows.size());
       const int64_t max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
@@ -132,7 +134,7 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
         const bool stream = m <= kStreamMaxM;
         auto view = [&](int64_t c) {
           const uint8_t* base = stream ? ring.data() + c * mat_bytes : one.data();
-          return kernels::WeightView{t, s.k, s.n_out, base, packed ? base : nullptr};
+          return kernels::WeightView{t, s.k, s.n_out, base, packed ? base : nullptr, fp8_bf16};
         };
         mm.run(pool, view(0), x.data(), m, y.data());  // warm-up: scratch sized, pages touched
         std::vector<double> per_call;

@@ -139,6 +139,8 @@ expect_ok    "quantize --type q4_k_m (a mix)"                               "$RI
 expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
 if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
 expect_ok    "generate with FP8 weights"                                    "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
+expect_error "a bad RIDGE_FP8_PATH"            "RIDGE_FP8_PATH=fast"        env RIDGE_FP8_PATH=fast "$RIDGE" generate -m fp8.gguf -p hi -n 4
+expect_ok    "generate with FP8 weights, f16c path"                         env RIDGE_FP8_PATH=f16c "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
 expect_error "mkmodel with an unknown preset"   "huge-9000"                  "$RIDGE" mkmodel --preset huge-9000 -o x.gguf
 expect_error "mkmodel without -o"               "-o"                         "$RIDGE" mkmodel --preset tiny
 expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$RIDGE" generate -m tiny.gguf -f missing_prompts.txt

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -359,6 +360,40 @@ TEST_F(SemanticErrors, UnsupportedKQuant) {
   w.write(path_);
   const std::string msg = load_path(path_);
   EXPECT_TRUE(has(msg, "tensor 'token_embd.weight' has type q2_k")) << msg;
+}
+
+// FP8 weights with a NaN code or an unusable scale: the loader names the tensor and
+// the element (the kernels' conversions are exact for finite codes only). The file is
+// the UnsupportedKQuant one's shape, token_embd.weight in fp8 (the first tensor checked).
+TEST_F(SemanticErrors, Fp8NanCodesAndBadScales) {
+  auto write = [&](uint8_t code, float d) {
+    gguf::Writer w;
+    w.set_str("general.architecture", "llama");
+    w.set_u32("llama.context_length", 64);
+    w.set_u32("llama.embedding_length", 256);
+    w.set_u32("llama.feed_forward_length", 256);
+    w.set_u32("llama.block_count", 1);
+    w.set_u32("llama.attention.head_count", 2);
+    std::vector<uint8_t> data(8 * 132, 0x38);  // 4 rows of 2 blocks
+    for (int b = 0; b < 8; ++b) {
+      const float v = b == 5 ? d : 0.5f;
+      std::memcpy(data.data() + b * 132, &v, 4);
+    }
+    data[size_t(6 * 132 + 4 + 9)] = code;  // row 3, block 0, element 9: element 777 of the tensor
+    w.add_tensor("token_embd.weight", DType::F8_E4M3_B128, {256, 4}, std::move(data));
+    w.write(path_);
+    return load_path(path_);
+  };
+  std::string msg = write(0xFF, 0.5f);
+  EXPECT_TRUE(has(msg, "tensor 'token_embd.weight' holds an FP8 NaN code (0xff) at element 777")) << msg;
+  msg = write(0x7F, 0.5f);
+  EXPECT_TRUE(has(msg, "FP8 NaN code (0x7f)")) << msg;
+  msg = write(0x38, INFINITY);
+  EXPECT_TRUE(has(msg, "tensor 'token_embd.weight' has an FP8 block scale of inf in block 5")) << msg;
+  msg = write(0x38, 0x1p125f);
+  EXPECT_TRUE(has(msg, "block scale of")) << msg;
+  msg = write(0x38, 0.5f);  // past the FP8 checks: the next missing piece
+  EXPECT_FALSE(has(msg, "FP8")) << msg;
 }
 
 TEST_F(SemanticErrors, UnsupportedArchitecture) {

@@ -84,7 +84,6 @@ TEST(Fp8, QuantizeRoundsToNearestEvenAndSaturates) {
   }
 }
 
-// The AVX-512 attention kernel's conversion of the cache's codes, every code.
 // The weight kernels' form of a code (a half, x 2^-8) is the specification's value, for
 // every finite code; the NaN codes are the ones the loader's scan finds.
 TEST(Fp8, WeightUnitOfEveryFiniteCode) {
@@ -120,11 +119,17 @@ TEST(Fp8, WeightRowsQuantizeAndDequantize) {
     // Subnormal codes are evenly spaced by 2^-9 x d; normals within 2^-4 relative.
     EXPECT_LE(std::fabs(back[size_t(j)] - x[size_t(j)]), std::max(std::fabs(x[size_t(j)]) * 0.0625f, std::ldexp(d, -10)) * 1.0001f) << j;
   }
+  EXPECT_THROW(quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 300), Error);  // not whole blocks
   x[5] = NAN;
   EXPECT_THROW(quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 384), Error);
-  EXPECT_THROW(quant::quantize_row(DType::F8_E4M3_B128, x.data(), b.data(), 300), Error);  // not whole blocks
+  // Scales the kernels can use (d x 2^8 stays finite on the f16c path).
+  EXPECT_TRUE(quant::fp8_scale_ok(1e30f));
+  EXPECT_FALSE(quant::fp8_scale_ok(0x1p120f));
+  EXPECT_FALSE(quant::fp8_scale_ok(-INFINITY));
+  EXPECT_FALSE(quant::fp8_scale_ok(NAN));
 }
 
+// The AVX-512 attention kernel's conversion of the cache's codes, every code.
 TEST(Fp8, VectorConversionOfEveryCode) {
   if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::vector<uint8_t> codes(256);

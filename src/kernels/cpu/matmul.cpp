@@ -81,7 +81,8 @@ void Matmul::run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64
 const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
                              int64_t& lda) {
   lda = w.k;
-  if (w.type == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::Bf16) {
+  if (w.type == DType::F8_E4M3_B128 && w.fp8_bf16) {
+    RIDGE_CHECK(fp8_bf16_available(), "FP8 weights packed for the bf16 path, which this CPU path lacks");
     act_.resize(size_t(m * w.k) * sizeof(uint16_t));
     auto* a = reinterpret_cast<uint16_t*>(act_.data());
     pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int) {
@@ -137,7 +138,7 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
     const int64_t pg = panels_per_task(np);
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
-                w.type == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::Bf16},
+                w.type == DType::F8_E4M3_B128 && w.fp8_bf16},
                np, tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;

@@ -117,10 +117,9 @@ void pack_legacy(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
 
 // FP8: per 128-block, the rows' scales d[16] f32, then the codes in the path's order
 // (packed.h).
-void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst, bool bf16) {
   const int64_t nb = k / quant::kQF8;
   constexpr int64_t kBlock = kPanelRows * int64_t(sizeof(quant::BlockFp8));
-  const bool bf16 = fp8_path() == Fp8Path::Bf16;
   for (int64_t r = 0; r < rows; ++r) {
     const auto* in = reinterpret_cast<const quant::BlockFp8*>(src + r * row_bytes(DType::F8_E4M3_B128, k));
     for (int64_t b = 0; b < nb; ++b) {
@@ -138,7 +137,8 @@ void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
 
 }  // namespace
 
-void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1) {
+void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1,
+                 bool fp8_bf16) {
   const int64_t pb = panel_bytes(t, k), rb = row_bytes(t, k);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t r0 = p * kPanelRows, rows = std::min<int64_t>(kPanelRows, n_out - r0);
@@ -157,7 +157,7 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::Q4_K: detail::pack_q4_k(k, rows, in, out); break;
       case DType::Q5_K: detail::pack_q5_k(k, rows, in, out); break;
       case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;
-      case DType::F8_E4M3_B128: pack_fp8(k, rows, in, out); break;
+      case DType::F8_E4M3_B128: pack_fp8(k, rows, in, out, fp8_bf16); break;
       default: fail("no panel layout for {}", dtype_name(t));
     }
   }

@@ -44,7 +44,10 @@ bool can_pack(DType t);
 int64_t panel_bytes(DType t, int64_t k);
 int64_t packed_bytes(DType t, int64_t k, int64_t n_out);
 // src: n_out GGUF rows of k elements -> dst: packed_bytes(t, k, n_out) bytes.
-// Panels [p0, p1) only, so that packing can be split over threads.
-void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1);
+// Panels [p0, p1) only, so that packing can be split over threads. fp8_bf16: FP8 in the
+// bf16 path's layout; the WeightView of the panels must say the same (its fp8_bf16), as
+// the GEMM reads them by it.
+void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t* dst, int64_t p0, int64_t p1,
+                 bool fp8_bf16 = false);
 
 }  // namespace ridge::kernels
