@@ -346,16 +346,21 @@ TEST_F(SemanticErrors, UnsupportedTensorType) {
   EXPECT_TRUE(has(msg, "tensor 'blk.0.attn_q.weight' has type i32")) << msg;
 }
 
-TEST_F(SemanticErrors, UnsupportedKQuant) {
-  // q2_k blocks hold 256 elements, so this file has n_embd 256; the loader stops at the
-  // first tensor it checks (token_embd.weight), so no other tensor is needed.
-  gguf::Writer w;
+// A llama with n_embd 256 and no tensors yet: the loader stops at the first tensor it
+// checks (token_embd.weight), so the tests that fault it need no other.
+void wide_llama(gguf::Writer& w) {
   w.set_str("general.architecture", "llama");
   w.set_u32("llama.context_length", 64);
   w.set_u32("llama.embedding_length", 256);
   w.set_u32("llama.feed_forward_length", 256);
   w.set_u32("llama.block_count", 1);
   w.set_u32("llama.attention.head_count", 2);
+}
+
+TEST_F(SemanticErrors, UnsupportedKQuant) {
+  // q2_k blocks hold 256 elements, hence n_embd 256.
+  gguf::Writer w;
+  wide_llama(w);
   w.add_tensor("token_embd.weight", DType::Q2_K, {256, 4}, std::vector<uint8_t>(4 * 84, 0));
   w.write(path_);
   const std::string msg = load_path(path_);
@@ -363,17 +368,11 @@ TEST_F(SemanticErrors, UnsupportedKQuant) {
 }
 
 // FP8 weights with a NaN code or an unusable scale: the loader names the tensor and
-// the element (the kernels' conversions are exact for finite codes only). The file is
-// the UnsupportedKQuant one's shape, token_embd.weight in fp8 (the first tensor checked).
+// the element (the kernels' conversions are exact for finite codes only).
 TEST_F(SemanticErrors, Fp8NanCodesAndBadScales) {
   auto write = [&](uint8_t code, float d) {
     gguf::Writer w;
-    w.set_str("general.architecture", "llama");
-    w.set_u32("llama.context_length", 64);
-    w.set_u32("llama.embedding_length", 256);
-    w.set_u32("llama.feed_forward_length", 256);
-    w.set_u32("llama.block_count", 1);
-    w.set_u32("llama.attention.head_count", 2);
+    wide_llama(w);
     std::vector<uint8_t> data(8 * 132, 0x38);  // 4 rows of 2 blocks
     for (int b = 0; b < 8; ++b) {
       const float v = b == 5 ? d : 0.5f;

@@ -283,6 +283,48 @@ TEST(HfCheckpoint, ConfigThatDisagreesWithTheTensorsIsAClearError) {
   fs::remove_all(dir);
 }
 
+// Safetensors tensors as these tests write them (name -> dtype, shape, bytes), and a
+// checkpoint directory of them: model.safetensors (tensors in name order, the header
+// padded to 8 bytes) and config.json.
+struct Blob {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+using Blobs = std::map<std::string, Blob>;
+
+void put_f32(Blobs& m, const std::string& n, std::vector<int64_t> shape, const std::vector<float>& v) {
+  Blob b{"F32", std::move(shape), std::vector<uint8_t>(v.size() * 4)};
+  std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
+  m[n] = std::move(b);
+}
+
+void write_checkpoint(const std::string& dir, const Blobs& m, const nlohmann::json& config) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json h = nlohmann::json::object();
+  uint64_t off = 0;
+  for (const auto& [n, b] : m) {
+    h[n] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {off, off + b.bytes.size()}}};
+    off += b.bytes.size();
+  }
+  std::string hs = h.dump();
+  while ((8 + hs.size()) % 8) hs += ' ';
+  std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+  const uint64_t n = hs.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << hs;
+  for (const auto& [nm, b] : m) f.write(reinterpret_cast<const char*>(b.bytes.data()), std::streamsize(b.bytes.size()));
+  std::ofstream(dir + "/config.json") << config.dump();
+}
+
+// A one-layer llama with one KV head.
+nlohmann::json llama_config(int64_t hidden, int64_t ff, int64_t heads, int64_t hd, int64_t vocab) {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", hidden}, {"intermediate_size", ff},
+          {"num_hidden_layers", 1}, {"num_attention_heads", heads}, {"num_key_value_heads", 1},
+          {"head_dim", hd}, {"vocab_size", vocab}, {"rms_norm_eps", 1e-5}};
+}
+
 // Block-scaled FP8 (quantization_config.weight_block_size): a checkpoint of E4M3 codes
 // with weight_scale_inv per block, and the same model in f32 holding exactly the values
 // those codes and scales stand for (code x its block's scale, one rounding, the
@@ -310,18 +352,7 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
                              {"model.layers.0.mlp.gate_proj.weight", {ff, hidden}, true},
                              {"model.layers.0.mlp.up_proj.weight", {ff, hidden}, true},
                              {"model.layers.0.mlp.down_proj.weight", {hidden, ff}, true}};
-  // name -> (dtype, shape, bytes), for both checkpoints.
-  struct Blob {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    std::vector<uint8_t> bytes;
-  };
-  std::map<std::string, Blob> fp8, f32;
-  auto put_f32 = [](std::map<std::string, Blob>& m, const std::string& n, std::vector<int64_t> shape, const std::vector<float>& v) {
-    Blob b{"F32", std::move(shape), std::vector<uint8_t>(v.size() * 4)};
-    std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
-    m[n] = std::move(b);
-  };
+  Blobs fp8, f32;  // name -> (dtype, shape, bytes), for both checkpoints
   std::uniform_real_distribution<float> u(-1.f, 1.f), pos(0.01f, 2.f);
   for (const T& t : ts) {
     const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
@@ -347,26 +378,10 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
     put_f32(fp8, t.name + "_scale_inv", {br, bc}, scale);
     put_f32(f32, t.name, t.shape, vals);
   }
-  auto write_dir = [&](const std::string& dir, const std::map<std::string, Blob>& m, bool quantized) {
-    fs::create_directories(dir);
-    nlohmann::json h = nlohmann::json::object();
-    uint64_t off = 0;
-    for (const auto& [n, b] : m) {
-      h[n] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {off, off + b.bytes.size()}}};
-      off += b.bytes.size();
-    }
-    std::string hs = h.dump();
-    while ((8 + hs.size()) % 8) hs += ' ';
-    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-    const uint64_t n = hs.size();
-    f.write(reinterpret_cast<const char*>(&n), 8);
-    f << hs;
-    for (const auto& [nm, b] : m) f.write(reinterpret_cast<const char*>(b.bytes.data()), std::streamsize(b.bytes.size()));
-    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", hidden}, {"intermediate_size", ff},
-                          {"num_hidden_layers", 1}, {"num_attention_heads", heads}, {"num_key_value_heads", 1},
-                          {"head_dim", hd}, {"vocab_size", vocab}, {"rms_norm_eps", 1e-5}};
+  auto write_dir = [&](const std::string& dir, const Blobs& m, bool quantized) {
+    nlohmann::json cfg = llama_config(hidden, ff, heads, hd, vocab);
     if (quantized) cfg["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {bs[0], bs[1]}}};
-    std::ofstream(dir + "/config.json") << cfg.dump();
+    write_checkpoint(dir, m, cfg);
   };
   const std::string d8 = tmp("fp8"), d32 = tmp("fp8_as_f32");
   write_dir(d8, fp8, true);
@@ -416,38 +431,11 @@ TEST(HfCheckpoint, BlockScaledFp8ConvertsToTheValuesItStandsFor) {
 // then scales); a NaN code or a scale of the wrong shape is a clear error.
 TEST(HfCheckpoint, Fp8CheckpointsLoadAsFp8Weights) {
   const int64_t hidden = 128, ff = 256, vocab = 8, heads = 2, hd = 64;
-  struct Blob {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    std::vector<uint8_t> bytes;
-  };
-  using Map = std::map<std::string, Blob>;
-  auto put_f32 = [](Map& m, const std::string& n, std::vector<int64_t> shape, const std::vector<float>& v) {
-    Blob b{"F32", std::move(shape), std::vector<uint8_t>(v.size() * 4)};
-    std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
-    m[n] = std::move(b);
-  };
+  using Map = Blobs;
   auto write_dir = [&](const std::string& dir, const Map& m, const nlohmann::json& qc) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    nlohmann::json h = nlohmann::json::object();
-    uint64_t off = 0;
-    for (const auto& [n, b] : m) {
-      h[n] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {off, off + b.bytes.size()}}};
-      off += b.bytes.size();
-    }
-    std::string hs = h.dump();
-    while ((8 + hs.size()) % 8) hs += ' ';
-    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-    const uint64_t n = hs.size();
-    f.write(reinterpret_cast<const char*>(&n), 8);
-    f << hs;
-    for (const auto& [nm, b] : m) f.write(reinterpret_cast<const char*>(b.bytes.data()), std::streamsize(b.bytes.size()));
-    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", hidden}, {"intermediate_size", ff},
-                          {"num_hidden_layers", 1}, {"num_attention_heads", heads}, {"num_key_value_heads", 1},
-                          {"head_dim", hd}, {"vocab_size", vocab}, {"rms_norm_eps", 1e-5}};
+    nlohmann::json cfg = llama_config(hidden, ff, heads, hd, vocab);
     if (!qc.is_null()) cfg["quantization_config"] = qc;
-    std::ofstream(dir + "/config.json") << cfg.dump();
+    write_checkpoint(dir, m, cfg);
   };
   const std::vector<std::pair<std::string, std::vector<int64_t>>> mats = {
       {"self_attn.q_proj", {heads * hd, hidden}}, {"self_attn.k_proj", {hd, hidden}},

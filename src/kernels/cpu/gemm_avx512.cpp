@@ -82,6 +82,22 @@ inline __attribute__((always_inline)) void fp8_columns(const uint8_t* p, __m512&
 
 inline constexpr int64_t kFp8Block = kPanelRows * int64_t(sizeof(quant::BlockFp8));  // 64 B of scales + 2048 of codes
 
+// A block's chains into y: y = fma(chain, d x unit, y), from zero in a row's first block.
+// block: the block of the first panel (its 16 scales first), NP panels at stride ps.
+template <int MR, int NP>
+inline __attribute__((always_inline)) void fp8_block_end(const __m512 (&acc)[MR][NP], const uint8_t* block, int64_t ps,
+                                                         bool first, __m512 unit, float* y, int64_t ldy, __mmask16 last) {
+  for (int p = 0; p < NP; ++p) {
+    const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
+    const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(block + p * ps)), unit);
+    for (int i = 0; i < MR; ++i) {
+      float* yp = y + i * ldy + p * 16;
+      const __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, yp);
+      _mm512_mask_storeu_ps(yp, mk, _mm512_fmadd_ps(acc[i][p], d, prev));
+    }
+  }
+}
+
 template <int MR, int NP, bool kAhead>
 void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t b0, int64_t b1, float* y,
               int64_t ldy, __mmask16 last, PassPrefetch& pf) {
@@ -108,15 +124,7 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
           for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[j][p], xv, acc[i][p]);
         }
     }
-    for (int p = 0; p < NP; ++p) {
-      const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
-      const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(w + p * ps + off)), two8);
-      for (int i = 0; i < MR; ++i) {
-        float* yp = y + i * ldy + p * 16;
-        const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, yp);
-        _mm512_mask_storeu_ps(yp, mk, _mm512_fmadd_ps(acc[i][p], d, prev));
-      }
-    }
+    fp8_block_end<MR, NP>(acc, w + off, ps, b == 0, two8, y, ldy, last);
   }
 }
 
@@ -182,15 +190,7 @@ __attribute__((target("avx512bf16,avx512vbmi"))) void kern_fp8_bf16(const uint8_
         }
       }
     }
-    for (int p = 0; p < NP; ++p) {
-      const __mmask16 mk = p == NP - 1 ? last : __mmask16(0xFFFF);
-      const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(w + p * ps + off));
-      for (int i = 0; i < MR; ++i) {
-        float* yp = y + i * ldy + p * 16;
-        const __m512 prev = b == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mk, yp);
-        _mm512_mask_storeu_ps(yp, mk, _mm512_fmadd_ps(acc[i][p], d, prev));
-      }
-    }
+    fp8_block_end<MR, NP>(acc, w + off, ps, b == 0, _mm512_set1_ps(1.0f), y, ldy, last);
   }
 }
 
