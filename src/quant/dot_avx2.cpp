@@ -71,6 +71,28 @@ float dot_bf16(const void* w, const void* act, int64_t n) {
       [x](int64_t i) { return bf16(x[i]); });
 }
 
+// FP8 weights: per 128-block 4 chains of 8 lanes (codes as halves x 2^-8, quant/fp8.h),
+// summed and scaled by d x 2^8 into the row's sum.
+float dot_fp8(const void* w, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockFp8*>(w);
+  const auto* a = static_cast<const float*>(act);
+  const __m128i keep = _mm_set1_epi16(int16_t(0xBFFF));
+  auto codes8 = [&](const uint8_t* q) {
+    const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(h, 7), keep));
+  };
+  float y = 0.0f;
+  for (int64_t i = 0; i < n / kQF8; ++i, a += kQF8) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int j = 0; j < kQF8; j += 32)
+      for (int u = 0; u < 4; ++u) acc[u] = _mm256_fmadd_ps(codes8(b[i].qs + j + 8 * u), _mm256_loadu_ps(a + j + 8 * u), acc[u]);
+    float d;
+    std::memcpy(&d, &b[i].d, 4);
+    y = __builtin_fmaf(hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))), d * 256.0f, y);
+  }
+  return y;
+}
+
 inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // 8 int32 partial sums of w[32] . a[32], w signed: maddubs needs an unsigned left side,
@@ -188,6 +210,7 @@ DotFn avx2_dot(DType t) {
     case DType::Q4_1: return dot_legacy<BlockQ4_1, 0, false, true>;
     case DType::Q5_0: return dot_legacy<BlockQ5_0, 16, true, false>;
     case DType::Q5_1: return dot_legacy<BlockQ5_1, 0, true, true>;
+    case DType::F8_E4M3_B128: return dot_fp8;
     default: return avx2_kquant_dot(t);
   }
 }

@@ -9,7 +9,7 @@
 namespace ridge::quant::detail {
 
 DotFn scalar_dot(DType t);  // every supported type
-DotFn avx2_dot(DType t);    // f32, f16, bf16 and every quantized type
+DotFn avx2_dot(DType t);    // f32, f16, bf16, fp8 and every quantized type
 DotFn avx2_kquant_dot(DType t);  // q4_k, q5_k, q6_k (dot_kquant_avx2.cpp)
 DotFn avx512_dot(DType t);  // f32, f16, bf16, q8_0, q4_0
 

@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
+#include "quant/fp8.h"
 #include "quant/quant.h"
 
 namespace ridge::quant {
@@ -38,7 +39,7 @@ constexpr double kDotTol = 1e-5;
 
 const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                           DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128};
 const DType kQuantizable[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
 
@@ -120,6 +121,13 @@ Decoded decode_ref(DType t, const std::vector<uint8_t>& row, int64_t n) {
       case DType::Q8_0:  // d@0 qs@2
         v = scale_part = float(int8_t(b[2 + j])) * half_ref(rd16(b));
         break;
+      case DType::F8_E4M3_B128: {  // d@0 (f32) qs@4
+        const uint32_t d = rd32(b);
+        float df;
+        std::memcpy(&df, &d, 4);
+        v = scale_part = fp8_e4m3_to_f32(b[4 + j]) * df;
+        break;
+      }
       case DType::Q4_K:    // d@0 dmin@2 scales@4 qs@16
       case DType::Q5_K: {  // d@0 dmin@2 scales@4 qh@16 qs@48
         const bool five = t == DType::Q5_K;
@@ -186,6 +194,13 @@ std::vector<uint8_t> random_row(DType t, int64_t n, std::mt19937& rng) {
         wr16(b + 2, rand_scale(rng, 0.001f, 0.1f));  // m / dmin
         break;
       case DType::Q6_K: wr16(b + 208, rand_scale(rng, 0.001f, 0.1f)); break;
+      case DType::F8_E4M3_B128: {  // an f32 scale, no NaN codes
+        const float d = std::uniform_real_distribution<float>(0.001f, 0.1f)(rng);
+        std::memcpy(b, &d, 4);
+        for (int j = 4; j < 132; ++j)
+          if ((b[j] & 0x7F) == 0x7F) b[j] = uint8_t(b[j] - 1);
+        break;
+      }
       default: wr16(b, rand_scale(rng, 0.001f, 0.1f)); break;
     }
   }
@@ -222,6 +237,7 @@ std::vector<int64_t> lengths(DType t) {
   const int64_t bs = dtype_info(t).block_size;
   if (bs == 1) return {1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257, 1000, 4099};
   if (bs == 32) return {32, 64, 96, 160, 224, 416, 4128};
+  if (bs == 128) return {128, 256, 640, 2304, 4224};
   return {256, 512, 768, 2304, 4352};
 }
 
