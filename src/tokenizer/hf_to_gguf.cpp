@@ -1,7 +1,9 @@
 #include "tokenizer/hf_to_gguf.h"
 
 #include <nlohmann/json.hpp>
+#include <cctype>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -42,6 +44,27 @@ std::optional<std::string> pre_name(const json& pre) {
   return std::nullopt;
 }
 
+constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// A SentencePiece-style BPE (byte_fallback: Llama 2, Mistral) whose text is prepared as
+// llama.cpp's "llama" tokenizer prepares it: spaces become U+2581 and one is prepended
+// (a normalizer of Prepend and Replace with no pre-tokenizer, or no normalizer and a
+// Metaspace pre-tokenizer that does not split).
+bool spm_style(const json& j) {
+  const json norm = j.value("normalizer", json()), pre = j.value("pre_tokenizer", json());
+  if (norm.is_object() && pre.is_null()) {
+    if (norm.value("type", "") != "Sequence" || !norm.contains("normalizers") || norm["normalizers"].size() != 2) return false;
+    const json& p = norm["normalizers"][0];
+    const json& r = norm["normalizers"][1];
+    return p.value("type", "") == "Prepend" && p.value("prepend", "") == kSpace && r.value("type", "") == "Replace" &&
+           r.contains("pattern") && r["pattern"].value("String", "") == " " && r.value("content", "") == kSpace;
+  }
+  if (norm.is_null() && pre.is_object())
+    return pre.value("type", "") == "Metaspace" && pre.value("replacement", "") == kSpace && !pre.value("split", true) &&
+           (pre.value("prepend_scheme", "") == "first" || pre.value("prepend_scheme", "") == "always");
+  return false;
+}
+
 void convert(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
              gguf::Writer& w);
 
@@ -73,13 +96,17 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
     if (j.at("model").contains(key) && !j["model"][key].is_null() && j["model"][key] != "")
       fail("tokenizer.json: model.{} is set; convert does not write it", key);
   const json& model = j.at("model");
-  if (model.value("type", "") != "BPE") fail("tokenizer.json: a {} model; convert writes byte-level BPE only", model.value("type", "?"));
-  if (model.value("byte_fallback", false))
-    fail("tokenizer.json: a SentencePiece-style BPE (byte_fallback); convert does not write those yet (-m DIR reads it)");
-  const auto pre = pre_name(j.value("pre_tokenizer", json()));
+  if (model.value("type", "") != "BPE") fail("tokenizer.json: a {} model; convert writes BPE only", model.value("type", "?"));
+  const bool spm = model.value("byte_fallback", false);
+  if (spm && !spm_style(j))
+    fail("tokenizer.json: a byte_fallback BPE whose normalizer {} and pre-tokenizer {} are not SentencePiece's (a "
+         "prepended and replaced U+2581); -m DIR reads it",
+         j.value("normalizer", json()).dump().substr(0, 120), j.value("pre_tokenizer", json()).dump().substr(0, 120));
+  const auto pre = spm ? std::optional<std::string>("default") : pre_name(j.value("pre_tokenizer", json()));
   if (!pre)
     fail("tokenizer.json: pre-tokenizer {} is not one convert knows (llama-bpe, qwen2, deepseek-v3, gpt-2); -m DIR reads it",
          j.value("pre_tokenizer", json()).dump().substr(0, 200));
+  const HfTokenizerConfig cfg = parse_hf_tokenizer_config(tokenizer_config_json);
 
   std::vector<std::string> tokens(static_cast<size_t>(n_vocab));
   std::vector<int32_t> types(static_cast<size_t>(n_vocab), static_cast<int32_t>(TokenType::Unused));
@@ -90,25 +117,65 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
     types[size_t(id)] = int32_t(t);
     seen[size_t(id)] = true;
   };
-  for (const auto& [text, id] : model.at("vocab").items()) put(id.get<int64_t>(), text, TokenType::Normal);
-  for (const auto& a : j.value("added_tokens", json::array()))
-    put(a.at("id").get<int64_t>(), a.at("content").get<std::string>(),
-        a.value("special", false) ? TokenType::Control : TokenType::UserDefined);
+  // SentencePiece's byte tokens are <0xXX>; its unknown token is its own type.
+  const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>()
+                                                                                       : cfg.unk_token.value_or("");
+  auto base_type = [&](const std::string& text) {
+    if (!spm) return TokenType::Normal;
+    if (text.size() == 6 && text.starts_with("<0x") && text.back() == '>' && std::isxdigit(uint8_t(text[3])) &&
+        std::isxdigit(uint8_t(text[4])))
+      return TokenType::Byte;
+    return text == unk ? TokenType::Unknown : TokenType::Normal;
+  };
+  for (const auto& [text, id] : model.at("vocab").items()) put(id.get<int64_t>(), text, base_type(text));
+  for (const auto& a : j.value("added_tokens", json::array())) {
+    const std::string text = a.at("content").get<std::string>();
+    put(a.at("id").get<int64_t>(), text,
+        spm && text == unk ? TokenType::Unknown : a.value("special", false) ? TokenType::Control : TokenType::UserDefined);
+  }
   for (int64_t i = 0; i < n_vocab; ++i)
     if (!seen[size_t(i)]) tokens[size_t(i)] = "[PAD" + std::to_string(i) + "]";
-  std::vector<std::string> merges;
+  std::vector<std::pair<std::string, std::string>> merges;
   for (const auto& m : model.at("merges")) {
-    if (m.is_string()) merges.push_back(m.get<std::string>());
-    else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-    else fail("tokenizer.json: a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+    if (m.is_string()) {
+      const std::string t = m.get<std::string>();
+      const size_t sp = t.find(' ');
+      if (sp == std::string::npos) fail("tokenizer.json: merge '{}' has no space", t);
+      merges.emplace_back(t.substr(0, sp), t.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      fail("tokenizer.json: a merge that is neither \"a b\" nor [\"a\", \"b\"]");
+    }
   }
-  w.set_str("tokenizer.ggml.model", "gpt2");
+  w.set_str("tokenizer.ggml.model", spm ? "llama" : "gpt2");
   w.set_str("tokenizer.ggml.pre", *pre);
   w.set_str_array("tokenizer.ggml.tokens", tokens);
   w.set_i32_array("tokenizer.ggml.token_type", types);
-  w.set_str_array("tokenizer.ggml.merges", merges);
-
-  const HfTokenizerConfig cfg = parse_hf_tokenizer_config(tokenizer_config_json);
+  if (spm) {
+    // llama.cpp's SentencePiece tokenizer merges the adjacent pair whose token scores
+    // highest (the leftmost of equals): a token scores minus the rank of the first merge
+    // that makes it, so the merges happen in tokenizer.json's order; tokens no merge makes
+    // (characters, bytes, specials) are never a merge's result, and score 0 as
+    // SentencePiece's own files give such tokens.
+    std::unordered_map<std::string, int64_t> id_of_text;
+    for (const auto& [text, id] : model.at("vocab").items()) id_of_text.emplace(text, id.get<int64_t>());
+    std::vector<float> scores(static_cast<size_t>(n_vocab), 0.0f);
+    std::vector<bool> scored(static_cast<size_t>(n_vocab), false);
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const auto it = id_of_text.find(merges[r].first + merges[r].second);
+      if (it == id_of_text.end()) fail("tokenizer.json: merge {} makes '{}', which is not in the vocabulary", r, merges[r].first + merges[r].second);
+      if (scored[size_t(it->second)]) continue;
+      scored[size_t(it->second)] = true;
+      scores[size_t(it->second)] = -float(r + 1);
+    }
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_bool("tokenizer.ggml.add_space_prefix", true);
+  } else {
+    std::vector<std::string> joined;
+    for (const auto& [a, b] : merges) joined.push_back(a + " " + b);
+    w.set_str_array("tokenizer.ggml.merges", joined);
+  }
   auto id_of = [&](const std::optional<std::string>& s) -> std::optional<uint32_t> {
     if (!s) return std::nullopt;
     for (int64_t i = 0; i < n_vocab; ++i)
@@ -117,7 +184,8 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
   };
   if (auto id = id_of(cfg.bos_token)) w.set_u32("tokenizer.ggml.bos_token_id", *id);
   if (auto id = id_of(cfg.eos_token)) w.set_u32("tokenizer.ggml.eos_token_id", *id);
-  if (auto id = id_of(cfg.unk_token)) w.set_u32("tokenizer.ggml.unknown_token_id", *id);
+  if (auto id = id_of(cfg.unk_token ? cfg.unk_token : spm && !unk.empty() ? std::optional<std::string>(unk) : std::nullopt))
+    w.set_u32("tokenizer.ggml.unknown_token_id", *id);
   if (auto id = id_of(cfg.pad_token)) w.set_u32("tokenizer.ggml.padding_token_id", *id);
   // What the fast tokenizer does: the config's flags when present, else its post-processor
   // (a BOS in its single-sequence template).

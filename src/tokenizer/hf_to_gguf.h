@@ -1,11 +1,16 @@
 // A Hugging Face tokenizer.json (and tokenizer_config.json) as llama.cpp's converter
-// writes it into a GGUF: tokenizer.ggml.model "gpt2" (byte-level BPE), the tokens with
-// their types (added special tokens are control tokens, other added ones user-defined,
-// rows of the embedding past the tokenizer "[PADn]", unused), the merges, the
-// pre-tokenizer's llama.cpp name, the special ids, add_bos/add_eos and the chat template.
-// The pre-tokenizer is recognized by its split patterns (llama.cpp recognizes it by the
-// ids of a test text); one ridge does not know is an error, as is a SentencePiece-style
-// (byte_fallback) model: `-m DIR` reads those tokenizer.json files directly instead.
+// writes it into a GGUF: the tokens with their types (added special tokens are control
+// tokens, other added ones user-defined, rows of the embedding past the tokenizer
+// "[PADn]", unused), the special ids, add_bos/add_eos and the chat template; then
+//  - byte-level BPE: tokenizer.ggml.model "gpt2", the merges and the pre-tokenizer's
+//    llama.cpp name, recognized by its split patterns (llama.cpp recognizes it by the ids
+//    of a test text); one ridge does not know is an error;
+//  - SentencePiece-style BPE (byte_fallback, spaces as a prepended and replaced U+2581:
+//    Llama 2, Mistral): tokenizer.ggml.model "llama", <0xXX> byte tokens and the unknown
+//    token typed as SentencePiece types them, and scores that make llama.cpp's
+//    highest-score-first merging follow the merges' order (llama.cpp's own converter
+//    gives every token -1000 without tokenizer.model, which merges left to right).
+// `-m DIR` reads any tokenizer.json directly instead.
 #pragma once
 #include <cstdint>
 #include <string>

