@@ -1,6 +1,7 @@
 #include "tokenizer/hf_to_gguf.h"
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <cctype>
 #include <optional>
 #include <unordered_map>
@@ -47,22 +48,65 @@ std::optional<std::string> pre_name(const json& pre) {
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // A SentencePiece-style BPE (byte_fallback: Llama 2, Mistral) whose text is prepared as
-// llama.cpp's "llama" tokenizer prepares it: spaces become U+2581 and one is prepended
-// (a normalizer of Prepend and Replace with no pre-tokenizer, or no normalizer and a
-// Metaspace pre-tokenizer that does not split).
+// llama.cpp's "llama" tokenizer prepares it: a normalizer that prepends U+2581 to every
+// segment and turns spaces into it, no pre-tokenizer. (A Metaspace pre-tokenizer is not:
+// it prepends only where the text does not start with U+2581 already, and with
+// prepend_scheme "first" only at the start, which llama.cpp has no setting for.)
 bool spm_style(const json& j) {
   const json norm = j.value("normalizer", json()), pre = j.value("pre_tokenizer", json());
-  if (norm.is_object() && pre.is_null()) {
-    if (norm.value("type", "") != "Sequence" || !norm.contains("normalizers") || norm["normalizers"].size() != 2) return false;
-    const json& p = norm["normalizers"][0];
-    const json& r = norm["normalizers"][1];
-    return p.value("type", "") == "Prepend" && p.value("prepend", "") == kSpace && r.value("type", "") == "Replace" &&
-           r.contains("pattern") && r["pattern"].value("String", "") == " " && r.value("content", "") == kSpace;
+  if (!norm.is_object() || !pre.is_null()) return false;
+  if (norm.value("type", "") != "Sequence" || !norm.contains("normalizers") || norm["normalizers"].size() != 2) return false;
+  const json& p = norm["normalizers"][0];
+  const json& r = norm["normalizers"][1];
+  return p.value("type", "") == "Prepend" && p.value("prepend", "") == kSpace && r.value("type", "") == "Replace" &&
+         r.contains("pattern") && r["pattern"].value("String", "") == " " && r.value("content", "") == kSpace;
+}
+
+// Bytes of the UTF-8 character starting at s[i] (1 for a stray continuation byte).
+size_t utf8_len(const std::string& s, size_t i) {
+  const uint8_t b = uint8_t(s[i]);
+  const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+  return i + n <= s.size() ? n : 1;
+}
+
+// llama.cpp's SentencePiece tokenizer merges any adjacent pair whose concatenation is a
+// token, the highest-scoring token first; Hugging Face's BPE merges only the listed pairs,
+// lowest rank first. They agree when the merges are SentencePiece's: every split of a
+// token into two tokens is a merge, a token's merges have consecutive ranks, and every
+// longer token is made by some merge. Then a token scoring minus the rank of its first
+// merge orders them as the ranks do. Fails naming the first token that breaks this.
+std::vector<float> spm_scores(const json& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+                              const std::vector<int32_t>& types, int64_t n_vocab) {
+  std::unordered_map<std::string, int64_t> id_of;
+  for (const auto& [text, id] : vocab.items()) id_of.emplace(text, id.get<int64_t>());
+  std::unordered_map<std::string, int64_t> rank;  // "a\0b" -> rank; the last of duplicates, as Hugging Face
+  for (size_t r = 0; r < merges.size(); ++r) {
+    if (!id_of.count(merges[r].first + merges[r].second))
+      fail("tokenizer.json: merge {} makes '{}', which is not in the vocabulary", r, merges[r].first + merges[r].second);
+    rank[merges[r].first + '\0' + merges[r].second] = int64_t(r);
   }
-  if (norm.is_null() && pre.is_object())
-    return pre.value("type", "") == "Metaspace" && pre.value("replacement", "") == kSpace && !pre.value("split", true) &&
-           (pre.value("prepend_scheme", "") == "first" || pre.value("prepend_scheme", "") == "always");
-  return false;
+  std::vector<float> scores(static_cast<size_t>(n_vocab), 0.0f);
+  auto refuse = [](const std::string& t, const std::string& why) {
+    fail("tokenizer.json: token '{}' {}: these merges are not SentencePiece's, and llama.cpp's tokenizer would not "
+         "reproduce them (-m DIR reads it)", t, why);
+  };
+  for (const auto& [text, idv] : vocab.items()) {
+    const int64_t id = idv.get<int64_t>();
+    if (types[size_t(id)] != int32_t(TokenType::Normal) || utf8_len(text, 0) == text.size()) continue;
+    std::vector<int64_t> ranks;
+    for (size_t k = utf8_len(text, 0); k < text.size(); k += utf8_len(text, k)) {
+      const std::string a = text.substr(0, k), b = text.substr(k);
+      if (!id_of.count(a) || !id_of.count(b)) continue;
+      const auto it = rank.find(a + '\0' + b);
+      if (it == rank.end()) refuse(text, "splits into tokens '" + a + "' + '" + b + "' that no merge joins");
+      ranks.push_back(it->second);
+    }
+    if (ranks.empty()) refuse(text, "is made by no merge");
+    std::sort(ranks.begin(), ranks.end());
+    if (ranks.back() - ranks.front() + 1 != int64_t(ranks.size())) refuse(text, "has merges of non-consecutive ranks");
+    scores[size_t(id)] = -float(ranks.front() + 1);
+  }
+  return scores;
 }
 
 void convert(const std::string& tokenizer_json, const std::string& tokenizer_config_json, int64_t n_vocab,
@@ -118,8 +162,11 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
     seen[size_t(id)] = true;
   };
   // SentencePiece's byte tokens are <0xXX>; its unknown token is its own type.
+  // The unknown token: the model's, as the tokenizer.json route (and Hugging Face) use it.
   const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>()
                                                                                        : cfg.unk_token.value_or("");
+  if (spm && model.value("ignore_merges", false))
+    fail("tokenizer.json: ignore_merges on a byte_fallback BPE: llama.cpp's tokenizer has no such step; -m DIR reads it");
   auto base_type = [&](const std::string& text) {
     if (!spm) return TokenType::Normal;
     if (text.size() == 6 && text.starts_with("<0x") && text.back() == '>' && std::isxdigit(uint8_t(text[3])) &&
@@ -140,7 +187,8 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
     if (m.is_string()) {
       const std::string t = m.get<std::string>();
       const size_t sp = t.find(' ');
-      if (sp == std::string::npos) fail("tokenizer.json: merge '{}' has no space", t);
+      if (sp == std::string::npos || t.find(' ', sp + 1) != std::string::npos)
+        fail("tokenizer.json: merge '{}' is not two tokens and a space", t);
       merges.emplace_back(t.substr(0, sp), t.substr(sp + 1));
     } else if (m.is_array() && m.size() == 2) {
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
@@ -153,23 +201,9 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
   w.set_str_array("tokenizer.ggml.tokens", tokens);
   w.set_i32_array("tokenizer.ggml.token_type", types);
   if (spm) {
-    // llama.cpp's SentencePiece tokenizer merges the adjacent pair whose token scores
-    // highest (the leftmost of equals): a token scores minus the rank of the first merge
-    // that makes it, so the merges happen in tokenizer.json's order; tokens no merge makes
-    // (characters, bytes, specials) are never a merge's result, and score 0 as
-    // SentencePiece's own files give such tokens.
-    std::unordered_map<std::string, int64_t> id_of_text;
-    for (const auto& [text, id] : model.at("vocab").items()) id_of_text.emplace(text, id.get<int64_t>());
-    std::vector<float> scores(static_cast<size_t>(n_vocab), 0.0f);
-    std::vector<bool> scored(static_cast<size_t>(n_vocab), false);
-    for (size_t r = 0; r < merges.size(); ++r) {
-      const auto it = id_of_text.find(merges[r].first + merges[r].second);
-      if (it == id_of_text.end()) fail("tokenizer.json: merge {} makes '{}', which is not in the vocabulary", r, merges[r].first + merges[r].second);
-      if (scored[size_t(it->second)]) continue;
-      scored[size_t(it->second)] = true;
-      scores[size_t(it->second)] = -float(r + 1);
-    }
-    w.set_f32_array("tokenizer.ggml.scores", scores);
+    // Characters, bytes and specials are never a merge's result and score 0, as in
+    // SentencePiece's own files.
+    w.set_f32_array("tokenizer.ggml.scores", spm_scores(model.at("vocab"), merges, types, n_vocab));
     w.set_bool("tokenizer.ggml.add_space_prefix", true);
   } else {
     std::vector<std::string> joined;
@@ -184,7 +218,7 @@ void convert(const std::string& tokenizer_json, const std::string& tokenizer_con
   };
   if (auto id = id_of(cfg.bos_token)) w.set_u32("tokenizer.ggml.bos_token_id", *id);
   if (auto id = id_of(cfg.eos_token)) w.set_u32("tokenizer.ggml.eos_token_id", *id);
-  if (auto id = id_of(cfg.unk_token ? cfg.unk_token : spm && !unk.empty() ? std::optional<std::string>(unk) : std::nullopt))
+  if (auto id = id_of(spm && !unk.empty() ? std::optional<std::string>(unk) : cfg.unk_token))
     w.set_u32("tokenizer.ggml.unknown_token_id", *id);
   if (auto id = id_of(cfg.pad_token)) w.set_u32("tokenizer.ggml.padding_token_id", *id);
   // What the fast tokenizer does: the config's flags when present, else its post-processor

@@ -5,11 +5,12 @@
 //  - byte-level BPE: tokenizer.ggml.model "gpt2", the merges and the pre-tokenizer's
 //    llama.cpp name, recognized by its split patterns (llama.cpp recognizes it by the ids
 //    of a test text); one ridge does not know is an error;
-//  - SentencePiece-style BPE (byte_fallback, spaces as a prepended and replaced U+2581:
-//    Llama 2, Mistral): tokenizer.ggml.model "llama", <0xXX> byte tokens and the unknown
-//    token typed as SentencePiece types them, and scores that make llama.cpp's
-//    highest-score-first merging follow the merges' order (llama.cpp's own converter
-//    gives every token -1000 without tokenizer.model, which merges left to right).
+//  - SentencePiece-style BPE (byte_fallback, a normalizer that prepends U+2581 and turns
+//    spaces into it: Llama 2, Mistral): tokenizer.ggml.model "llama", <0xXX> byte tokens
+//    and the unknown token typed as SentencePiece types them, and scores that make
+//    llama.cpp's highest-score-first merging follow the merges' order (llama.cpp's own
+//    converter gives every token -1000 without tokenizer.model, which merges left to
+//    right); merges that are not SentencePiece's (spm_scores in the .cpp) are an error.
 // `-m DIR` reads any tokenizer.json directly instead.
 #pragma once
 #include <cstdint>

@@ -146,6 +146,33 @@ TEST(HfToGguf, WhatItCannotWriteIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not SentencePiece's"), std::string::npos) << e.what();
   }
+  // SentencePiece's normalizer, and merges that are (ok) or are not SentencePiece's: a
+  // split of a token that no merge joins, a token no merge makes, a token whose merges
+  // are not consecutive (llama.cpp would form each of these where Hugging Face does not).
+  const std::string norm = R"("normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},)"
+                           R"({"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},"pre_tokenizer":null)";
+  const std::string vocab = R"("\u2581":0,"a":1,"b":2,"ab":3,"\u2581a":4,"\u2581ab":5,"x":6,"y":7,"xy":8)";
+  const std::string ok = R"("a b","\u2581 a","\u2581 ab","\u2581a b","x y")";
+  struct Case {
+    std::string vocab, merges, what;
+  };
+  for (const Case& c : {Case{vocab, "[" + ok + "]", ""}, Case{vocab, "[]", "no merge joins"},
+                        Case{vocab + R"(,"cd":9)", "[" + ok + "]", "is made by no merge"},
+                        Case{vocab, R"(["a b","\u2581 a","\u2581 ab","x y","\u2581a b"])", "non-consecutive"}}) {
+    const std::string j = R"({"model":{"type":"BPE","byte_fallback":true,"vocab":{)" + c.vocab + R"(},"merges":)" + c.merges +
+                          "}," + norm + "}";
+    try {
+      hf_tokenizer_to_gguf(j, "", 10, w);
+      EXPECT_EQ(c.what, "") << "merges that are not SentencePiece's: " << c.merges;
+    } catch (const Error& e) {
+      EXPECT_NE(c.what, "") << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.what), std::string::npos) << e.what();
+    }
+  }
+  // A Metaspace pre-tokenizer prepends differently from llama.cpp's tokenizer.
+  const std::string meta = R"({"model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]},"normalizer":null,)"
+                           R"("pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":false}})";
+  EXPECT_THROW(hf_tokenizer_to_gguf(meta, "", 1, w), Error);
   const std::string odd = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Whitespace"}})";
   try {
     hf_tokenizer_to_gguf(odd, "", 1, w);
