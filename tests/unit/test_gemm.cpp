@@ -190,9 +190,11 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
     const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
     for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
     ASSERT_NEAR(yp[i], yd[i], 2e-5 * mag + 1e-30) << dtype_name(t) << " element " << i;
-    // FP8's per-row dot is the f16c path's order (gemm.h): the same bits.
+    // FP8's scalar dot is the f16c path's order (gemm.h): the same bits. (The AVX2 dot,
+    // which the per-row route runs here, sums in 4 x 8 lanes.)
     if (is_fp8(t) && fp8_path() == Fp8Path::F16c) {
-      ASSERT_EQ(yp[i], yd[i]) << "element " << i;
+      const float scalar = quant::dot_fn(t, Isa::Scalar)(w.rows.data() + col * row_bytes(t, k), x.data() + row * k, k);
+      ASSERT_EQ(yp[i], scalar) << "element " << i;
     }
   }
 }
@@ -308,6 +310,21 @@ TEST(GemmFp8, EveryCodeInEveryLaneOnEveryPath) {
       ASSERT_EQ(0, std::memcmp(y1.data(), all.data() + i * n_out, size_t(n_out) * sizeof(float))) << "row " << i;
     }
   }
+}
+
+// The bf16 path's activation rounding gives f32_to_bf16's bits: ties both ways, NaN
+// (quieted), infinities, subnormals, the largest finite values, and a tail of 7.
+TEST(GemmFp8, ActivationRoundingIsF32ToBf16) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7fc00001u, 0xff800001u, 0x7f800000u,
+                                0xff800000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0xff7fffffu, 0, 0x80000000u};
+  std::mt19937 rng(2);
+  while (bits.size() < 16 * 7 + 7) bits.push_back(uint32_t(rng()));
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> y(x.size());
+  detail::round_bf16_avx512(x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], f32_to_bf16(x[i])) << std::hex << bits[i];
 }
 
 // On every path (the AVX-512 quantizer must give the scalar one's bits).

@@ -82,6 +82,16 @@ inline __attribute__((always_inline)) void fp8_columns(const uint8_t* p, __m512&
 
 inline constexpr int64_t kFp8Block = kPanelRows * int64_t(sizeof(quant::BlockFp8));  // 64 B of scales + 2048 of codes
 
+// A block's chains from zero; decode asks for the block's scales' line here, its 32 lines
+// of codes as the columns go (each line of the block once).
+template <int MR, int NP, bool kAhead>
+inline __attribute__((always_inline)) void fp8_block_begin(__m512 (&acc)[MR][NP], const uint8_t* w, int64_t ps,
+                                                           int64_t off) {
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+  if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+}
+
 // A block's chains into y: y = fma(chain, d x unit, y), from zero in a row's first block.
 // block: the block of the first panel (its 16 scales first), NP panels at stride ps.
 template <int MR, int NP>
@@ -105,11 +115,7 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t off = b * kFp8Block;
     __m512 acc[MR][NP];
-    for (int i = 0; i < MR; ++i)
-      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
-    // Every line of the block once: its scales' line with the first column, the codes'
-    // 32 lines one per 4 columns.
-    if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off);
     const float* xb = x + b * quant::kQF8;
     for (int64_t c = 0; c < quant::kQF8; c += 2) {
       if ((c & 15) == 0) pf.step();
@@ -163,9 +169,7 @@ __attribute__((target("avx512bf16,avx512vbmi"))) void kern_fp8_bf16(const uint8_
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t off = b * kFp8Block;
     __m512 acc[MR][NP];
-    for (int i = 0; i < MR; ++i)
-      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
-    if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off);
     const uint16_t* xb = x + b * quant::kQF8;
     for (int64_t g = 0; g < quant::kQF8 / 4; ++g) {
       if ((g & 3) == 0) pf.step();
@@ -628,6 +632,21 @@ void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n) {
     y[i].d = d;
     y[i].sum16[0] = int16_t(_mm512_reduce_add_epi32(qa));
     y[i].sum16[1] = int16_t(_mm512_reduce_add_epi32(qb));
+  }
+}
+
+// f32_to_bf16's bits (core/fp16.h: nearest even, NaN kept quiet), 16 at a time.
+void round_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(y + i, m, _mm512_mask_blend_epi32(nan, r, q));
   }
 }
 

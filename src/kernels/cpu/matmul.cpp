@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/fp16.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
 #include "quant/quant.h"
@@ -86,8 +85,7 @@ const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float*
     act_.resize(size_t(m * w.k) * sizeof(uint16_t));
     auto* a = reinterpret_cast<uint16_t*>(act_.data());
     pool.parallel_for(m, 8, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i)
-        for (int64_t j = 0; j < w.k; ++j) a[i * w.k + j] = f32_to_bf16(x[i * w.k + j]);
+      for (int64_t i = b; i < e; ++i) detail::round_bf16_avx512(x + i * w.k, a + i * w.k, w.k);
     });
     return a;
   }
