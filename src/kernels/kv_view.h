@@ -16,6 +16,9 @@
 // int8 keys lie four dimensions to a slot ([ceil(head_dim_k / 4)][block_size][4]: k_element):
 // a 64-byte load is 16 slots' next four dimensions, which one vpdpbusd dots with four of a
 // query's int8 dimensions, so the scores run in integer arithmetic (attention_avx512.cpp).
+// int8 values lie four positions to a slot ([ceil(block_size / 4)][head_dim_v][4]:
+// v_element): a 64-byte load is 16 dimensions of four positions, which one vpdpbusd
+// weighs with four positions' 8-bit probabilities, so P.V runs in integers too.
 // Attention computes a tile's scores with keys across the vector lanes (16 slots of one
 // dimension are one load, no transpose) and P.V with dimensions across the lanes (one
 // position's V row is one load). A decode attention task over several heads reads one
@@ -39,18 +42,29 @@ struct KVLayout {
   DType dtype = DType::F16;
 
   bool scaled() const { return is_scaled_kv_dtype(dtype); }
-  // A head's K (dim = head_dim_k) or V tile in a block: codes (each slot's padded to 4
-  // when scaled, for int8 keys' four-dimension lanes), then the scales; and a whole
-  // block, all layers.
-  int64_t codes_bytes(int32_t dim) const {
-    return scaled() ? int64_t(block_size) * ((dim + 3) / 4 * 4) : int64_t(block_size) * dim * int64_t(dtype_info(dtype).type_size);
+  // A head's K or V tile in a block: codes, then (scaled) the slots' scales; and a whole
+  // block, all layers. Scaled codes are padded to whole 32-bit slots: int8 K's dimensions
+  // (and the other 8-bit dtypes', which keeps their scales aligned) and int8 V's slots.
+  int64_t k_codes_bytes() const {
+    return scaled() ? int64_t(block_size) * round4(head_dim_k) : int64_t(block_size) * head_dim_k * elem_bytes();
   }
-  // Element (dimension d, slot) of a K tile, in elements from its start.
+  int64_t v_codes_bytes() const {
+    return dtype == DType::I8 ? int64_t(round4(block_size)) * head_dim_v
+           : scaled()         ? int64_t(block_size) * round4(head_dim_v)
+                              : int64_t(block_size) * head_dim_v * elem_bytes();
+  }
+  // Element (dimension d, slot) of a K tile, and (slot, dimension d) of a V tile, in
+  // elements from the tile's start.
   int64_t k_element(int32_t d, int32_t slot) const {
     return dtype == DType::I8 ? (int64_t(d >> 2) * block_size + slot) * 4 + (d & 3) : int64_t(d) * block_size + slot;
   }
-  int64_t tile_bytes(int32_t dim) const { return codes_bytes(dim) + (scaled() ? int64_t(block_size) * 4 : 0); }
-  int64_t block_bytes() const { return int64_t(n_layer) * n_kv_head * (tile_bytes(head_dim_k) + tile_bytes(head_dim_v)); }
+  int64_t v_element(int32_t slot, int32_t d) const {
+    return dtype == DType::I8 ? (int64_t(slot >> 2) * head_dim_v + d) * 4 + (slot & 3) : int64_t(slot) * head_dim_v + d;
+  }
+  int64_t scale_bytes() const { return scaled() ? int64_t(block_size) * 4 : 0; }
+  int64_t block_bytes() const {
+    return int64_t(n_layer) * n_kv_head * (k_codes_bytes() + v_codes_bytes() + 2 * scale_bytes());
+  }
   int64_t bytes_per_token() const {  // K and V (and their scales), all layers: a block's share, rounded up
     return (block_bytes() + block_size - 1) / block_size;
   }
@@ -58,6 +72,10 @@ struct KVLayout {
   static float kv_code_max(DType t) {
     return t == DType::I8 ? 127.f : t == DType::F8_E4M3 ? quant::kFp8E4M3Max : quant::kFp8E5M2Max;
   }
+
+ private:
+  static int32_t round4(int32_t x) { return (x + 3) / 4 * 4; }
+  int64_t elem_bytes() const { return int64_t(dtype_info(dtype).type_size); }
 };
 
 class KVView {
@@ -78,28 +96,28 @@ class KVView {
   int64_t k_head_bytes() const { return k_codes_bytes() + scale_bytes(); }
   int64_t v_head_bytes() const { return v_codes_bytes() + scale_bytes(); }
   // A head's K (V) codes, then (scaled dtypes) its slots' f32 scales, 4-byte aligned.
-  int64_t k_codes_bytes() const { return l_.codes_bytes(l_.head_dim_k); }
-  int64_t v_codes_bytes() const { return l_.codes_bytes(l_.head_dim_v); }
-  int64_t scale_bytes() const { return l_.scaled() ? int64_t(l_.block_size) * 4 : 0; }
+  int64_t k_codes_bytes() const { return l_.k_codes_bytes(); }
+  int64_t v_codes_bytes() const { return l_.v_codes_bytes(); }
+  int64_t scale_bytes() const { return l_.scale_bytes(); }
   float* k_scales(int32_t layer, int32_t block, int32_t head) const {
     return reinterpret_cast<float*>(k_tile(layer, block, head) + k_codes_bytes());
   }
   float* v_scales(int32_t layer, int32_t block, int32_t head) const {
-    return reinterpret_cast<float*>(v(layer, block, head, 0) + v_codes_bytes());
+    return reinterpret_cast<float*>(v_tile(layer, block, head) + v_codes_bytes());
   }
 
   // Head h's K tile [head_dim_k][block_size] of (layer, block) (int8: k_element).
   uint8_t* k_tile(int32_t layer, int32_t block, int32_t head) const {
     return layer_base(layer) + int64_t(block) * k_block_bytes() + head * k_head_bytes();
   }
-  // Head h's V vector at (block, slot): head_dim_v contiguous elements.
-  uint8_t* v(int32_t layer, int32_t block, int32_t head, int32_t slot) const {
+  // Head h's V tile [block_size][head_dim_v] of (layer, block) (int8: v_element).
+  uint8_t* v_tile(int32_t layer, int32_t block, int32_t head) const {
     return layer_base(layer) + int64_t(l_.n_blocks) * k_block_bytes() + int64_t(block) * v_block_bytes() +
-           head * v_head_bytes() + int64_t(slot) * l_.head_dim_v * esz_;
+           head * v_head_bytes();
   }
 
-  // One position's K or V vector of one head, from or to f32 (K's elements where
-  // k_element puts them, V's contiguous; a scaled dtype's codes times their scale).
+  // One position's K or V vector of one head, from or to f32 (elements where k_element
+  // and v_element put them; a scaled dtype's codes times their scale).
   void write_k(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;
   void read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const;
   void write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const;

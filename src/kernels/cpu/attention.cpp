@@ -21,17 +21,21 @@ int32_t detail::attention_tile_lanes(int32_t block_size) {
 // Floats of scratch, for whichever path runs, with bsp = block_size and dkp = head_dim_k
 // rounded up to 16, and 16 floats of room to align the start to 64 bytes:
 //   kf [bsp * dkp]                   one K tile in f32 (scalar and AVX2 paths)
-//   vf [block_size * dv, to 16]      one V tile in f32 (same)
+//   vf [vn, to 16]                   one V tile in f32 (same): vn = block_size * dv, or a
+//                                    scaled dtype's V codes (their padding included)
 //   sc [n_q][max(bsp, tile lanes)]   each row's scores, then its probabilities
 //   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
-//   [n_q][dk4], [n_q], [n_q]         int8 keys, AVX-512: the rows' codes (dk4 = head_dim_k
-//                                    rounded up to 4, over 4), their corrections and scales
+//   [n_q][dk4], [n_q], [n_q]         int8, AVX-512: the query rows' codes (dk4 = head_dim_k
+//                                    rounded up to 4, over 4), their corrections and scales,
+//   [n_q][tile lanes / 4], [n_q]     and a tile's 8-bit weights (probabilities times the
+//                                    values' scales), their steps
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
-  const int64_t row = std::max<int64_t>(bsp, detail::attention_tile_lanes(l.block_size));
-  const int64_t qcodes = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2) : 0;
-  return 16 + bsp * dkp + (bs * l.head_dim_v + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + qcodes;
+  const int64_t lanes = detail::attention_tile_lanes(l.block_size), row = std::max<int64_t>(bsp, lanes);
+  const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
+  const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + 1) : 0;
+  return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8;
 }
 
 namespace {
@@ -42,11 +46,13 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
                             float* out, int64_t ldo, float* scratch) {
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
-  float* kf = scratch;                        // the cache's K tile layout (k_element)
-  float* vf = kf + int64_t(bs) * ((dk + 3) / 4 * 4);  // [bs][dv]
-  float* s = vf + int64_t(bs) * dv;           // [bs]
-  float* m = s + (bs + 15) / 16 * 16;         // [n_q]
-  float* sum = m + n_q;                       // [n_q]
+  const int64_t esz = int64_t(dtype_info(l.dtype).type_size);
+  const int64_t kn = l.k_codes_bytes() / esz, vn = l.v_codes_bytes() / esz;  // elements of a tile
+  float* kf = scratch;                  // the cache's K tile layout (k_element)
+  float* vf = kf + kn;                  // and V's (v_element)
+  float* s = vf + vn;                   // [bs]
+  float* m = s + (bs + 15) / 16 * 16;   // [n_q]
+  float* sum = m + n_q;                 // [n_q]
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = -std::numeric_limits<float>::infinity();
@@ -59,15 +65,15 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
     // A head's tiles are contiguous: one conversion each (K's slots past n too, unread).
-    to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, a.kv->k_codes_bytes() / int64_t(dtype_info(l.dtype).type_size));
-    to_f32(l.dtype, a.kv->v(a.layer, block, kv_head, 0), vf, int64_t(n) * dv);
+    to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, kn);
+    to_f32(l.dtype, a.kv->v_tile(a.layer, block, kv_head), vf, vn);
     if (l.scaled()) {  // codes times their position's scale (kv_view.h)
       const float* sk = a.kv->k_scales(a.layer, block, kv_head);
       const float* sv = a.kv->v_scales(a.layer, block, kv_head);
       for (int32_t d = 0; d < dk; ++d)
         for (int32_t j = 0; j < n; ++j) kf[l.k_element(d, j)] *= sk[j];
       for (int32_t j = 0; j < n; ++j)
-        for (int32_t d = 0; d < dv; ++d) vf[int64_t(j) * dv + d] *= sv[j];
+        for (int32_t d = 0; d < dv; ++d) vf[l.v_element(j, d)] *= sv[j];
     }
     for (int32_t i = 0; i < n_q; ++i) {
       const float* qi = q + i * ldq;
@@ -86,8 +92,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       for (int32_t j = 0; j < n; ++j) {
         const float p = std::exp(s[j] - m_new);
         sum[i] += p;
-        const float* vrow = vf + int64_t(j) * dv;
-        for (int32_t d = 0; d < dv; ++d) o[d] += p * vrow[d];
+        for (int32_t d = 0; d < dv; ++d) o[d] += p * vf[l.v_element(j, d)];
       }
       m[i] = m_new;
     }
@@ -118,7 +123,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   }
   detail::AttnView v;
   v.k0 = a.kv->k_tile(a.layer, 0, kv_head);
-  v.v0 = a.kv->v(a.layer, 0, kv_head, 0);
+  v.v0 = a.kv->v_tile(a.layer, 0, kv_head);
   v.k_block_stride = a.kv->k_block_bytes();
   v.v_block_stride = a.kv->v_block_bytes();
   v.k_head_stride = a.kv->k_head_bytes();

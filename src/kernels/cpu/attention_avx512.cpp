@@ -13,7 +13,8 @@
 //  - the online-softmax bookkeeping of up to 16 rows at once, row i in lane i: tile max
 //    and sum of exp by one fixed shuffle tree, one exp for every row's rescale;
 //  - out[8 rows][32 columns] = out * rescale + P V in 16 accumulators over the tile's
-//    keys, V converted from the cache as it is loaded, once for the 8 rows.
+//    keys, V converted from the cache as it is loaded, once for the 8 rows; int8 values
+//    in integer arithmetic, four positions per load and vpdpbusd (pv_i8).
 // Batch invariance: a row's score for a key is one fma chain over d = 0..dk-1, then one
 // multiply by the scale; every other step is lane-wise or in a fixed per-row order. No
 // row's bits depend on how many rows share the call, or which (the tests compare bits).
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/vexp_avx512.h"
@@ -31,6 +33,7 @@ namespace {
 // Helpers must inline: an out-of-line one would take its vector arrays' address and
 // spill them to the stack.
 #define ATTN_INLINE inline __attribute__((always_inline))
+#define ATTN_NOINLINE __attribute__((noinline))
 // On loops over register arrays: unrolled before GCC would turn them into memsets or
 // keep the arrays on the stack.
 #define ATTN_UNROLL _Pragma("GCC unroll 16")
@@ -45,6 +48,17 @@ constexpr int32_t kRows = 8;           // scores and P.V: 8 rows x 32 lanes of a
 
 ATTN_INLINE __mmask16 first_lanes(int32_t k) {
   return k >= 16 ? __mmask16(0xFFFF) : k <= 0 ? __mmask16(0) : __mmask16((1u << k) - 1);
+}
+
+// f(integral_constant<int, 0>), ..., f(integral_constant<int, N - 1>): a loop over register
+// arrays whose indices are constants from the start. GCC keeps an array indexed by an
+// unrolled loop's counter in memory until after unrolling and then shuffles every
+// vpdpbusd accumulator through a second register (two moves per instruction, some
+// spills); with constant indices the array is split into registers early.
+template <int N, class F>
+ATTN_INLINE void static_for(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
+      std::make_integer_sequence<int, N>{});
 }
 
 // f(std::integral_constant<int, R>) for R = rows, 1..kRows: the register tiles' row count
@@ -251,42 +265,51 @@ ATTN_INLINE void quantize_q_rows(const float* q, int64_t ldq, int32_t n_q, int32
   }
 }
 
+// The int32 dot products of R query rows with the keys of G groups: out[r * G + g], lane j
+// for the group's key j. Out of line: inlined, GCC 12 shuffles every accumulator through
+// a second register around each vpdpbusd when the caller converts the sums to f32.
+template <int R, int G>
+ATTN_NOINLINE void dots_i8(const QRows& qr, int32_t r0, const Group* gr, int64_t kquad, int64_t koff, Prefetcher& pf,
+                           __m512i* out) {
+  __m512i acc[R][G];
+  static_for<R>([&](auto r) { static_for<G>([&](auto g) { acc[r][g] = _mm512_setzero_si512(); }); });
+  const uint8_t* kp[G];
+  __mmask16 km[G];
+  static_for<G>([&](auto g) { kp[g] = gr[g].k + koff, km[g] = gr[g].slots; });
+  const int32_t* qc = qr.codes + int64_t(r0) * qr.dk4;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  Prefetcher::Cursor c = pf.cur;
+  for (int32_t d4 = 0; d4 < qr.dk4; ++d4) {
+    static_for<G>([&](auto) { pf.step(c); });  // a line asked for per line read
+    __m512i kv[G];
+    static_for<G>([&](auto g) { kv[g] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(km[g], kp[g] + d4 * kquad), flip); });
+    static_for<R>([&](auto r) {
+      const __m512i qb = _mm512_set1_epi32(qc[r * qr.dk4 + d4]);
+      static_for<G>([&](auto g) { acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], kv[g], qb); });
+    });
+  }
+  pf.cur = c;
+  static_for<R>([&](auto r) { static_for<G>([&](auto g) { out[r * G + g] = acc[r][g]; }); });
+}
+
 // s[r][g.lane, g.lane + 16) for R rows and G groups, as scores<> but in integer arithmetic
 // (QRows); kquad: bytes between a K tile's four-dimension rows (block_size x 4).
 template <int R, int G>
 ATTN_INLINE void scores_i8(const QRows& qr, int32_t r0, const Group* gr, int64_t kquad, float* s, int64_t lds,
                            int64_t koff, Prefetcher& pf) {
-  __m512i acc[R][G];
-  ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_si512();
-  const uint8_t* kp[G];
-  __mmask16 km[G];
-  ATTN_UNROLL for (int g = 0; g < G; ++g) kp[g] = gr[g].k + koff, km[g] = gr[g].slots;
-  const int32_t* qc = qr.codes + int64_t(r0) * qr.dk4;
-  const __m512i flip = _mm512_set1_epi8(char(0x80));
-  Prefetcher::Cursor c = pf.cur;
-  for (int32_t d4 = 0; d4 < qr.dk4; ++d4) {
-    pf.step(c);
-    __m512i kv[G];
-    ATTN_UNROLL for (int g = 0; g < G; ++g)
-      kv[g] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(km[g], kp[g] + d4 * kquad), flip);
-    ATTN_UNROLL for (int r = 0; r < R; ++r) {
-      const __m512i qb = _mm512_set1_epi32(qc[r * qr.dk4 + d4]);
-      ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbusd_epi32(acc[r][g], kv[g], qb);
-    }
-  }
-  pf.cur = c;
+  __m512i acc[R * G];
+  dots_i8<R, G>(qr, r0, gr, kquad, koff, pf, acc);
   const __m512 ninf = _mm512_set1_ps(kNegInf);
   __m512 ks[G];
-  ATTN_UNROLL for (int g = 0; g < G; ++g)
-    ks[g] = _mm512_maskz_loadu_ps(gr[g].slots, reinterpret_cast<const float*>(gr[g].ks + koff));
-  ATTN_UNROLL for (int r = 0; r < R; ++r) {
+  static_for<G>([&](auto g) { ks[g] = _mm512_maskz_loadu_ps(gr[g].slots, reinterpret_cast<const float*>(gr[g].ks + koff)); });
+  static_for<R>([&](auto r) {
     const __m512i corr = _mm512_set1_epi32(qr.corr[r0 + r]);
     const __m512 rs = _mm512_set1_ps(qr.scale[r0 + r]);
-    ATTN_UNROLL for (int g = 0; g < G; ++g) {
-      const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][g], corr));
+    static_for<G>([&](auto g) {
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r * G + g], corr));
       _mm512_storeu_ps(s + r * lds + gr[g].lane, _mm512_mask_mov_ps(ninf, gr[g].keys, _mm512_mul_ps(_mm512_mul_ps(dot, ks[g]), rs)));
-    }
-  }
+    });
+  });
 }
 
 template <int R>
@@ -421,6 +444,100 @@ void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int
   }
 }
 
+// Int8 values: P.V in integer arithmetic. A row's weights for the tile's keys, each
+// probability times its value's scale (w = p x sv, kv_view.h), are quantized to 8 bits
+// against the row's largest in the tile (codes round(w x 255 / max w), the step
+// max w / 255), and one vpdpbusd weighs 16 dimensions of four positions, which the cache
+// keeps four positions to a slot, with four of a row's codes. The running sum of the
+// probabilities stays exact (softmax_rows), so a weight's rounding moves only its own
+// key's share of the output, by at most half a step times its value. A NaN or infinite
+// weight makes the row's step, and so its output, NaN, as the f32 paths' would be.
+//
+// Rows [0, R) of one head: their weights over the tile's lanes (0 past each block's keys)
+// to codes pc[R][ldc], and their steps; vsoff: bytes from a block's V tile of the head to
+// its scales. p holds the probabilities on entry and the weights after.
+template <int R>
+ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int64_t vsoff, uint8_t* pc, int64_t ldc,
+                            float* step) {
+  __m512 wmax[R];
+  __mmask16 bad[R];
+  ATTN_UNROLL for (int r = 0; r < R; ++r) wmax[r] = _mm512_setzero_ps(), bad[r] = 0;
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+    const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
+    for (int32_t g = 0; g < gpb; ++g) {
+      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g);
+      const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
+      ATTN_UNROLL for (int r = 0; r < R; ++r) {
+        float* pr = p + r * ldp + (b * gpb + g) * 16;
+        const __m512 w = _mm512_maskz_mul_ps(m, _mm512_loadu_ps(pr), s);
+        _mm512_storeu_ps(pr, w);
+        bad[r] |= _mm512_cmp_ps_mask(_mm512_abs_ps(w), inf, _CMP_NLT_UQ);
+        wmax[r] = _mm512_max_ps(wmax[r], w);
+      }
+    }
+  }
+  const int32_t lanes = tl.n_blocks * gpb * 16;
+  ATTN_UNROLL for (int r = 0; r < R; ++r) {
+    const float mx = _mm512_reduce_max_ps(wmax[r]);
+    float inv = mx > 0.f ? 255.f / mx : 0.f;
+    if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal max: the weights count as zeros
+    step[r] = bad[r] ? __builtin_nanf("") : inv > 0.f ? mx / 255.f : 0.f;
+    const __m512 vi = _mm512_set1_ps(bad[r] ? 0.f : inv);
+    for (int32_t x = 0; x < lanes; x += 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pc + r * ldc + x),
+                       _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + r * ldp + x), vi))));
+  }
+}
+
+// The int32 sums sum_j code_r[j] v_j[d0, d0 + 32) of R rows over a tile, out[2r], out[2r + 1]:
+// each quad of a block's positions is one 64-byte load per 16 dimensions, its four codes
+// of a row one broadcast 32-bit word. Out of line for the reason dots_i8 is.
+template <int R>
+ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, int32_t d0, int32_t dv,
+                              int64_t voff, Prefetcher& pf, __m512i* out) {
+  const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
+  const int64_t quad = 4 * int64_t(dv);  // bytes between a V tile's four-position rows
+  __m512i acc[R][2];
+  static_for<R>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_si512(); });
+  Prefetcher::Cursor c = pf.cur;
+  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+    const uint8_t* vb = tl.v[b] + voff + 4 * int64_t(d0);
+    const uint8_t* pb = pc + b * lpb;
+    for (int32_t j = 0; j < tl.keys[b]; j += 4) {
+      pf.step(c), pf.step(c);  // a line asked for per line read
+      const uint8_t* vj = vb + (j >> 2) * quad;
+      const __m512i v0 = _mm512_maskz_loadu_epi32(m0, vj), v1 = _mm512_maskz_loadu_epi32(m1, vj + 64);
+      static_for<R>([&](auto r) {
+        int32_t w4;
+        __builtin_memcpy(&w4, pb + r * ldc + j, 4);
+        const __m512i w = _mm512_set1_epi32(w4);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], w, v0);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], w, v1);
+      });
+    }
+  }
+  pf.cur = c;
+  static_for<R>([&](auto r) { out[2 * r] = acc[r][0], out[2 * r + 1] = acc[r][1]; });
+}
+
+// o_r[d0, d0 + 32) = o_r * cr[r] + (sum_j code_r[j] v_j) x step[r] for R rows, as pv<> but
+// in integer arithmetic (pv_dots_i8).
+template <int R>
+ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, const float* step, const float* cr,
+                       float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
+  const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
+  __m512i acc[2 * R];
+  pv_dots_i8<R>(tl, lpb, pc, ldc, d0, dv, voff, pf, acc);
+  static_for<R>([&](auto r) {
+    const __m512 cv = _mm512_set1_ps(cr[r]), sv = _mm512_set1_ps(step[r]);
+    float* orow = o + r * ldo + d0;
+    _mm512_mask_storeu_ps(orow, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r]), sv, _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, orow), cv)));
+    _mm512_mask_storeu_ps(orow + 16, m1,
+                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r + 1]), sv, _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, orow + 16), cv)));
+  });
+}
+
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   constexpr int64_t esz = kEsz<T>;
@@ -431,7 +548,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // The layout of attention_scratch_floats; this path needs no K/V tile in f32.
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
   const int64_t lds = attention_tile_lanes(bs) > bsp ? attention_tile_lanes(bs) : bsp;
-  float* sc = base + int64_t(bsp) * dkp + (int64_t(bs) * dv + 15) / 16 * 16;  // [n_q][lds] scores, then probabilities
+  const int64_t vn = kScaled<T> ? a.v_scales_off : int64_t(bs) * dv;  // floats of the (unused) V tile
+  float* sc = base + int64_t(bsp) * dkp + (vn + 15) / 16 * 16;  // [n_q][lds] scores, then probabilities
   float* m = sc + int64_t(n_q) * lds;  // [n_q] running max
   float* l = m + n_q;                  // [n_q] running sum of exp
   float* cr = l + n_q;                 // [n_q] this tile's rescale of the running state
@@ -440,6 +558,10 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const QRows qr{reinterpret_cast<int32_t*>(cr + n_q), reinterpret_cast<int32_t*>(cr + n_q) + int64_t(n_q) * dk4,
                  cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
   if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
+  // Int8 values: the rows' 8-bit weights of a tile, and their steps.
+  const int64_t ldc = attention_tile_lanes(bs);
+  uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
+  float* pstep = reinterpret_cast<float*>(pc + int64_t(n_q) * ldc);  // [n_q]
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
@@ -497,6 +619,21 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
       softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
                    cr + r0);
+    if constexpr (T == DType::I8) {
+      for (int32_t h = 0; h < nh; ++h)
+        for (int32_t i = 0; i < grp; i += kRows)
+          with_rows(grp - i < kRows ? grp - i : kRows, [&](auto R) {
+            constexpr int Rn = decltype(R)::value;
+            const int32_t r0 = h * grp + i;
+            weights_i8<Rn>(tl, gpb, sc + int64_t(r0) * lds, lds, h * a.v_head_stride + a.v_scales_off,
+                           pc + r0 * ldc, ldc, pstep + r0);
+            for (int32_t d0 = 0; d0 < dv; d0 += 32)
+              pv_i8<Rn>(tl, gpb * 16, pc + r0 * ldc, ldc, pstep + r0, cr + r0, out + r0 * ldo, ldo, d0, dv,
+                        h * a.v_head_stride, pf);
+          });
+      pf.finish();
+      continue;
+    }
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
         scale_probabilities(tl, gpb, sc + int64_t(h) * grp * lds, lds, grp, h * a.v_head_stride + a.v_scales_off);

@@ -82,18 +82,20 @@ void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, fl
 
 void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
   if (l_.scaled()) {
-    v_scales(layer, block, head)[slot] =
-        quantize_scaled(l_.dtype, x, l_.head_dim_v, v(layer, block, head, slot), [](int64_t i) { return i; });
+    const auto at = [&](int64_t d) { return l_.v_element(slot, int32_t(d)); };
+    v_scales(layer, block, head)[slot] = quantize_scaled(l_.dtype, x, l_.head_dim_v, v_tile(layer, block, head), at);
     return;
   }
-  kernels::from_f32(l_.dtype, x, v(layer, block, head, slot), l_.head_dim_v);
+  kernels::from_f32(l_.dtype, x, v_tile(layer, block, head) + int64_t(slot) * l_.head_dim_v * esz_, l_.head_dim_v);
 }
 
 void KVView::read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
-  if (l_.scaled())
-    return dequantize_scaled(l_.dtype, v(layer, block, head, slot), [](int64_t i) { return i; },
-                             v_scales(layer, block, head)[slot], x, l_.head_dim_v);
-  kernels::to_f32(l_.dtype, v(layer, block, head, slot), x, l_.head_dim_v);
+  if (l_.scaled()) {
+    const auto at = [&](int64_t d) { return l_.v_element(slot, int32_t(d)); };
+    return dequantize_scaled(l_.dtype, v_tile(layer, block, head), at, v_scales(layer, block, head)[slot], x,
+                             l_.head_dim_v);
+  }
+  kernels::to_f32(l_.dtype, v_tile(layer, block, head) + int64_t(slot) * l_.head_dim_v * esz_, x, l_.head_dim_v);
 }
 
 }  // namespace ridge
