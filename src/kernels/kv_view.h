@@ -7,6 +7,7 @@
 // every block; a block's K (V) tiles of all KV heads are one contiguous run:
 //   [n_layer] { K [n_blocks][n_kv_head][head_dim_k][block_size],
 //               V [n_blocks][n_kv_head][block_size][head_dim_v] }
+// (int8 interleaves four dimensions of K, four positions of V: k_element, v_element).
 // The 8-bit dtypes (I8, F8_E4M3, F8_E5M2) are scaled: a head's K (V) tile is followed by
 // its slots' f32 scales, [block_size] each, computed when a position is written (the
 // absolute maximum of that token's head vector over the code's largest value). A key's
@@ -21,7 +22,7 @@
 // weighs with four positions' 8-bit probabilities, so P.V runs in integers too.
 // Attention computes a tile's scores with keys across the vector lanes (16 slots of one
 // dimension are one load, no transpose) and P.V with dimensions across the lanes (one
-// position's V row is one load). A decode attention task over several heads reads one
+// position's V row is one load; int8's, four positions' rows). A decode attention task over several heads reads one
 // piece of K and one of V per block, and the scores of a tile of blocks read all its K
 // pieces before P.V reads its V pieces: with K and V in their own regions a table of
 // adjacent blocks (BlockManager's placement) is one stream of K and one of V, which the

@@ -7,19 +7,21 @@
 // values back exactly, so f16/bf16 rounding is common to both sides and the error is the
 // kernels' f32 arithmetic alone: dots over <= 128 terms, the running sum and p.V over
 // <= 300 positions (a few 1e-7 typical, n * 6e-8 ~ 2e-5 at worst), exp within a few ulp.
-// A wrong lane, block, mask or rescale is off by O(1e-2) or more.
+// A wrong lane, block, mask or rescale is off by O(1e-2) or more (on the f32 paths).
 //
 // Int8 keys on AVX-512 score in integer arithmetic with each query row quantized to int8
 // (attention_avx512.cpp: codes round(q x 127 / amax), scale amax / 127). Against a
 // reference fed those quantized rows, kTol holds as above; against the f32 paths the
 // query's rounding shows: a score moves by at most scale x sum_d |k_d| x amax / 254, which
 // in the tests' first 8 rows (|q| up to 4.5 sigma, a peaked softmax) is a few 1e-3 of
-// max |v|: kTolQ8 = 2e-2 bounds that difference, and the quantized reference checks the rest.
-// Int8 values there run P.V in integers too: a row's weights (probability times the
-// value's scale) of a tile are rounded to 8 bits against their largest, which moves the
-// output by at most i8_weight_bound (half a step per key, times its codes); the
-// quantized reference checks within that bound plus kTol, and a case with every weight
-// exact (equal scores, equal value scales) checks the integer path within kTol alone.
+// max |v|: kTolQ8 = 2e-2 bounds that difference (with the weights' rounding below), and
+// the quantized reference checks the rest. Int8 values there run P.V in integers too: a
+// row's weights (probability times the value's scale) in each chunk of 64 score lanes
+// are rounded to 8 bits against their largest, which moves the output by at most
+// i8_weight_bound (half a step per key, times its codes, all with one sign: a loose
+// bound); the quantized reference checks within that bound plus kTol, and a case with
+// every weight exact (equal scores, equal value scales) checks the integer path's
+// positions, blocks, chunks and dimensions within kTol alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -154,13 +156,17 @@ std::vector<double> reference(const Cache& st, const float* q, float scale) {
 }
 
 // The int8-value path's rounding of a row's weights (attention_avx512.cpp, weights_i8):
-// per tile of keys, w_j = p_j x sv_j is rounded to a step of max w / 255, so output
-// element d moves by at most sum over tiles of step / 2 x sum_j |code_jd|, over the sum
-// of the p_j (all taken relative to the row's final max score, which scales every term
-// alike). Per element, for a row q as the kernel scores it.
+// a tile's score lanes (block b's key j in lane b x lpb + j, lpb = its slots rounded up
+// to 16) go in chunks of 64, and in each chunk w_j = p_j x sv_j is rounded to a step of
+// max w / 255, so output element d moves by at most sum over chunks of step / 2 x
+// sum_j |code_jd|, over the sum of the p_j (all taken relative to the row's final max
+// score, which scales every term alike). Per element, for a row q as the kernel scores it.
 std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale) {
   const int32_t dk = st.l.head_dim_k, dv = st.l.head_dim_v, bs = st.l.block_size;
-  const int32_t tile = detail::attention_tile_blocks(bs) * bs;
+  const int32_t tile = detail::attention_tile_blocks(bs) * bs, lpb = (bs + 15) / 16 * 16;
+  const auto chunk_of = [&](int32_t p) {  // (tile, chunk) as one number
+    return int64_t(p / tile) * 1024 + ((p % tile) / bs * lpb + p % bs) / 64;
+  };
   std::vector<double> s(size_t(st.n_ctx)), bound(size_t(dv), 0.0);
   double mx = -INFINITY, sum = 0;
   for (int32_t p = 0; p < st.n_ctx; ++p) {
@@ -171,11 +177,12 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
     mx = std::max(mx, s[size_t(p)]);
   }
   for (int32_t p = 0; p < st.n_ctx; ++p) sum += std::exp(s[size_t(p)] - mx);
-  for (int32_t t0 = 0; t0 < st.n_ctx; t0 += tile) {
-    const int32_t t1 = std::min(st.n_ctx, t0 + tile);
+  for (int32_t p0 = 0; p0 < st.n_ctx;) {  // positions of one chunk are consecutive
+    int32_t p1 = p0;
+    while (p1 < st.n_ctx && chunk_of(p1) == chunk_of(p0)) ++p1;
     double wmax = 0;
-    std::vector<double> codes(size_t(dv), 0.0);  // sum_j |code_jd| over the tile
-    for (int32_t p = t0; p < t1; ++p) {
+    std::vector<double> codes(size_t(dv), 0.0);  // sum_j |code_jd| over the chunk
+    for (int32_t p = p0; p < p1; ++p) {
       const double sv = st.kv->v_scales(kLayer, st.table[size_t(p / bs)], kKvHead)[p % bs];
       wmax = std::max(wmax, std::exp(s[size_t(p)] - mx) * sv);
       if (sv == 0) continue;
@@ -183,6 +190,7 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
       for (int32_t d = 0; d < dv; ++d) codes[size_t(d)] += std::fabs(v[size_t(d)]) / sv;
     }
     for (int32_t d = 0; d < dv; ++d) bound[size_t(d)] += wmax / 510 * codes[size_t(d)] / sum;
+    p0 = p1;
   }
   return bound;
 }
@@ -337,9 +345,12 @@ TEST(Attention, NonFiniteQueryRowsAreNotFinite) {
 // Int8 values with every weight exact: one key at every position (equal scores, so the
 // probabilities are all 1) and values of one scale (each position's largest element
 // +-3), so a row's 8-bit weights are all 255 and the integer P.V is the mean of the
-// values within kTol, on every ISA: a wrong lane, quad, block or pass shows.
+// values within kTol, on every ISA: a position missed or counted twice, a wrong block,
+// chunk, dimension or pass shows (an exchange of two positions would not: the peaked
+// rows of check_case see those).
 TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
-  for (auto [bs, dv, n_ctx] : {std::tuple{16, 64, 100}, std::tuple{5, 40, 97}, std::tuple{48, 200, 130}}) {
+  for (auto [bs, dv, n_ctx] :
+       {std::tuple{16, 64, 100}, std::tuple{5, 40, 97}, std::tuple{48, 200, 130}, std::tuple{200, 64, 330}}) {
     const int32_t dk = 32, n_q = 9;
     Cache st(DType::I8, dk, dv, bs, n_ctx, 11);
     std::mt19937 rng(uint32_t(bs + dv));
@@ -370,20 +381,39 @@ TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
   }
 }
 
+// A value vector with a NaN at an attended position gives every row a non-finite output
+// on every ISA (its scale is NaN: never a finite, wrong row), whichever dtype.
+TEST(Attention, NanValueVectorIsNotFinite) {
+  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3}) {
+    Cache st(t, 32, 32, 16, 70, 3);
+    std::vector<float> v(32, 0.5f);
+    v[7] = std::numeric_limits<float>::quiet_NaN();
+    st.kv->write_v(kLayer, st.table[2], kKvHead, 5, v.data());  // position 37
+    std::vector<float> q(size_t(4 * 32), 0.1f);
+    IsaGuard guard;
+    for (Isa isa : isas()) {
+      set_isa(isa);
+      const Result grp = run_group(st, q, 32, 4, 0.2f);
+      for (int32_t r = 0; r < 4; ++r)
+        EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)])) << dtype_name(t) << " " << isa_name(isa) << " row " << r;
+    }
+  }
+}
+
 // Shapes the models above do not have: other block sizes (groups of keys that straddle or
 // underfill a tile), head sizes off every vector width, dk != dv, odd group sizes.
 TEST(Attention, OddBlockSizesAndHeadDims) {
   double worst = 0;
   for (DType t : {DType::F32, DType::F16, DType::I8, DType::F8_E4M3})
-    for (int32_t bs : {1, 5, 24, 32, 48, 100})
+    for (int32_t bs : {1, 5, 20, 24, 32, 48, 100, 200})
       for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
-        for (int32_t n_ctx : {1, 23, 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
+        for (int32_t n_ctx : {1, 23, 97, bs > 97 ? bs + 40 : 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
-// Group sizes past what one SIMD kernel takes at once (8 rows of scores, 4 rows of P.V,
-// 16 rows of softmax state: rows 16.. go to a second block), and dv over several passes
-// of 64 columns with a partial last vector: the grouped call still gives each row alone's bits.
+// Group sizes past what one SIMD kernel takes at once (8 rows of scores and of P.V, 16
+// rows of softmax state: rows 16.. go to a second block), and dv over several passes of
+// 32 columns with a partial last vector: the grouped call still gives each row alone's bits.
 TEST(Attention, LargeGroupsAndWideHeads) {
   double worst = 0;
   for (DType t : {DType::F16, DType::BF16, DType::F8_E5M2, DType::I8})

@@ -176,6 +176,27 @@ TEST(Fp8, KvCacheScalesOfTinyAndNanVectors) {
   }
 }
 
+// Int8 values lie four positions to a slot (kv_view.h), which the AVX-512 attention's
+// integer P.V reads: dimension d of slot s at byte ((s / 4) x head_dim_v + d) x 4 + s % 4,
+// the slots padded to 4.
+TEST(Fp8, Int8ValuesLieFourPositionsToASlot) {
+  KVLayout l;
+  l.n_layer = 1, l.n_kv_head = 2, l.head_dim_k = 8, l.head_dim_v = 10, l.block_size = 5, l.n_blocks = 1;
+  l.dtype = DType::I8;
+  KVCache kv(l);
+  EXPECT_EQ(kv.v_codes_bytes(), 8 * 10);  // 5 slots padded to 8
+  std::vector<float> x(10);
+  for (int32_t d = 0; d < 10; ++d) x[size_t(d)] = float(d + 1) * (d % 2 ? -1.f : 1.f);  // amax 10: scale 10/127
+  kv.write_v(0, 0, 1, 4, x.data());
+  const auto* codes = reinterpret_cast<const int8_t*>(kv.v_tile(0, 0, 1));
+  for (int32_t d = 0; d < 10; ++d)
+    EXPECT_EQ(codes[(1 * 10 + d) * 4 + 0], int8_t(std::nearbyint(x[size_t(d)] * 12.7f))) << "dimension " << d;
+  EXPECT_FLOAT_EQ(kv.v_scales(0, 0, 1)[4], 10.f / 127.f);
+  std::vector<float> y(10);
+  kv.read_v(0, 0, 1, 4, y.data());
+  for (int32_t d = 0; d < 10; ++d) EXPECT_NEAR(y[size_t(d)], x[size_t(d)], 10.f / 254.f + 1e-6f);
+}
+
 // Int8 keys lie four dimensions to a slot (kv_view.h), which the AVX-512 attention's
 // integer scores read: dimension d of slot s at byte (d / 4 x block_size + s) x 4 + d % 4.
 TEST(Fp8, Int8KeysLieFourDimensionsToASlot) {

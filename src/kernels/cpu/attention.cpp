@@ -27,14 +27,14 @@ int32_t detail::attention_tile_lanes(int32_t block_size) {
 //   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
 //   [n_q][dk4], [n_q], [n_q]         int8, AVX-512: the query rows' codes (dk4 = head_dim_k
 //                                    rounded up to 4, over 4), their corrections and scales,
-//   [n_q][tile lanes / 4], [n_q]     and a tile's 8-bit weights (probabilities times the
-//                                    values' scales), their steps
+//   [n_q][tile lanes / 4],           and a tile's 8-bit weights (probabilities times the
+//   [n_q][tile lanes / 64, up]       values' scales), their steps per 64 lanes
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
   const int64_t lanes = detail::attention_tile_lanes(l.block_size), row = std::max<int64_t>(bsp, lanes);
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
-  const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + 1) : 0;
+  const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8;
 }
 
@@ -64,7 +64,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
-    // A head's tiles are contiguous: one conversion each (K's slots past n too, unread).
+    // A head's tiles are contiguous: one conversion each (slots past n too, unread).
     to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, kn);
     to_f32(l.dtype, a.kv->v_tile(a.layer, block, kv_head), vf, vn);
     if (l.scaled()) {  // codes times their position's scale (kv_view.h)

@@ -8,7 +8,8 @@
 // and converted to f32 once for all of them. A row's arithmetic never depends on how many
 // rows share the call or which: on one ISA, attention_group over n_q rows gives the same
 // bits as n_q calls with one row each. Across ISAs (RIDGE_ISA) results agree within
-// rounding only (summation order and exp differ).
+// rounding only (summation order and exp differ; int8 on AVX-512 quantizes the queries
+// and the probabilities too).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -62,7 +63,7 @@ namespace detail {
 // baseline callers too).
 struct AttnView {
   const uint8_t* k0 = nullptr;  // K tile [dk][block_size] of (layer, block 0, kv_head)
-  const uint8_t* v0 = nullptr;  // V tile [block_size][dv] of the same
+  const uint8_t* v0 = nullptr;  // V tile [block_size][dv] of the same (int8: v_element)
   int64_t k_block_stride = 0;   // bytes from one block's K of this head to the next block's
   int64_t v_block_stride = 0;
   int64_t k_head_stride = 0;    // bytes from one head's K tile to the next head's

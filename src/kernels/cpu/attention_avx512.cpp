@@ -15,8 +15,9 @@
 //  - out[8 rows][32 columns] = out * rescale + P V in 16 accumulators over the tile's
 //    keys, V converted from the cache as it is loaded, once for the 8 rows; int8 values
 //    in integer arithmetic, four positions per load and vpdpbusd (pv_i8).
-// Batch invariance: a row's score for a key is one fma chain over d = 0..dk-1, then one
-// multiply by the scale; every other step is lane-wise or in a fixed per-row order. No
+// Batch invariance: a row's score for a key is one fma chain over d = 0..dk-1 (int8: one
+// exact integer sum), then one multiply by the scale; every other step (int8's weights
+// and their integer sums included) is lane-wise or in a fixed per-row order. No
 // row's bits depend on how many rows share the call, or which (the tests compare bits).
 #include <immintrin.h>
 
@@ -444,22 +445,27 @@ void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int
   }
 }
 
-// Int8 values: P.V in integer arithmetic. A row's weights for the tile's keys, each
+// Int8 values: P.V in integer arithmetic. A row's weights for a tile's keys, each
 // probability times its value's scale (w = p x sv, kv_view.h), are quantized to 8 bits
-// against the row's largest in the tile (codes round(w x 255 / max w), the step
-// max w / 255), and one vpdpbusd weighs 16 dimensions of four positions, which the cache
-// keeps four positions to a slot, with four of a row's codes. The running sum of the
-// probabilities stays exact (softmax_rows), so a weight's rounding moves only its own
-// key's share of the output, by at most half a step times its value. A NaN or infinite
-// weight makes the row's step, and so its output, NaN, as the f32 paths' would be.
-//
+// against the row's largest in their chunk of kChunkLanes score lanes (codes
+// round(w x 255 / max w), the chunk's step max w / 255), and one vpdpbusd weighs 16
+// dimensions of four positions, which the cache keeps four positions to a slot, with four
+// of a row's codes. The running sum of the probabilities stays exact (softmax_rows), so a
+// weight's rounding moves only its own key's share of the output, by at most half a step
+// times its value; a weight under half a step drops out of the output but not out of the
+// sum, which a chunk of at most 64 keys bounds (a tile of one large block has several
+// chunks). A NaN or infinite weight makes the row's steps, and so its output, NaN, as the
+// f32 paths' would be.
+constexpr int32_t kChunkLanes = 64;
+
 // Rows [0, R) of one head: their weights over the tile's lanes (0 past each block's keys)
-// to codes pc[R][ldc], and their steps; vsoff: bytes from a block's V tile of the head to
-// its scales. p holds the probabilities on entry and the weights after.
+// to codes pc[R][ldc], and each chunk's step, step[r * lds_step + chunk]; vsoff: bytes from
+// a block's V tile of the head to its scales. p holds the probabilities on entry and the
+// weights after.
 template <int R>
 ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int64_t vsoff, uint8_t* pc, int64_t ldc,
-                            float* step) {
-  __m512 wmax[R];
+                            float* step, int64_t lds_step) {
+  __m512 wmax[R];  // the rows' largest weights, when the tile is one chunk
   __mmask16 bad[R];
   ATTN_UNROLL for (int r = 0; r < R; ++r) wmax[r] = _mm512_setzero_ps(), bad[r] = 0;
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
@@ -478,33 +484,45 @@ ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, 
     }
   }
   const int32_t lanes = tl.n_blocks * gpb * 16;
-  ATTN_UNROLL for (int r = 0; r < R; ++r) {
-    const float mx = _mm512_reduce_max_ps(wmax[r]);
-    float inv = mx > 0.f ? 255.f / mx : 0.f;
-    if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal max: the weights count as zeros
-    step[r] = bad[r] ? __builtin_nanf("") : inv > 0.f ? mx / 255.f : 0.f;
-    const __m512 vi = _mm512_set1_ps(bad[r] ? 0.f : inv);
-    for (int32_t x = 0; x < lanes; x += 16)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pc + r * ldc + x),
-                       _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + r * ldp + x), vi))));
-  }
+  ATTN_UNROLL for (int r = 0; r < R; ++r)
+    for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
+      const int32_t c1 = lanes - c0 < kChunkLanes ? lanes : c0 + kChunkLanes;
+      __m512 cmax = wmax[r];
+      if (lanes > kChunkLanes) {
+        cmax = _mm512_setzero_ps();
+        for (int32_t x = c0; x < c1; x += 16) cmax = _mm512_max_ps(cmax, _mm512_loadu_ps(p + r * ldp + x));
+      }
+      const float mx = _mm512_reduce_max_ps(cmax);
+      float inv = mx > 0.f ? 255.f / mx : 0.f;
+      if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal max: the weights count as zeros
+      step[r * lds_step + c0 / kChunkLanes] = bad[r] ? __builtin_nanf("") : inv > 0.f ? mx / 255.f : 0.f;
+      const __m512 vi = _mm512_set1_ps(bad[r] ? 0.f : inv);
+      for (int32_t x = c0; x < c1; x += 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pc + r * ldc + x),
+                         _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + r * ldp + x), vi))));
+    }
 }
 
-// The int32 sums sum_j code_r[j] v_j[d0, d0 + 32) of R rows over a tile, out[2r], out[2r + 1]:
-// each quad of a block's positions is one 64-byte load per 16 dimensions, its four codes
-// of a row one broadcast 32-bit word. Out of line for the reason dots_i8 is.
+// The int32 sums sum_j code_r[j] v_j[d0, d0 + 32) of R rows over the tile's score lanes
+// [c0, c0 + kChunkLanes), out[2r], out[2r + 1]: each quad of a block's positions is one
+// 64-byte load per 16 dimensions, its four codes of a row one broadcast 32-bit word. Out
+// of line for the reason dots_i8 is.
 template <int R>
-ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, int32_t d0, int32_t dv,
-                              int64_t voff, Prefetcher& pf, __m512i* out) {
+ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, int32_t c0, int32_t d0,
+                              int32_t dv, int64_t voff, Prefetcher& pf, __m512i* out) {
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   const int64_t quad = 4 * int64_t(dv);  // bytes between a V tile's four-position rows
   __m512i acc[R][2];
   static_for<R>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_si512(); });
   Prefetcher::Cursor c = pf.cur;
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
+    // The block's keys whose lanes lie in the chunk (a chunk starts on a block or, in a
+    // tile of one block, on a multiple of kChunkLanes: a whole quad either way).
+    const int32_t j0 = c0 - b * lpb > 0 ? c0 - b * lpb : 0;
+    const int32_t j1 = c0 + kChunkLanes - b * lpb < tl.keys[b] ? c0 + kChunkLanes - b * lpb : tl.keys[b];
     const uint8_t* vb = tl.v[b] + voff + 4 * int64_t(d0);
     const uint8_t* pb = pc + b * lpb;
-    for (int32_t j = 0; j < tl.keys[b]; j += 4) {
+    for (int32_t j = j0; j < j1; j += 4) {
       pf.step(c), pf.step(c);  // a line asked for per line read
       const uint8_t* vj = vb + (j >> 2) * quad;
       const __m512i v0 = _mm512_maskz_loadu_epi32(m0, vj), v1 = _mm512_maskz_loadu_epi32(m1, vj + 64);
@@ -521,21 +539,25 @@ ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, in
   static_for<R>([&](auto r) { out[2 * r] = acc[r][0], out[2 * r + 1] = acc[r][1]; });
 }
 
-// o_r[d0, d0 + 32) = o_r * cr[r] + (sum_j code_r[j] v_j) x step[r] for R rows, as pv<> but
-// in integer arithmetic (pv_dots_i8).
+// o_r[d0, d0 + 32) = o_r * cr[r] + sum over the tile's chunks of (sum_j code_r[j] v_j) x
+// the chunk's step, for R rows, in chunk order: as pv<> but in integer arithmetic.
 template <int R>
-ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, const float* step, const float* cr,
-                       float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
+ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, const float* step, int64_t lds_step,
+                       const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
-  __m512i acc[2 * R];
-  pv_dots_i8<R>(tl, lpb, pc, ldc, d0, dv, voff, pf, acc);
-  static_for<R>([&](auto r) {
-    const __m512 cv = _mm512_set1_ps(cr[r]), sv = _mm512_set1_ps(step[r]);
-    float* orow = o + r * ldo + d0;
-    _mm512_mask_storeu_ps(orow, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r]), sv, _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, orow), cv)));
-    _mm512_mask_storeu_ps(orow + 16, m1,
-                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r + 1]), sv, _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, orow + 16), cv)));
-  });
+  const int32_t lanes = tl.n_blocks * lpb;
+  for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
+    __m512i acc[2 * R];
+    pv_dots_i8<R>(tl, lpb, pc, ldc, c0, d0, dv, voff, pf, acc);
+    static_for<R>([&](auto r) {
+      const __m512 cv = _mm512_set1_ps(c0 == 0 ? cr[r] : 1.f), sv = _mm512_set1_ps(step[r * lds_step + c0 / kChunkLanes]);
+      float* orow = o + r * ldo + d0;
+      const __m512 o0 = _mm512_maskz_loadu_ps(m0, orow), o1 = _mm512_maskz_loadu_ps(m1, orow + 16);
+      _mm512_mask_storeu_ps(orow, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r]), sv, c0 == 0 ? _mm512_mul_ps(o0, cv) : o0));
+      _mm512_mask_storeu_ps(orow + 16, m1,
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r + 1]), sv, c0 == 0 ? _mm512_mul_ps(o1, cv) : o1));
+    });
+  }
 }
 
 template <DType T>
@@ -559,9 +581,9 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                  cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
   if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
-  const int64_t ldc = attention_tile_lanes(bs);
+  const int64_t ldc = attention_tile_lanes(bs), ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
-  float* pstep = reinterpret_cast<float*>(pc + int64_t(n_q) * ldc);  // [n_q]
+  float* pstep = reinterpret_cast<float*>(pc + int64_t(n_q) * ldc);  // [n_q][ldstep]
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
@@ -626,10 +648,10 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             constexpr int Rn = decltype(R)::value;
             const int32_t r0 = h * grp + i;
             weights_i8<Rn>(tl, gpb, sc + int64_t(r0) * lds, lds, h * a.v_head_stride + a.v_scales_off,
-                           pc + r0 * ldc, ldc, pstep + r0);
+                           pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep);
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
-              pv_i8<Rn>(tl, gpb * 16, pc + r0 * ldc, ldc, pstep + r0, cr + r0, out + r0 * ldo, ldo, d0, dv,
-                        h * a.v_head_stride, pf);
+              pv_i8<Rn>(tl, gpb * 16, pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep, cr + r0, out + r0 * ldo, ldo,
+                        d0, dv, h * a.v_head_stride, pf);
           });
       pf.finish();
       continue;
