@@ -133,17 +133,25 @@ struct Cache {
 };
 
 // softmax(q K^T scale) V in double, one row.
-std::vector<double> reference(const Cache& st, const float* q, float scale) {
-  const int32_t dk = st.l.head_dim_k, dv = st.l.head_dim_v;
-  std::vector<double> s(size_t(st.n_ctx)), out(size_t(dv), 0.0);
-  double mx = -INFINITY;
+// A row's scores q.k x scale over the context, in double, and their max.
+std::vector<double> scores_of(const Cache& st, const float* q, float scale, double* mx) {
+  std::vector<double> s(size_t(st.n_ctx));
+  *mx = -INFINITY;
   for (int32_t p = 0; p < st.n_ctx; ++p) {
     const std::vector<float> k = st.row(true, p);
     double dot = 0;
-    for (int32_t d = 0; d < dk; ++d) dot += double(q[d]) * k[size_t(d)];
+    for (int32_t d = 0; d < st.l.head_dim_k; ++d) dot += double(q[d]) * k[size_t(d)];
     s[size_t(p)] = dot * scale;
-    mx = std::max(mx, s[size_t(p)]);
+    *mx = std::max(*mx, s[size_t(p)]);
   }
+  return s;
+}
+
+std::vector<double> reference(const Cache& st, const float* q, float scale) {
+  const int32_t dv = st.l.head_dim_v;
+  std::vector<double> out(size_t(dv), 0.0);
+  double mx = 0;
+  const std::vector<double> s = scores_of(st, q, scale, &mx);
   double sum = 0;
   for (int32_t p = 0; p < st.n_ctx; ++p) {
     const double e = std::exp(s[size_t(p)] - mx);
@@ -162,20 +170,14 @@ std::vector<double> reference(const Cache& st, const float* q, float scale) {
 // sum_j |code_jd|, over the sum of the p_j (all taken relative to the row's final max
 // score, which scales every term alike). Per element, for a row q as the kernel scores it.
 std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale) {
-  const int32_t dk = st.l.head_dim_k, dv = st.l.head_dim_v, bs = st.l.block_size;
+  const int32_t dv = st.l.head_dim_v, bs = st.l.block_size;
   const int32_t tile = detail::attention_tile_blocks(bs) * bs, lpb = (bs + 15) / 16 * 16;
   const auto chunk_of = [&](int32_t p) {  // (tile, chunk) as one number
     return int64_t(p / tile) * 1024 + ((p % tile) / bs * lpb + p % bs) / 64;
   };
-  std::vector<double> s(size_t(st.n_ctx)), bound(size_t(dv), 0.0);
-  double mx = -INFINITY, sum = 0;
-  for (int32_t p = 0; p < st.n_ctx; ++p) {
-    const std::vector<float> k = st.row(true, p);
-    double dot = 0;
-    for (int32_t d = 0; d < dk; ++d) dot += double(q[d]) * k[size_t(d)];
-    s[size_t(p)] = dot * scale;
-    mx = std::max(mx, s[size_t(p)]);
-  }
+  std::vector<double> bound(size_t(dv), 0.0);
+  double mx = 0, sum = 0;
+  const std::vector<double> s = scores_of(st, q, scale, &mx);
   for (int32_t p = 0; p < st.n_ctx; ++p) sum += std::exp(s[size_t(p)] - mx);
   for (int32_t p0 = 0; p0 < st.n_ctx;) {  // positions of one chunk are consecutive
     int32_t p1 = p0;
