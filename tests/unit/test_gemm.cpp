@@ -13,14 +13,17 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cpu/tuning.h"
 #include "quant/blocks.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
@@ -233,6 +236,53 @@ TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
         ASSERT_EQ(0, std::memcmp(b.data() + i * 64, want.data() + i * n_out + 32, 64 * sizeof(float))) << "m " << m;
       }
     }
+}
+
+// Every candidate of every tunable parameter (tuning.h), for this type, gives the bits the
+// defaults give: one row, decode batches of 3, 9 and 16 rows (tiles 3; 3 x 3 or 4 + 4 + 1;
+// 4 x 4) and a prefill chunk of 61, on 1 and 2 threads. 65 panels (the last partial) are
+// enough for tasks of 16 panels on one thread and 8 on two, and leave one panel after
+// decode's groups of 4 or 2 streams.
+TEST_P(GemmTest, EveryTuningCandidateGivesTheDefaultsBits) {
+  const DType t = GetParam();
+  const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 1034;
+  const Mat w = make(t, k, n_out, 5);
+  ThreadPool p1(1), p2(2);
+  const KernelTuning saved = kernel_tuning();
+  const KernelTuning defaults = default_tuning();
+  for (const int64_t m : {1, 3, 9, 16, 61}) {
+    const auto x = acts(m, k, uint32_t(40 + m));
+    set_kernel_tuning(defaults);
+    const auto want = run(p2, w, x, m, true);
+    for (const TunableParam& p : tunable_params())
+      for (const int32_t v : p.candidates) {
+        KernelTuning tn = defaults;
+        tn.of(t).*p.field = v;
+        set_kernel_tuning(tn);
+        for (ThreadPool* pool : {&p1, &p2}) {
+          const auto got = run(*pool, w, x, m, true);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << dtype_name(t) << " m = " << m << " " << p.name << " = " << v << " on " << pool->size() << " threads";
+        }
+      }
+  }
+  set_kernel_tuning(saved);
+}
+
+TEST(KernelTuning, RejectsValuesOutsideTheCandidates) {
+  const KernelTuning saved = kernel_tuning();
+  KernelTuning tn = default_tuning();
+  tn.of(DType::Q4_0).decode_streams = 3;
+  EXPECT_THROW(set_kernel_tuning(tn), Error);
+  EXPECT_EQ(kernel_tuning(), saved);
+  EXPECT_THROW(tn.of(DType::Q8_K), Error);
+  EXPECT_EQ(&std::as_const(tn).of(DType::Q8_K).decode_ahead, &std::as_const(tn).of(DType::I8).decode_ahead);
+  for (const TunableParam& p : tunable_params())
+    EXPECT_TRUE(valid_value(p, default_tuning().of(DType::Q8_0).*p.field)) << p.name;
+  EXPECT_TRUE(tunable_for(*find_tunable("batch_even"), DType::Q4_0));
+  EXPECT_FALSE(tunable_for(*find_tunable("batch_even"), DType::Q4_K));
+  EXPECT_FALSE(tunable_for(*find_tunable("batch_ahead"), DType::F16));
+  EXPECT_EQ(find_tunable("no_such"), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,

@@ -64,6 +64,13 @@ struct GemmArgs {
   // FP8 weights on the bf16 path (core/cpu.h fp8_path): act holds bf16 rows [m][k] (stride
   // lda elements), the panels that path's layout.
   bool fp8_bf16 = false;
+  // The call's tuned parameters (tuning.h), none of which changes a bit of y: bytes the
+  // weight streams are prefetched ahead (decode's or a decode batch's distance), weight
+  // streams a decode task reads at once (2 or 4), and a 32-block decode batch's row tiles
+  // (even, or 4s and the rest).
+  int64_t ahead = 1024;
+  int32_t streams = 4;
+  bool even_tiles = true;
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 

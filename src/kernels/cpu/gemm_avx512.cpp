@@ -40,7 +40,7 @@ struct LoadBF16 {
 // y: MR rows at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
 template <int MR, int NP, bool kAhead, typename L>
 void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t c0, int64_t c1, float* y,
-                int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead) {
   for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
     const int64_t k1 = std::min(c1, k0 + kGemmKc);
     __m512 acc[MR][NP];
@@ -49,7 +49,7 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
     for (int64_t c = k0; c < k1; ++c) {
       if ((c & 15) == 0) pf.step();
       if constexpr (kAhead)
-        if ((c & (64 / L::kColBytes - 1)) == 0) stream_ahead<NP, 64>(w, ps, c * L::kColBytes);
+        if ((c & (64 / L::kColBytes - 1)) == 0) stream_ahead<NP, 64>(w, ps, c * L::kColBytes, ahead);
       __m512 wv[NP];
       for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + c * L::kColBytes);
       for (int i = 0; i < MR; ++i) {
@@ -86,10 +86,10 @@ inline constexpr int64_t kFp8Block = kPanelRows * int64_t(sizeof(quant::BlockFp8
 // of codes as the columns go (each line of the block once).
 template <int MR, int NP, bool kAhead>
 inline __attribute__((always_inline)) void fp8_block_begin(__m512 (&acc)[MR][NP], const uint8_t* w, int64_t ps,
-                                                           int64_t off) {
+                                                           int64_t off, int64_t ahead) {
   for (int i = 0; i < MR; ++i)
     for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
-  if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off);
+  if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, off, ahead);
 }
 
 // A block's chains into y: y = fma(chain, d x unit, y), from zero in a row's first block.
@@ -110,18 +110,18 @@ inline __attribute__((always_inline)) void fp8_block_end(const __m512 (&acc)[MR]
 
 template <int MR, int NP, bool kAhead>
 void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t b0, int64_t b1, float* y,
-              int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+              int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead) {
   const __m512 two8 = _mm512_set1_ps(256.0f);
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t off = b * kFp8Block;
     __m512 acc[MR][NP];
-    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off);
+    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off, ahead);
     const float* xb = x + b * quant::kQF8;
     for (int64_t c = 0; c < quant::kQF8; c += 2) {
       if ((c & 15) == 0) pf.step();
       const int64_t at = off + 64 + c * kPanelRows;
       if constexpr (kAhead)
-        if ((c & 3) == 0) stream_ahead<NP, 64>(w, ps, at);
+        if ((c & 3) == 0) stream_ahead<NP, 64>(w, ps, at, ahead);
       __m512 wv[2][NP];
       for (int p = 0; p < NP; ++p) fp8_columns(w + p * ps + at, wv[0][p], wv[1][p]);
       for (int j = 0; j < 2; ++j)
@@ -162,19 +162,19 @@ constexpr Bf16Tables kBf16Tables = make_bf16_tables();
 template <int MR, int NP, bool kAhead>
 __attribute__((target("avx512bf16,avx512vbmi"))) void kern_fp8_bf16(const uint8_t* w, int64_t ps, const uint16_t* x,
                                                                     int64_t ldx, int64_t b0, int64_t b1, float* y,
-                                                                    int64_t ldy, __mmask16 last, PassPrefetch& pf) {
+                                                                    int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead) {
   const __m512i lo0 = _mm512_load_si512(kBf16Tables.lo), lo1 = _mm512_load_si512(kBf16Tables.lo + 64);
   const __m512i hi0 = _mm512_load_si512(kBf16Tables.hi), hi1 = _mm512_load_si512(kBf16Tables.hi + 64);
   const __m512i sign = _mm512_set1_epi8(char(0x80));
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t off = b * kFp8Block;
     __m512 acc[MR][NP];
-    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off);
+    fp8_block_begin<MR, NP, kAhead>(acc, w, ps, off, ahead);
     const uint16_t* xb = x + b * quant::kQF8;
     for (int64_t g = 0; g < quant::kQF8 / 4; ++g) {
       if ((g & 3) == 0) pf.step();
       const int64_t at = off + 64 + g * 64;
-      if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, at);
+      if constexpr (kAhead) stream_ahead<NP, 64>(w, ps, at, ahead);
       __m512i a01[NP], a23[NP];
       for (int p = 0; p < NP; ++p) {
         const __m512i v = _mm512_loadu_si512(w + p * ps + at);
@@ -267,7 +267,7 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
 // kCodes: the nibble formats' blocks [b0, b1) come unpacked in codes (unpack_units).
 template <int MR, int NP, bool kAhead, Fmt F, bool kCodes = false>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
   using I = FmtInfo<F>;
   constexpr bool kMin = I::kMin;
   constexpr int64_t kBlockBytes = I::kBlockBytes;
@@ -275,7 +275,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   acc_begin(accf, b0 == 0, y, ldy, last);
   for (int64_t b = b0; b < b1; ++b) {
     pf.step();
-    if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
+    if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, ahead);
     __m512i acci[MR][NP];
     if constexpr (kCodes) {
       isum_offsets<MR, NP, F>(a, lda, b, acci);
@@ -341,9 +341,12 @@ inline __attribute__((always_inline)) void batch_tile(const uint8_t* w, int64_t 
 // bandwidth: docs/BENCHMARKS.md, issue 6 session 6.) The float sums of
 // every row sit in an aligned scratch, loaded and stored around the same fma on the same
 // values as kern_int8's, so every lane keeps its bits.
-template <int NP, Fmt F>
+// kEven: the row tiles (GemmArgs::even_tiles), a template argument: with both kinds of
+// tile in one function GCC's register allocation of the accumulators fell apart (several
+// times the register moves and stack traffic).
+template <int NP, Fmt F, bool kEven>
 void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t nb, float* y,
-                     int64_t ldy, __mmask16 last) {
+                     int64_t ldy, __mmask16 last, int64_t ahead) {
   constexpr bool kMin = FmtInfo<F>::kMin;
   constexpr int64_t kBlockBytes = FmtInfo<F>::kBlockBytes;
   alignas(64) float accm[kBatchRows][NP][16];
@@ -360,11 +363,12 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
       batch_tile<decltype(R)::value, NP, F>(w, ps, a + r * lda, lda, b, codes, dw, mw, accm + r);
     };
     if constexpr (F == Fmt::Q8_0) {
-      batch_tiles_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, rows, tile);
+      batch_tiles_ahead<NP, kBlockBytes, kEven>(w, ps, b * kBlockBytes, ahead, rows, tile);
     } else {
-      stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes);
+      stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, ahead);
       nibble_unpack<NP, FmtInfo<F>::kHigh>(w + b * kBlockBytes + FmtInfo<F>::kCodes, ps, codes);
-      batch_even_tiles(rows, tile);
+      if constexpr (kEven) batch_even_tiles(rows, tile);
+      else batch_row_tiles(rows, tile);
     }
   }
   batch_store<NP>(accm, rows, y, ldy, last);
@@ -405,39 +409,39 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   const auto* xf = static_cast<const float*>(g.act) + m * g.lda;
   if constexpr (!kAhead) {  // decode is never unpacked
     if (codes) switch (g.type) {
-        case DType::Q4_0: return kern_int8<MR, NP, false, Fmt::Q4_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
-        case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, codes);
+        case DType::Q4_0: return kern_int8<MR, NP, false, Fmt::Q4_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         default: break;
       }
   }
   switch (g.type) {
-    case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
+    case DType::F32: return kern_float<MR, NP, kAhead, LoadF32>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead);
+    case DType::F16: return kern_float<MR, NP, kAhead, LoadF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead);
+    case DType::BF16: return kern_float<MR, NP, kAhead, LoadBF16>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead);
     case DType::F8_E4M3_B128:
       if (g.fp8_bf16)
         return kern_fp8_bf16<MR, NP, kAhead>(w, ps, static_cast<const uint16_t*>(g.act) + m * g.lda, g.lda, c0, c1, y,
-                                             g.ldy, last, pf);
-      return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf);
-    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
-    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+                                             g.ldy, last, pf, g.ahead);
+      return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead);
+    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q6_K:
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
-        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, nullptr);
+        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
       else
         for (int p = 0; p < NP; ++p)
           kern_q6k<MR, 1, kAhead>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
-                                  p == NP - 1 ? last : __mmask16(0xFFFF), pf, nullptr);
+                                  p == NP - 1 ? last : __mmask16(0xFFFF), pf, g.ahead, nullptr);
       return;
     default: return;
   }
@@ -457,25 +461,35 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
   const auto* a = static_cast<const ActQ8*>(g.act) + m0 * g.lda;
   const int64_t rows = m1 - m0;
   switch (g.type) {
-    case DType::Q8_0: return kern_int8_batch<NP, Fmt::Q8_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
-    case DType::Q4_0: return kern_int8_batch<NP, Fmt::Q4_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
-    case DType::Q4_1: return kern_int8_batch<NP, Fmt::Q4_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
-    case DType::Q5_0: return kern_int8_batch<NP, Fmt::Q5_0>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
-    case DType::Q5_1: return kern_int8_batch<NP, Fmt::Q5_1>(w, ps, a, g.lda, rows, nb, y, g.ldy, last);
-    case DType::Q4_K: return kern_q45k_batch<NP, false>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last);
+    case DType::Q8_0:
+      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q8_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
+                          : kern_int8_batch<NP, Fmt::Q8_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q4_0:
+      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q4_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
+                          : kern_int8_batch<NP, Fmt::Q4_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q4_1:
+      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q4_1, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
+                          : kern_int8_batch<NP, Fmt::Q4_1, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q5_0:
+      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q5_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
+                          : kern_int8_batch<NP, Fmt::Q5_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q5_1:
+      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q5_1, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
+                          : kern_int8_batch<NP, Fmt::Q5_1, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q4_K: return kern_q45k_batch<NP, false>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last, g.ahead);
     case DType::Q5_K:
       if constexpr (NP == 4) {  // the fifth-bit vectors leave too few registers for 4
-        kern_q45k_batch<2, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, 0xFFFF);
-        return kern_q45k_batch<2, true>(w + 2 * ps, ps, a, g.lda, rows, g.k / 256, y + 32, g.ldy, last);
+        kern_q45k_batch<2, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, 0xFFFF, g.ahead);
+        return kern_q45k_batch<2, true>(w + 2 * ps, ps, a, g.lda, rows, g.k / 256, y + 32, g.ldy, last, g.ahead);
       } else {
-        return kern_q45k_batch<NP, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last);
+        return kern_q45k_batch<NP, true>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last, g.ahead);
       }
     case DType::Q6_K:
       if constexpr (NP == 4) {
-        kern_q6k_batch<2>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, 0xFFFF);
-        return kern_q6k_batch<2>(w + 2 * ps, ps, a, g.lda, rows, g.k / 256, y + 32, g.ldy, last);
+        kern_q6k_batch<2>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, 0xFFFF, g.ahead);
+        return kern_q6k_batch<2>(w + 2 * ps, ps, a, g.lda, rows, g.k / 256, y + 32, g.ldy, last, g.ahead);
       } else {
-        return kern_q6k_batch<NP>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last);
+        return kern_q6k_batch<NP>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last, g.ahead);
       }
     default: return;
   }
@@ -546,10 +560,11 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     return p_end == n_panels ? lane_mask(g.n_out - (n_panels - 1) * kPanelRows) : __mmask16(0xFFFF);
   };
   const int64_t units = reduction_units(g), step = g.stream ? units_per_pass(g.type) : units;
-  if (m1 - m0 == 1) {  // decode: four weight streams in flight, one pass
+  if (m1 - m0 == 1) {  // decode: g.streams weight streams in flight (4 or 2), one pass
     int64_t p = p0;
     PassPrefetch none;
-    for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none);
+    if (g.streams >= 4)
+      for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none);
     for (; p + 2 <= p1; p += 2) tile<1, 2, true>(g, m0, p, last_of(p + 2), 0, units, none);
     for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
     return;

@@ -47,24 +47,18 @@ struct PassPrefetch {
 // loads, the hardware prefetchers alone leave a thread's 4 panel streams measurably under
 // a plain read (bench/bench_stream.cpp); a software prefetch a fixed distance ahead in
 // every stream, one per line spread over the iterations, wins that back, most in f16 and
-// q4_k_m decode (docs/BENCHMARKS.md, issue 6 session 6). 1 KiB and 2 KiB measured the
-// same in the kernels.
-inline constexpr int64_t kAheadBytes = 1024;
-
-// A Q8_0 decode batch spends several times longer on each block than decode does, so
-// the same distance ahead is too little time ahead: at 2 to 9 rows the stream fell
-// behind the arithmetic. Twice the distance measured faster there and the same at one
-// row; 3 and 4 KiB no better, 6 KiB worse (docs/BENCHMARKS.md, issue 20 session 13).
-inline constexpr int64_t kBatchAheadBytes = 2048;
-
-// Prefetches the lines kDist past [off, off + kBytes) of NP panels at stride ps.
+// q4_k_m decode (docs/BENCHMARKS.md, issue 6 session 6). The distance (GemmArgs::ahead)
+// is tuned per CPU and weight type (tuning.h): decode's, or a decode batch's, which
+// spends several times longer on each block and so needs more bytes for the same time.
+//
+// Prefetches the lines `dist` past [off, off + kBytes) of NP panels at stride ps.
 // Stepping 64 bytes from each iteration's start covers every line of a stream that the
 // iterations walk back to back.
-template <int NP, int64_t kBytes, int64_t kDist = kAheadBytes>
-inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off) {
+template <int NP, int64_t kBytes>
+inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist) {
   for (int p = 0; p < NP; ++p)
     for (int64_t j = 0; j < kBytes; j += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + kDist + j), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + dist + j), _MM_HINT_T0);
 }
 
 // The float accumulators of an MR x NP tile: zero at the start of the reduction, else
@@ -185,21 +179,23 @@ inline __attribute__((always_inline)) void batch_even_tiles(int64_t rows, F&& f)
   }
 }
 
-// batch_even_tiles for one block of a decode batch, with the block's prefetch ahead
-// issued one panel per row tile: all NP panels' lines at the block's start are a burst
+// A decode batch's row tiles for one block (even, or 4s: GemmArgs::even_tiles), with the
+// block's prefetch ahead issued one panel per row tile: all NP panels' lines at the block's start are a burst
 // that fills the core's fill buffers and holds up the first tile's loads. The panels no
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
 // nearest its memory bound, where it measured faster at m = 16; on the 4-bit types,
 // compute-bound at m = 16, it measured slower (docs/BENCHMARKS.md, issue 6 session 7).
-template <int NP, int64_t kBytes, class F>
-inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t rows,
-                                                             F&& f) {
+template <int NP, int64_t kBytes, bool kEven, class F>
+inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist,
+                                                             int64_t rows, F&& f) {
   int ahead = 0;
-  batch_even_tiles(rows, [&](auto R, int64_t r) {
-    if (ahead < NP) stream_ahead<1, kBytes, kBatchAheadBytes>(w + ahead++ * ps, ps, off);
+  auto tile = [&](auto R, int64_t r) {
+    if (ahead < NP) stream_ahead<1, kBytes>(w + ahead++ * ps, ps, off, dist);
     f(R, r);
-  });
-  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, kBatchAheadBytes>(w + ahead * ps, ps, off);
+  };
+  if constexpr (kEven) batch_even_tiles(rows, tile);
+  else batch_row_tiles(rows, tile);
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes>(w + ahead * ps, ps, off, dist);
 }
 
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.

@@ -66,7 +66,7 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
 // kCodes: super-blocks [s0, s1) come unpacked in codes (unpack_units).
 template <int MR, int NP, bool kAhead, bool kQ5, bool kCodes = false>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
@@ -76,7 +76,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
-      if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
+      if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8), ahead);
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
       if constexpr (kCodes) {
@@ -127,7 +127,7 @@ inline __attribute__((always_inline)) void q45k_batch_tile(const BlockCodes<NP>&
 
 template <int NP, bool kQ5>
 void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t n_super,
-                     float* y, int64_t ldy, __mmask16 last) {
+                     float* y, int64_t ldy, __mmask16 last, int64_t ahead) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   alignas(64) float accm[kBatchRows][NP][16];
   alignas(64) BlockCodes<NP> codes;
@@ -137,7 +137,7 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     __m512 dv[NP], dmv[NP];
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
-      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8));
+      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8), ahead);
       nibble_unpack<NP, kQ5>(sb + 320 + b * (kQ5 ? 320 : 256), ps, codes);
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
@@ -250,7 +250,7 @@ inline __attribute__((always_inline)) void q6k_code_sums(const BlockCodes<NP>& c
 // (16 int32 sums, 8 float), where without codes wider than 4 x 1 would spill.
 template <int MR, int NP, bool kAhead, bool kCodes = false>
 void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-              int64_t ldy, __mmask16 last, PassPrefetch& pf, const BlockCodes<NP>* codes) {
+              int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
@@ -259,7 +259,7 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
     q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
-      if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8));
+      if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8), ahead);
       const ActQ8* ab = a + s * 8 + b;
       __m512i acc0[MR][NP], acc1[MR][NP];
       if constexpr (kCodes) {
@@ -312,7 +312,7 @@ inline __attribute__((always_inline)) void q6k_batch_tile(const BlockCodes<NP>& 
 // took as many vector ops as the vpdpbusd of a 4-row tile.
 template <int NP>
 void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t rows, int64_t n_super, float* y,
-                    int64_t ldy, __mmask16 last) {
+                    int64_t ldy, __mmask16 last, int64_t ahead) {
   static_assert(NP <= 2);
   alignas(64) float accm[kBatchRows][NP][16];
   alignas(64) BlockCodes<NP> codes;
@@ -322,7 +322,7 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
     __m512 dv[NP];
     q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
-      stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8));
+      stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8), ahead);
       q6k_unpack<NP>(sb, ps, b, codes);
       __m512 sc0[NP], sc1[NP];
       q6k_scales(sb, ps, b, dv, sc0, sc1);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cpu/tuning.h"
 #include "quant/quant.h"
 
 namespace ridge::kernels {
@@ -117,10 +118,13 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // streams warm from group to group, where with 4 per task it jumped past the other
   // thread's group at every task (measured faster at m = 1 and m = 16: docs/BENCHMARKS.md,
   // issue 6 sessions 4 and 7).
+  // The panels per task, the prefetch distance, the weight streams per decode task and a
+  // decode batch's row tiles are tuned per CPU (tuning.h); none changes a bit of y.
   constexpr int64_t mc = 48;
+  const TypeTuning& tn = kernel_tuning().of(w.type);
   auto panels_per_task = [&](int64_t np) -> int64_t {
     if (m > mc) return 4;
-    return std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4, 16);
+    return std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4, std::max<int64_t>(4, tn.task_panels));
   };
   struct Seg {
     GemmArgs g;
@@ -136,7 +140,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
     const int64_t pg = panels_per_task(np);
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
-                w.type == DType::F8_E4M3_B128 && w.fp8_bf16},
+                w.type == DType::F8_E4M3_B128 && w.fp8_bf16, m == 1 ? tn.decode_ahead : tn.batch_ahead,
+                tn.decode_streams, tn.batch_even != 0},
                np, tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;

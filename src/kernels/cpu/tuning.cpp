@@ -1,0 +1,84 @@
+#include "kernels/cpu/tuning.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ridge::kernels {
+namespace {
+
+int slot(DType t) {
+  for (size_t i = 0; i < kTunedTypes.size(); ++i)
+    if (kTunedTypes[i] == t) return int(i);
+  return -1;
+}
+
+KernelTuning& current() {
+  static KernelTuning t = default_tuning();
+  return t;
+}
+
+}  // namespace
+
+const TypeTuning& KernelTuning::of(DType t) const {
+  static const TypeTuning defaults{};
+  const int s = slot(t);
+  return s < 0 ? defaults : types[size_t(s)];
+}
+
+TypeTuning& KernelTuning::of(DType t) {
+  const int s = slot(t);
+  RIDGE_CHECK(s >= 0, "no tunable kernels for {}", dtype_name(t));
+  return types[size_t(s)];
+}
+
+const std::vector<TunableParam>& tunable_params() {
+  static const std::vector<TunableParam> params = {
+      {"decode_ahead", &TypeTuning::decode_ahead, {512, 1024, 2048}, "decode: bytes each weight stream is prefetched ahead"},
+      {"decode_streams", &TypeTuning::decode_streams, {2, 4}, "decode: weight streams (panels) a task reads at once"},
+      {"task_panels", &TypeTuning::task_panels, {4, 8, 16}, "decode and decode batches: most panels per task"},
+      {"batch_ahead", &TypeTuning::batch_ahead, {1024, 2048, 4096}, "decode batches: bytes the weights are prefetched ahead"},
+      {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
+  };
+  return params;
+}
+
+const TunableParam* find_tunable(std::string_view name) {
+  for (const auto& p : tunable_params())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+bool tunable_for(const TunableParam& p, DType t) {
+  const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
+  const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  if (p.name == "batch_ahead") return batch;
+  if (p.name == "batch_even") return block32;
+  return slot(t) >= 0;
+}
+
+bool valid_value(const TunableParam& p, int32_t v) {
+  return std::find(p.candidates.begin(), p.candidates.end(), v) != p.candidates.end();
+}
+
+KernelTuning default_tuning() {
+  KernelTuning t;
+  // A Q8_0 decode batch spends several times longer on each block than decode does, so
+  // the decode distance is too little time ahead there: twice it measured faster at 2 to
+  // 9 rows (docs/BENCHMARKS.md, issue 20 session 13). The other batch kernels keep the
+  // decode distance, and the K-quants 4-row tiles (even tiles measured no faster there).
+  t.of(DType::Q8_0).batch_ahead = 2048;
+  for (DType k : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) t.of(k).batch_even = 0;
+  return t;
+}
+
+const KernelTuning& kernel_tuning() { return current(); }
+
+void set_kernel_tuning(const KernelTuning& t) {
+  for (const auto& tt : t.types)
+    for (const auto& p : tunable_params())
+      RIDGE_CHECK(valid_value(p, tt.*p.field), "kernel tuning: {} = {} is not one of its candidates", p.name, tt.*p.field);
+  current() = t;
+}
+
+}  // namespace ridge::kernels
