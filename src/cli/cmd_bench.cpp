@@ -176,6 +176,7 @@ int bench_kernels_cmd(Args& a) {
     else fail("--attn-order: '{}' is not shuffled, ordered, reversed or turns", *order);
   }
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
+  prepare_kernels(a, o.threads);  // --kernel-cache off: the untuned defaults
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");
   o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);
   const std::string peaks_path = a.str({"--peaks"}, "");

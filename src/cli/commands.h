@@ -17,5 +17,6 @@ int cmd_bench(Args& a);
 int cmd_peaks(Args& a);
 int cmd_serve(Args& a);
 int cmd_roofline(Args& a);
+int cmd_tune_kernels(Args& a);
 
 }  // namespace ridge::cli

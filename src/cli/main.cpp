@@ -59,7 +59,8 @@ commands:
   bench kernels [--preset NAME] [--types f16,q8_0,...] [--m 1,16,512] [--shapes attn_q,...]
               [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
               [--attn-seqs N] [--attn-ctx TOKENS] [--attn-block N]
-              [--attn-order shuffled|ordered|reversed|turns]   every matrix kernel and decode
+              [--attn-order shuffled|ordered|reversed|turns] [--kernel-cache DIR|off]
+              [--no-kernel-autotune]   every matrix kernel and decode
               attention: time, GB/s, GOP/s and % of the ceiling that bounds it
   bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
@@ -86,6 +87,12 @@ commands:
               GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
+  tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
+              [--margin F (0.03)] [--kernel-cache DIR|off] [--no-save] [--json FILE]
+              time the matrix kernels' CPU-dependent parameters (prefetch distances, streams,
+              task sizes, batch tiles, the FP8 arithmetic) here; keep the best for this CPU in
+              DIR/kernels.json (default $RIDGE_KERNEL_CACHE, else ~/.cache/ridge), which every
+              command that runs a model applies at start (and makes, quickly, on first use)
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
 --kv-cache-dtype, --block-size and --max-num-batched-tokens only):
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
@@ -95,6 +102,8 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM),
+  --kernel-cache DIR|off (the tuned kernel parameters: see tune-kernels),
+  --no-kernel-autotune (no timing run when this CPU has no entry; RIDGE_KERNEL_AUTOTUNE=0),
   --speculative-method ngram|suffix|draft|none (propose tokens, verify them in one pass;
   the output is unchanged: ngram looks the last tokens up in the sequence's own text,
   suffix in all recent requests' text too, draft runs a draft model),
@@ -140,6 +149,7 @@ int main(int argc, char** argv) {
     if (cmd == "roofline") return ridge::cli::cmd_roofline(args);
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
+    if (cmd == "tune-kernels") return ridge::cli::cmd_tune_kernels(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
     return 1;
   } catch (const ridge::Error& e) {

@@ -436,6 +436,13 @@ std::optional<ComputePeak> peak_from(const nlohmann::json& compute, const char* 
 
 }  // namespace
 
+std::string cpu_model_name() { return cpu_model(); }
+
+void read_cache_sizes(Peaks& p) {
+  read_caches(p);
+  read_caches_cpuid(p);
+}
+
 Peaks measure_peaks(const PeaksOptions& opt) {
   RIDGE_CHECK(opt.threads >= 0, "peaks: thread count {} must be >= 0", opt.threads);
   RIDGE_CHECK(opt.dram_bytes >= 0, "peaks: working set {} must be >= 0", opt.dram_bytes);
@@ -447,8 +454,7 @@ Peaks measure_peaks(const PeaksOptions& opt) {
   const Isa isa = active_isa();
   p.isa = std::string(isa_name(isa));
   p.quick = opt.quick;
-  read_caches(p);
-  read_caches_cpuid(p);
+  read_cache_sizes(p);
 
   // Far beyond the last-level cache, so the streamed lines come from DRAM: 4 x L3 (an L3
   // that neither sysfs nor CPUID names is taken as 128 MiB), at

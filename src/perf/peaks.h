@@ -88,6 +88,10 @@ struct PeaksOptions {
 };
 
 Peaks measure_peaks(const PeaksOptions& opt);
+// What measure_peaks records of the machine without measuring: the CPU's model name
+// (/proc/cpuinfo) and its cache sizes (sysfs, else CPUID) into p.l1d, p.l2, p.l3.
+std::string cpu_model_name();
+void read_cache_sizes(Peaks& p);
 
 std::string peaks_to_json(const Peaks& p);
 // Throws ridge::Error naming `where` and the key at fault.

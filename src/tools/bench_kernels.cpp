@@ -31,11 +31,6 @@ std::vector<KernelShape> preset_shapes(const std::string& preset) {
           {"ffn_up", d.n_embd, d.n_ff}, {"ffn_down", d.n_ff, d.n_embd}, {"output", d.n_embd, d.n_vocab}};
 }
 
-namespace {
-
-// Largest activation row count benchmarked with the weights streamed from DRAM.
-constexpr int64_t kStreamMaxM = 64;
-
 // Rows of valid blocks: random codes, scales of a plausible size. What the values are
 // does not change the time; that they are finite keeps the FP units on their fast path.
 std::vector<uint8_t> random_rows(DType t, int64_t k, int64_t n_out, uint64_t seed) {
@@ -80,6 +75,11 @@ std::vector<uint8_t> random_rows(DType t, int64_t k, int64_t n_out, uint64_t see
   }
   return v;
 }
+
+namespace {
+
+// Largest activation row count benchmarked with the weights streamed from DRAM.
+constexpr int64_t kStreamMaxM = 64;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

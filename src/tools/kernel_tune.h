@@ -1,0 +1,63 @@
+// `ridge tune-kernels`: times the candidates of every tunable kernel parameter
+// (kernels/cpu/tuning.h) on this machine and keeps the best, per weight type.
+//
+// Method. Each type's matrices are a mkmodel preset's ffn_up and ffn_down, as packed
+// panels, in a ring of copies larger than the last-level cache so every call streams its
+// weights from DRAM as a decode step does. One parameter at a time (the others at the
+// values chosen so far), at the row counts it acts on (decode: 1; decode batches: 16 and
+// 9, a speculative verification's), the candidates take turns in rounds, the order
+// rotating per round, each sample one pass over the ring. A candidate replaces the
+// default only if its median is `margin` faster and it beat the default in at least two
+// thirds of the rounds: this machine's bandwidth drifts by tens of percent in minutes, and
+// a choice made on noise would be kept for good. Types not timed take the parameters of
+// their nearest timed sibling (Q4_1 and the Q5 types: Q4_0's; Q5_K: Q4_K's; F32 and BF16:
+// F16's).
+//
+// Where the CPU has both FP8 arithmetics (core/cpu.h Fp8Path) they are timed the same way
+// (weights packed for each); the faster is recorded, and applies from the next start.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "tools/kernel_cache.h"
+
+namespace ridge {
+
+struct TuneOptions {
+  int threads = 0;
+  std::vector<DType> types{DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::F8_E4M3_B128};
+  int rounds = 7;
+  int64_t ring_bytes = int64_t(512) << 20;  // per matrix
+  std::string preset = "tinyllama-1.1b";
+  double margin = 0.03;
+};
+
+// The quick profile of a first use: fewer rounds, a smaller ring (still far past any
+// per-core-complex L3), about 10-20 s on 2 cores.
+TuneOptions quick_tune_options(int threads);
+
+// One parameter of one type: the candidates' median time (us per pass over both
+// matrices' ring, summed over the row counts) and what was chosen.
+struct TuneTrial {
+  DType type = DType::F32;
+  std::string param;  // a TunableParam's name, or "fp8_path" (candidates 0 = f16c, 1 = bf16)
+  std::vector<int64_t> ms;
+  std::vector<int32_t> candidates;
+  std::vector<double> median_us;
+  std::vector<int> wins;  // rounds each candidate beat the default's sample of the same round
+  int32_t default_value = 0, chosen = 0;
+};
+
+struct TuneResult {
+  TunedEntry entry;
+  std::vector<TuneTrial> trials;
+};
+
+// Runs the tuning; the process's kernel tuning (and FP8 path) are the result's after.
+TuneResult tune_kernels(const TuneOptions& opt);
+std::string tune_report_text(const TuneResult& r);
+std::string tune_report_json(const TuneResult& r);
+
+}  // namespace ridge

@@ -1,0 +1,172 @@
+// tools/kernel_cache: the tuned kernel parameters per CPU in a JSON file. A round trip
+// keeps every value and other CPUs' entries; a file that is not JSON, not the expected
+// shape, or holds a value outside its parameter's candidates is an error naming the file
+// and the key, and applying it leaves the defaults in force.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "kernels/cpu/tuning.h"
+#include "tools/kernel_cache.h"
+
+namespace ridge {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / fs::path("ridge-kc-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                                                "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file() const { return (path / "kernels.json").string(); }
+};
+
+void write(const std::string& file, const std::string& text) {
+  std::ofstream o(file);
+  o << text;
+}
+
+std::string error_of(const std::string& file, const std::string& cpu) {
+  try {
+    load_tuned(file, cpu);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct KeepTuning {
+  kernels::KernelTuning saved = kernels::kernel_tuning();
+  Fp8Path fp8 = fp8_path();
+  ~KeepTuning() {
+    kernels::set_kernel_tuning(saved);
+    set_fp8_path(fp8);
+  }
+};
+
+TEST(KernelCache, RoundTripKeepsValuesAndOtherCpus) {
+  TempDir d;
+  TunedEntry a, b;
+  a.tuning.of(DType::Q4_0).decode_ahead = 2048;
+  a.tuning.of(DType::Q8_0).task_panels = 8;
+  a.tuning.of(DType::Q5_0).batch_even = 0;
+  a.fp8_path = Fp8Path::F16c;
+  a.threads = 2;
+  a.measured_at = 1796211416;
+  a.seconds = 12.5;
+  b.tuning.of(DType::F16).decode_streams = 2;
+  save_tuned(d.file(), "cpu A", a);
+  save_tuned(d.file(), "cpu B", b);
+  const auto ra = load_tuned(d.file(), "cpu A");
+  const auto rb = load_tuned(d.file(), "cpu B");
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->tuning, a.tuning);
+  EXPECT_EQ(ra->fp8_path, a.fp8_path);
+  EXPECT_EQ(ra->threads, 2);
+  EXPECT_EQ(ra->measured_at, 1796211416);
+  EXPECT_DOUBLE_EQ(ra->seconds, 12.5);
+  EXPECT_EQ(rb->tuning, b.tuning);
+  EXPECT_FALSE(rb->fp8_path);
+  EXPECT_FALSE(load_tuned(d.file(), "cpu C"));
+  EXPECT_FALSE(load_tuned((d.path / "absent.json").string(), "cpu A"));
+  // Rewriting one entry keeps the other.
+  a.tuning.of(DType::Q4_0).decode_ahead = 512;
+  save_tuned(d.file(), "cpu A", a);
+  EXPECT_EQ(load_tuned(d.file(), "cpu A")->tuning.of(DType::Q4_0).decode_ahead, 512);
+  EXPECT_EQ(load_tuned(d.file(), "cpu B")->tuning, b.tuning);
+}
+
+TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
+  TempDir d;
+  const std::string f = d.file();
+  const struct {
+    const char* text;
+    const char* says;
+  } cases[] = {
+      {"{not json", "not JSON"},
+      {"[1, 2]", "no \"cpus\" object"},
+      {R"({"cpus": {"x": {"types": {"q4_0": {"decode_streams": 3}}}}})", "types.q4_0.decode_streams"},
+      {R"({"cpus": {"x": {"types": {"q4_0": {"decode_ahead": "far"}}}}})", "types.q4_0.decode_ahead"},
+      {R"({"cpus": {"x": {"types": {"q8_k": {"decode_ahead": 1024}}}}})", "types.q8_k"},
+      {R"({"cpus": {"x": {"types": {"q4_0": 7}}}})", "types.q4_0"},
+      {R"({"cpus": {"x": {"fp8_path": "fp16", "types": {}}}})", "fp8_path"},
+      {R"({"cpus": {"x": {"threads": 2}}})", "types"},
+      {R"({"version": 2, "cpus": {}})", "version 2"},
+  };
+  for (const auto& c : cases) {
+    write(f, c.text);
+    const std::string e = error_of(f, "x");
+    EXPECT_NE(e.find(f), std::string::npos) << c.text << " -> " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.text << " -> " << e;
+  }
+  // A parameter this version does not know is skipped (a newer ridge's file).
+  write(f, R"({"cpus": {"x": {"types": {"q4_0": {"decode_ahead": 2048, "future_knob": 9}}}}})");
+  const auto e = load_tuned(f, "x");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->tuning.of(DType::Q4_0).decode_ahead, 2048);
+  EXPECT_EQ(e->tuning.of(DType::Q8_0), kernels::default_tuning().of(DType::Q8_0));
+  // A corrupt file is replaced by the next save.
+  write(f, "garbage");
+  save_tuned(f, "y", TunedEntry{});
+  EXPECT_TRUE(load_tuned(f, "y"));
+}
+
+TEST(KernelCache, ApplySetsThisCpusEntryOnlyAndSurvivesABadFile) {
+  KeepTuning keep;
+  TempDir d;
+  const std::string dir = d.path.string();
+  kernels::set_kernel_tuning(kernels::default_tuning());
+  EXPECT_EQ(apply_kernel_cache("").status, KernelCacheUse::Off);
+  EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::NoEntry);
+  TunedEntry other;
+  other.tuning.of(DType::Q4_0).decode_ahead = 512;
+  save_tuned(kernel_cache_file(dir), "some other cpu", other);
+  EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::NoEntry);
+  EXPECT_EQ(kernels::kernel_tuning(), kernels::default_tuning());
+  TunedEntry mine;
+  mine.tuning.of(DType::Q4_0).decode_ahead = 2048;
+  mine.tuning.of(DType::Q4_K).task_panels = 4;
+  mine.fp8_path = Fp8Path::F16c;
+  save_tuned(kernel_cache_file(dir), kernel_cpu_id(), mine);
+  const auto use = apply_kernel_cache(dir);
+  EXPECT_EQ(use.status, KernelCacheUse::Applied) << use.line;
+  EXPECT_EQ(kernels::kernel_tuning(), mine.tuning);
+  if (!std::getenv("RIDGE_FP8_PATH")) {
+    EXPECT_EQ(fp8_path(), Fp8Path::F16c);
+  }
+  // A broken file: the defaults stay in force and the line says why.
+  kernels::set_kernel_tuning(kernels::default_tuning());
+  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"types": {"q4_0": {"task_panels": 5}}}}})");
+  const auto bad = apply_kernel_cache(dir);
+  EXPECT_EQ(bad.status, KernelCacheUse::Unusable);
+  EXPECT_NE(bad.line.find("task_panels"), std::string::npos) << bad.line;
+  EXPECT_EQ(kernels::kernel_tuning(), kernels::default_tuning());
+}
+
+TEST(KernelCache, UnwritableDirectoryIsAnError) {
+  TempDir d;
+  write((d.path / "file").string(), "x");
+  EXPECT_THROW(check_cache_dir((d.path / "file" / "sub").string()), Error);  // a file in the way
+  EXPECT_THROW(save_tuned((d.path / "file" / "kernels.json").string(), "x", TunedEntry{}), Error);
+  EXPECT_NO_THROW(check_cache_dir((d.path / "new" / "dir").string()));
+}
+
+TEST(KernelCache, DirectoryFromFlagThenEnvironment) {
+  EXPECT_EQ(kernel_cache_dir("off"), "");
+  EXPECT_EQ(kernel_cache_dir("/x/y"), "/x/y");
+  EXPECT_EQ(kernel_cache_file("/x/y"), "/x/y/kernels.json");
+  EXPECT_NE(kernel_cpu_id().find("family"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ridge
