@@ -23,6 +23,9 @@ namespace ridge {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The prefill chunk the tile rows are timed at (a 512-token prompt's).
+constexpr int64_t kPrefillRows = 512;
 using kernels::KernelTuning;
 using kernels::TunableParam;
 
@@ -61,8 +64,8 @@ class Tuner {
     std::normal_distribution<float> nd;
     int64_t kmax = 0;
     for (const auto& s : shapes()) kmax = std::max(kmax, std::max(s.k, s.n_out));
-    x_.resize(size_t(16 * kmax));
-    y_.resize(size_t(16 * kmax));
+    x_.resize(size_t(kPrefillRows * kmax));
+    y_.resize(size_t(kPrefillRows * kmax));
     for (auto& v : x_) v = nd(rng);
   }
 
@@ -76,9 +79,12 @@ class Tuner {
   // Seconds of one pass over every ring at each of ms.
   double sample(const std::vector<Ring>& rings, const std::vector<int64_t>& ms) {
     const auto t0 = Clock::now();
+    // Up to a decode batch every call streams its weights from DRAM; a prefill reuses
+    // one copy from cache, as it does across its row tiles.
     for (int64_t m : ms)
       for (const Ring& r : rings)
-        for (int64_t c = 0; c < r.copies; ++c) mm_.run(pool_, r.view(c), x_.data(), m, y_.data());
+        for (int64_t c = 0; c < (m <= 64 ? r.copies : 1); ++c)
+          mm_.run(pool_, r.view(c), x_.data(), m, y_.data());
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -171,6 +177,7 @@ class Tuner {
         tr.ms = p.name == "batch_even" ? std::vector<int64_t>{9}
                 : p.name == "batch_ahead" ? std::vector<int64_t>{9, 16}
                 : p.name == "task_panels" ? std::vector<int64_t>{1, 16}
+                : p.name == "tile_rows"   ? std::vector<int64_t>{kPrefillRows}
                                           : std::vector<int64_t>{1};
         tr.candidates = p.candidates;
         tr.default_value = kernels::default_tuning().of(t).*p.field;

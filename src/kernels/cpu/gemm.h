@@ -66,11 +66,12 @@ struct GemmArgs {
   bool fp8_bf16 = false;
   // The call's tuned parameters (tuning.h), none of which changes a bit of y: bytes the
   // weight streams are prefetched ahead (decode's or a decode batch's distance), weight
-  // streams a decode task reads at once (2 or 4), and a 32-block decode batch's row tiles
-  // (even, or 4s and the rest).
+  // streams a decode task reads at once (2 or 4), a 32-block decode batch's row tiles
+  // (even, or 4s and the rest), and the rows of a prefill register tile.
   int64_t ahead = 1024;
   int32_t streams = 4;
   bool even_tiles = true;
+  int32_t tile_rows = 4;  // rows of a register tile where rows share the weights: 4, 6 or 8
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 

@@ -666,20 +666,10 @@ void round_bf16_avx512(const float* x, uint16_t* y, int64_t n) {
 }
 
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  // Rows per tile: enough independent accumulator chains to hide the FMA / vpdpbusd
-  // latency (a block's 8 vpdpbusd into one int32 accumulator form a 40-cycle chain, so
-  // 2 per cycle need >= 10 chains), few enough to stay in 32 registers:
-  //   float: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
-  //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
-  //   K-quants, Q4_1 and the Q5 types carry per-panel scale, min or fifth-bit vectors
-  //   too: 4 x 2.
-  switch (g.type) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::F8_E4M3_B128: return panels_over<8>(g, m0, m1, p0, p1);
-    case DType::Q8_0:
-    case DType::Q4_0: return panels_over<6>(g, m0, m1, p0, p1);
+  // Rows per register tile (tuning.h, the defaults' reasons there).
+  switch (g.tile_rows) {
+    case 8: return panels_over<8>(g, m0, m1, p0, p1);
+    case 6: return panels_over<6>(g, m0, m1, p0, p1);
     default: return panels_over<4>(g, m0, m1, p0, p1);
   }
 }

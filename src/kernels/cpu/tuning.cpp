@@ -39,6 +39,7 @@ const std::vector<TunableParam>& tunable_params() {
       {"task_panels", &TypeTuning::task_panels, {4, 8, 16}, "decode and decode batches: most panels per task"},
       {"batch_ahead", &TypeTuning::batch_ahead, {1024, 2048, 4096}, "decode batches: bytes the weights are prefetched ahead"},
       {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
+      {"tile_rows", &TypeTuning::tile_rows, {4, 6, 8}, "prefill: activation rows per register tile"},
   };
   return params;
 }
@@ -69,6 +70,15 @@ KernelTuning default_tuning() {
   // decode distance, and the K-quants 4-row tiles (even tiles measured no faster there).
   t.of(DType::Q8_0).batch_ahead = 2048;
   for (DType k : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) t.of(k).batch_even = 0;
+  // Rows per tile: enough independent accumulator chains to hide the FMA / vpdpbusd
+  // latency (a block's 8 vpdpbusd into one int32 accumulator form a 40-cycle chain, so
+  // 2 per cycle need >= 10 chains), few enough to stay in 32 registers:
+  //   float and FP8: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
+  //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
+  //   K-quants, Q4_1 and the Q5 types carry per-panel scale, min or fifth-bit vectors
+  //   too: 4 x 2.
+  for (DType f : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).tile_rows = 8;
+  for (DType q : {DType::Q8_0, DType::Q4_0}) t.of(q).tile_rows = 6;
   return t;
 }
 

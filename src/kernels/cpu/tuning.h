@@ -38,6 +38,10 @@ struct TypeTuning {
   // The 32-block formats' decode batches: row tiles as even as the rows allow (1), or
   // tiles of 4 and the rest (0).
   int32_t batch_even = 1;
+  // Activation rows of a register tile where the weights are reused across rows (prefill,
+  // and the float types' decode batches): 4, 6 or 8 (MR x 2 panels of accumulators;
+  // the types that carry per-panel scale vectors spill at 8).
+  int32_t tile_rows = 4;
 
   bool operator==(const TypeTuning&) const = default;
 };
