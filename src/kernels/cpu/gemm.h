@@ -66,7 +66,8 @@ struct GemmArgs {
   bool fp8_bf16 = false;
   // The call's tuned parameters (tuning.h), none of which changes a bit of y: bytes the
   // weight streams are prefetched ahead (decode's or a decode batch's distance), weight
-  // streams a decode task reads at once (2 or 4), a 32-block decode batch's row tiles
+  // streams (panels) a decode or decode-batch kernel reads at once (2 or 4; the float
+  // types' batches run passes, 2 panels), a 32-block decode batch's row tiles
   // (even, or 4s and the rest), and the rows of a prefill register tile.
   int64_t ahead = 1024;
   int32_t streams = 4;

@@ -569,10 +569,11 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
     return;
   }
-  // Decode batches of the block-by-block types, 4 panels at a time.
+  // Decode batches of the block-by-block types, g.streams panels at a time (4 or 2).
   if (g.stream && m1 - m0 <= kBatchRows && has_batch_kernel(g.type)) {
     int64_t p = p0;
-    for (; p + 4 <= p1; p += 4) batch_over<4>(g, m0, m1, p, last_of(p + 4));
+    if (g.streams >= 4)
+      for (; p + 4 <= p1; p += 4) batch_over<4>(g, m0, m1, p, last_of(p + 4));
     for (; p + 2 <= p1; p += 2) batch_over<2>(g, m0, m1, p, last_of(p + 2));
     for (; p < p1; ++p) batch_over<1>(g, m0, m1, p, last_of(p + 1));
     return;

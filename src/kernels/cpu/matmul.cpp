@@ -141,7 +141,7 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
     const int64_t pg = panels_per_task(np);
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
                 w.type == DType::F8_E4M3_B128 && w.fp8_bf16, m == 1 ? tn.decode_ahead : tn.batch_ahead,
-                tn.decode_streams, tn.batch_even != 0, tn.tile_rows},
+                m == 1 ? tn.decode_streams : tn.batch_streams, tn.batch_even != 0, tn.tile_rows},
                np, tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;

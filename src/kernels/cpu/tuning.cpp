@@ -38,6 +38,7 @@ const std::vector<TunableParam>& tunable_params() {
       {"decode_streams", &TypeTuning::decode_streams, {2, 4}, "decode: weight streams (panels) a task reads at once"},
       {"task_panels", &TypeTuning::task_panels, {4, 8, 16}, "decode and decode batches: most panels per task"},
       {"batch_ahead", &TypeTuning::batch_ahead, {1024, 2048, 4096}, "decode batches: bytes the weights are prefetched ahead"},
+      {"batch_streams", &TypeTuning::batch_streams, {2, 4}, "decode batches: weight streams (panels) a kernel reads at once"},
       {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
       {"tile_rows", &TypeTuning::tile_rows, {4, 6, 8}, "prefill: activation rows per register tile"},
   };
@@ -53,7 +54,7 @@ const TunableParam* find_tunable(std::string_view name) {
 bool tunable_for(const TunableParam& p, DType t) {
   const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
   const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
-  if (p.name == "batch_ahead") return batch;
+  if (p.name == "batch_ahead" || p.name == "batch_streams") return batch;
   if (p.name == "batch_even") return block32;
   return slot(t) >= 0;
 }

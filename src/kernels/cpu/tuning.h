@@ -35,6 +35,8 @@ struct TypeTuning {
   int32_t task_panels = 16;
   // Bytes a decode batch's (2 to 48 rows) weight prefetch runs ahead.
   int32_t batch_ahead = 1024;
+  // Panels (weight streams) a decode batch's block-by-block kernel reads at once: 2 or 4.
+  int32_t batch_streams = 4;
   // The 32-block formats' decode batches: row tiles as even as the rows allow (1), or
   // tiles of 4 and the rest (0).
   int32_t batch_even = 1;
