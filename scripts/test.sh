@@ -35,9 +35,10 @@ stage() {  # name, command...
   fi
 }
 
-# No kernel tuning run on a command's first use of this CPU (tools/kernel_cache.h): the
-# suite checks results, which no tuned parameter changes, and tests/cli covers the tuning.
-export RIDGE_KERNEL_AUTOTUNE=0
+# The kernels' default parameters, whatever a kernel cache on this machine holds, and no
+# tuning run on a command's first use (tools/kernel_cache.h): the suite checks results,
+# which no tuned parameter changes (the FP8 path aside), and tests/cli covers the cache.
+export RIDGE_KERNEL_CACHE=off RIDGE_KERNEL_AUTOTUNE=0
 
 if [ "${CI:-}" = true ] && [ ! -f ../shared/models/stories260K.gguf ]; then
   echo "test: ../shared/models/stories260K.gguf is missing; under CI=true the real-model tests must run" >&2

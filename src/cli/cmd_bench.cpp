@@ -43,6 +43,8 @@ int bench_throughput(Args& a) {
   if (prefix > in_len) fail("--prefix-len {} exceeds --input-len {}", prefix, in_len);
   perf::TraceSession trace_session(trace, "bench");
 
+  prepare_kernels();
+
   auto model = Model::load(path);
   const int32_t n_vocab = model->hparams().n_vocab;
   std::mt19937_64 rng(seed);
@@ -176,7 +178,7 @@ int bench_kernels_cmd(Args& a) {
     else fail("--attn-order: '{}' is not shuffled, ordered, reversed or turns", *order);
   }
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
-  prepare_kernels(a, o.threads);  // --kernel-cache off: the untuned defaults
+  kernel_flags(a, o.threads);  // --kernel-cache off: the untuned defaults
   o.ring_bytes = parse_bytes(a.str({"--ring"}, "1G"), "--ring");
   o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);
   const std::string peaks_path = a.str({"--peaks"}, "");
@@ -210,6 +212,7 @@ int bench_kernels_cmd(Args& a) {
     po.threads = o.threads;
     peaks = measure_peaks(po);
   }
+  prepare_kernels();
   const auto rs = bench_kernels(o, peaks);
   std::printf("ceilings: DRAM read %.1f GB/s (%d threads), fp32 FMA %.0f GFLOP/s, int8 VNNI %.0f GOP/s\n",
               peaks.dram_read_gbs.count(peaks.threads) ? peaks.dram_read_gbs.at(peaks.threads) : peaks.dram_read_gbs_max,
@@ -344,6 +347,8 @@ int bench_spec_cmd(Args& a) {
       if (end == s.c_str() || *end || !(v >= 0 && v <= 1)) fail("--acceptance: '{}' is not a number in [0, 1]", s);
       o.replay_acceptance.push_back(v);
     }
+
+  prepare_kernels();
 
   auto model = Model::load(path);
   std::vector<std::string> texts;

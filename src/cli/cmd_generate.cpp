@@ -71,6 +71,8 @@ int cmd_generate(Args& a) {
     prompts.push_back(prompt.value_or("Once upon a time"));
   }
 
+  prepare_kernels();
+
   auto model = Model::load(path);
   auto tok = load_tokenizer(path, *model);
   const HParams& h = model->hparams();

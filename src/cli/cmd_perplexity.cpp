@@ -34,6 +34,8 @@ int cmd_perplexity(Args& a) {
   std::stringstream ss;
   ss << in.rdbuf();
 
+  prepare_kernels();
+
   auto model = Model::load(path);
   auto tok = load_tokenizer(path, *model);
   const std::vector<int32_t> tokens = tok->encode(ss.str(), tok->add_bos());

@@ -107,6 +107,7 @@ int cmd_roofline(Args& a) {
       peaks = measure_peaks(po);
       origin = "measured in this run";
     }
+    prepare_kernels();
     auto model = Model::load(path);
     auto tok = load_tokenizer(path, *model);
     o.model_name = std::filesystem::path(path).filename().string();

@@ -2,6 +2,7 @@
 // best per CPU in the kernel cache (tools/kernel_tune.h, tools/kernel_cache.h).
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -49,9 +50,17 @@ int cmd_tune_kernels(Args& a) {
     f << tune_report_json(r) << "\n";
     if (!f) fail("cannot write {}", json_path);
   }
-  if (save) {
+  if (save && r.trials.empty()) {
+    std::printf("nothing was timed on this CPU path; the kernel cache is unchanged\n");
+  } else if (save) {
     const std::string file = kernel_cache_file(dir);
-    save_tuned(file, cpu, r.entry);
+    std::optional<TunedEntry> old;
+    try {
+      old = load_tuned(file, cpu);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "tune-kernels: replacing an unusable cache (%s)\n", e.what());
+    }
+    save_tuned(file, cpu, old ? merge_tuned(*old, r) : r.entry);
     std::printf("wrote %s\n", file.c_str());
   }
   return 0;

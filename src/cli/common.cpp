@@ -102,38 +102,60 @@ std::vector<std::string> read_prompt_lines(const std::string& path, const char* 
   return lines;
 }
 
-void prepare_kernels(Args& a, int threads) {
-  const std::string dir = kernel_cache_dir(a.str({"--kernel-cache"}, ""));
+namespace {
+struct KernelFlags {
+  std::string dir;
+  bool autotune = true;
+  int threads = 0;
+  bool done = false;
+};
+KernelFlags& kernel_flags_state() {
+  static KernelFlags f;
+  return f;
+}
+}  // namespace
+
+void kernel_flags(Args& a, int threads) {
+  KernelFlags& f = kernel_flags_state();
+  f.dir = kernel_cache_dir(a.str({"--kernel-cache"}, ""));
   const char* env = std::getenv("RIDGE_KERNEL_AUTOTUNE");
-  const bool autotune = !a.flag({"--no-kernel-autotune"}) && !(env && std::string_view(env) == "0");
-  static bool done = false;  // once per process: bench spec and the draft model's forward read the flags too
-  if (done) return;
-  done = true;
-  const KernelCacheUse use = apply_kernel_cache(dir);
-  if (use.status == KernelCacheUse::Unusable) std::fprintf(stderr, "%s\n", use.line.c_str());
-  if (use.status != KernelCacheUse::NoEntry || !autotune || !kernels::gemm_available(DType::Q8_0)) return;
+  const std::string_view e = env ? env : "";
+  f.autotune = !a.flag({"--no-kernel-autotune"}) && e != "0" && e != "off" && e != "false" && e != "no";
+  f.threads = threads;
+}
+
+void prepare_kernels() {
+  KernelFlags& f = kernel_flags_state();
+  if (f.done) return;  // once per process: a draft model's load comes here too
+  f.done = true;
+  const KernelCacheUse use = apply_kernel_cache(f.dir);
+  if (use.status != KernelCacheUse::NoEntry) {
+    if (use.status != KernelCacheUse::Off) std::fprintf(stderr, "%s\n", use.line.c_str());
+    return;
+  }
+  if (!f.autotune || !kernels::gemm_available(DType::Q8_0)) return;
   std::fprintf(stderr,
                "kernels: first use of this CPU: timing the kernels' parameters once (about 15 s; `ridge tune-kernels` "
                "redoes it, --no-kernel-autotune or RIDGE_KERNEL_AUTOTUNE=0 skips it)\n");
-  const std::string file = kernel_cache_file(dir);
+  const std::string file = kernel_cache_file(f.dir);
   try {
-    check_cache_dir(dir);
-  } catch (const Error& e) {
+    check_cache_dir(f.dir);
+    const TuneResult r = tune_kernels(quick_tune_options(f.threads));
+    try {
+      save_tuned(file, kernel_cpu_id(), r.entry);
+      std::fprintf(stderr, "kernels: tuned in %.1f s, wrote %s\n", r.entry.seconds, file.c_str());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "kernels: tuned in %.1f s for this run only (not saved: %s)\n", r.entry.seconds, e.what());
+    }
+  } catch (const std::exception& e) {  // no directory, no memory for the rings: run untuned
+    kernels::set_kernel_tuning(kernels::default_tuning());
     std::fprintf(stderr, "kernels: default parameters (not tuned: %s)\n", e.what());
-    return;
-  }
-  const TuneResult r = tune_kernels(quick_tune_options(threads));
-  try {
-    save_tuned(file, kernel_cpu_id(), r.entry);
-    std::fprintf(stderr, "kernels: tuned in %.1f s, wrote %s\n", r.entry.seconds, file.c_str());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "kernels: tuned in %.1f s for this run only (not saved: %s)\n", r.entry.seconds, e.what());
   }
 }
 
 void forward_config(Args& a, EngineConfig& c) {
   c.threads = threads_flag(a);
-  prepare_kernels(a, c.threads);
+  kernel_flags(a, c.threads);
   c.kv_dtype = kv_type_flag(a);
   c.block_size = block_size_flag(a);
   c.max_num_batched_tokens =

@@ -30,11 +30,13 @@ void engine_config(Args& a, EngineConfig& c);
 // scheduling and the pool for each batch size itself) take these, so a scheduling flag
 // there is an unknown flag, not one silently ignored.
 void forward_config(Args& a, EngineConfig& c);
-// The kernel cache (tools/kernel_cache.h) applied before any weights are packed:
-// --kernel-cache DIR|off, --no-kernel-autotune. With no entry for this CPU the kernels'
-// parameters are timed once (tools/kernel_tune.h, the quick profile) and saved. Once per
-// process; forward_config calls it.
-void prepare_kernels(Args& a, int threads);
+// The kernel cache (tools/kernel_cache.h): kernel_flags reads --kernel-cache DIR|off and
+// --no-kernel-autotune (forward_config calls it); prepare_kernels, called by each command
+// after its flags are checked and before any weights are packed, applies this CPU's entry,
+// or where it has none times the kernels once (tools/kernel_tune.h, the quick profile)
+// and saves them. A cache that cannot be used is a warning, never an error.
+void kernel_flags(Args& a, int threads);
+void prepare_kernels();
 // The non-empty lines of a prompts file (one prompt per line); fails naming `flag` when
 // the file cannot be read or has none.
 std::vector<std::string> read_prompt_lines(const std::string& path, const char* flag);

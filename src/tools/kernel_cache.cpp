@@ -71,7 +71,7 @@ json read_file_json(const std::string& file) {
   ss << f.rdbuf();
   try {
     return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw Error(fmt::format("{}: not JSON ({})", file, e.what()));
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -130,6 +131,7 @@ class Tuner {
     kernels::set_kernel_tuning(tn);
     int64_t steps = 0;
     for (DType t : opt_.types) {
+      if (!kernels::gemm_available(t)) continue;
       for (const auto& p : kernels::tunable_params())
         if (kernels::tunable_for(p, t)) steps += int64_t(p.candidates.size()) * opt_.rounds;
       if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
@@ -143,11 +145,14 @@ class Tuner {
         continue;
       }
       progress.set_detail(std::string(dtype_name(t)));
+      res.types.push_back(t);
       const bool fp8 = t == DType::F8_E4M3_B128;
       bool bf16 = fp8 && fp8_path() == Fp8Path::Bf16;
       std::vector<Ring> rings, other;
       for (const auto& s : shapes()) rings.push_back(make_ring(t, s, opt_.ring_bytes, bf16));
-      if (fp8 && fp8_bf16_available()) {
+      // The FP8 path is raced unless RIDGE_FP8_PATH forces one.
+      const char* forced = std::getenv("RIDGE_FP8_PATH");
+      if (fp8 && fp8_bf16_available() && !(forced && *forced)) {
         for (const auto& s : shapes()) other.push_back(make_ring(t, s, opt_.ring_bytes, !bf16));
         TuneTrial tr;
         tr.type = t;
@@ -199,9 +204,10 @@ class Tuner {
     const std::pair<DType, DType> like[] = {{DType::Q4_1, DType::Q4_0}, {DType::Q5_0, DType::Q4_0}, {DType::Q5_1, DType::Q4_0},
                                             {DType::Q5_K, DType::Q4_K}, {DType::F32, DType::F16},  {DType::BF16, DType::F16}};
     for (const auto& [t, from] : like)
-      if (!timed(t) && timed(from)) {
+      if (!timed(t) && std::find(res.types.begin(), res.types.end(), from) != res.types.end()) {
         for (const auto& p : kernels::tunable_params())
           if (kernels::tunable_for(p, t)) tn.of(t).*p.field = tn.of(from).*p.field;
+        res.types.push_back(t);
       }
     kernels::set_kernel_tuning(tn);
     res.entry.tuning = tn;
@@ -233,6 +239,14 @@ TuneOptions quick_tune_options(int threads) {
   o.rounds = 5;
   o.ring_bytes = int64_t(192) << 20;
   return o;
+}
+
+TunedEntry merge_tuned(const TunedEntry& old, const TuneResult& r) {
+  TunedEntry e = r.entry;
+  for (DType t : kernels::kTunedTypes)
+    if (std::find(r.types.begin(), r.types.end(), t) == r.types.end()) e.tuning.of(t) = old.tuning.of(t);
+  if (!e.fp8_path) e.fp8_path = old.fp8_path;
+  return e;
 }
 
 TuneResult tune_kernels(const TuneOptions& opt) {

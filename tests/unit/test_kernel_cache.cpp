@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/tuning.h"
 #include "tools/kernel_cache.h"
+#include "tools/kernel_tune.h"
 
 namespace ridge {
 namespace {
@@ -95,6 +96,7 @@ TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
   } cases[] = {
       {"{not json", "not JSON"},
       {"[1, 2]", "no \"cpus\" object"},
+      {R"({"cpus": {"x": {"threads": 1e999}}})", "not JSON"},
       {R"({"cpus": {"x": {"types": {"q4_0": {"decode_streams": 3}}}}})", "types.q4_0.decode_streams"},
       {R"({"cpus": {"x": {"types": {"q4_0": {"decode_ahead": "far"}}}}})", "types.q4_0.decode_ahead"},
       {R"({"cpus": {"x": {"types": {"q8_k": {"decode_ahead": 1024}}}}})", "types.q8_k"},
@@ -159,6 +161,27 @@ TEST(KernelCache, UnwritableDirectoryIsAnError) {
   EXPECT_THROW(check_cache_dir((d.path / "file" / "sub").string()), Error);  // a file in the way
   EXPECT_THROW(save_tuned((d.path / "file" / "kernels.json").string(), "x", TunedEntry{}), Error);
   EXPECT_NO_THROW(check_cache_dir((d.path / "new" / "dir").string()));
+}
+
+// A run on some types keeps what an earlier run chose for the others (and its FP8 path
+// when the run did not race it).
+TEST(KernelCache, APartialRunMergesIntoTheEarlierEntry) {
+  TunedEntry old;
+  old.tuning.of(DType::Q8_0).decode_ahead = 2048;
+  old.tuning.of(DType::Q4_0).decode_ahead = 512;
+  old.fp8_path = Fp8Path::F16c;
+  TuneResult r;
+  r.entry.tuning.of(DType::Q4_0).decode_ahead = 2048;
+  r.entry.tuning.of(DType::Q4_1).decode_ahead = 2048;
+  r.types = {DType::Q4_0, DType::Q4_1};
+  const TunedEntry m = merge_tuned(old, r);
+  EXPECT_EQ(m.tuning.of(DType::Q4_0).decode_ahead, 2048);
+  EXPECT_EQ(m.tuning.of(DType::Q4_1).decode_ahead, 2048);
+  EXPECT_EQ(m.tuning.of(DType::Q8_0).decode_ahead, 2048);
+  EXPECT_EQ(m.tuning.of(DType::F16), old.tuning.of(DType::F16));
+  EXPECT_EQ(m.fp8_path, Fp8Path::F16c);
+  r.entry.fp8_path = Fp8Path::Bf16;
+  EXPECT_EQ(merge_tuned(old, r).fp8_path, Fp8Path::Bf16);
 }
 
 TEST(KernelCache, DirectoryFromFlagThenEnvironment) {
