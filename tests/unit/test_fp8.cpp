@@ -171,8 +171,95 @@ TEST(Fp8, KvCacheScalesOfTinyAndNanVectors) {
       if (k) kv.read_k(0, 1, 1, 0, x.data());
       else kv.read_v(0, 1, 0, 0, x.data());
       for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(x[i], big[i], tol) << dtype_name(t) << (k ? " K " : " V ") << i;
-      EXPECT_NEAR(x[3], 100.f, 1e-4) << "the largest value is a code's exactly";
+      if (t == DType::I8) {
+        EXPECT_NEAR(x[3], 100.f, 1e-4) << "int8: the largest value is a code's exactly";
+      }
     }
+  }
+}
+
+// The FP8 KV scale search (kernels/cpu/convert.h fp8_kv_scale) measures each candidate's
+// error with its own rounding to the format's grid: on both paths it is the converter's,
+// exactly. Every code's value, the midpoints between neighbours (ties) and an ulp either
+// side of them, values past the largest (taken as the largest) and random ones: the error
+// of y at scale 1 is (decode(encode(y)) - y)^2, rounded once.
+TEST(Fp8, KvScaleErrorsAreTheConvertersRoundings) {
+  for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
+    const bool e4m3 = t == DType::F8_E4M3;
+    const auto enc = [&](float y) { return e4m3 ? quant::f32_to_fp8_e4m3(y) : quant::f32_to_fp8_e5m2(y); };
+    const auto dec = [&](uint8_t c) { return e4m3 ? quant::fp8_e4m3_to_f32(c) : quant::fp8_e5m2_to_f32(c); };
+    std::vector<float> ys;
+    std::vector<float> codes;
+    for (int c = 0; c < 128; ++c)
+      if (std::isfinite(dec(uint8_t(c)))) codes.push_back(dec(uint8_t(c)));
+    for (size_t i = 0; i < codes.size(); ++i) {
+      ys.push_back(codes[i]);
+      if (i + 1 < codes.size()) {
+        const float mid = (codes[i] + codes[i + 1]) / 2;  // exact: one more bit
+        ys.insert(ys.end(), {mid, std::nextafter(mid, 0.f), std::nextafter(mid, INFINITY)});
+      }
+    }
+    const float max = codes.back();
+    ys.insert(ys.end(), {max * 1.01f, max * 1.5f, 1e-30f, 1e-41f});
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(0.f, 1.f);
+    for (int i = 0; i < 2000; ++i) ys.push_back(std::ldexp(1.f + u(rng), int(u(rng) * 40) - (e4m3 ? 12 : 20)));
+    const float one = 1.f;
+    for (float y : ys) {
+      const float yc = std::min(y, max);  // the search's values are at most max (up to a rounding): clamped there
+      const float d = dec(enc(yc)) - yc, want = d * d;
+      float got = -1;
+      kernels::detail::fp8_sq_errors_scalar(t, &y, 1, &one, 1, &got);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << dtype_name(t) << " scalar y = " << y;
+      if (best_isa() == Isa::Avx512) {
+        kernels::detail::fp8_sq_errors_avx512(t, &y, 1, &one, 1, &got);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << dtype_name(t) << " avx512 y = " << y;
+      }
+    }
+  }
+}
+
+// The search picks the same scale on every path, one of amax / max x (1 + k / 32), never
+// one whose codes give x back worse than amax / max's (within the rounding of the
+// comparison), and on heads of 8 Gaussian values about halves the squared error.
+TEST(Fp8, KvScaleSearchIsTheSameOnEveryPathAndBetter) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> u(-9.f, 3.f);
+  for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
+    const bool e4m3 = t == DType::F8_E4M3;
+    const float max = e4m3 ? quant::kFp8E4M3Max : quant::kFp8E5M2Max;
+    const auto back = [&](const std::vector<float>& x, float s) {
+      double e = 0;
+      for (float v : x) {
+        const uint8_t c = e4m3 ? quant::f32_to_fp8_e4m3(v * (1.f / s)) : quant::f32_to_fp8_e5m2(v * (1.f / s));
+        const double r = double(e4m3 ? quant::fp8_e4m3_to_f32(c) : quant::fp8_e5m2_to_f32(c)) * s - v;
+        e += r * r;
+      }
+      return e;
+    };
+    double sum_base = 0, sum_best = 0;
+    for (int trial = 0; trial < 600; ++trial) {
+      const int64_t n = trial % 5 == 0 ? 13 : trial % 5 == 1 ? 64 : trial % 5 == 2 ? 128 : 8;
+      std::vector<float> x(static_cast<size_t>(n));
+      const float mag = trial % 7 == 0 ? std::pow(10.f, u(rng)) : 1.f;  // tiny heads reach the subnormals
+      for (auto& v : x) v = nd(rng) * mag;
+      float amax = 0;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      set_isa(Isa::Scalar);
+      const float s_scalar = kernels::fp8_kv_scale(t, x.data(), n, amax);
+      set_isa(best_isa());
+      const float s = kernels::fp8_kv_scale(t, x.data(), n, amax);
+      ASSERT_EQ(std::bit_cast<uint32_t>(s), std::bit_cast<uint32_t>(s_scalar)) << dtype_name(t) << " trial " << trial;
+      const float base = amax / max;
+      bool listed = false;
+      for (int k = 0; k < kernels::kFp8ScaleSteps; ++k) listed |= s == base * (1.f + float(k) / kernels::kFp8ScaleSteps);
+      EXPECT_TRUE(listed) << s << " is not a candidate of amax " << amax;
+      const double e_base = back(x, base), e_best = back(x, s);
+      EXPECT_LE(e_best, e_base * (1 + 1e-4) + 1e-30) << dtype_name(t) << " trial " << trial;
+      if (n == 8 && mag == 1.f) sum_base += e_base, sum_best += e_best;
+    }
+    EXPECT_LT(sum_best, 0.6 * sum_base) << dtype_name(t) << ": the search gained little on 8-value heads";
   }
 }
 

@@ -50,6 +50,71 @@ void codes_from_f32(DType t, const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
+namespace {
+
+struct Fp8Grid {
+  int man;          // mantissa bits
+  float min_normal;  // below it the grid is evenly spaced by 2^(log2 min_normal - man)
+  float max;         // the largest finite value (quantize saturates there)
+};
+Fp8Grid fp8_grid(DType t) {
+  if (t == DType::F8_E4M3) return {3, 0x1p-6f, quant::kFp8E4M3Max};
+  RIDGE_CHECK(t == DType::F8_E5M2, "{} is not an FP8 KV dtype", dtype_name(t));
+  return {2, 0x1p-14f, quant::kFp8E5M2Max};
+}
+
+// The value of the code nearest y >= 0 (ties to even, saturating): quant/fp8.h's rounding.
+float grid_round(const Fp8Grid& g, float y) {
+  y = std::min(y, g.max);
+  if (y < g.min_normal) {
+    const float step = g.min_normal * std::ldexp(1.f, -g.man);
+    return std::nearbyint(y / step) * step;
+  }
+  int e;
+  const float m = std::frexp(y, &e);  // y = m 2^e, m in [0.5, 1)
+  const float unit = std::ldexp(1.f, g.man + 1);
+  return std::min(std::ldexp(std::nearbyint(m * unit) / unit, e), g.max);
+}
+
+// 16 lane sums in the tree order the AVX-512 path reduces them: halves added (lane j +
+// lane j + 8), then again down to one.
+float reduce16(float (&a)[16]) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) a[j] += a[j + w];
+  return a[0];
+}
+
+}  // namespace
+
+void detail::fp8_sq_errors_scalar(DType t, const float* x, int64_t n, const float* inv, int steps, float* err) {
+  const Fp8Grid g = fp8_grid(t);
+  for (int k = 0; k < steps; ++k) {
+    float lanes[16] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = std::min(std::fabs(x[i]) * inv[k], g.max), d = grid_round(g, y) - y;
+      lanes[i % 16] = std::fma(d, d, lanes[i % 16]);
+    }
+    err[k] = reduce16(lanes);
+  }
+}
+
+float fp8_kv_scale(DType t, const float* x, int64_t n, float amax) {
+  const Fp8Grid g = fp8_grid(t);
+  const float base = amax / g.max;
+  float inv[kFp8ScaleSteps], err[kFp8ScaleSteps];
+  for (int k = 0; k < kFp8ScaleSteps; ++k) inv[k] = 1.f / (base * (1.f + float(k) / kFp8ScaleSteps));
+  if (active_isa() == Isa::Avx512) detail::fp8_sq_errors_avx512(t, x, n, inv, kFp8ScaleSteps, err);
+  else detail::fp8_sq_errors_scalar(t, x, n, inv, kFp8ScaleSteps, err);
+  // The errors are in units of each candidate's scale: compare err x s^2.
+  int best = 0;
+  float best_err = err[0] / (inv[0] * inv[0]);
+  for (int k = 1; k < kFp8ScaleSteps; ++k) {
+    const float e = err[k] / (inv[k] * inv[k]);
+    if (e < best_err) best = k, best_err = e;
+  }
+  return base * (1.f + float(best) / kFp8ScaleSteps);
+}
+
 void from_f32(DType t, const float* src, void* dst, int64_t n) {
   switch (t) {
     case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;

@@ -13,15 +13,19 @@ namespace ridge {
 namespace {
 constexpr int64_t kChunk = 128;  // elements converted per step through a stack buffer
 
-// A scaled dtype's codes of x[0, n), element i to dst[at(i)], and the scale: amax over
-// the largest code (0 for a zero vector, whose codes are all 0; NaN if any value is NaN,
-// so that NaN reads back as NaN whatever the codes can hold).
+// A scaled dtype's codes of x[0, n), element i to dst[at(i)], and the scale: int8's amax
+// over the largest code, FP8's the one of a few at or above that whose codes give x back
+// with the least squared error (convert.h fp8_kv_scale); 0 for a zero vector, whose codes
+// are all 0; NaN if any value is NaN, so that NaN reads back as NaN whatever the codes
+// can hold.
 template <class At>
 float quantize_scaled(DType t, const float* x, int64_t n, uint8_t* dst, At at) {
   float amax = 0.f;
   bool nan = false;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i])), nan |= std::isnan(x[i]);
   float scale = nan ? std::numeric_limits<float>::quiet_NaN() : amax / KVLayout::kv_code_max(t);
+  if (t != DType::I8 && scale > 0.f && std::isfinite(scale) && std::isfinite(1.f / scale))
+    scale = kernels::fp8_kv_scale(t, x, n, amax);
   float inv = scale > 0.f ? 1.f / scale : 0.f;  // NaN: all codes 0
   if (!std::isfinite(inv)) scale = inv = 0.f;   // a subnormal scale: the vector reads back as zeros
   alignas(64) float buf[kChunk];
