@@ -1,6 +1,7 @@
 #include "kernels/cpu/convert.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -53,27 +54,27 @@ void codes_from_f32(DType t, const float* src, uint8_t* dst, int64_t n) {
 namespace {
 
 struct Fp8Grid {
-  int man;          // mantissa bits
-  float min_normal;  // below it the grid is evenly spaced by 2^(log2 min_normal - man)
-  float max;         // the largest finite value (quantize saturates there)
+  int man;                       // mantissa bits
+  float min_normal;              // below it the grid is evenly spaced by sub_step
+  float sub_step, inv_sub_step;  // min_normal x 2^-man, and its inverse
+  float max;                     // the largest finite value (quantize saturates there)
 };
 Fp8Grid fp8_grid(DType t) {
-  if (t == DType::F8_E4M3) return {3, 0x1p-6f, quant::kFp8E4M3Max};
+  if (t == DType::F8_E4M3) return {3, 0x1p-6f, 0x1p-9f, 0x1p9f, quant::kFp8E4M3Max};
   RIDGE_CHECK(t == DType::F8_E5M2, "{} is not an FP8 KV dtype", dtype_name(t));
-  return {2, 0x1p-14f, quant::kFp8E5M2Max};
+  return {2, 0x1p-14f, 0x1p-16f, 0x1p16f, quant::kFp8E5M2Max};
 }
 
-// The value of the code nearest y >= 0 (ties to even, saturating): quant/fp8.h's rounding.
+// The value of the code nearest y in [0, max] (ties to even): quant/fp8.h's rounding. A
+// normal rounds f32's mantissa at bit 23 - man (a carry moves to the next binade, as it
+// should); below the smallest normal the grid is a multiple of its even step (y / step
+// and back are exact: powers of two).
 float grid_round(const Fp8Grid& g, float y) {
-  y = std::min(y, g.max);
-  if (y < g.min_normal) {
-    const float step = g.min_normal * std::ldexp(1.f, -g.man);
-    return std::nearbyint(y / step) * step;
-  }
-  int e;
-  const float m = std::frexp(y, &e);  // y = m 2^e, m in [0.5, 1)
-  const float unit = std::ldexp(1.f, g.man + 1);
-  return std::min(std::ldexp(std::nearbyint(m * unit) / unit, e), g.max);
+  if (y < g.min_normal) return std::nearbyint(y * g.inv_sub_step) * g.sub_step;
+  const int drop = 23 - g.man;
+  const uint32_t u = std::bit_cast<uint32_t>(y);
+  const uint32_t r = (u + ((1u << (drop - 1)) - 1) + ((u >> drop) & 1)) & ~((1u << drop) - 1);
+  return std::min(std::bit_cast<float>(r), g.max);
 }
 
 // 16 lane sums in the tree order the AVX-512 path reduces them: halves added (lane j +
