@@ -236,7 +236,7 @@ std::string candidate_name(const TuneTrial& tr, int32_t v) {
 TuneOptions quick_tune_options(int threads) {
   TuneOptions o;
   o.threads = threads;
-  o.rounds = 5;
+  o.rounds = 6;
   o.ring_bytes = int64_t(192) << 20;
   return o;
 }
