@@ -452,6 +452,14 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
 // issue 6 session 6).
 bool has_batch_kernel(DType t) { return !is_float_type(t) && t != DType::F8_E4M3_B128; }
 
+// kern_int8_batch with the call's row tiles (GemmArgs::even_tiles).
+template <int NP, Fmt F>
+void int8_batch(const GemmArgs& g, const uint8_t* w, int64_t ps, const ActQ8* a, int64_t rows, int64_t nb, float* y,
+                __mmask16 last) {
+  if (g.even_tiles) return kern_int8_batch<NP, F, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+  return kern_int8_batch<NP, F, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+}
+
 // kern_int8_batch or kern_q45k_batch for rows [m0, m1) of NP panels from p.
 template <int NP>
 void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last) {
@@ -461,21 +469,11 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
   const auto* a = static_cast<const ActQ8*>(g.act) + m0 * g.lda;
   const int64_t rows = m1 - m0;
   switch (g.type) {
-    case DType::Q8_0:
-      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q8_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
-                          : kern_int8_batch<NP, Fmt::Q8_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
-    case DType::Q4_0:
-      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q4_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
-                          : kern_int8_batch<NP, Fmt::Q4_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
-    case DType::Q4_1:
-      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q4_1, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
-                          : kern_int8_batch<NP, Fmt::Q4_1, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
-    case DType::Q5_0:
-      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q5_0, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
-                          : kern_int8_batch<NP, Fmt::Q5_0, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
-    case DType::Q5_1:
-      return g.even_tiles ? kern_int8_batch<NP, Fmt::Q5_1, true>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead)
-                          : kern_int8_batch<NP, Fmt::Q5_1, false>(w, ps, a, g.lda, rows, nb, y, g.ldy, last, g.ahead);
+    case DType::Q8_0: return int8_batch<NP, Fmt::Q8_0>(g, w, ps, a, rows, nb, y, last);
+    case DType::Q4_0: return int8_batch<NP, Fmt::Q4_0>(g, w, ps, a, rows, nb, y, last);
+    case DType::Q4_1: return int8_batch<NP, Fmt::Q4_1>(g, w, ps, a, rows, nb, y, last);
+    case DType::Q5_0: return int8_batch<NP, Fmt::Q5_0>(g, w, ps, a, rows, nb, y, last);
+    case DType::Q5_1: return int8_batch<NP, Fmt::Q5_1>(g, w, ps, a, rows, nb, y, last);
     case DType::Q4_K: return kern_q45k_batch<NP, false>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last, g.ahead);
     case DType::Q5_K:
       if constexpr (NP == 4) {  // the fifth-bit vectors leave too few registers for 4
