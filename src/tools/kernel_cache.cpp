@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "perf/peaks.h"
 
 namespace ridge {
@@ -65,12 +65,9 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
 }
 
 json read_file_json(const std::string& file) {
-  std::ifstream f(file);
-  if (!f) throw Error(fmt::format("{}: cannot read", file));
-  std::stringstream ss;
-  ss << f.rdbuf();
+  const std::string text = read_text_file(file);
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     throw Error(fmt::format("{}: not JSON ({})", file, e.what()));
   }
