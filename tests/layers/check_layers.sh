@@ -16,10 +16,11 @@ declare -A allowed=(
   [tokenizer]="core gguf"
   [kernels]="core quant"
   [model]="core perf gguf quant kernels"
-  [engine]="core perf gguf quant kernels model tokenizer"
-  [server]="core perf tokenizer engine"
-  [tools]="core perf gguf quant kernels model tokenizer engine"
-  [cli]="core perf gguf quant kernels model tokenizer engine server tools"
+  [grammar]="core"
+  [engine]="core perf gguf quant kernels model tokenizer grammar"
+  [server]="core perf tokenizer grammar engine"
+  [tools]="core perf gguf quant kernels model tokenizer grammar engine"
+  [cli]="core perf gguf quant kernels model tokenizer grammar engine server tools"
 )
 
 [ -d "$src" ] || { echo "layers: no source directory $src"; exit 2; }
