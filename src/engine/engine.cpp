@@ -168,8 +168,10 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   if (spec.method == SpecMethod::Draft && !draft_)
     fail("speculative method draft needs a draft model, and this engine has none (--draft-model FILE)");
   if (spec.method == SpecMethod::Suffix) make_suffix();  // it learns from requests finishing from now on
+  if (p.grammar) RIDGE_CHECK(tok_, "a grammar-constrained request needs the model's tokenizer");
   const int64_t id = next_id_++;
   auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
+  if (p.grammar) s->matcher = std::make_unique<grammar::Matcher>(p.grammar, token_trie());
   s->spec_k = spec.method == SpecMethod::None ? 0 : spec.num_speculative_tokens;
   stats_.prompt_tokens += s->n_prompt;
   Sequence* raw = s.get();
@@ -187,6 +189,27 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
     sched_->add(raw);
   }
   return id;
+}
+
+const std::shared_ptr<const grammar::TokenTrie>& Engine::token_trie() {
+  if (!trie_) {
+    std::vector<std::string> bytes;
+    std::vector<bool> excluded;
+    std::vector<int32_t> eog;
+    for (int32_t id = 0; id < tok_->n_vocab(); ++id) {
+      bytes.push_back(tok_->piece_bytes(id));
+      excluded.push_back(tok_->is_control(id));
+      if (tok_->is_eog(id)) eog.push_back(id);
+    }
+    trie_ = std::make_shared<grammar::TokenTrie>(std::move(bytes), excluded, std::move(eog));
+  }
+  return trie_;
+}
+
+int32_t Engine::grammar_prefix(Sequence& s, int32_t take) {
+  if (!s.matcher || take == 0) return take;
+  const size_t n = std::min(size_t(take), s.draft.size());
+  return std::min(take, s.matcher->valid_prefix(std::span<const int32_t>(s.draft.data(), n)));
 }
 
 void Engine::retire(const Sequence& s, bool learn) {
@@ -456,6 +479,7 @@ void Engine::speculate(SchedulerOutput& so) {
   int64_t n_drafts = 0, n_tokens = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence* s = so.chunks[i].seq;
+    take[i] = grammar_prefix(*s, take[i]);  // a proposal the grammar refuses is not worth a row
     if (take[i] == 0) {
       s->spec_idle += avail[i] > 0;
       continue;
@@ -540,6 +564,10 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   return true;
 }
 
+// A grammar that took an end token, or can take nothing else, ends the request (its state
+// is the one after the last token sampled).
+static bool grammar_done(const Sequence& s) { return s.matcher && (s.matcher->ended() || s.matcher->must_end()); }
+
 bool Engine::stops(const Sequence& s, int32_t tok) const {
   if (!s.params.ignore_eos && tok_ && tok_->is_eog(tok)) return true;
   return std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), tok) != s.params.stop_token_ids.end();
@@ -565,10 +593,18 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
     // Logprobs are of the raw distribution: keep the row before the sampler edits it.
     std::vector<float>& raw = raw_[size_t(thread)];
     if (s->params.logprobs >= 0) raw.assign(lg, lg + n_vocab);
-    const int32_t tok = s->sampler.sample(lg, s->tokens);
+    int32_t tok;
+    if (s->matcher && !s->matcher->any_allowed()) {
+      tok = tok_->eos();  // the grammar is stuck (no token spells what it needs): end cleanly
+    } else {
+      if (s->matcher) s->matcher->apply_mask(lg);
+      tok = s->sampler.sample(lg, s->tokens);
+      // The mask allowed it, so the matcher takes it (an end token ends the grammar).
+      if (s->matcher) s->matcher->accept(tok);
+    }
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
     out[n++] = tok;
-    if (j == c.n_draft || tok != s->draft[size_t(j)] || stops(*s, tok)) break;
+    if (j == c.n_draft || tok != s->draft[size_t(j)] || stops(*s, tok) || grammar_done(*s)) break;
     s->tokens.push_back(tok);  // accepted: the next row's history (postprocess appends for good)
   }
   s->tokens.resize(n_history);
@@ -656,7 +692,7 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       const int32_t tok = sampled.tokens[size_t(rows_[i] + j)];
       s->tokens.push_back(tok);
       ++t.produced;
-      const bool stop = stops(*s, tok);
+      const bool stop = stops(*s, tok) || (j + 1 == n && grammar_done(*s));
       const bool done = stop || s->n_generated() >= s->params.max_tokens;
       if (done) {
         finish(s, stop ? "stop" : "length");

@@ -3,12 +3,15 @@
 // the model runner reads its block table; nobody else touches it.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/config.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
 
 namespace ridge {
 
@@ -26,6 +29,9 @@ struct RequestParams {
   // Speculative decoding for this request: a method (None: off) and the most tokens
   // proposed per step; unset, the engine's configuration decides.
   std::optional<SpeculativeConfig> speculative;
+  // Structured output: every generated token must keep the text inside this grammar
+  // (grammar/grammar.h); null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct Sequence {
@@ -39,6 +45,8 @@ struct Sequence {
   RequestParams params;
   Sampler sampler;
   uint64_t arrival;              // admission order (FCFS tie-break)
+  // The grammar's state after the generated tokens (params.grammar; made by the engine).
+  std::unique_ptr<grammar::Matcher> matcher;
 
   SeqStatus status = SeqStatus::Waiting;
   int32_t n_computed = 0;        // tokens whose K/V are in the cache (prefix hits included)

@@ -183,6 +183,12 @@ const std::vector<uint64_t>& Matcher::mask() {
   return mask_;
 }
 
+bool Matcher::any_allowed() {
+  for (uint64_t w : mask())
+    if (w) return true;
+  return false;
+}
+
 void Matcher::apply_mask(float* logits) {
   const std::vector<uint64_t>& m = mask();
   const int32_t n = vocab_->n_vocab();

@@ -62,6 +62,7 @@ class Matcher {
   // logits[n_vocab]: -inf on every token the grammar does not allow now.
   void apply_mask(float* logits);
   bool allowed(int32_t id) { return (mask()[size_t(id) >> 6] >> (id & 63)) & 1; }
+  bool any_allowed();
 
   // Moves on by a token; false (and the state unchanged) when the grammar does not allow
   // it. An end-of-generation token is allowed only where the grammar may end.

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -106,12 +107,6 @@ std::optional<SpeculativeConfig> parse_speculative(const json& j, const Speculat
 
 // Known but not served yet: refused by name rather than silently ignored.
 void refuse_unsupported(const json& j, Endpoint ep) {
-  if (const json* rf = field(j, "response_format")) {
-    const json* t = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (!t || !t->is_string() || t->get<std::string>() != "text")
-      throw ApiError(400, "response_format other than {\"type\": \"text\"} is not supported by ridge yet",
-                     "response_format");
-  }
   if (const json* t = field(j, "tools"); t && !(t->is_array() && t->empty()))
     throw ApiError(400, "tools (function calling) is not supported by ridge yet", "tools");
   if (const json* t = field(j, "tool_choice"); t && !(t->is_string() && t->get<std::string>() == "none"))
@@ -351,10 +346,17 @@ json parse_body(std::string_view body) {
 }
 
 ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx) {
-  return parse_request_json(ep, parse_body(body), ctx);
+  const json j = parse_body(body);
+  // A JSON schema's properties are generated in the schema's order: parse again keeping it.
+  for (const char* k : {"response_format", "guided_json", "json_schema"})
+    if (j.contains(k)) {
+      const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body);
+      return parse_request_json(ep, j, ctx, &o);
+    }
+  return parse_request_json(ep, j, ctx);
 }
 
-ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& ctx) {
+ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& ctx, const nlohmann::ordered_json* ordered) {
   if (const json* m = field(j, "model")) {
     if (!m->is_string()) throw ApiError(400, "model must be a string", "model");
     check_model(m->get<std::string>(), ctx);
@@ -399,6 +401,11 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.priority = int32_t(integer(j, "priority", 0, -1000000, 1000000));
   p.logprobs = r.logprobs;
   p.speculative = parse_speculative(j, ctx.speculative);
+  if (ctx.grammars) {
+    p.grammar = parse_structured_output(j, ordered, *ctx.grammars);
+  } else if (const json* rf = field(j, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text")) {
+    throw ApiError(400, "response_format is not available here", "response_format");
+  }
   if (const json* u = field(j, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");
   const json* seed = field(j, "seed");
   if (seed && !seed->is_number_integer()) throw ApiError(400, "seed must be an integer", "seed");

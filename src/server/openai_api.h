@@ -21,6 +21,8 @@ class Tokenizer;
 
 namespace ridge::server {
 
+class GrammarCache;
+
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string message, std::string param = "", std::string type = "")
       : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
@@ -43,6 +45,7 @@ struct ApiContext {
   int32_t max_n = 128;
   SpeculativeConfig speculative;   // the server's (--speculative-method ...): what a request's
                                    // "speculative" object leaves out
+  GrammarCache* grammars = nullptr;  // structured output's compiled grammars (null: refused)
 };
 
 enum class Endpoint { Completions, Chat };
@@ -64,7 +67,9 @@ struct ParsedRequest {
 nlohmann::json parse_body(std::string_view body);
 // Parses and validates a request. Throws ApiError.
 ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx);
-ParsedRequest parse_request_json(Endpoint ep, const nlohmann::json& body, const ApiContext& ctx);
+// ordered: the same body parsed keeping key order (a JSON schema's properties keep it), or null.
+ParsedRequest parse_request_json(Endpoint ep, const nlohmann::json& body, const ApiContext& ctx,
+                                 const nlohmann::ordered_json* ordered = nullptr);
 // Text -> ids, special tokens parsed; add_special: BOS first when the vocabulary wants it
 // (unless the text already starts with it, as rendered chat templates often do).
 std::vector<int32_t> tokenize_prompt(const Tokenizer& tok, const std::string& text, bool add_special);

@@ -25,6 +25,7 @@ HttpResponse json_response(const json& j, int status = 200) {
 Server::Server(Engine& engine, const Tokenizer& tok, ApiContext ctx, const ServeOptions& o)
     : tok_(tok), ctx_(std::move(ctx)), opt_(o) {
   ctx_.tok = &tok_;
+  ctx_.grammars = &grammars_;
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_ = std::make_unique<Metrics>(ctx_.model_name);
   loop_ = std::make_unique<EngineLoop>(engine, tok_, *metrics_, o.loop);

@@ -8,6 +8,7 @@
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
+#include "server/structured_output.h"
 
 namespace ridge::server {
 
@@ -36,6 +37,7 @@ class Server {
   HttpResponse detokenize(const HttpRequest& req) const;
 
   const Tokenizer& tok_;
+  GrammarCache grammars_;
   ApiContext ctx_;
   ServeOptions opt_;
   std::unique_ptr<Metrics> metrics_;
