@@ -9,7 +9,9 @@
 #include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "grammar/matcher.h"
 #include "server/openai_api.h"
+#include "server/structured_output.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +28,7 @@ class OpenAIApi : public ::testing::Test {
     ctx_.model_name = "stories";
     ctx_.max_model_len = 128;
     ctx_.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+    ctx_.grammars = &grammars_;
   }
 
   // The status of the ApiError the body raises (0 when it parses).
@@ -42,6 +45,7 @@ class OpenAIApi : public ::testing::Test {
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
+  GrammarCache grammars_;
   ApiContext ctx_;
 };
 
@@ -149,8 +153,24 @@ TEST_F(OpenAIApi, BadInputGetsTheRightStatusAndNamesTheField) {
       {H, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages"},
       {H, R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0})", 400, "max_completion_tokens"},
       {H, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400, "top_logprobs"},
-      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})", 400,
-       "response_format"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}})", 400,
+       "response_format.type"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}})", 400,
+       "response_format.json_schema"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       400, "response_format.json_schema.schema"},
+      {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})",
+       400, "response_format.json_schema.schema"},
+      {C, R"({"prompt": "x", "guided_json": {"type": "string"}, "guided_regex": "a"})", 400, "guided_regex"},
+      {C, R"({"prompt": "x", "guided_json": "{not json"})", 400, "guided_json"},
+      {C, R"({"prompt": "x", "guided_regex": "(a"})", 400, "guided_regex"},
+      {C, R"({"prompt": "x", "guided_regex": 5})", 400, "guided_regex"},
+      {C, R"({"prompt": "x", "guided_grammar": "root ::= r\nr ::= r \"x\""})", 400, "guided_grammar"},
+      {C, R"({"prompt": "x", "guided_grammar": "root ::= undefined"})", 400, "guided_grammar"},
+      {C, R"({"prompt": "x", "guided_choice": []})", 400, "guided_choice"},
+      {C, R"({"prompt": "x", "guided_choice": ["a", 1]})", 400, "guided_choice"},
+      {C, R"({"prompt": "x", "guided_json": {"type": "string"}, "guided_whitespace_pattern": " "})", 400,
+       "guided_whitespace_pattern"},
       {H, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400, "tools"},
   };
   for (const Case& c : cases) {
@@ -164,6 +184,45 @@ TEST_F(OpenAIApi, BadInputGetsTheRightStatusAndNamesTheField) {
   // Unknown fields are ignored; response_format text and empty tools are fine.
   EXPECT_EQ(status_of(C, R"({"prompt": "x", "max_tokens": 2, "frobnicate": 1, "response_format": {"type": "text"}})"), 0);
   EXPECT_EQ(status_of(H, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [], "max_tokens": 2})"), 0);
+}
+
+// Each structured-output field gives the grammar it asks for; a schema keeps its
+// properties' order; a repeated schema compiles once.
+TEST_F(OpenAIApi, StructuredOutputFields) {
+  std::vector<std::string> bytes;
+  for (int c = 0; c < 256; ++c) bytes.push_back(std::string(1, char(c)));
+  auto vocab = std::make_shared<grammar::TokenTrie>(bytes, std::vector<bool>(256, false), std::vector<int32_t>{});
+  auto accepts = [&](const std::string& body, const std::string& text) {
+    ParsedRequest r = parse_request(Endpoint::Completions, body, ctx_);
+    EXPECT_TRUE(r.choices[0].params.grammar) << body;
+    if (!r.choices[0].params.grammar) return false;
+    grammar::Matcher m(r.choices[0].params.grammar, vocab);
+    return m.accept_bytes(text) && m.can_end();
+  };
+  const std::string schema = R"({"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "boolean"}}, "required": ["zeta", "alpha"]})";
+  const std::string rf = R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "t", "strict": true, "schema": )" + schema + "}}}";
+  EXPECT_TRUE(accepts(rf, R"({"zeta": 1, "alpha": true})"));
+  EXPECT_FALSE(accepts(rf, R"({"alpha": true, "zeta": 1})"));  // the schema's order, not the keys' sorted order
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "guided_json": )" + schema + "}", R"({"zeta":-4,"alpha":false})"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "json_schema": )" + schema + "}", R"({"zeta":0,"alpha":false})"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "response_format": {"type": "json_object"}})", R"({"a": [1, "b", null]})"));
+  EXPECT_FALSE(accepts(R"({"prompt": "x", "response_format": {"type": "json_object"}})", R"([1])"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "guided_choice": ["yes", "no"]})", "no"));
+  EXPECT_FALSE(accepts(R"({"prompt": "x", "guided_choice": ["yes", "no"]})", "maybe"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "guided_regex": "^[a-c]+x$"})", "abcx"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "guided_grammar": "root ::= \"hi\" [0-9]"})", "hi7"));
+  EXPECT_TRUE(accepts(R"({"prompt": "x", "grammar": "root ::= \"hi\""})", "hi"));
+  ParsedRequest none = parse_request(Endpoint::Completions, R"({"prompt": "x", "response_format": {"type": "text"}})", ctx_);
+  EXPECT_FALSE(none.choices[0].params.grammar);
+  // The same grammar text compiles once: rf's second parse, guided_json's and json_schema's
+  // (the same schema) and the repeated json_object and guided_choice bodies are hits.
+  const GrammarCache::Stats st = grammars_.stats();
+  EXPECT_GE(st.hits, 3);
+  EXPECT_LE(st.compiled, 7);
+  // n > 1: every choice carries the grammar.
+  ParsedRequest two = parse_request(Endpoint::Completions, R"({"prompt": "x", "n": 2, "guided_choice": ["a"]})", ctx_);
+  ASSERT_EQ(two.choices.size(), 2u);
+  EXPECT_TRUE(two.choices[0].params.grammar && two.choices[1].params.grammar);
 }
 
 TEST_F(OpenAIApi, TooLongPromptSaysTheLengths) {
