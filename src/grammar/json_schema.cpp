@@ -296,7 +296,9 @@ class Converter {
       if (auto it = formats_.find(n); it != formats_.end()) return it->second;
       return formats_[n] = rule("format-" + n, body);
     };
-    const std::string date = R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))";
+    // Days by month (February to the 29th in every year: leap years are beyond a small grammar).
+    const std::string date =
+        R"([0-9]{4} "-" (("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | [12] [0-9])))";
     const std::string time =
         R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" ([0-5] [0-9] | "60") ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))";
     if (f == "date") return named(f, date);

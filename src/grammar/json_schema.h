@@ -4,8 +4,8 @@
 // Supported: type (one or a list), properties, required, additionalProperties (false,
 // true or a schema; absent means false, as OpenAI's strict mode and XGrammar have it),
 // enum, const, anyOf, oneOf (as anyOf), a one-element allOf, items, prefixItems,
-// minItems, maxItems, minLength, maxLength, pattern, format (date, time, date-time,
-// uuid, email, ipv4, uri), minimum / maximum / exclusiveMinimum / exclusiveMaximum on
+// minItems, maxItems, minLength, maxLength, pattern, format (date with each month's
+// days, February's 29th in every year; time, date-time, uuid, email, ipv4, uri), minimum / maximum / exclusiveMinimum / exclusiveMaximum on
 // integers (exact digit ranges) and a minimum of 0 on numbers, $ref to #, #/$defs/... and
 // #/definitions/..., nullable. Annotations (title, description, examples, default, ...)
 // are ignored. Any other keyword is a GrammarError naming it and where it is.

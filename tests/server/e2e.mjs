@@ -9,6 +9,7 @@
 // --queue-url serves the same model as --spm-model with --max-num-seqs 1 --max-waiting 2.
 // The --url server's KV cache is small (1M: about 100 blocks of 16), so a large n preempts.
 import fs from "node:fs";
+import Ajv2020 from "ajv/dist/2020.js";
 import OpenAI from "openai";
 import { SKIP, assert, assertWellFormed, checkIdleKv, metrics as metricsOf, options, postJson, raw, run, sse, test, waitIdle }
   from "./lib.mjs";
@@ -500,6 +501,96 @@ test("speculative: per-request prompt lookup, suffix decoding and draft model ch
   checkIdleKv(await waitIdle(o.url));
 });
 
+// Structured output. The schemas bound their documents (every string, number and array
+// has a most length), so a grammar-held generation always completes: finish_reason stop.
+const ajv = new Ajv2020({ strict: false });
+// RFC 3339 full-date, except that ridge's grammar allows February 29 in every year.
+ajv.addFormat("date", (d) => {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(d);
+  return !!m && +m[2] >= 1 && +m[2] <= 12 && +m[3] >= 1 && +m[3] <= [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][+m[2] - 1];
+});
+const PERSON = { type: "object", additionalProperties: false, required: ["name", "age", "mood"],
+                 properties: { name: { type: "string", maxLength: 8 }, age: { type: "integer", minimum: 0, maximum: 99 },
+                               mood: { enum: ["happy", "sad"] } } };
+const SCHEMAS = [
+  PERSON,
+  { type: "array", items: { type: "integer", minimum: -9, maximum: 9 }, minItems: 1, maxItems: 4 },
+  { $defs: { pt: { type: "object", properties: { x: { type: "integer", minimum: 0, maximum: 9 }, y: { type: ["boolean", "null"] } },
+                   required: ["x"], additionalProperties: false } },
+    type: "object", properties: { pts: { type: "array", items: { $ref: "#/$defs/pt" }, maxItems: 2 }, kind: { const: "pts" } },
+    required: ["kind", "pts"], additionalProperties: false },
+  { type: "object", properties: { day: { type: "string", format: "date" }, code: { type: "string", pattern: "^[A-Z]{2}[0-9]$" } },
+    required: ["day", "code"], additionalProperties: false },
+  { anyOf: [{ type: "boolean" }, { enum: ["one", 2, null] }, { type: "string", minLength: 1, maxLength: 3 }] },
+];
+
+test("structured output: the client's parse helper, streams, n, guided fields; every output validates (ajv 2020-12)", async () => {
+  const validate = ajv.compile(PERSON);
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.parse({
+      model: MODEL, messages: [{ role: "user", content: "Tell me about Tim." }], max_tokens: 90, temperature, seed: 3,
+      response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema: PERSON } } });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "stop", m.content);
+    assert.ok(validate(m.parsed), `${JSON.stringify(validate.errors)} ${m.content}`);
+    // The same request streamed gives the same text.
+    const st = await streamChat(client, { model: MODEL, messages: [{ role: "user", content: "Tell me about Tim." }],
+                                          max_tokens: 90, temperature, seed: 3,
+                                          response_format: { type: "json_schema", json_schema: { name: "person", schema: PERSON } } });
+    assert.equal(st.text[0], m.content);
+  }
+  // n = 3 seeded choices of a completion, each its own document.
+  const many = await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 100, temperature: 1,
+                                                 seed: 11, n: 3, guided_json: SCHEMAS[2] });
+  const v2 = ajv.compile(SCHEMAS[2]);
+  for (const c of many.choices) {
+    assert.equal(c.finish_reason, "stop", c.text);
+    assert.ok(v2(JSON.parse(c.text)), `${JSON.stringify(v2.errors)} ${c.text}`);
+  }
+  const choice = await client.completions.create({ model: MODEL, prompt: "The cat was", max_tokens: 10, temperature: 1, seed: 4,
+                                                   guided_choice: ["happy", "sad", "very sleepy"] });
+  assert.ok(["happy", "sad", "very sleepy"].includes(choice.choices[0].text), choice.choices[0].text);
+  const rx = await client.completions.create({ model: MODEL, prompt: "Call me at", max_tokens: 20, temperature: 1, seed: 5,
+                                               guided_regex: "[0-9]{3}-[0-9]{4}" });
+  assert.match(rx.choices[0].text, /^[0-9]{3}-[0-9]{4}$/);
+  assert.equal(rx.choices[0].finish_reason, "stop");
+  const gb = await client.completions.create({ model: MODEL, prompt: "Is it", max_tokens: 5, temperature: 0,
+                                               guided_grammar: 'root ::= ("yes" | "no") "!"' });
+  assert.match(gb.choices[0].text, /^(yes|no)!$/);
+  // json_object: stream and non-stream agree; a finished one is one JSON object.
+  const jo = { model: MODEL, prompt: "{", max_tokens: 60, temperature: 0.7, seed: 8, response_format: { type: "json_object" } };
+  const full = await client.completions.create(jo);
+  const s = await streamCompletion(client, jo);
+  assert.equal(s.text[0], full.choices[0].text);
+  if (full.choices[0].finish_reason === "stop") assert.equal(typeof JSON.parse(full.choices[0].text), "object");
+  for (const [body, param, re] of [
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "array", uniqueItems: true } } } },
+     "response_format.json_schema.schema", /uniqueItems/],
+    [{ guided_regex: "a(?=b)" }, "guided_regex", /lookaround/],
+    [{ guided_grammar: "root ::= r\nr ::= r \"x\"" }, "guided_grammar", /left-recursive/],
+    [{ guided_json: PERSON, guided_choice: ["a"] }, "guided_choice", /at most one/],
+  ]) {
+    const r = await postJson(`${o.url}/v1/completions`, { model: MODEL, prompt: "x", max_tokens: 5, ...body }, AUTH);
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.equal(r.json.error.param, param);
+    assert.match(r.json.error.message, re);
+  }
+  checkIdleKv(await waitIdle(o.url));
+});
+
+test("structured output on a random model over a 32000-token vocabulary: every schema's outputs validate (ajv)", async () => {
+  for (const [i, schema] of SCHEMAS.entries()) {
+    const validate = ajv.compile(schema);
+    await Promise.all([1, 2, 3].map(async (seed) => {
+      const r = await spm.completions.create({ model: SPM, prompt: "Hello", max_tokens: 200, temperature: 1, seed,
+                                               response_format: { type: "json_schema", json_schema: { name: `s${i}`, schema } } });
+      const t = r.choices[0].text;
+      assert.equal(r.choices[0].finish_reason, "stop", `schema ${i} seed ${seed}: ${t}`);
+      assert.ok(validate(JSON.parse(t)), `schema ${i} seed ${seed}: ${JSON.stringify(validate.errors)} ${t}`);
+    }));
+  }
+});
+
 test("queue full: 503 with Retry-After, then the queue drains", async () => {
   const q = new OpenAI({ baseURL: `${o["queue-url"]}/v1`, apiKey: "unused", maxRetries: 0 });
   const wait = async (pred) => {
@@ -581,8 +672,9 @@ test("errors as the client surfaces them", async () => {
   e = await rejects(client.completions.create({ ...base, max_tokens: CTX }), OpenAI.BadRequestError, 400,
                     (x) => assert.match(x.message, /maximum context length/));
   e = await rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }],
-                                                    response_format: { type: "json_object" } }), OpenAI.BadRequestError, 400);
-  assert.match(e.message, /response_format/);
+                                                    response_format: { type: "json_schema", json_schema: { name: "x", schema: { not: {} } } } }),
+                    OpenAI.BadRequestError, 400);
+  assert.match(e.message, /unsupported keyword 'not'/);
   e = await rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }],
                                                     tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
                     OpenAI.BadRequestError, 400);

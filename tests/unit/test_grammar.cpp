@@ -311,6 +311,12 @@ TEST(Grammar, JsonSchemaRefsAnyOfArraysStrings) {
   g = schema_grammar(R"({"type": "string", "format": "date-time"})");
   EXPECT_TRUE(matches(g, R"("2026-12-02T15:04:05Z")"));
   EXPECT_FALSE(matches(g, R"("2026-13-02T15:04:05Z")"));
+  g = schema_grammar(R"({"type": "string", "format": "date"})");
+  EXPECT_TRUE(matches(g, R"("2026-02-29")"));
+  EXPECT_TRUE(matches(g, R"("2026-12-31")"));
+  EXPECT_FALSE(matches(g, R"("2026-04-31")"));
+  EXPECT_FALSE(matches(g, R"("2026-02-30")"));
+  EXPECT_FALSE(matches(g, R"("2026-00-10")"));
   g = schema_grammar(R"({"type": ["integer", "null"]})");
   EXPECT_TRUE(matches(g, "null"));
   EXPECT_TRUE(matches(g, "-12"));
