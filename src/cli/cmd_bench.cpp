@@ -16,11 +16,14 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tools/bench_compare.h"
+#include "tools/bench_grammar.h"
 #include "tools/bench_kernels.h"
 #include "tools/bench_serve.h"
 #include "tools/bench_spec.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/gguf.h"
 #include "perf/peaks.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "perf/tracer.h"
 
 namespace ridge::cli {
@@ -393,15 +396,52 @@ int bench_spec_cmd(Args& a) {
 
 }  // namespace
 
+// ridge bench grammar: structured output's mask cost per token on a model's vocabulary.
+int bench_grammar_cmd(Args& a) {
+  tools::GrammarBenchOptions o;
+  o.docs = int32_t(a.integer({"--docs"}, 8, 1, 100000));
+  o.max_tokens = int32_t(a.integer({"--max-tokens"}, 256, 1, 1 << 20));
+  o.seed = uint64_t(a.integer({"--seed"}, 1, 0, INT64_MAX));
+  const bool json = a.flag({"--json"});
+  while (auto f = a.str({"--schema"})) o.schema_files.push_back(*f);
+  const auto hf_json = a.str({"--tokenizer-json"});
+  std::unique_ptr<gguf::File> f;
+  std::unique_ptr<Tokenizer> tok;
+  if (hf_json) {
+    tok = load_hf_tokenizer_files(*hf_json, "");
+  } else {
+    f = gguf::File::open(resolve_model(a));
+    tok = Tokenizer::from_gguf(*f);
+  }
+  a.finish();
+  const auto rows = tools::run_grammar_bench(*tok, o);
+  if (!json)
+    std::printf("vocabulary %d tokens; %d documents per schema, at most %d tokens each\n%-12s %10s %8s %10s %10s %10s %8s %9s\n",
+                tok->n_vocab(), o.docs, o.max_tokens, "schema", "compile ms", "tokens", "mean us", "p99 us", "max us",
+                "hits", "complete");
+  for (const auto& r : rows) {
+    if (json)
+      std::printf("{\"schema\":\"%s\",\"n_vocab\":%d,\"compile_ms\":%.3f,\"tokens\":%lld,\"mask_us_mean\":%.2f,"
+                  "\"mask_us_p99\":%.2f,\"mask_us_max\":%.2f,\"hit_rate\":%.4f,\"completed\":%d}\n",
+                  r.name.c_str(), tok->n_vocab(), r.compile_ms, (long long)r.tokens, r.mask_us_mean, r.mask_us_p99,
+                  r.mask_us_max, r.hit_rate, r.completed);
+    else
+      std::printf("%-12s %10.2f %8lld %10.1f %10.1f %10.1f %7.1f%% %6d/%d\n", r.name.c_str(), r.compile_ms,
+                  (long long)r.tokens, r.mask_us_mean, r.mask_us_p99, r.mask_us_max, 100 * r.hit_rate, r.completed, o.docs);
+  }
+  return 0;
+}
+
 int cmd_bench(Args& a) {
   const auto sub = a.subcommand();
-  if (!sub) fail("usage: ridge bench throughput|kernels|serve|compare|spec [options] (see ridge --help)");
+  if (!sub) fail("usage: ridge bench throughput|kernels|serve|compare|spec|grammar [options] (see ridge --help)");
   if (*sub == "throughput") return bench_throughput(a);
   if (*sub == "kernels") return bench_kernels_cmd(a);
   if (*sub == "serve") return bench_serve_cmd(a);
   if (*sub == "compare") return bench_compare_cmd(a);
   if (*sub == "spec") return bench_spec_cmd(a);
-  fail("unknown benchmark '{}' (throughput, kernels, serve, compare, spec)", *sub);
+  if (*sub == "grammar") return bench_grammar_cmd(a);
+  fail("unknown benchmark '{}' (throughput, kernels, serve, compare, spec, grammar)", *sub);
 }
 
 }  // namespace ridge::cli
