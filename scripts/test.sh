@@ -70,6 +70,7 @@ stage "oracle: ridge vs llama.cpp" bash tests/oracle/run_oracle.sh "$BUILD/ridge
 stage "tokenizers: ridge vs llama.cpp" node tests/oracle/tokenizer_vs_llama.mjs --ridge "$BUILD/ridge"
 stage "chat templates: ridge vs @huggingface/jinja" bash tests/chat/run_chat_tests.sh "$BUILD/ridge"
 stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/run_hf_tests.sh "$BUILD/ridge"
+stage "structured output: ridge's token masks vs XGrammar" node tests/grammar/xgrammar_masks.mjs --ridge "$BUILD/ridge" --docs 3
 stage "server: OpenAI API via the openai client" bash tests/server/run_server_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
 stage "fuzz: GGUF and safetensors readers" bash scripts/fuzz.sh

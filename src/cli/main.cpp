@@ -80,6 +80,14 @@ commands:
               decode with and without speculative decoding, interleaved: speedup,
               acceptance, the speedup they predict; exit status 1 if any output differs
               from the plain run's
+  bench grammar -m MODEL | --tokenizer-json FILE [--schema FILE ...] [--docs N] [--max-tokens N]
+              [--seed S] [--json]   structured output's token-mask cost per token on the
+              vocabulary, over a built-in schema set or the given JSON schemas
+  grammar gbnf --json-schema FILE | --regex REGEX | --json-object
+              the GBNF grammar structured output compiles the constraint to
+  grammar masks -m MODEL | --tokenizer-json FILE --grammar FILE.gbnf --tokens FILE.jsonl
+              [--ignore IDS.json] [--root NAME]   the token masks along token sequences
+              (a count and hash per position), to compare with another implementation
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
               [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
@@ -150,6 +158,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
     if (cmd == "tune-kernels") return ridge::cli::cmd_tune_kernels(args);
+    if (cmd == "grammar") return ridge::cli::cmd_grammar(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
     return 1;
   } catch (const ridge::Error& e) {

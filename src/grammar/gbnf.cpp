@@ -195,6 +195,13 @@ class Parser {
     } else if (c == '.') {
       ++i_;
       chars(seq, {{0, 0x10FFFF}}, base);
+    } else if (c == '(' && peek(1) == '=') {
+      // A lookahead assertion (XGrammar's EBNF: "(= ...)" after a rule's body): parsed,
+      // then dropped. XGrammar uses it to settle tokens that run past a rule's end; every
+      // context a JSON grammar puts such a rule in already requires what it asserts.
+      i_ += 2;
+      const int32_t r = b_.fresh(base + "-lookahead");
+      alternates(r, base, true);
     } else if (c == '(') {
       ++i_;
       const int32_t r = b_.fresh(base);

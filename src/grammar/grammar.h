@@ -68,8 +68,9 @@ class Grammar {
 
 // Compiles GBNF: llama.cpp's grammar format (rules `name ::= ...`, "literals" with C-style
 // and \xHH \uHHHH \UHHHHHHHH escapes, [classes] with ranges and ^, ., ( ), |, * + ?,
-// {m} {m,} {m,n}, # comments), which also reads the EBNF XGrammar prints. A rule may
-// continue over lines. Throws GrammarError naming line:column.
+// {m} {m,} {m,n}, # comments), which also reads the EBNF XGrammar prints (its lookahead
+// assertions "(= ...)" are parsed and dropped). A rule may continue over lines. Throws
+// GrammarError naming line:column.
 std::shared_ptr<const Grammar> compile_gbnf(std::string_view text, std::string_view root = "root",
                                             const Limits& limits = {});
 

@@ -402,7 +402,7 @@ class Converter {
     std::vector<std::string> s_name(n + 1), r_name(n + 1);
     for (size_t i = 0; i <= n; ++i) {
       s_name[i] = fresh(fmt::format("{}-s{}", base, i));
-      r_name[i] = fresh(fmt::format("{}-r{}", base, i));
+      if (i > 0) r_name[i] = fresh(fmt::format("{}-r{}", base, i));
     }
     std::string extra_kv;
     if (!extra.empty()) extra_kv = "json-string ws \":\" ws " + extra;
@@ -421,7 +421,7 @@ class Converter {
         rb = "\",\" ws " + kv + " ws " + r_name[i + 1] + (req ? "" : " | " + r_name[i + 1]);
       }
       rules_.push_back(s_name[i] + " ::= " + sb);
-      rules_.push_back(r_name[i] + " ::= " + rb);
+      if (i > 0) rules_.push_back(r_name[i] + " ::= " + rb);  // R_0 would follow nothing
     }
     return rule(base, "\"{\" ws " + s_name[0] + " \"}\"");
   }

@@ -10,9 +10,19 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& ex
     : bytes_(std::move(bytes)), eog_(std::move(eog)) {
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+  // Bytes no UTF-8 text holds (overlong leads C0 C1, leads past U+10FFFF F5-FF): a grammar
+  // matches characters, so a token with one can never be part of what it allows.
+  auto utf8_possible = [](const std::string& b) {
+    for (char c : b) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u == 0xC0 || u == 0xC1 || u >= 0xF5) return false;
+    }
+    return true;
+  };
   producible_.assign(bytes_.size(), false);
   for (int32_t id = 0; id < int32_t(bytes_.size()); ++id)
-    if (!bytes_[size_t(id)].empty() && !(size_t(id) < excluded.size() && excluded[size_t(id)]) && !is_eog(id)) {
+    if (!bytes_[size_t(id)].empty() && !(size_t(id) < excluded.size() && excluded[size_t(id)]) && !is_eog(id) &&
+        utf8_possible(bytes_[size_t(id)])) {
       order_.push_back(id);
       producible_[size_t(id)] = true;
     }

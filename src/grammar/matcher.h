@@ -29,8 +29,8 @@ namespace ridge::grammar {
 
 // The vocabulary as the matcher walks it: every token's bytes, in byte order with each
 // one's common prefix with the one before, leaving out the tokens no grammar may produce
-// (control tokens, empty pieces); end-of-generation tokens are allowed where the grammar
-// may end. Built once per tokenizer and shared by every matcher.
+// (control tokens, empty pieces, bytes no UTF-8 text holds); end-of-generation tokens are
+// allowed where the grammar may end. Built once per tokenizer and shared by every matcher.
 class TokenTrie {
  public:
   // bytes[id]: the token's decoded bytes; excluded[id]: never produced by a grammar;
