@@ -71,6 +71,7 @@ stage "tokenizers: ridge vs llama.cpp" node tests/oracle/tokenizer_vs_llama.mjs 
 stage "chat templates: ridge vs @huggingface/jinja" bash tests/chat/run_chat_tests.sh "$BUILD/ridge"
 stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/run_hf_tests.sh "$BUILD/ridge"
 stage "structured output: ridge's token masks vs XGrammar" node tests/grammar/xgrammar_masks.mjs --ridge "$BUILD/ridge" --docs 3
+stage "structured output: JSON-Schema-Test-Suite (draft 4)" node tests/grammar/json_schema_suite.mjs --ridge "$BUILD/ridge"
 stage "server: OpenAI API via the openai client" bash tests/server/run_server_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
 stage "fuzz: GGUF and safetensors readers" bash scripts/fuzz.sh

@@ -26,9 +26,11 @@ int grammar_gbnf(Args& a) {
   const auto schema = a.str({"--json-schema"});
   const auto regex = a.str({"--regex"});
   const bool object = a.flag({"--json-object"});
+  grammar::JsonSchemaLimits lim;
+  lim.strict = !a.flag({"--no-strict"});
   a.finish();
   if (int(bool(schema)) + int(bool(regex)) + int(object) != 1)
-    fail("usage: ridge grammar gbnf --json-schema FILE | --regex REGEX | --json-object");
+    fail("usage: ridge grammar gbnf --json-schema FILE [--no-strict] | --regex REGEX | --json-object");
   std::string g;
   if (schema) {
     nlohmann::ordered_json j;
@@ -37,7 +39,7 @@ int grammar_gbnf(Args& a) {
     } catch (const nlohmann::json::exception& e) {
       fail("{} is not JSON: {}", *schema, e.what());
     }
-    g = grammar::json_schema_to_gbnf(j);
+    g = grammar::json_schema_to_gbnf(j, lim);
   } else if (regex) {
     g = "root ::= " + grammar::regex_to_gbnf(*regex, false).expr + "\n";
   } else {
@@ -124,13 +126,44 @@ int grammar_masks(Args& a) {
   return 0;
 }
 
+// Whether a JSON schema's grammar accepts each text (JSON lines: one JSON string each):
+// a line "1" or "0" per text, or one line "error MESSAGE" when the schema does not compile.
+int grammar_accepts(Args& a) {
+  const auto schema = a.str({"--json-schema"});
+  const auto texts = a.str({"--texts"});
+  grammar::JsonSchemaLimits lim;
+  lim.strict = !a.flag({"--no-strict"});
+  a.finish();
+  if (!schema || !texts) fail("usage: ridge grammar accepts --json-schema FILE --texts FILE.jsonl [--no-strict]");
+  std::shared_ptr<const grammar::Grammar> g;
+  try {
+    g = grammar::compile_gbnf(grammar::json_schema_to_gbnf(nlohmann::ordered_json::parse(read_text_file(*schema)), lim));
+  } catch (const grammar::GrammarError& e) {
+    std::printf("error %s\n", e.what());
+    return 0;
+  }
+  std::vector<std::string> bytes;
+  for (int c = 0; c < 256; ++c) bytes.push_back(std::string(1, char(c)));
+  auto trie = std::make_shared<grammar::TokenTrie>(bytes, std::vector<bool>(), std::vector<int32_t>{});
+  std::ifstream in(*texts);
+  if (!in) fail("cannot open '{}'", *texts);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    grammar::Matcher m(g, trie);
+    std::printf("%d\n", m.accept_bytes(nlohmann::json::parse(line).get<std::string>()) && m.can_end() ? 1 : 0);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_grammar(Args& a) {
   const auto sub = a.subcommand();
   if (sub && *sub == "gbnf") return grammar_gbnf(a);
   if (sub && *sub == "masks") return grammar_masks(a);
-  fail("usage: ridge grammar gbnf|masks [options] (see ridge --help)");
+  if (sub && *sub == "accepts") return grammar_accepts(a);
+  fail("usage: ridge grammar gbnf|masks|accepts [options] (see ridge --help)");
 }
 
 }  // namespace ridge::cli

@@ -88,6 +88,8 @@ commands:
   grammar masks -m MODEL | --tokenizer-json FILE --grammar FILE.gbnf --tokens FILE.jsonl
               [--ignore IDS.json] [--root NAME]   the token masks along token sequences
               (a count and hash per position), to compare with another implementation
+  grammar accepts --json-schema FILE --texts FILE.jsonl [--no-strict]   1 or 0 per text
+              (a JSON string per line): whether the schema's grammar accepts it
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
               [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]

@@ -38,15 +38,16 @@ struct Builder {
     by_name.emplace(name, id);
     return id;
   }
+  // A generated rule (a group, a class, a repetition): referenced by id, never by name,
+  // so its name (for messages) is kept out of the name table and cannot take a name the
+  // grammar defines further down.
   int32_t fresh(const std::string& base) {
-    for (int32_t i = int32_t(rules.size());; ++i) {
-      std::string n = fmt::format("{}-{}", base, i);
-      if (!by_name.count(n)) {
-        const int32_t id = rule(n);
-        defined[size_t(id)] = true;
-        return id;
-      }
-    }
+    if (int32_t(rules.size()) >= lim.max_rules) throw GrammarError(fmt::format("grammar has more than {} rules", lim.max_rules));
+    const int32_t id = int32_t(rules.size());
+    rules.emplace_back();
+    names.push_back(fmt::format("{}~{}", base, id));
+    defined.push_back(true);
+    return id;
   }
   Elem bytes(const ByteSet& s) {
     auto [it, added] = set_ids.emplace(s.w, int32_t(sets.size()));

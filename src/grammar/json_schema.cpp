@@ -220,11 +220,13 @@ class Converter {
           if (s.contains(k)) return true;
         return false;
       };
-      if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
-      else if (has({"items", "prefixItems", "minItems", "maxItems", "additionalItems"})) types.push_back("array");
-      else if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-      else if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
-      else return "json-value";
+      // No type: every type is allowed, each held to the keywords that apply to it (JSON
+      // Schema's meaning: {"maxLength": 3} allows any number, any object, ...).
+      if (!has({"properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+                "additionalItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+                "exclusiveMinimum", "exclusiveMaximum"}))
+        return "json-value";
+      types = {"object", "array", "string", "number", "boolean", "null"};
     }
     std::string alts;
     for (const std::string& t : types) alts += (alts.empty() ? "" : " | ") + typed(s, t, ptr, depth);
@@ -380,7 +382,7 @@ class Converter {
     std::string extra;  // the value of an additional property, or empty: none allowed
     if (auto it = s.find("additionalProperties"); it != s.end()) {
       if (!(it->is_boolean() && !it->get<bool>())) extra = visit(*it, ptr + "/additionalProperties", depth + 1);
-    } else if (!props) {
+    } else if (!props || !lim_.strict) {
       extra = "json-value";  // {"type": "object"} alone: any object
     }
     // (key, value expression, required) in the schema's order; required names without a
@@ -405,7 +407,11 @@ class Converter {
       if (i > 0) r_name[i] = fresh(fmt::format("{}-r{}", base, i));
     }
     std::string extra_kv;
-    if (!extra.empty()) extra_kv = "json-string ws \":\" ws " + extra;
+    if (!extra.empty()) {
+      std::vector<std::string> names;
+      for (const auto& m : members) names.push_back(std::get<0>(m));
+      extra_kv = key_except(names, base) + " ws \":\" ws " + extra;
+    }
     for (size_t i = 0; i <= n; ++i) {
       std::string sb, rb;
       if (i == n) {
@@ -424,6 +430,51 @@ class Converter {
       if (i > 0) rules_.push_back(r_name[i] + " ::= " + rb);  // R_0 would follow nothing
     }
     return rule(base, "\"{\" ws " + s_name[0] + " \"}\"");
+  }
+
+  // A key (a JSON string) that is none of `names`: a trie over the names' JSON text, where
+  // each node may close the string unless a name ends there, go on into a child, or take
+  // any other character (or an escape) and then anything. Names with characters JSON
+  // escapes or outside ASCII are not excluded (an escape spelling a name's character is
+  // not caught either): such keys may repeat.
+  std::string key_except(const std::vector<std::string>& names, const std::string& base) {
+    struct Node {
+      std::map<char, int> next;
+      bool end = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& n : names) {
+      if (std::any_of(n.begin(), n.end(), [](char c) { return c < 0x20 || c > 0x7E || c == '"' || c == '\\'; })) continue;
+      int at = 0;
+      for (char c : n) {
+        auto it = trie[size_t(at)].next.find(c);
+        if (it == trie[size_t(at)].next.end()) {
+          trie.push_back({});
+          it = trie[size_t(at)].next.emplace(c, int(trie.size()) - 1).first;
+        }
+        at = it->second;
+      }
+      trie[size_t(at)].end = true;
+    }
+    if (trie.size() == 1) return "json-string";
+    std::vector<std::string> rule_names(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) rule_names[i] = fresh(base + "-key");
+    for (size_t i = 0; i < trie.size(); ++i) {
+      const Node& nd = trie[i];
+      std::string other = "[^\"\\\\\\x00-\\x1F";
+      std::vector<std::string> alts;
+      for (auto [c, child] : nd.next) {
+        other += (c == ']' || c == '-' || c == '^' || c == '[') ? std::string("\\") + c : std::string(1, c);
+        alts.push_back(gbnf_literal(std::string(1, c)) + " " + rule_names[size_t(child)]);
+      }
+      other += "]";
+      alts.push_back("(" + other + " | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})) json-char* \"\\\"\"");
+      if (!nd.end) alts.push_back("\"\\\"\"");
+      std::string body;
+      for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
+      rules_.push_back(rule_names[i] + " ::= " + body);
+    }
+    return "\"\\\"\" " + rule_names[0];
   }
 
   std::string array(const ojson& s, const std::string& ptr, int depth) {

@@ -2,7 +2,8 @@
 // (grammar.h compiles it).
 //
 // Supported: type (one or a list), properties, required, additionalProperties (false,
-// true or a schema; absent means false, as OpenAI's strict mode and XGrammar have it),
+// true or a schema; absent means false beside properties, as OpenAI's strict mode and
+// XGrammar have it, unless JsonSchemaLimits::strict is off),
 // enum, const, anyOf, oneOf (as anyOf), a one-element allOf, items, prefixItems,
 // minItems, maxItems, minLength, maxLength, pattern, format (date with each month's
 // days, February's 29th in every year; time, date-time, uuid, email, ipv4, uri), minimum / maximum / exclusiveMinimum / exclusiveMaximum on
@@ -23,6 +24,10 @@ namespace ridge::grammar {
 struct JsonSchemaLimits {
   int32_t max_depth = 64;       // nesting of schemas
   int64_t max_rules = 20000;    // rules generated
+  // Strict (OpenAI's strict mode, XGrammar's default): an object schema with properties
+  // and no additionalProperties allows no others. Not strict: JSON Schema's own default,
+  // any others (after the listed ones).
+  bool strict = true;
 };
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaLimits& limits = {});

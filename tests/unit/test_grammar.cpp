@@ -52,6 +52,13 @@ x ::= [^a-z\n] | "é")");
   EXPECT_TRUE(matches(g, "abA-\xF0\x9F\x98\x80-2"));  // a 4-byte character is one x
 }
 
+TEST(Grammar, GeneratedRulesNeverTakeADefinedName) {
+  // The group and class here make rules of their own; the grammar then defines names a
+  // counter-based scheme would have given them.
+  auto g = compile_gbnf("root ::= (\"a\" [x-z]) root-1 root-2\nroot-1 ::= \"b\"\nroot-2 ::= \"c\"");
+  EXPECT_TRUE(matches(g, "axbc"));
+}
+
 TEST(Grammar, RulesMayContinueOverLines) {
   auto g = compile_gbnf("root ::= a\n  | b\nb ::= \"b\"\na ::= \"a\" (\n \"x\"\n | \"y\" )");
   EXPECT_TRUE(matches(g, "b"));
@@ -323,6 +330,28 @@ TEST(Grammar, JsonSchemaRefsAnyOfArraysStrings) {
   EXPECT_FALSE(matches(g, "1.5"));
   g = schema_grammar(R"({"type": "object"})");
   EXPECT_TRUE(matches(g, R"({"any": [1, {"x": null}]})"));
+}
+
+// JSON Schema's own meanings where they differ from generation's defaults: no "type" allows
+// every type (each held to its keywords); not strict, other properties are allowed but
+// never under a listed name.
+TEST(Grammar, JsonSchemaUntypedAndNotStrict) {
+  auto g = schema_grammar(R"({"maxLength": 2})");
+  EXPECT_TRUE(matches(g, R"("ab")"));
+  EXPECT_FALSE(matches(g, R"("abc")"));
+  EXPECT_TRUE(matches(g, "12"));
+  EXPECT_TRUE(matches(g, R"({"x": [1]})"));
+  JsonSchemaLimits loose;
+  loose.strict = false;
+  g = compile_gbnf(json_schema_to_gbnf(
+      nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"foo": {"type": "integer"}, "fo": {"type": "string"}}})"), loose));
+  EXPECT_TRUE(matches(g, R"({"foo": 1, "other": [true], "f": 2, "fooo": 3})"));
+  EXPECT_FALSE(matches(g, R"({"foo": "x"})"));          // foo is an integer, and not another property either
+  EXPECT_FALSE(matches(g, R"({"foo": 1, "fo": 2})"));    // fo is a string
+  EXPECT_TRUE(matches(g, R"({"foo": 1, "fo": "s"})"));
+  EXPECT_FALSE(matches(g, R"({"x": 1, "foo": 1})"));     // listed properties first, in order
+  // Strict (the default): nothing but the listed properties.
+  EXPECT_FALSE(matches(schema_grammar(R"({"type": "object", "properties": {"a": {}}})"), R"({"b": 1})"));
 }
 
 TEST(Grammar, JsonSchemaErrorsNameTheKeywordAndPlace) {
