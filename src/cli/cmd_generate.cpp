@@ -3,11 +3,16 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "engine/generator.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "model/model.h"
 #include "perf/tracer.h"
 #include "tokenizer/stream_decoder.h"
@@ -55,6 +60,12 @@ int cmd_generate(Args& a) {
   const bool no_bos = a.flag({"--no-bos"});
   const auto dump = a.str({"--dump-json"});
   const auto trace = a.str({"--trace"});
+  // Structured output (llama.cpp's --grammar-file and --json-schema; a regex as vLLM's).
+  const auto grammar_file = a.str({"--grammar-file"});
+  const auto grammar_text = a.str({"--grammar"});
+  const auto schema = a.str({"--json-schema"});
+  const auto schema_file = a.str({"--json-schema-file"});
+  const auto regex = a.str({"--regex"});
   GenOptions opt;
   opt.pool_for_requests = !a.given({"--mem-fraction"});  // asked for: the server's sizing
   engine_config(a, opt);
@@ -62,6 +73,23 @@ int cmd_generate(Args& a) {
   SamplingParams sp = sampling_params(a, &seed_given);
   a.finish();
   if (prompt && file) fail("give either -p PROMPT or -f FILE, not both");
+  std::shared_ptr<const grammar::Grammar> grammar;
+  if (int(bool(grammar_file)) + int(bool(grammar_text)) + int(bool(schema)) + int(bool(schema_file)) + int(bool(regex)) > 1)
+    fail("give at most one of --grammar, --grammar-file, --json-schema, --json-schema-file and --regex");
+  if (grammar_file || grammar_text) {
+    grammar = grammar::compile_gbnf(grammar_file ? read_text_file(*grammar_file) : *grammar_text);
+  } else if (schema || schema_file) {
+    const std::string text = schema ? *schema : read_text_file(*schema_file);
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      fail("the JSON schema is not JSON: {}", e.what());
+    }
+    grammar = grammar::compile_gbnf(grammar::json_schema_to_gbnf(j));
+  } else if (regex) {
+    grammar = grammar::compile_gbnf("root ::= " + grammar::regex_to_gbnf(*regex, false).expr + "\n");
+  }
   perf::TraceSession trace_session(trace, "generate");  // closed (valid JSON) on every exit
 
   std::vector<std::string> prompts;
@@ -87,6 +115,7 @@ int cmd_generate(Args& a) {
     r.sampling.seed = sp.seed + i;  // each sequence its own stream
     r.ignore_eos = ignore_eos;
     r.margins = dump.has_value();  // only the oracle's --dump-json reads them
+    r.grammar = grammar;
     reqs.push_back(std::move(r));
     if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train)
       std::fprintf(stderr, "warning: prompt %zu (%zu tokens) + %d new tokens exceeds the model's training context (%d)\n",

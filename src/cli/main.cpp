@@ -18,7 +18,9 @@ commands:
   generate    -m MODEL -p PROMPT [-n N] [-t THREADS] [--temp T] [--seed S] [--ignore-eos]
               [-f PROMPTS_FILE] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
               [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty P]
-              [--no-bos] [--dump-json FILE] + engine options (the token budget
+              [--no-bos] [--dump-json FILE] [--grammar GBNF | --grammar-file FILE |
+              --json-schema JSON | --json-schema-file FILE | --regex REGEX (structured
+              output: the text is held to it)] + engine options (the token budget
               defaults to 512 and the KV pool to what the prompts need, unless
               --kv-cache-memory or --mem-fraction says otherwise)
   serve       -m MODEL [--host 127.0.0.1] [--port 8080] [--served-model-name NAME]

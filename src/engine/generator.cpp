@@ -44,6 +44,7 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
     p.sampling = r.sampling;
     p.max_tokens = r.max_tokens;
     p.ignore_eos = r.ignore_eos;
+    p.grammar = r.grammar;
     p.capture_logits = r.capture_logits;
     p.margins = r.margins;
     p.priority = r.priority;

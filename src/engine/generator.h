@@ -12,6 +12,7 @@
 #include "core/threadpool.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -38,6 +39,7 @@ struct GenRequest {
   bool capture_logits = false;      // keep every step's logits (tests)
   bool margins = true;              // record each step's top-2 logit margin
   int32_t priority = 0;
+  std::shared_ptr<const grammar::Grammar> grammar;  // structured output (null: none)
 };
 
 struct GenResult {

@@ -137,6 +137,15 @@ expect_error "quantize with a bad --type"       "q9_9"                       "$R
 expect_error "quantize a nonexistent input"     "no_such_input\.gguf"        "$RIDGE" quantize no_such_input.gguf out.gguf --type q8_0
 expect_error "quantize with an unknown mix"     "q3_k_xl.*q4_k_m.*q6_k"      "$RIDGE" quantize tiny.gguf out.gguf --type q3_k_xl
 expect_error "quantize onto its own input"      "same file"                  "$RIDGE" quantize tiny.gguf ./tiny.gguf --type q4_k_m
+# Structured output: a constraint that does not compile names what and where.
+expect_error "generate --regex unbalanced"       "regex at offset 4"          "$RIDGE" generate -m tiny.gguf -p hi --regex '[a-z'
+expect_error "generate --json-schema keyword"    "unsupported keyword 'not'"  "$RIDGE" generate -m tiny.gguf -p hi --json-schema '{"not": {}}'
+expect_error "generate --json-schema not JSON"   "not JSON"                   "$RIDGE" generate -m tiny.gguf -p hi --json-schema '{"type":'
+expect_error "generate --grammar left recursion" "left-recursive"             "$RIDGE" generate -m tiny.gguf -p hi --grammar 'root ::= root "a"'
+expect_error "generate two constraints"          "at most one"                "$RIDGE" generate -m tiny.gguf -p hi --regex a --grammar 'root ::= "a"'
+expect_error "generate --grammar-file missing"   "no_such\.gbnf"              "$RIDGE" generate -m tiny.gguf -p hi --grammar-file no_such.gbnf
+expect_ok    "generate --json-schema"                                       "$RIDGE" generate -m tiny.gguf -p hi -n 40 --temp 0 --json-schema '{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]}'
+expect_ok    "grammar gbnf --json-schema"                                   "$RIDGE" grammar gbnf --json-object
 expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
 expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
 if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
