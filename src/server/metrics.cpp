@@ -153,6 +153,8 @@ struct Metrics::State {
   int64_t swap_fallbacks = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
   std::vector<int64_t> spec_accepted_per_pos;
+  int64_t grammars_compiled = 0, grammar_cache_hits = 0;
+  double grammar_compile_s = 0;
   std::map<std::string, uint64_t, std::less<>> finished{{"abort", 0}, {"length", 0}, {"stop", 0}};
   uint64_t invariant_checks = 0;
   uint64_t invariant_failures = 0;
@@ -257,6 +259,12 @@ void Metrics::set_spec_decode_totals(int64_t drafts, int64_t draft_tokens, int64
   s_->spec_accepted = accepted;
   s_->spec_accepted_per_pos = accepted_per_pos;
 }
+void Metrics::set_grammar_totals(int64_t compiled, int64_t cache_hits, double compile_s) {
+  std::lock_guard lk(mu_);
+  s_->grammars_compiled = compiled;
+  s_->grammar_cache_hits = cache_hits;
+  s_->grammar_compile_s = compile_s;
+}
 void Metrics::request_finished(std::string_view reason) {
   std::lock_guard lk(mu_);
   auto it = s_->finished.find(reason);
@@ -349,6 +357,12 @@ std::string Metrics::render() const {
   for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
     fmt::format_to(out, "ridge:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", ml, i,
                    st.spec_accepted_per_pos[i]);
+  counter("ridge:grammar_compiled_total", "Structured-output grammars compiled (a JSON schema, regex or GBNF).",
+          double(st.grammars_compiled));
+  counter("ridge:grammar_cache_hits_total", "Structured-output requests whose grammar was already compiled.",
+          double(st.grammar_cache_hits));
+  counter("ridge:grammar_compile_seconds_total", "Time spent compiling structured-output grammars.",
+          st.grammar_compile_s);
   labelled("ridge:request_success_total", "Count of successfully processed requests.",
            "finished_reason", st.finished);
   counter("ridge:engine_invariant_checks_total", "Engine invariant checks run.",

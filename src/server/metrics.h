@@ -55,6 +55,8 @@ class Metrics {
   // accepted, and accepted per draft position.
   void set_spec_decode_totals(int64_t drafts, int64_t draft_tokens, int64_t accepted,
                               const std::vector<int64_t>& accepted_per_pos);
+  // Structured output's grammar cache (server/structured_output.h).
+  void set_grammar_totals(int64_t compiled, int64_t cache_hits, double compile_s);
   // "stop", "length", "abort" (always rendered); any other reason gets its own series.
   void request_finished(std::string_view reason);
   void invariant_check(bool ok);

@@ -70,6 +70,8 @@ HttpReply Server::handle(const HttpRequest& req) {
     }
     if (t == "/metrics") {
       reply.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      const GrammarCache::Stats gs = grammars_.stats();
+      metrics_->set_grammar_totals(gs.compiled, gs.hits, gs.compile_s);
       reply.response.body = metrics_->render();
       return reply;
     }

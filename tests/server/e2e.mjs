@@ -526,6 +526,7 @@ const SCHEMAS = [
 
 test("structured output: the client's parse helper, streams, n, guided fields; every output validates (ajv 2020-12)", async () => {
   const validate = ajv.compile(PERSON);
+  const before = await metricsOf(o.url);
   for (const temperature of [0, 1]) {
     const r = await client.chat.completions.parse({
       model: MODEL, messages: [{ role: "user", content: "Tell me about Tim." }], max_tokens: 90, temperature, seed: 3,
@@ -575,6 +576,12 @@ test("structured output: the client's parse helper, streams, n, guided fields; e
     assert.equal(r.json.error.param, param);
     assert.match(r.json.error.message, re);
   }
+  // The person schema was sent four times: compiled once, then served from the cache.
+  const after = await metricsOf(o.url);
+  const d = (n) => after.get(n) - before.get(n);
+  assert.ok(d("ridge:grammar_compiled_total") >= 5, `${d("ridge:grammar_compiled_total")} compiled`);
+  assert.ok(d("ridge:grammar_cache_hits_total") >= 3, `${d("ridge:grammar_cache_hits_total")} hits`);
+  assert.ok(d("ridge:grammar_compile_seconds_total") > 0);
   checkIdleKv(await waitIdle(o.url));
 });
 
