@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <map>
 #include <unordered_map>
@@ -482,7 +483,9 @@ std::shared_ptr<const Grammar> compile_gbnf(std::string_view text, std::string_v
   auto it = b.by_name.find(std::string(root));
   if (it == b.by_name.end() || !b.defined[size_t(it->second)])
     throw GrammarError(fmt::format("grammar has no rule '{}' to start from", root));
+  static std::atomic<uint64_t> next_id{1};
   auto g = std::make_shared<Grammar>();
+  g->id = next_id++;
   g->sets = std::move(b.sets);
   g->names = std::move(b.names);
   g->root = it->second;

@@ -60,6 +60,7 @@ class Grammar {
   std::vector<std::vector<int32_t>> alts;
   std::vector<std::string> names;
   int32_t root = 0;
+  uint64_t id = 0;  // unique per compiled grammar in this process (caches key on it)
 
   int32_t n_rules() const { return int32_t(alts.size()); }
   // The grammar as GBNF text (generated rules included), for errors and tests.

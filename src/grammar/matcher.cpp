@@ -41,6 +41,37 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& ex
 
 bool TokenTrie::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
 
+size_t TokenTrie::MaskCache::KeyHash::operator()(const Key& k) const {
+  uint64_t h = k.grammar * 0x9E3779B97F4A7C15ull;
+  for (int32_t v : k.key) h = (h ^ uint32_t(v)) * 0x100000001B3ull;
+  return size_t(h ^ (h >> 31));
+}
+
+TokenTrie::MaskCache::Bits TokenTrie::MaskCache::find(uint64_t grammar, const std::vector<int32_t>& key) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(Key{grammar, key});
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  ++hits_;
+  return it->second->second;
+}
+
+void TokenTrie::MaskCache::insert(uint64_t grammar, const std::vector<int32_t>& key, Bits bits) {
+  const size_t cost = bits->size() * 8 + key.size() * 4 + 64;
+  std::lock_guard lock(mu_);
+  Key k{grammar, key};
+  if (index_.count(k)) return;
+  lru_.emplace_front(k, std::move(bits));
+  index_.emplace(std::move(k), lru_.begin());
+  bytes_ += cost;
+  while (bytes_ > budget_ && lru_.size() > 1) {
+    auto& back = lru_.back();
+    bytes_ -= back.second->size() * 8 + back.first.key.size() * 4 + 64;
+    index_.erase(back.first);
+    lru_.pop_back();
+  }
+}
+
 size_t Matcher::StateHash::operator()(const State& s) const {
   uint64_t h = s.accept ? 0x9E3779B97F4A7C15ull : 0;
   for (int32_t t : s.tops) h = (h ^ uint32_t(t)) * 0x100000001B3ull + (h >> 29);
@@ -172,6 +203,24 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
   rollback(mark);
 }
 
+// Each top's stack as its positions from the top down, -1 after each; the tops in order of
+// those sequences; then whether the grammar may end.
+void Matcher::state_key(const State& s, std::vector<int32_t>& key) const {
+  thread_local std::vector<std::vector<int32_t>> stacks;
+  stacks.resize(s.tops.size());
+  for (size_t i = 0; i < s.tops.size(); ++i) {
+    stacks[i].clear();
+    for (int32_t n = s.tops[i]; n >= 0; n = nodes_[size_t(n)].parent) stacks[i].push_back(nodes_[size_t(n)].pos);
+  }
+  std::sort(stacks.begin(), stacks.begin() + int64_t(s.tops.size()));
+  key.clear();
+  for (size_t i = 0; i < s.tops.size(); ++i) {
+    key.insert(key.end(), stacks[i].begin(), stacks[i].end());
+    key.push_back(-1);
+  }
+  key.push_back(s.accept ? 1 : 0);
+}
+
 const std::vector<uint64_t>& Matcher::mask() {
   if (mask_ok_) return mask_;
   mask_ok_ = true;
@@ -180,8 +229,16 @@ const std::vector<uint64_t>& Matcher::mask() {
     ++n_hits_;
     return mask_ = it->second;
   }
-  compute_mask(mask_);
-  ++n_masks_;
+  TokenTrie::MaskCache& shared = vocab_->masks();
+  state_key(cur_, key_);
+  if (auto bits = shared.find(g_->id, key_)) {
+    ++n_hits_;
+    mask_ = *bits;
+  } else {
+    compute_mask(mask_);
+    ++n_masks_;
+    shared.insert(g_->id, key_, std::make_shared<const std::vector<uint64_t>>(mask_));
+  }
   if (cache_order_.size() < kMaskCache) {
     cache_order_.push_back(cur_);
   } else {

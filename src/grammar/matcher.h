@@ -15,8 +15,11 @@
 // creates are dropped after it (the arena only keeps what accepted tokens made), and the
 // masks of recent states are cached: inside a JSON string or number the state repeats.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +36,36 @@ namespace ridge::grammar {
 // allowed where the grammar may end. Built once per tokenizer and shared by every matcher.
 class TokenTrie {
  public:
+  // Masks by grammar and state, shared by every matcher over this vocabulary: requests
+  // with the same schema go through the same states, and a state's mask costs a walk of
+  // the whole vocabulary the first time. Keyed by the grammar's id and the state's
+  // stacks as positions (node ids are each matcher's own); least recently used entries go
+  // beyond the byte budget. Thread-safe.
+  class MaskCache {
+   public:
+    using Bits = std::shared_ptr<const std::vector<uint64_t>>;
+    explicit MaskCache(size_t budget_bytes) : budget_(budget_bytes) {}
+    Bits find(uint64_t grammar, const std::vector<int32_t>& key);
+    void insert(uint64_t grammar, const std::vector<int32_t>& key, Bits bits);
+    int64_t hits() const { return hits_; }
+
+   private:
+    struct Key {
+      uint64_t grammar;
+      std::vector<int32_t> key;
+      bool operator==(const Key&) const = default;
+    };
+    struct KeyHash {
+      size_t operator()(const Key& k) const;
+    };
+    using Lru = std::list<std::pair<Key, Bits>>;
+    std::mutex mu_;
+    size_t budget_, bytes_ = 0;
+    Lru lru_;
+    std::unordered_map<Key, Lru::iterator, KeyHash> index_;
+    std::atomic<int64_t> hits_{0};
+  };
+
   // bytes[id]: the token's decoded bytes; excluded[id]: never produced by a grammar;
   // eog: the end-of-generation ids.
   TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& excluded, std::vector<int32_t> eog);
@@ -44,6 +77,7 @@ class TokenTrie {
   std::span<const int32_t> eog() const { return eog_; }
   std::span<const int32_t> order() const { return order_; }
   std::span<const uint16_t> lcp() const { return lcp_; }
+  MaskCache& masks() const { return masks_; }
 
  private:
   std::vector<std::string> bytes_;
@@ -51,6 +85,7 @@ class TokenTrie {
   std::vector<uint16_t> lcp_;   // lcp_[k]: common prefix of order_[k] with order_[k - 1]
   std::vector<int32_t> eog_;
   std::vector<bool> producible_;
+  mutable MaskCache masks_{size_t(256) << 20};
 };
 
 class Matcher {
@@ -77,8 +112,8 @@ class Matcher {
   bool ended() const { return ended_; }             // an end-of-generation token was taken
 
   // Counters (metrics and benchmarks).
-  int64_t masks_computed() const { return n_masks_; }
-  int64_t mask_cache_hits() const { return n_hits_; }
+  int64_t masks_computed() const { return n_masks_; }  // walks of the vocabulary
+  int64_t mask_cache_hits() const { return n_hits_; }  // this matcher's or the vocabulary's cache
 
  private:
   struct Node {
@@ -94,6 +129,7 @@ class Matcher {
   };
 
   int32_t node(int32_t pos, int32_t parent);
+  void state_key(const State& s, std::vector<int32_t>& key) const;  // stacks as positions
   void rollback(size_t n_nodes);  // drops nodes made since the arena had n_nodes
   void close(int32_t id, State& out);
   void start(State& out);
@@ -111,6 +147,7 @@ class Matcher {
   State cur_;
   bool ended_ = false;
   std::vector<State> depth_;  // the walk's states per prefix length (reused)
+  std::vector<int32_t> key_;  // state_key's (reused)
 
   // Masks of recent states, bounded (a new entry beyond kMaskCache evicts the oldest).
   static constexpr size_t kMaskCache = 64;
