@@ -565,8 +565,11 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
 }
 
 // A grammar that took an end token, or can take nothing else, ends the request (its state
-// is the one after the last token sampled).
-static bool grammar_done(const Sequence& s) { return s.matcher && (s.matcher->ended() || s.matcher->must_end()); }
+// is the one after the last token sampled); so does one that failed (matcher.h: a state
+// past its budgets, or no token that spells what it needs), with finish reason "abort".
+static bool grammar_done(const Sequence& s) {
+  return s.matcher && (s.matcher->ended() || s.matcher->must_end() || s.matcher->failed());
+}
 
 bool Engine::stops(const Sequence& s, int32_t tok) const {
   if (!s.params.ignore_eos && tok_ && tok_->is_eog(tok)) return true;
@@ -594,13 +597,18 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
     std::vector<float>& raw = raw_[size_t(thread)];
     if (s->params.logprobs >= 0) raw.assign(lg, lg + n_vocab);
     int32_t tok;
-    if (s->matcher && !s->matcher->any_allowed()) {
-      tok = tok_->eos();  // the grammar is stuck (no token spells what it needs): end cleanly
+    if (s->matcher && (s->matcher->failed() || !s->matcher->any_allowed())) {
+      // The grammar cannot go on: the row's token is the end of generation (an id past
+      // the text if the vocabulary has none), and the request ends (grammar_done).
+      s->matcher->fail();
+      const auto eog = trie_->eog();  // made with the matcher, in add_request
+      tok = tok_->eos() >= 0 ? tok_->eos() : !eog.empty() ? eog[0] : 0;
     } else {
       if (s->matcher) s->matcher->apply_mask(lg);
       tok = s->sampler.sample(lg, s->tokens);
-      // The mask allowed it, so the matcher takes it (an end token ends the grammar).
-      if (s->matcher) s->matcher->accept(tok);
+      // The mask allowed it, so the matcher takes it (an end token ends the grammar); a
+      // token it refuses (all logits NaN) fails the grammar.
+      if (s->matcher && !s->matcher->accept(tok)) s->matcher->fail();
     }
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
     out[n++] = tok;
@@ -692,10 +700,11 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       const int32_t tok = sampled.tokens[size_t(rows_[i] + j)];
       s->tokens.push_back(tok);
       ++t.produced;
+      const bool failed = j + 1 == n && s->matcher && s->matcher->failed();
       const bool stop = stops(*s, tok) || (j + 1 == n && grammar_done(*s));
       const bool done = stop || s->n_generated() >= s->params.max_tokens;
       if (done) {
-        finish(s, stop ? "stop" : "length");
+        finish(s, failed ? "abort" : stop ? "stop" : "length");
         ++t.n_finished;
       }
       events.push_back({s->id, tok, done, done ? std::string_view(s->finish_reason) : std::string_view(),

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 
 namespace ridge::grammar {
 namespace {
@@ -201,13 +202,17 @@ class Parser {
       // A lookahead assertion (XGrammar's EBNF: "(= ...)" after a rule's body): parsed,
       // then dropped. XGrammar uses it to settle tokens that run past a rule's end; every
       // context a JSON grammar puts such a rule in already requires what it asserts.
+      if (++depth_ > kMaxDepth) fail(fmt::format("parentheses nested deeper than {}", kMaxDepth));
       i_ += 2;
       const int32_t r = b_.fresh(base + "-lookahead");
       alternates(r, base, true);
+      --depth_;
     } else if (c == '(') {
+      if (++depth_ > kMaxDepth) fail(fmt::format("parentheses nested deeper than {}", kMaxDepth));
       ++i_;
       const int32_t r = b_.fresh(base);
       alternates(r, base, true);
+      --depth_;
       seq.push_back(Elem{Elem::Ref, r});
       b_.count(1);
     } else if (name_char(c)) {
@@ -388,6 +393,8 @@ class Parser {
   std::string_view s_;
   Builder& b_;
   size_t i_ = 0;
+  static constexpr int kMaxDepth = 512;  // the parser recurses once per parenthesis
+  int depth_ = 0;
 };
 
 // Refuses a rule that can reach itself before consuming a byte with something left to
@@ -498,6 +505,13 @@ std::shared_ptr<const Grammar> compile_gbnf(std::string_view text, std::string_v
       g->elems.push_back(Elem{Elem::End, int32_t(r)});
     }
   check_left_recursion(*g);
+  // The start state within the matcher's budgets (an ambiguous grammar can need 2^n
+  // stacks before its first byte): refused here, with the request, not mid-generation.
+  static const auto no_vocab = std::make_shared<const TokenTrie>(std::vector<std::string>{}, std::vector<bool>{},
+                                                                 std::vector<int32_t>{});
+  if (Matcher(g, no_vocab).failed())
+    throw GrammarError(fmt::format("grammar: its start needs more than {} stacks or {} nodes (too ambiguous)",
+                                   Matcher::kMaxTops, Matcher::kMaxWalkNodes));
   return g;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "grammar/grammar.h"
 #include "grammar/regex.h"
@@ -136,8 +137,11 @@ class Converter {
       if (base.size() > 40) break;
     }
     while (base.size() > 1 && base.back() == '-') base.pop_back();
-    std::string name = base;
-    for (int k = 1; names_.count(name); ++k) name = fmt::format("{}-{}", base, k);
+    // A counter per base: names sharing a long base never probe each other's numbers.
+    int& k = counters_[base];
+    std::string name = k == 0 ? base : fmt::format("{}-{}", base, k);
+    while (names_.count(name)) name = fmt::format("{}-{}", base, ++k);
+    ++k;
     names_.insert(name);
     return name;
   }
@@ -181,13 +185,16 @@ class Converter {
     }
     if (auto it = s.find("const"); it != s.end()) {
       alone("const");
-      return gbnf_literal(it->dump());
+      std::string lit = gbnf_literal(it->dump());
+      if ((text_ += lit.size()) > kMaxText) fail(ptr, fmt::format("the schema's grammar is over {} MiB of text", kMaxText >> 20));
+      return lit;
     }
     if (auto it = s.find("enum"); it != s.end()) {
       alone("enum");
       if (!it->is_array() || it->empty()) fail(ptr + "/enum", "enum must be a non-empty array");
       std::string alts;
       for (const ojson& v : *it) alts += (alts.empty() ? "" : " | ") + gbnf_literal(v.dump());
+      if ((text_ += alts.size()) > kMaxText) fail(ptr, fmt::format("the schema's grammar is over {} MiB of text", kMaxText >> 20));
       return paren(alts);
     }
     for (const char* k : {"anyOf", "oneOf"})
@@ -228,8 +235,12 @@ class Converter {
         return "json-value";
       types = {"object", "array", "string", "number", "boolean", "null"};
     }
+    std::sort(types.begin(), types.end());
+    types.erase(std::unique(types.begin(), types.end()), types.end());
     std::string alts;
     for (const std::string& t : types) alts += (alts.empty() ? "" : " | ") + typed(s, t, ptr, depth);
+    text_ += alts.size();
+    if (text_ > kMaxText) fail(ptr, fmt::format("the schema's grammar is over {} MiB of text", kMaxText >> 20));
     return types.size() == 1 ? alts : paren(alts);
   }
 
@@ -274,14 +285,13 @@ class Converter {
       if (!it->is_string()) fail(ptr + "/pattern", "pattern must be a string");
       RegexGbnf rx;
       try {
-        rx = regex_to_gbnf(it->get<std::string>(), true);
+        rx = regex_to_gbnf(it->get<std::string>(), true, "json-char*");
       } catch (const GrammarError& e) {
         fail(ptr + "/pattern", e.what());
       }
       escapes_ |= rx.uses_json_escapes;
-      // A pattern matches anywhere in the string unless anchored.
-      return "\"\\\"\" " + std::string(rx.anchored_start ? "" : "json-char* ") + rx.expr +
-             (rx.anchored_end ? "" : " json-char*") + " \"\\\"\"";
+      // A pattern matches anywhere in the string unless anchored (the search above).
+      return "\"\\\"\" " + rx.expr + " \"\\\"\"";
     }
     if (has_len) {
       const int64_t lo = s.contains("minLength") ? int_of(s["minLength"], ptr, "minLength") : 0;
@@ -338,15 +348,16 @@ class Converter {
     const bool has_lo = bound(s, "minimum", "exclusiveMinimum", false, lo_d, lo_x);
     const bool has_hi = bound(s, "maximum", "exclusiveMaximum", true, hi_d, hi_x);
     if (!has_lo && !has_hi) return "json-integer";
-    auto clamp = [](double d) { return std::max(-double(kMaxMagnitude), std::min(double(kMaxMagnitude), d)); };
+    // In doubles only to within 2^62 (exactly representable there), then in integers.
+    auto clamp = [](double d) { return std::max(-4e18, std::min(4e18, d)); };
     int64_t lo = -kMaxMagnitude, hi = kMaxMagnitude;
     if (has_lo) {
       const double c = std::ceil(clamp(lo_d));
-      lo = int64_t(c) + (lo_x && c == lo_d ? 1 : 0);
+      lo = std::max(-kMaxMagnitude, int64_t(c) + (lo_x && c == lo_d ? 1 : 0));
     }
     if (has_hi) {
       const double f = std::floor(clamp(hi_d));
-      hi = int64_t(f) - (hi_x && f == hi_d ? 1 : 0);
+      hi = std::min(kMaxMagnitude, int64_t(f) - (hi_x && f == hi_d ? 1 : 0));
     }
     if (lo > hi) fail(ptr, "no integer lies between minimum and maximum");
     std::vector<std::string> alts;
@@ -404,7 +415,7 @@ class Converter {
     std::vector<std::string> s_name(n + 1), r_name(n + 1);
     for (size_t i = 0; i <= n; ++i) {
       s_name[i] = fresh(fmt::format("{}-s{}", base, i));
-      if (i > 0) r_name[i] = fresh(fmt::format("{}-r{}", base, i));
+      if (i > 0 || n == 0) r_name[i] = fresh(fmt::format("{}-r{}", base, i));
     }
     std::string extra_kv;
     if (!extra.empty()) {
@@ -427,7 +438,7 @@ class Converter {
         rb = "\",\" ws " + kv + " ws " + r_name[i + 1] + (req ? "" : " | " + r_name[i + 1]);
       }
       rules_.push_back(s_name[i] + " ::= " + sb);
-      if (i > 0) rules_.push_back(r_name[i] + " ::= " + rb);  // R_0 would follow nothing
+      if (!r_name[i].empty()) rules_.push_back(r_name[i] + " ::= " + rb);  // R_0 follows nothing unless it is R_n
     }
     return rule(base, "\"{\" ws " + s_name[0] + " \"}\"");
   }
@@ -494,11 +505,12 @@ class Converter {
       items = s.end();
     }
     if (items != s.end()) rest = items->is_boolean() && !items->get<bool>() ? "" : visit(*items, ptr + "/items", depth + 1);
-    const int64_t k = int64_t(prefix.size());
+    int64_t k = int64_t(prefix.size());
     const int64_t lo = s.contains("minItems") ? int_of(s["minItems"], ptr, "minItems") : 0;
     int64_t hi = s.contains("maxItems") ? int_of(s["maxItems"], ptr, "maxItems") : -1;
     if (rest.empty()) hi = hi < 0 ? k : std::min(hi, k);
     if (hi >= 0 && hi < lo) fail(ptr, "no array satisfies minItems, maxItems and the items allowed");
+    if (hi >= 0 && hi < k) prefix.resize(size_t(hi)), k = hi;  // maxItems cuts the prefix too
     if (lo > 10000 || hi > 10000) fail(ptr, "minItems / maxItems over 10000 is not supported");
     // A_i: the items from position i on (i < k: the prefix's), after i were written.
     const std::string base = "arr-" + ptr.substr(1);
@@ -527,6 +539,9 @@ class Converter {
   std::vector<std::string> rules_;
   std::set<std::string> names_{"root", "ws"};
   std::map<std::string, std::string> refs_, formats_;
+  std::unordered_map<std::string, int> counters_;
+  static constexpr size_t kMaxText = size_t(16) << 20;  // of generated expressions (a bound on enum/const/pattern sizes too)
+  size_t text_ = 0;
   bool escapes_ = false;
 };
 

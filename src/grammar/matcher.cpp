@@ -58,6 +58,7 @@ TokenTrie::MaskCache::Bits TokenTrie::MaskCache::find(uint64_t grammar, const st
 
 void TokenTrie::MaskCache::insert(uint64_t grammar, const std::vector<int32_t>& key, Bits bits) {
   const size_t cost = bits->size() * 8 + key.size() * 4 + 64;
+  if (cost > budget_ / 8) return;  // one entry never crowds out the rest
   std::lock_guard lock(mu_);
   Key k{grammar, key};
   if (index_.count(k)) return;
@@ -107,6 +108,13 @@ void Matcher::rollback(size_t n_nodes) {
 void Matcher::close(int32_t id, State& out) {
   work_.push_back(id);
   while (!work_.empty()) {
+    if (out.tops.size() > kMaxTops || nodes_.size() - walk_mark_ > kMaxWalkNodes) {
+      failed_ = true;  // past the budget: the caller sees an empty state
+      work_.clear();
+      out.tops.clear();
+      out.accept = false;
+      return;
+    }
     const int32_t n = work_.back();
     work_.pop_back();
     if (stamp_[size_t(n)] == gen_) continue;
@@ -137,6 +145,7 @@ void Matcher::start(State& out) {
   out.tops.clear();
   out.accept = false;
   ++gen_;
+  walk_mark_ = nodes_.size();
   for (int32_t a : g_->alts[size_t(g_->root)]) close(node(a, -1), out);
   std::sort(out.tops.begin(), out.tops.end());
 }
@@ -148,6 +157,7 @@ bool Matcher::advance(const State& s, uint8_t b, State& out) {
   for (int32_t t : s.tops) {
     const Node nd = nodes_[size_t(t)];
     if (g_->sets[size_t(g_->elems[size_t(nd.pos)].arg)].has(b)) close(node(nd.pos + 1, nd.parent), out);
+    if (failed_) return false;
   }
   std::sort(out.tops.begin(), out.tops.end());
   return !out.tops.empty() || out.accept;
@@ -172,8 +182,9 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
   auto set = [&](int32_t id) { bits[size_t(id) >> 6] |= uint64_t(1) << (id & 63); };
   if (cur_.accept)
     for (int32_t id : v.eog()) set(id);
-  if (cur_.tops.empty()) return;
+  if (cur_.tops.empty() || failed_) return;
   const size_t mark = nodes_.size();
+  walk_mark_ = mark;
   const auto order = v.order();
   const auto lcp = v.lcp();
   if (depth_.empty()) depth_.resize(1);
@@ -197,10 +208,12 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
       if (!ok) break;
     }
     valid = d;
+    if (failed_) break;
     if (ok) set(order[k]);
     else dead = d;  // the first d bytes leave nothing
   }
   rollback(mark);
+  if (failed_) std::fill(bits.begin(), bits.end(), 0);  // a failed matcher allows nothing
 }
 
 // Each top's stack as its positions from the top down, -1 after each; the tops in order of
@@ -237,7 +250,7 @@ const std::vector<uint64_t>& Matcher::mask() {
   } else {
     compute_mask(mask_);
     ++n_masks_;
-    shared.insert(g_->id, key_, std::make_shared<const std::vector<uint64_t>>(mask_));
+    if (!failed_) shared.insert(g_->id, key_, std::make_shared<const std::vector<uint64_t>>(mask_));
   }
   if (cache_order_.size() < kMaskCache) {
     cache_order_.push_back(cur_);
@@ -278,6 +291,7 @@ bool Matcher::accept(int32_t id) {
   }
   if (!vocab_->producible(id)) return false;
   State next;
+  walk_mark_ = nodes_.size();
   if (!advance_token(cur_, vocab_->bytes(id), next)) return false;
   cur_ = std::move(next);
   mask_ok_ = false;
@@ -286,6 +300,8 @@ bool Matcher::accept(int32_t id) {
 
 int32_t Matcher::valid_prefix(std::span<const int32_t> tokens) {
   const size_t mark = nodes_.size();
+  walk_mark_ = mark;
+  const bool was_failed = failed_;
   State s = cur_, next;
   int32_t n = 0;
   bool end = ended_;
@@ -302,11 +318,16 @@ int32_t Matcher::valid_prefix(std::span<const int32_t> tokens) {
     ++n;
   }
   rollback(mark);
+  if (failed_ && !was_failed) {  // a proposal that blows the budget is cut, the matcher lives on
+    failed_ = false;
+    return 0;
+  }
   return n;
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
   State next;
+  walk_mark_ = nodes_.size();
   if (!advance_token(cur_, std::string(bytes), next)) return false;
   cur_ = std::move(next);
   mask_ok_ = false;

@@ -110,6 +110,16 @@ class Matcher {
   bool can_end() const { return cur_.accept; }       // the grammar is complete here
   bool must_end() const { return cur_.tops.empty(); }  // nothing can follow
   bool ended() const { return ended_; }             // an end-of-generation token was taken
+  // The grammar cannot go on: a state grew past the budgets below, or a token it did not
+  // allow was forced on it. The engine ends such a request.
+  bool failed() const { return failed_; }
+  void fail() { failed_ = true; }
+
+  // What one state may hold and one mask or token may build: a grammar that is ambiguous
+  // enough to need more (stacks doubling at every bracket) fails instead of taking the
+  // machine's memory. compile_gbnf checks the start state against them.
+  static constexpr size_t kMaxTops = 4096;
+  static constexpr size_t kMaxWalkNodes = size_t(1) << 20;
 
   // Counters (metrics and benchmarks).
   int64_t masks_computed() const { return n_masks_; }  // walks of the vocabulary
@@ -141,8 +151,10 @@ class Matcher {
   std::shared_ptr<const TokenTrie> vocab_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> index_;
-  std::vector<uint32_t> stamp_;  // per node: the closure generation that visited it
-  uint32_t gen_ = 0;
+  std::vector<uint64_t> stamp_;  // per node: the closure generation that visited it
+  uint64_t gen_ = 0;
+  size_t walk_mark_ = 0;  // nodes before the walk in hand (its budget counts from here)
+  bool failed_ = false;
   std::vector<int32_t> work_;
   State cur_;
   bool ended_ = false;

@@ -58,20 +58,25 @@ const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680},
 
 class RegexParser {
  public:
-  RegexParser(std::string_view p, bool json, const Limits& lim) : s_(p), json_(json), lim_(lim) {}
+  RegexParser(std::string_view p, bool json, std::string_view search, const Limits& lim)
+      : s_(p), json_(json), search_(search), lim_(lim) {}
 
   RegexGbnf run() {
-    RegexGbnf out;
-    if (eat('^')) out.anchored_start = true;
-    std::string e = alternation();
-    if (i_ < s_.size() && s_[i_] == '$') {
-      ++i_;
-      out.anchored_end = true;
-    }
-    if (i_ < s_.size()) fail(s_[i_] == ')' ? "unbalanced )" : "unexpected character");
-    out.expr = "(" + e + ")";
-    out.uses_json_escapes = used_escapes_;
-    return out;
+    // Top-level alternatives, each with its own anchors: ^a|b$ is "starts with a, or
+    // ends with b".
+    std::string out;
+    do {
+      const bool start = eat('^');
+      std::string e = concatenation();
+      const bool end = eat('$');
+      if (more() && s_[i_] != '|') fail(s_[i_] == ')' ? "unbalanced )" : "unexpected character");
+      if (!search_.empty()) e = std::string(start ? "" : std::string(search_) + " ") + e + (end ? "" : " " + std::string(search_));
+      out += (out.empty() ? "" : " | ") + e;
+    } while (eat('|'));
+    RegexGbnf r;
+    r.expr = "(" + out + ")";
+    r.uses_json_escapes = used_escapes_;
+    return r;
   }
 
  private:
@@ -94,8 +99,9 @@ class RegexParser {
     std::string out;
     while (more() && s_[i_] != '|' && s_[i_] != ')') {
       if (s_[i_] == '$') {
-        if (i_ + 1 == s_.size()) break;  // the end anchor, taken by run()
-        fail("$ is supported only at the end");
+        // The end anchor of a top-level alternative, taken by run().
+        if (depth_ == 0 && (i_ + 1 == s_.size() || s_[i_ + 1] == '|')) break;
+        fail("$ is supported only at the end of a top-level alternative");
       }
       std::string a = atom();
       a = quantified(a);
@@ -147,6 +153,7 @@ class RegexParser {
   std::string atom() {
     const char c = s_[i_];
     if (c == '(') {
+      if (++depth_ > kMaxDepth) fail(fmt::format("groups nested deeper than {}", kMaxDepth));
       ++i_;
       if (eat('?')) {
         if (eat(':')) {
@@ -159,6 +166,7 @@ class RegexParser {
       }
       std::string e = alternation();
       if (!eat(')')) fail("missing )");
+      --depth_;
       return "(" + e + ")";
     }
     if (c == '[') return chars(bracket());
@@ -167,7 +175,7 @@ class RegexParser {
       return chars({{0, 9}, {11, 0x10FFFF}});  // every character but a line feed
     }
     if (c == '*' || c == '+' || c == '?' || c == '{') fail("quantifier without anything to repeat");
-    if (c == '^') fail("^ is supported only at the start");
+    if (c == '^') fail("^ is supported only at the start of a top-level alternative");
     if (c == '\\') {
       ++i_;
       return chars(escape(false));
@@ -282,10 +290,11 @@ class RegexParser {
   std::string chars(Ranges r) {
     r = normalize(r);
     if (!json_) return class_text(r);
-    bool quote = false, backslash = false, control = false;
+    bool quote = false, backslash = false;
+    uint32_t controls = 0;  // bit c: U+00c is in the class
     Ranges safe;
     for (auto [lo, hi] : r) {
-      for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x1F); ++c) control = true;
+      for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x1F); ++c) controls |= 1u << c;
       if (lo <= '"' && hi >= '"') quote = true;
       if (lo <= '\\' && hi >= '\\') backslash = true;
     }
@@ -303,8 +312,23 @@ class RegexParser {
     if (!safe.empty()) alts.push_back(class_text(safe));
     if (quote) alts.push_back("json-quote");
     if (backslash) alts.push_back("json-backslash");
-    if (control) alts.push_back("json-control");
-    used_escapes_ |= quote || backslash || control;
+    if (controls == 0xFFFFFFFFu) {
+      alts.push_back("json-control");
+    } else {
+      // Exactly the class's controls: \u00XX in either case of hex digit, and the short
+      // escape where JSON has one.
+      for (uint32_t c = 0; c < 32; ++c) {
+        if (!(controls >> c & 1)) continue;
+        const char* hex = "0123456789abcdef";
+        const char lo = hex[c & 15];
+        std::string e = fmt::format("\"\\\\u00{}\" ", c >> 4) +
+                        (lo >= 'a' ? fmt::format("[{}{}]", lo, char(lo - 'a' + 'A')) : fmt::format("\"{}\"", lo));
+        const char* shorts = c == 8 ? "b" : c == 9 ? "t" : c == 10 ? "n" : c == 12 ? "f" : c == 13 ? "r" : nullptr;
+        if (shorts) e = "(" + e + " | \"\\\\" + shorts + "\")";
+        alts.push_back(e);
+      }
+    }
+    used_escapes_ |= quote || backslash || controls == 0xFFFFFFFFu;
     if (alts.empty()) fail("character class matches nothing");
     if (alts.size() == 1) return alts[0];
     std::string s = "(";
@@ -314,15 +338,18 @@ class RegexParser {
 
   std::string_view s_;
   bool json_;
+  std::string_view search_;
   const Limits& lim_;
   size_t i_ = 0;
   bool used_escapes_ = false;
+  static constexpr int kMaxDepth = 256;  // the parser recurses once per group
+  int depth_ = 0;
 };
 
 }  // namespace
 
-RegexGbnf regex_to_gbnf(std::string_view pattern, bool json_string, const Limits& limits) {
-  return RegexParser(pattern, json_string, limits).run();
+RegexGbnf regex_to_gbnf(std::string_view pattern, bool json_string, std::string_view search, const Limits& limits) {
+  return RegexParser(pattern, json_string, search, limits).run();
 }
 
 std::string json_escape_rules() {

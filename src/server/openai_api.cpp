@@ -323,10 +323,19 @@ class ErrorLocator : public nlohmann::json_sax<json> {
 
 }  // namespace
 
+// Nesting past this is refused before anything walks the body recursively (a copy or a
+// dump of a value recurses once per level; a JSON schema is held to 64 levels anyway).
+constexpr int kMaxBodyDepth = 256;
+
 json parse_body(std::string_view body) {
   json j;
   try {
-    j = json::parse(body);
+    bool too_deep = false;
+    j = json::parse(body, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxBodyDepth) too_deep = true;
+      return !too_deep;
+    });
+    if (too_deep) throw ApiError(400, fmt::format("the request body nests deeper than {} levels", kMaxBodyDepth));
   } catch (const json::parse_error& e) {
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   } catch (const json::exception& e) {
@@ -403,7 +412,8 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.speculative = parse_speculative(j, ctx.speculative);
   if (ctx.grammars) {
     p.grammar = parse_structured_output(j, ordered, *ctx.grammars);
-  } else if (const json* rf = field(j, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text")) {
+  } else if (const json* rf = field(j, "response_format");
+             rf && !(rf->is_object() && rf->contains("type") && (*rf)["type"] == "text")) {
     throw ApiError(400, "response_format is not available here", "response_format");
   }
   if (const json* u = field(j, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");

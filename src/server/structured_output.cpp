@@ -134,7 +134,7 @@ std::shared_ptr<const grammar::Grammar> parse_structured_output(const json& body
   for (const char* k : kFields) {
     auto it = body.find(k);
     if (it == body.end() || it->is_null()) continue;
-    if (std::string(k) == "response_format" && it->is_object() && it->value("type", "") == "text") continue;
+    if (std::string(k) == "response_format" && it->is_object() && it->contains("type") && (*it)["type"] == "text") continue;
     if (!key.empty()) throw ApiError(400, fmt::format("give at most one of {} and {}", key, k), k);
     key = k;
   }

@@ -1,6 +1,7 @@
 // The constrained-decoding grammar: GBNF compilation and its errors, UTF-8 classes, the
 // matcher's masks against a token-by-token reference, regular expressions against
 // std::regex, integer ranges, and JSON Schema grammars.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -217,7 +218,7 @@ TEST(Grammar, RegexAgreesWithStdRegex) {
   const std::string alphabet = "abcdxyz0129.- _\t";
   std::mt19937_64 rng(3);
   for (const auto& [p, std_p] : patterns) {
-    const RegexGbnf rx = regex_to_gbnf(p, false);
+    const RegexGbnf rx = regex_to_gbnf(p, false);  // whole-text match, as std::regex_match
     auto g = compile_gbnf("root ::= " + rx.expr);
     const std::regex re(std_p.empty() ? p : std_p, std::regex::ECMAScript);
     int agree = 0;
@@ -352,6 +353,55 @@ TEST(Grammar, JsonSchemaUntypedAndNotStrict) {
   EXPECT_FALSE(matches(g, R"({"x": 1, "foo": 1})"));     // listed properties first, in order
   // Strict (the default): nothing but the listed properties.
   EXPECT_FALSE(matches(schema_grammar(R"({"type": "object", "properties": {"a": {}}})"), R"({"b": 1})"));
+}
+
+// What a request could send to exhaust the machine is refused or fails the request, never
+// hangs it: ambiguity that doubles the stacks, nesting that would recurse the parsers.
+TEST(Grammar, BudgetsAndDepthsHold) {
+  std::string g = "root ::= a0\n";
+  for (int i = 0; i < 40; ++i) g += fmt::format("a{} ::= a{} \"x\" | a{} \"y\"\n", i, i + 1, i + 1);
+  g += "a40 ::= \"z\"\n";
+  EXPECT_NE(error_of(g).find("too ambiguous"), std::string::npos) << error_of(g);
+  // Stacks that double at every bracket: the matcher fails (a state past its budget).
+  auto dbl = schema_grammar(R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}}, {"type": "array", "items": {"$ref": "#"}}]})");
+  Matcher m(dbl, byte_vocab());
+  bool refused = false;
+  for (int i = 0; i < 40 && !refused; ++i) refused = !m.accept('[');
+  EXPECT_TRUE(refused);
+  EXPECT_TRUE(m.failed());
+  EXPECT_FALSE(m.any_allowed());
+  EXPECT_NE(error_of("root ::= " + std::string(600, '(') + "\"a\"" + std::string(600, ')')).find("nested deeper"),
+            std::string::npos);
+  EXPECT_THROW(regex_to_gbnf(std::string(300, '(') + "a" + std::string(300, ')'), false), GrammarError);
+  EXPECT_NO_THROW(regex_to_gbnf(std::string(200, '(') + "a" + std::string(200, ')'), false));
+}
+
+TEST(Grammar, JsonSchemaEdges) {
+  // Objects with no listed properties take any number of them.
+  EXPECT_TRUE(matches(schema_grammar(R"({"type": "object"})"), R"({"a": 1, "b": [2], "c": {}})"));
+  auto g = schema_grammar(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(matches(g, R"({"a": 1, "b": 2, "c": 3})"));
+  EXPECT_FALSE(matches(g, R"({"a": 1, "b": "x"})"));
+  // maxItems below the prefix's length cuts the prefix.
+  g = schema_grammar(R"({"type": "array", "prefixItems": [{}, {}, {}], "maxItems": 1})");
+  EXPECT_TRUE(matches(g, "[1]"));
+  EXPECT_FALSE(matches(g, "[1, 2]"));
+  // A pattern is a search, each top-level alternative with its own anchors.
+  g = schema_grammar(R"({"type": "string", "pattern": "^a|b$"})");
+  EXPECT_TRUE(matches(g, R"("axx")"));
+  EXPECT_TRUE(matches(g, R"("xxb")"));
+  EXPECT_FALSE(matches(g, R"("xax")"));
+  // . is no line feed, not even escaped; other controls come as their escapes.
+  g = schema_grammar(R"({"type": "string", "pattern": "^.$"})");
+  EXPECT_TRUE(matches(g, R"("\t")"));
+  EXPECT_TRUE(matches(g, R"("\u001B")"));
+  EXPECT_TRUE(matches(g, R"("\u001b")"));
+  EXPECT_FALSE(matches(g, R"("\n")"));
+  EXPECT_FALSE(matches(g, R"("\u000a")"));
+  // Integer bounds near the 16-digit limit, and a repeated type.
+  g = schema_grammar(R"({"type": ["integer", "integer"], "maximum": 1e300})");
+  EXPECT_TRUE(matches(g, "9999999999999999"));
+  EXPECT_FALSE(matches(g, "10000000000000000"));
 }
 
 TEST(Grammar, JsonSchemaErrorsNameTheKeywordAndPlace) {

@@ -162,6 +162,8 @@ TEST_F(OpenAIApi, BadInputGetsTheRightStatusAndNamesTheField) {
       {H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "patternProperties": {}}}}})",
        400, "response_format.json_schema.schema"},
       {C, R"({"prompt": "x", "guided_json": {"type": "string"}, "guided_regex": "a"})", 400, "guided_regex"},
+      {C, R"({"prompt": "x", "response_format": {"type": 1}})", 400, "response_format.type"},
+      {C, R"({"prompt": "x", "response_format": "json"})", 400, "response_format"},
       {C, R"({"prompt": "x", "guided_json": "{not json"})", 400, "guided_json"},
       {C, R"({"prompt": "x", "guided_regex": "(a"})", 400, "guided_regex"},
       {C, R"({"prompt": "x", "guided_regex": 5})", 400, "guided_regex"},
@@ -223,6 +225,16 @@ TEST_F(OpenAIApi, StructuredOutputFields) {
   ParsedRequest two = parse_request(Endpoint::Completions, R"({"prompt": "x", "n": 2, "guided_choice": ["a"]})", ctx_);
   ASSERT_EQ(two.choices.size(), 2u);
   EXPECT_TRUE(two.choices[0].params.grammar && two.choices[1].params.grammar);
+}
+
+TEST_F(OpenAIApi, DeepBodiesAreRefused) {
+  const std::string deep = std::string(300, '[') + std::string(300, ']');
+  std::string msg;
+  EXPECT_EQ(status_of(Endpoint::Completions, R"({"prompt": "x", "guided_json": {"description": )" + deep + "}}", &msg), 400);
+  EXPECT_NE(msg.find("nests deeper"), std::string::npos) << msg;
+  EXPECT_EQ(status_of(Endpoint::Completions, R"({"prompt": "x", "max_tokens": 2, "stop": )" + std::string(100, '[') +
+                                                 std::string(100, ']') + "}"),
+            400);  // within the depth: a 400 for the field's type, as before
 }
 
 TEST_F(OpenAIApi, TooLongPromptSaysTheLengths) {
