@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/text_file.h"
+#include "engine/grammar_vocab.h"
 #include "gguf/gguf.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -77,15 +78,8 @@ int grammar_masks(Args& a) {
   std::unordered_set<int32_t> ignore;
   if (ignore_file)
     for (const auto& v : nlohmann::json::parse(read_text_file(*ignore_file))) ignore.insert(v.get<int32_t>());
-  std::vector<std::string> bytes;
-  std::vector<bool> excluded;
-  std::vector<int32_t> eog;
-  for (int32_t id = 0; id < tok->n_vocab(); ++id) {
-    bytes.push_back(tok->piece_bytes(id));
-    excluded.push_back(tok->is_control(id) || ignore.count(id));
-    if (tok->is_eog(id)) eog.push_back(id);
-  }
-  auto trie = std::make_shared<grammar::TokenTrie>(bytes, excluded, eog);
+  const std::vector<int32_t> ignored(ignore.begin(), ignore.end());
+  auto trie = grammar_vocabulary(*tok, ignored);
   if (print_excluded) {
     std::string out = "[";
     for (int32_t id = 0; id < trie->n_vocab(); ++id)

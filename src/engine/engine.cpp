@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/grammar_vocab.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -192,17 +194,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
 }
 
 const std::shared_ptr<const grammar::TokenTrie>& Engine::token_trie() {
-  if (!trie_) {
-    std::vector<std::string> bytes;
-    std::vector<bool> excluded;
-    std::vector<int32_t> eog;
-    for (int32_t id = 0; id < tok_->n_vocab(); ++id) {
-      bytes.push_back(tok_->piece_bytes(id));
-      excluded.push_back(tok_->is_control(id));
-      if (tok_->is_eog(id)) eog.push_back(id);
-    }
-    trie_ = std::make_shared<grammar::TokenTrie>(std::move(bytes), excluded, std::move(eog));
-  }
+  if (!trie_) trie_ = grammar_vocabulary(*tok_);
   return trie_;
 }
 

@@ -170,7 +170,7 @@ class Parser {
       ++i_;
       while (!at_end() && peek() != '"') {
         uint8_t buf[4];
-        const int n = encode(literal_char(), buf);
+        const int n = utf8_encode(literal_char(), buf);
         for (int k = 0; k < n; ++k) {
           ByteSet s;
           s.add(buf[k]);
@@ -369,18 +369,6 @@ class Parser {
     if (v > 0x10FFFF) fail("code point above U+10FFFF");
     return v;
   }
-  static int encode(uint32_t c, uint8_t* out) {
-    if (c < 0x80) return out[0] = uint8_t(c), 1;
-    if (c < 0x800) return out[0] = uint8_t(0xC0 | c >> 6), out[1] = uint8_t(0x80 | (c & 0x3F)), 2;
-    if (c < 0x10000) {
-      out[0] = uint8_t(0xE0 | c >> 12), out[1] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[2] = uint8_t(0x80 | (c & 0x3F));
-      return 3;
-    }
-    out[0] = uint8_t(0xF0 | c >> 18), out[1] = uint8_t(0x80 | (c >> 12 & 0x3F));
-    out[2] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[3] = uint8_t(0x80 | (c & 0x3F));
-    return 4;
-  }
-
  public:
   // Every name used, with where (an undefined one is reported at its first use).
   std::vector<std::pair<std::string, size_t>> refs_;

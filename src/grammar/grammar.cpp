@@ -7,18 +7,6 @@
 namespace ridge::grammar {
 namespace {
 
-int utf8_encode(uint32_t c, uint8_t* out) {
-  if (c < 0x80) return out[0] = uint8_t(c), 1;
-  if (c < 0x800) return out[0] = uint8_t(0xC0 | c >> 6), out[1] = uint8_t(0x80 | (c & 0x3F)), 2;
-  if (c < 0x10000) {
-    out[0] = uint8_t(0xE0 | c >> 12), out[1] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[2] = uint8_t(0x80 | (c & 0x3F));
-    return 3;
-  }
-  out[0] = uint8_t(0xF0 | c >> 18), out[1] = uint8_t(0x80 | (c >> 12 & 0x3F));
-  out[2] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[3] = uint8_t(0x80 | (c & 0x3F));
-  return 4;
-}
-
 // [lo, hi] within one encoded length, split until each byte position of the encodings
 // is a contiguous range independent of the others (the classic UTF-8 range split: the
 // continuation bytes of the part below a boundary of 6 bits run 80-BF, and only the
@@ -46,6 +34,18 @@ std::string byte_text(uint8_t b, bool in_class) {
 }
 
 }  // namespace
+
+int utf8_encode(uint32_t c, uint8_t* out) {
+  if (c < 0x80) return out[0] = uint8_t(c), 1;
+  if (c < 0x800) return out[0] = uint8_t(0xC0 | c >> 6), out[1] = uint8_t(0x80 | (c & 0x3F)), 2;
+  if (c < 0x10000) {
+    out[0] = uint8_t(0xE0 | c >> 12), out[1] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[2] = uint8_t(0x80 | (c & 0x3F));
+    return 3;
+  }
+  out[0] = uint8_t(0xF0 | c >> 18), out[1] = uint8_t(0x80 | (c >> 12 & 0x3F));
+  out[2] = uint8_t(0x80 | (c >> 6 & 0x3F)), out[3] = uint8_t(0x80 | (c & 0x3F));
+  return 4;
+}
 
 std::vector<std::vector<ByteSet>> utf8_class(const std::vector<std::pair<uint32_t, uint32_t>>& in) {
   // Sorted and merged first: overlapping ranges would give a character two encodings.

@@ -75,6 +75,9 @@ class Grammar {
 std::shared_ptr<const Grammar> compile_gbnf(std::string_view text, std::string_view root = "root",
                                             const Limits& limits = {});
 
+// Code point c as UTF-8 into out[0..3]; returns the byte count.
+int utf8_encode(uint32_t c, uint8_t* out);
+
 // The byte-set sequences whose UTF-8 encodings are exactly the code points of the
 // (inclusive) ranges: each sequence is 1-4 sets, one per byte. Surrogates
 // (U+D800-U+DFFF) are never encoded.

@@ -8,6 +8,7 @@ namespace ridge::grammar {
 
 TokenTrie::TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& excluded, std::vector<int32_t> eog)
     : bytes_(std::move(bytes)), eog_(std::move(eog)) {
+  std::erase_if(eog_, [&](int32_t id) { return id < 0 || id >= int32_t(bytes_.size()); });  // masks hold ids < n_vocab
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
   // Bytes no UTF-8 text holds (overlong leads C0 C1, leads past U+10FFFF F5-FF): a grammar

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/text_file.h"
+#include "engine/grammar_vocab.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -51,16 +52,9 @@ std::vector<GrammarBenchRow> run_grammar_bench(const Tokenizer& tok, const Gramm
   if (o.schema_files.empty()) schemas = builtin_schemas();
   for (const std::string& f : o.schema_files) schemas.push_back({f, read_text_file(f)});
 
-  std::vector<std::string> bytes;
-  std::vector<bool> excluded;
-  std::vector<int32_t> eog;
-  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    bytes.push_back(tok.piece_bytes(id));
-    excluded.push_back(tok.is_control(id));
-    if (tok.is_eog(id)) eog.push_back(id);
-  }
-  if (eog.empty()) eog.push_back(tok.n_vocab());  // a vocabulary without one: an id past it
-  auto trie = std::make_shared<grammar::TokenTrie>(bytes, excluded, eog);
+  // Without an end-of-generation token (a tokenizer.json without its config) a document
+  // ends at max_tokens.
+  auto trie = grammar_vocabulary(tok);
 
   std::vector<GrammarBenchRow> rows;
   std::mt19937_64 rng(o.seed);
@@ -86,7 +80,7 @@ std::vector<GrammarBenchRow> run_grammar_bench(const Tokenizer& tok, const Gramm
           if ((mask[size_t(id) >> 6] >> (id & 63)) & 1) allowed.push_back(id);
         if (allowed.empty()) break;
         int32_t pick = allowed[rng() % allowed.size()];
-        if (m.can_end() && rng() % 4 == 0) pick = trie->eog()[0];
+        if (m.can_end() && !trie->eog().empty() && rng() % 4 == 0) pick = trie->eog()[0];
         m.accept(pick);
       }
       r.completed += m.ended();
