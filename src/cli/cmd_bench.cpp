@@ -404,15 +404,8 @@ int bench_grammar_cmd(Args& a) {
   o.seed = uint64_t(a.integer({"--seed"}, 1, 0, INT64_MAX));
   const bool json = a.flag({"--json"});
   while (auto f = a.str({"--schema"})) o.schema_files.push_back(*f);
-  const auto hf_json = a.str({"--tokenizer-json"});
-  std::unique_ptr<gguf::File> f;
-  std::unique_ptr<Tokenizer> tok;
-  if (hf_json) {
-    tok = load_hf_tokenizer_files(*hf_json, "");
-  } else {
-    f = gguf::File::open(resolve_model(a));
-    tok = Tokenizer::from_gguf(*f);
-  }
+  const Vocabulary vocab = load_vocabulary(a);
+  const std::unique_ptr<Tokenizer>& tok = vocab.tok;
   a.finish();
   const auto rows = tools::run_grammar_bench(*tok, o);
   if (!json)

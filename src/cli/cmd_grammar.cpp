@@ -64,16 +64,9 @@ int grammar_masks(Args& a) {
   const bool full = a.flag({"--full"});  // the allowed ids themselves after each line
   // The ids no grammar allows here (control tokens, bytes no UTF-8 text holds), as JSON.
   const bool print_excluded = a.flag({"--print-excluded"});
-  const auto hf_json = a.str({"--tokenizer-json"});
-  std::unique_ptr<gguf::File> f;
-  std::unique_ptr<Tokenizer> tok;
   if (!print_excluded && (!gfile || !tokens)) fail("usage: ridge grammar masks (-m MODEL | --tokenizer-json FILE) --grammar FILE --tokens FILE.jsonl [--ignore IDS.json] [--root NAME]");
-  if (hf_json) {
-    tok = load_hf_tokenizer_files(*hf_json, "");
-  } else {
-    f = gguf::File::open(resolve_model(a));
-    tok = Tokenizer::from_gguf(*f);
-  }
+  const Vocabulary vocab = load_vocabulary(a);
+  const std::unique_ptr<Tokenizer>& tok = vocab.tok;
   a.finish();
   std::unordered_set<int32_t> ignore;
   if (ignore_file)

@@ -32,6 +32,17 @@ std::string resolve_model(Args& a) {
   return found.front();
 }
 
+Vocabulary load_vocabulary(Args& a) {
+  Vocabulary v;
+  if (const auto hf_json = a.str({"--tokenizer-json"})) {
+    v.tok = load_hf_tokenizer_files(*hf_json, "");
+  } else {
+    v.file = gguf::File::open(resolve_model(a));
+    v.tok = Tokenizer::from_gguf(*v.file);
+  }
+  return v;
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const Model& m) {
   std::unique_ptr<Tokenizer> tok;
   const std::filesystem::path dir(model_path);

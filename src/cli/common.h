@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "gguf/gguf.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -17,6 +18,13 @@ std::string resolve_model(Args& a);
 // The model's tokenizer: the GGUF's, or a checkpoint directory's tokenizer.json (with its
 // tokenizer_config.json); checked against the model's vocabulary.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const Model& m);
+// A vocabulary alone: --tokenizer-json FILE, else the GGUF that -m names (whole or
+// vocabulary-only), whose file stays open beside its tokenizer.
+struct Vocabulary {
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+Vocabulary load_vocabulary(Args& a);
 // The engine flags, one vocabulary for every command that runs the model (generate,
 // serve, bench throughput, perplexity, roofline): -t, --kv-cache-dtype (alias --kv-type),
 // --block-size, --max-num-seqs, --max-num-batched-tokens (alias -b, --batch-size),
