@@ -297,17 +297,18 @@ class Parser {
       b_.add_alt(star, {x, Elem{Elem::Ref, star}});
       b_.add_alt(star, {});
       seq.push_back(Elem{Elem::Ref, star});
-    } else if (hi > lo) {  // up to hi - lo more: opt_k ::= x opt_{k-1} | ""
-      int32_t inner = -1;
-      for (int64_t k = 0; k < hi - lo; ++k) {
-        const int32_t opt = b_.fresh(base);
-        Seq s{x};
-        if (inner >= 0) s.push_back(Elem{Elem::Ref, inner});
-        b_.add_alt(opt, std::move(s));
-        b_.add_alt(opt, {});
-        inner = opt;
+    } else if (hi == lo + 1) {  // x?: opt ::= x | ""
+      const int32_t opt = b_.fresh(base);
+      b_.add_alt(opt, {x});
+      b_.add_alt(opt, {});
+      seq.push_back(Elem{Elem::Ref, opt});
+    } else if (hi > lo) {  // up to hi - lo more: one counted element over a rule of x
+      int32_t body = x.arg;
+      if (x.kind != Elem::Ref) {
+        body = b_.fresh(base);
+        b_.add_alt(body, {x});
       }
-      seq.push_back(Elem{Elem::Ref, inner});
+      seq.push_back(Elem{Elem::Repeat, body, 0, int32_t(hi - lo)});
     }
     b_.count(1);
   }
@@ -400,7 +401,8 @@ void check_left_recursion(const Grammar& g) {
       for (int32_t a : g.alts[size_t(r)]) {
         bool all = true;
         for (int32_t p = a; g.elems[size_t(p)].kind != Elem::End && all; ++p)
-          all = g.elems[size_t(p)].kind == Elem::Ref && nullable[size_t(g.elems[size_t(p)].arg)];
+          all = (g.elems[size_t(p)].kind == Elem::Ref && nullable[size_t(g.elems[size_t(p)].arg)]) ||
+                (g.elems[size_t(p)].kind == Elem::Repeat && (g.elems[size_t(p)].lo == 0 || nullable[size_t(g.elems[size_t(p)].arg)]));
         if (all) {
           nullable[size_t(r)] = 1, changed = true;
           break;
@@ -415,9 +417,11 @@ void check_left_recursion(const Grammar& g) {
   std::vector<std::vector<Edge>> first(static_cast<size_t>(n));  // rules reachable at the start
   for (int32_t r = 0; r < n; ++r)
     for (int32_t a : g.alts[size_t(r)])
-      for (int32_t p = a; g.elems[size_t(p)].kind == Elem::Ref; ++p) {
-        first[size_t(r)].push_back({g.elems[size_t(p)].arg, g.elems[size_t(p) + 1].kind == Elem::End});
-        if (!nullable[size_t(g.elems[size_t(p)].arg)]) break;
+      for (int32_t p = a; g.elems[size_t(p)].kind == Elem::Ref || g.elems[size_t(p)].kind == Elem::Repeat; ++p) {
+        // A repetition keeps its frame (the count) even when last: never a tail.
+        const Elem& e = g.elems[size_t(p)];
+        first[size_t(r)].push_back({e.arg, e.kind == Elem::Ref && g.elems[size_t(p) + 1].kind == Elem::End});
+        if (!nullable[size_t(e.arg)] && !(e.kind == Elem::Repeat && e.lo == 0)) break;
       }
   // Strongly connected components (Tarjan, iterative); a non-tail edge inside one is a
   // way back with something left after it.

@@ -97,6 +97,10 @@ std::string Grammar::to_string() const {
           s += " " + names[size_t(e.arg)];
           continue;
         }
+        if (e.kind == Elem::Repeat) {
+          s += fmt::format(" {}{{{},{}}}", names[size_t(e.arg)], e.lo, e.hi);
+          continue;
+        }
         const ByteSet& bs = sets[size_t(e.arg)];
         int n = 0, one = 0;
         for (int b = 0; b < 256; ++b)

@@ -38,10 +38,15 @@ struct ByteSet {
   bool operator==(const ByteSet&) const = default;
 };
 
+// A Repeat matches rule `arg` lo..hi times with one element and a count on its stack
+// frame instead of hi - lo nested rules: a string of at most 40 characters stays one
+// grammar position however far into it generation is, so what a position allows can be
+// worked out once (token_tables.h).
 struct Elem {
-  enum Kind : uint8_t { Bytes, Ref, End };
+  enum Kind : uint8_t { Bytes, Ref, Repeat, End };
   Kind kind;
-  int32_t arg;  // Bytes: index into sets; Ref: rule index; End: the rule it ends
+  int32_t arg;  // Bytes: index into sets; Ref, Repeat: rule index; End: the rule it ends
+  int32_t lo = 0, hi = 0;  // Repeat: the bounds (0 <= lo <= hi)
 };
 
 // The limits of one compiled grammar: whatever a request sends, compiling it takes

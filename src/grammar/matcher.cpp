@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 namespace ridge::grammar {
 
@@ -38,154 +37,138 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& ex
     while (n < a.size() && n < b.size() && a[n] == b[n] && n < 0xFFFF) ++n;
     lcp_[k] = uint16_t(n);
   }
+  first_.assign(257, 0);
+  for (int32_t id : order_) ++first_[size_t(uint8_t(bytes_[size_t(id)][0])) + 1];
+  for (int b = 0; b < 256; ++b) first_[size_t(b) + 1] += first_[size_t(b)];
 }
 
 bool TokenTrie::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
 
-size_t TokenTrie::MaskCache::KeyHash::operator()(const Key& k) const {
-  uint64_t h = k.grammar * 0x9E3779B97F4A7C15ull;
-  for (int32_t v : k.key) h = (h ^ uint32_t(v)) * 0x100000001B3ull;
-  return size_t(h ^ (h >> 31));
-}
-
-TokenTrie::MaskCache::Bits TokenTrie::MaskCache::find(uint64_t grammar, const std::vector<int32_t>& key) {
+std::shared_ptr<TokenTables> TokenTrie::tables(const std::shared_ptr<const Grammar>& g) const {
   std::lock_guard lock(mu_);
-  auto it = index_.find(Key{grammar, key});
-  if (it == index_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  ++hits_;
-  return it->second->second;
-}
-
-void TokenTrie::MaskCache::insert(uint64_t grammar, const std::vector<int32_t>& key, Bits bits) {
-  const size_t cost = bits->size() * 8 + key.size() * 4 + 64;
-  if (cost > budget_ / 8) return;  // one entry never crowds out the rest
-  std::lock_guard lock(mu_);
-  Key k{grammar, key};
-  if (index_.count(k)) return;
-  lru_.emplace_front(k, std::move(bits));
-  index_.emplace(std::move(k), lru_.begin());
-  bytes_ += cost;
-  while (bytes_ > budget_ && lru_.size() > 1) {
-    auto& back = lru_.back();
-    bytes_ -= back.second->size() * 8 + back.first.key.size() * 4 + 64;
-    index_.erase(back.first);
-    lru_.pop_back();
+  for (auto it = tables_.begin(); it != tables_.end(); ++it)
+    if (it->first == g->id) {
+      tables_.splice(tables_.begin(), tables_, it);
+      return tables_.front().second;
+    }
+  tables_.emplace_front(g->id, std::make_shared<TokenTables>(g, *this));
+  size_t total = 0, kept = 0;
+  for (auto it = tables_.begin(); it != tables_.end(); ++it, ++kept) {
+    total += it->second->bytes();
+    if (kept > 0 && (kept >= kMaxGrammars || total > kTablesBudget)) {
+      tables_.erase(it, tables_.end());  // matchers still running hold theirs
+      break;
+    }
   }
+  return tables_.front().second;
 }
 
-size_t Matcher::StateHash::operator()(const State& s) const {
+size_t Matcher::StateHash::operator()(const PdaState& s) const {
   uint64_t h = s.accept ? 0x9E3779B97F4A7C15ull : 0;
   for (int32_t t : s.tops) h = (h ^ uint32_t(t)) * 0x100000001B3ull + (h >> 29);
   return size_t(h);
 }
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> vocab)
-    : g_(std::move(g)), vocab_(std::move(vocab)) {
-  start(cur_);
+    : pda_(std::move(g)), vocab_(std::move(vocab)) {
+  pda_.start(cur_);
 }
 
-int32_t Matcher::node(int32_t pos, int32_t parent) {
-  const uint64_t key = uint64_t(uint32_t(pos)) << 32 | uint32_t(parent + 1);
-  auto [it, added] = index_.try_emplace(key, int32_t(nodes_.size()));
-  if (added) {
-    nodes_.push_back(Node{pos, parent});
-    stamp_.push_back(0);
-  }
-  return it->second;
-}
-
-void Matcher::rollback(size_t n_nodes) {
-  for (size_t i = n_nodes; i < nodes_.size(); ++i)
-    index_.erase(uint64_t(uint32_t(nodes_[i].pos)) << 32 | uint32_t(nodes_[i].parent + 1));
-  nodes_.resize(n_nodes);
-  stamp_.resize(n_nodes);
-}
-
-// Expands node id until every stack's top is a byte set: a reference pushes the rule's
-// alternatives over the element after it, the end of an alternative pops to its parent
-// (the end of the root: the grammar may end here). Nodes already seen in this closure
-// are skipped, so ambiguous grammars cost their distinct stacks only.
-void Matcher::close(int32_t id, State& out) {
-  work_.push_back(id);
-  while (!work_.empty()) {
-    if (out.tops.size() > kMaxTops || nodes_.size() - walk_mark_ > kMaxWalkNodes) {
-      failed_ = true;  // past the budget: the caller sees an empty state
-      work_.clear();
-      out.tops.clear();
-      out.accept = false;
-      return;
-    }
-    const int32_t n = work_.back();
-    work_.pop_back();
-    if (stamp_[size_t(n)] == gen_) continue;
-    stamp_[size_t(n)] = gen_;
-    const Node nd = nodes_[size_t(n)];
-    const Elem& e = g_->elems[size_t(nd.pos)];
-    switch (e.kind) {
-      case Elem::Bytes: out.tops.push_back(n); break;
-      case Elem::Ref: {
-        // A reference last in its alternative continues where the alternative would:
-        // no frame for it (x* and other right recursion keep flat stacks, and a nullable
-        // x under * comes back to a node already seen instead of growing forever).
-        const int32_t cont =
-            g_->elems[size_t(nd.pos) + 1].kind == Elem::End ? nd.parent : node(nd.pos + 1, nd.parent);
-        const auto& alts = g_->alts[size_t(e.arg)];
-        for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back(node(*it, cont));
-        break;
-      }
-      case Elem::End:
-        if (nd.parent < 0) out.accept = true;
-        else work_.push_back(nd.parent);
-        break;
-    }
-  }
-}
-
-void Matcher::start(State& out) {
-  out.tops.clear();
-  out.accept = false;
-  ++gen_;
-  walk_mark_ = nodes_.size();
-  for (int32_t a : g_->alts[size_t(g_->root)]) close(node(a, -1), out);
-  std::sort(out.tops.begin(), out.tops.end());
-}
-
-bool Matcher::advance(const State& s, uint8_t b, State& out) {
-  out.tops.clear();
-  out.accept = false;
-  ++gen_;
-  for (int32_t t : s.tops) {
-    const Node nd = nodes_[size_t(t)];
-    if (g_->sets[size_t(g_->elems[size_t(nd.pos)].arg)].has(b)) close(node(nd.pos + 1, nd.parent), out);
-    if (failed_) return false;
-  }
-  std::sort(out.tops.begin(), out.tops.end());
-  return !out.tops.empty() || out.accept;
-}
-
-bool Matcher::advance_token(const State& s, const std::string& bytes, State& out) {
-  State a = s, b;
+bool Matcher::advance_token(const PdaState& s, std::string_view bytes, PdaState& out) {
+  PdaState a = s, b;
   for (char c : bytes) {
-    if (a.tops.empty() || !advance(a, uint8_t(c), b)) return false;
+    if (a.tops.empty() || !pda_.advance(a, uint8_t(c), b)) return false;
     std::swap(a, b);
   }
   out = std::move(a);
   return true;
 }
 
-// The trie walk: depth_[d] is the state after the first d bytes of the token in hand,
-// valid up to `valid` for the next token's shared prefix; a prefix that leaves no stack
-// (dead) rules out every token under it.
+// The union over the tops of their tables: a top at position p over a parent frame at q
+// (count c0 when q is a repetition) takes table (p, q) at c0, and the pending tokens
+// whose rest matches from the frame below q.
 void Matcher::compute_mask(std::vector<uint64_t>& bits) {
+  const TokenTrie& v = *vocab_;
+  const Grammar& g = pda_.grammar();
+  bits.assign(size_t(v.n_vocab() + 63) / 64, 0);
+  if (cur_.accept)
+    for (int32_t id : v.eog()) bits[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
+  if (cur_.tops.empty() || pda_.failed()) return;
+  if (!tables_) tables_ = v.tables(pda_.grammar_ptr());
+  for (int32_t top : cur_.tops) {
+    const Pda::Node nd = pda_.at(top);
+    const int32_t pn = nd.parent;
+    const int32_t q = pn < 0 ? -1 : pda_.at(pn).pos;
+    const TokenTable& t = tables_->get(nd.pos, q);
+    if (t.failed) return walk_mask(bits);
+    int32_t c0 = 0, lo = 0, hi = 0;
+    if (q >= 0 && g.elems[size_t(q)].kind == Elem::Repeat) {
+      c0 = pda_.at(pn).count;
+      lo = g.elems[size_t(q)].lo;
+      hi = g.elems[size_t(q)].hi;
+    }
+    t.apply(c0, lo, hi, bits);
+    const int32_t gp = pn < 0 ? -1 : pda_.at(pn).parent;
+    if (t.pending.empty() || gp < 0) continue;  // nothing below q: a rest has nothing to match
+    for (int32_t k : pending_pass(t, gp)) {
+      const TokenTable::Pending& e = t.pending[size_t(k)];
+      if (t.pending_allowed(e, c0, lo, hi)) bits[size_t(e.token) >> 6] |= uint64_t(1) << (e.token & 63);
+    }
+    if (pda_.failed()) break;
+  }
+  if (pda_.failed()) std::fill(bits.begin(), bits.end(), 0);  // a failed matcher allows nothing
+}
+
+// The rests of t's pending tokens (sorted, so shared prefixes advance once) from the
+// stacks node gp expands to; only rests whose first byte one of those tops takes.
+const std::vector<int32_t>& Matcher::pending_pass(const TokenTable& t, int32_t gp) {
+  const PassKey key{&t, gp};
+  if (auto it = pass_.find(key); it != pass_.end()) return it->second;
+  if (pass_.size() >= kPassCache) pass_.clear();
+  std::vector<int32_t>& out = pass_[key];
+  const size_t mark = pda_.size();
+  pda_.begin_walk();
+  if (depth_.empty()) depth_.resize(1);
+  pda_.close_from(gp, depth_[0]);
+  ByteSet firsts;
+  for (int32_t top : depth_[0].tops) {
+    const ByteSet& s = pda_.grammar().sets[size_t(pda_.grammar().elems[size_t(pda_.at(top).pos)].arg)];
+    for (int w = 0; w < 4; ++w) firsts.w[size_t(w)] |= s.w[size_t(w)];
+  }
+  for (int b = 0; b < 256 && !pda_.failed(); ++b) {
+    if (!firsts.has(uint8_t(b))) continue;
+    size_t valid = 0;
+    for (int32_t k = t.first[size_t(b)]; k < t.first[size_t(b) + 1]; ++k) {
+      const TokenTable::Pending& e = t.pending[size_t(k)];
+      const std::string_view r = std::string_view(vocab_->bytes(e.token)).substr(size_t(e.at));
+      size_t d = k == t.first[size_t(b)] ? 0 : std::min<size_t>(valid, t.rest_lcp[size_t(k)]);
+      if (depth_.size() < r.size() + 1) depth_.resize(r.size() + 1);
+      while (d < r.size() && !depth_[d].tops.empty()) {
+        pda_.advance(depth_[d], uint8_t(r[d]), depth_[d + 1]);
+        ++d;
+        if (pda_.failed()) break;
+      }
+      valid = d;
+      if (pda_.failed()) break;
+      if (d == r.size() && (!depth_[d].tops.empty() || depth_[d].accept)) out.push_back(k);
+    }
+  }
+  pda_.rollback(mark);
+  return out;
+}
+
+// The whole vocabulary in byte order from the full stacks: depth_[d] is the state after
+// the first d bytes of the token in hand, valid up to `valid` for the next token's shared
+// prefix; a prefix that leaves no stack (dead) rules out every token under it.
+void Matcher::walk_mask(std::vector<uint64_t>& bits) {
   const TokenTrie& v = *vocab_;
   bits.assign(size_t(v.n_vocab() + 63) / 64, 0);
   auto set = [&](int32_t id) { bits[size_t(id) >> 6] |= uint64_t(1) << (id & 63); };
   if (cur_.accept)
     for (int32_t id : v.eog()) set(id);
-  if (cur_.tops.empty() || failed_) return;
-  const size_t mark = nodes_.size();
-  walk_mark_ = mark;
+  if (cur_.tops.empty() || pda_.failed()) return;
+  const size_t mark = pda_.size();
+  pda_.begin_walk();
   const auto order = v.order();
   const auto lcp = v.lcp();
   if (depth_.empty()) depth_.resize(1);
@@ -204,35 +187,23 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
         ok = false;
         break;
       }
-      ok = advance(depth_[d], uint8_t(t[d]), depth_[d + 1]);
+      ok = pda_.advance(depth_[d], uint8_t(t[d]), depth_[d + 1]);
       ++d;
       if (!ok) break;
     }
     valid = d;
-    if (failed_) break;
+    if (pda_.failed()) break;
     if (ok) set(order[k]);
     else dead = d;  // the first d bytes leave nothing
   }
-  rollback(mark);
-  if (failed_) std::fill(bits.begin(), bits.end(), 0);  // a failed matcher allows nothing
+  pda_.rollback(mark);
+  if (pda_.failed()) std::fill(bits.begin(), bits.end(), 0);
 }
 
-// Each top's stack as its positions from the top down, -1 after each; the tops in order of
-// those sequences; then whether the grammar may end.
-void Matcher::state_key(const State& s, std::vector<int32_t>& key) const {
-  thread_local std::vector<std::vector<int32_t>> stacks;
-  stacks.resize(s.tops.size());
-  for (size_t i = 0; i < s.tops.size(); ++i) {
-    stacks[i].clear();
-    for (int32_t n = s.tops[i]; n >= 0; n = nodes_[size_t(n)].parent) stacks[i].push_back(nodes_[size_t(n)].pos);
-  }
-  std::sort(stacks.begin(), stacks.begin() + int64_t(s.tops.size()));
-  key.clear();
-  for (size_t i = 0; i < s.tops.size(); ++i) {
-    key.insert(key.end(), stacks[i].begin(), stacks[i].end());
-    key.push_back(-1);
-  }
-  key.push_back(s.accept ? 1 : 0);
+std::vector<uint64_t> Matcher::reference_mask() {
+  std::vector<uint64_t> bits;
+  walk_mask(bits);
+  return bits;
 }
 
 const std::vector<uint64_t>& Matcher::mask() {
@@ -243,16 +214,8 @@ const std::vector<uint64_t>& Matcher::mask() {
     ++n_hits_;
     return mask_ = it->second;
   }
-  TokenTrie::MaskCache& shared = vocab_->masks();
-  state_key(cur_, key_);
-  if (auto bits = shared.find(g_->id, key_)) {
-    ++n_hits_;
-    mask_ = *bits;
-  } else {
-    compute_mask(mask_);
-    ++n_masks_;
-    if (!failed_) shared.insert(g_->id, key_, std::make_shared<const std::vector<uint64_t>>(mask_));
-  }
+  compute_mask(mask_);
+  ++n_masks_;
   if (cache_order_.size() < kMaskCache) {
     cache_order_.push_back(cur_);
   } else {
@@ -263,7 +226,6 @@ const std::vector<uint64_t>& Matcher::mask() {
   cache_.emplace(cur_, mask_);
   return mask_;
 }
-
 bool Matcher::any_allowed() {
   for (uint64_t w : mask())
     if (w) return true;
@@ -291,19 +253,14 @@ bool Matcher::accept(int32_t id) {
     return true;
   }
   if (!vocab_->producible(id)) return false;
-  State next;
-  walk_mark_ = nodes_.size();
-  if (!advance_token(cur_, vocab_->bytes(id), next)) return false;
-  cur_ = std::move(next);
-  mask_ok_ = false;
-  return true;
+  return accept_bytes(vocab_->bytes(id));
 }
 
 int32_t Matcher::valid_prefix(std::span<const int32_t> tokens) {
-  const size_t mark = nodes_.size();
-  walk_mark_ = mark;
-  const bool was_failed = failed_;
-  State s = cur_, next;
+  const size_t mark = pda_.size();
+  pda_.begin_walk();
+  const bool was_failed = pda_.failed();
+  PdaState s = cur_, next;
   int32_t n = 0;
   bool end = ended_;
   for (int32_t id : tokens) {
@@ -318,18 +275,18 @@ int32_t Matcher::valid_prefix(std::span<const int32_t> tokens) {
     }
     ++n;
   }
-  rollback(mark);
-  if (failed_ && !was_failed) {  // a proposal that blows the budget is cut, the matcher lives on
-    failed_ = false;
+  pda_.rollback(mark);
+  if (pda_.failed() && !was_failed) {  // a proposal that blows the budget is cut, the matcher lives on
+    pda_.set_failed(false);
     return 0;
   }
   return n;
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
-  State next;
-  walk_mark_ = nodes_.size();
-  if (!advance_token(cur_, std::string(bytes), next)) return false;
+  PdaState next;
+  pda_.begin_walk();
+  if (!advance_token(cur_, bytes, next)) return false;
   cur_ = std::move(next);
   mask_ok_ = false;
   return true;

@@ -1,21 +1,13 @@
 // Runs a Grammar (grammar.h) over generated tokens: which tokens may come next (a mask
 // over the vocabulary) and the state after each accepted one.
 //
-// The state is a set of stacks of a pushdown automaton over bytes, as in llama.cpp's and
-// XGrammar's matchers: a stack is the position in the grammar that must match next (a
-// byte set) and, below it, where to continue after each enclosing rule ends. Stacks are
-// persistent: nodes (position, parent) are hash-consed in an arena, so a stack is one
-// node id, two equal stacks are one id, and a state is a sorted list of ids (its tops)
-// plus whether the grammar may end here. Advancing by a byte moves every top whose set
-// holds it one element on and expands references and rule ends until each new top is a
-// byte set again.
-//
-// A mask walks the vocabulary in byte order (TokenTrie): tokens sharing a prefix share
-// its advances, and a prefix no stack survives skips every token under it. Nodes a walk
-// creates are dropped after it (the arena only keeps what accepted tokens made), and the
-// masks of recent states are cached: inside a JSON string or number the state repeats.
+// The state is a set of stacks of the grammar's pushdown automaton (pda.h). A mask is the
+// union over the state's tops of what each top's token table allows (token_tables.h:
+// precomputed per grammar position, whatever lies below), plus the few pending tokens
+// whose bytes run past the table's unit, checked here against the real stack. The full
+// walk of the vocabulary from the whole stacks (reference_mask) is the reference the
+// tables are tested against and the fallback where a table could not be built.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -27,6 +19,8 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/pda.h"
+#include "grammar/token_tables.h"
 
 namespace ridge::grammar {
 
@@ -36,36 +30,6 @@ namespace ridge::grammar {
 // allowed where the grammar may end. Built once per tokenizer and shared by every matcher.
 class TokenTrie {
  public:
-  // Masks by grammar and state, shared by every matcher over this vocabulary: requests
-  // with the same schema go through the same states, and a state's mask costs a walk of
-  // the whole vocabulary the first time. Keyed by the grammar's id and the state's
-  // stacks as positions (node ids are each matcher's own); least recently used entries go
-  // beyond the byte budget. Thread-safe.
-  class MaskCache {
-   public:
-    using Bits = std::shared_ptr<const std::vector<uint64_t>>;
-    explicit MaskCache(size_t budget_bytes) : budget_(budget_bytes) {}
-    Bits find(uint64_t grammar, const std::vector<int32_t>& key);
-    void insert(uint64_t grammar, const std::vector<int32_t>& key, Bits bits);
-    int64_t hits() const { return hits_; }
-
-   private:
-    struct Key {
-      uint64_t grammar;
-      std::vector<int32_t> key;
-      bool operator==(const Key&) const = default;
-    };
-    struct KeyHash {
-      size_t operator()(const Key& k) const;
-    };
-    using Lru = std::list<std::pair<Key, Bits>>;
-    std::mutex mu_;
-    size_t budget_, bytes_ = 0;
-    Lru lru_;
-    std::unordered_map<Key, Lru::iterator, KeyHash> index_;
-    std::atomic<int64_t> hits_{0};
-  };
-
   // bytes[id]: the token's decoded bytes; excluded[id]: never produced by a grammar;
   // eog: the end-of-generation ids.
   TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& excluded, std::vector<int32_t> eog);
@@ -77,7 +41,12 @@ class TokenTrie {
   std::span<const int32_t> eog() const { return eog_; }
   std::span<const int32_t> order() const { return order_; }
   std::span<const uint16_t> lcp() const { return lcp_; }
-  MaskCache& masks() const { return masks_; }
+  // [first[b], first[b + 1]) in order(): the tokens whose first byte is b (257 entries).
+  std::span<const int32_t> first_index() const { return first_; }
+  // The token tables of a grammar over this vocabulary, shared by every matcher of it
+  // (requests with the same schema); the least recently used grammars' go beyond the
+  // budget. Thread-safe.
+  std::shared_ptr<TokenTables> tables(const std::shared_ptr<const Grammar>& g) const;
 
  private:
   std::vector<std::string> bytes_;
@@ -85,7 +54,11 @@ class TokenTrie {
   std::vector<uint16_t> lcp_;   // lcp_[k]: common prefix of order_[k] with order_[k - 1]
   std::vector<int32_t> eog_;
   std::vector<bool> producible_;
-  mutable MaskCache masks_{size_t(256) << 20};
+  std::vector<int32_t> first_;
+  static constexpr size_t kTablesBudget = size_t(512) << 20;
+  static constexpr size_t kMaxGrammars = 64;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<uint64_t, std::shared_ptr<TokenTables>>> tables_;  // most recent first
 };
 
 class Matcher {
@@ -98,6 +71,8 @@ class Matcher {
   void apply_mask(float* logits);
   bool allowed(int32_t id) { return (mask()[size_t(id) >> 6] >> (id & 63)) & 1; }
   bool any_allowed();
+  // The mask by the full walk of the vocabulary from the whole stacks (tests, fallback).
+  std::vector<uint64_t> reference_mask();
 
   // Moves on by a token; false (and the state unchanged) when the grammar does not allow
   // it. An end-of-generation token is allowed only where the grammar may end.
@@ -110,61 +85,53 @@ class Matcher {
   bool can_end() const { return cur_.accept; }       // the grammar is complete here
   bool must_end() const { return cur_.tops.empty(); }  // nothing can follow
   bool ended() const { return ended_; }             // an end-of-generation token was taken
-  // The grammar cannot go on: a state grew past the budgets below, or a token it did not
-  // allow was forced on it. The engine ends such a request.
-  bool failed() const { return failed_; }
-  void fail() { failed_ = true; }
+  // The grammar cannot go on: a state grew past the automaton's budgets (pda.h), or a
+  // token it did not allow was forced on it. The engine ends such a request.
+  bool failed() const { return pda_.failed(); }
+  void fail() { pda_.set_failed(true); }
 
-  // What one state may hold and one mask or token may build: a grammar that is ambiguous
-  // enough to need more (stacks doubling at every bracket) fails instead of taking the
-  // machine's memory. compile_gbnf checks the start state against them.
-  static constexpr size_t kMaxTops = 4096;
-  static constexpr size_t kMaxWalkNodes = size_t(1) << 20;
+  static constexpr size_t kMaxTops = Pda::kMaxTops;
+  static constexpr size_t kMaxWalkNodes = Pda::kMaxWalkNodes;
 
   // Counters (metrics and benchmarks).
-  int64_t masks_computed() const { return n_masks_; }  // walks of the vocabulary
-  int64_t mask_cache_hits() const { return n_hits_; }  // this matcher's or the vocabulary's cache
+  int64_t masks_computed() const { return n_masks_; }  // masks put together from tables
+  int64_t mask_cache_hits() const { return n_hits_; }  // masks of recent states reused
 
  private:
-  struct Node {
-    int32_t pos, parent;
-  };
-  struct State {
-    std::vector<int32_t> tops;  // sorted node ids whose position is a byte set
-    bool accept = false;
-    bool operator==(const State&) const = default;
-  };
   struct StateHash {
-    size_t operator()(const State& s) const;
+    size_t operator()(const PdaState& s) const;
   };
 
-  int32_t node(int32_t pos, int32_t parent);
-  void state_key(const State& s, std::vector<int32_t>& key) const;  // stacks as positions
-  void rollback(size_t n_nodes);  // drops nodes made since the arena had n_nodes
-  void close(int32_t id, State& out);
-  void start(State& out);
-  bool advance(const State& s, uint8_t b, State& out);  // false: out has no stack and cannot end
-  bool advance_token(const State& s, const std::string& bytes, State& out);
+  bool advance_token(const PdaState& s, std::string_view bytes, PdaState& out);
   void compute_mask(std::vector<uint64_t>& bits);
+  void walk_mask(std::vector<uint64_t>& bits);
+  // Indices of table t's pending tokens whose rest matches from node gp (cached).
+  const std::vector<int32_t>& pending_pass(const TokenTable& t, int32_t gp);
 
-  std::shared_ptr<const Grammar> g_;
+  Pda pda_;
   std::shared_ptr<const TokenTrie> vocab_;
-  std::vector<Node> nodes_;
-  std::unordered_map<uint64_t, int32_t> index_;
-  std::vector<uint64_t> stamp_;  // per node: the closure generation that visited it
-  uint64_t gen_ = 0;
-  size_t walk_mark_ = 0;  // nodes before the walk in hand (its budget counts from here)
-  bool failed_ = false;
-  std::vector<int32_t> work_;
-  State cur_;
+  std::shared_ptr<TokenTables> tables_;  // fetched on the first mask
+  PdaState cur_;
   bool ended_ = false;
-  std::vector<State> depth_;  // the walk's states per prefix length (reused)
-  std::vector<int32_t> key_;  // state_key's (reused)
+  std::vector<PdaState> depth_;  // a walk's states per prefix length (reused)
+
+  struct PassKey {
+    const TokenTable* table;
+    int32_t gp;
+    bool operator==(const PassKey&) const = default;
+  };
+  struct PassHash {
+    size_t operator()(const PassKey& k) const {
+      return std::hash<const void*>()(k.table) ^ (size_t(uint32_t(k.gp)) * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  static constexpr size_t kPassCache = 256;  // entries; cleared when full
+  std::unordered_map<PassKey, std::vector<int32_t>, PassHash> pass_;
 
   // Masks of recent states, bounded (a new entry beyond kMaskCache evicts the oldest).
   static constexpr size_t kMaskCache = 64;
-  std::unordered_map<State, std::vector<uint64_t>, StateHash> cache_;
-  std::vector<State> cache_order_;
+  std::unordered_map<PdaState, std::vector<uint64_t>, StateHash> cache_;
+  std::vector<PdaState> cache_order_;
   size_t cache_next_ = 0;
   std::vector<uint64_t> mask_;  // of cur_ (valid while mask_ok_)
   bool mask_ok_ = false;

@@ -66,6 +66,12 @@ std::vector<GrammarBenchRow> run_grammar_bench(const Tokenizer& tok, const Gramm
                                           : grammar::json_schema_to_gbnf(nlohmann::ordered_json::parse(text));
     auto g = grammar::compile_gbnf(gbnf);
     r.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const auto tables = trie->tables(g);
+    if (!o.lazy_tables) {
+      const auto t1 = Clock::now();
+      tables->prepare();
+      r.tables_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
+    }
     std::vector<double> us;
     int64_t hits = 0, computed = 0;
     std::vector<int32_t> allowed;
@@ -97,6 +103,8 @@ std::vector<GrammarBenchRow> run_grammar_bench(const Tokenizer& tok, const Gramm
       r.mask_us_max = us.back();
     }
     r.hit_rate = hits + computed ? double(hits) / double(hits + computed) : 0;
+    r.tables = tables->built();
+    r.tables_mib = double(tables->bytes()) / double(1 << 20);
     rows.push_back(r);
   }
   return rows;
