@@ -1,6 +1,7 @@
 // ridge generate: stream a continuation of one prompt (or of every line of a file, all
 // in one batch) to stdout; timings and memory on stderr.
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -127,6 +128,14 @@ int cmd_generate(Args& a) {
   // The budget line first, then the prompt the continuation streams after.
   opt.on_engine = [&](const Engine& e) {
     print_memory_budget("generate", *model, e);
+    if (grammar) {  // the token tables before the first step, as a server builds them with the request
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto tables = e.token_trie()->tables(grammar);
+      const int64_t n = tables->prepare();
+      std::fprintf(stderr, "grammar: %lld token tables (%.1f MiB) in %.0f ms\n", (long long)n,
+                   double(tables->bytes()) / double(1 << 20),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
     std::fflush(stderr);
     if (stream) {
       std::fputs(prompts[0].c_str(), stdout);

@@ -193,7 +193,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   return id;
 }
 
-const std::shared_ptr<const grammar::TokenTrie>& Engine::token_trie() {
+const std::shared_ptr<const grammar::TokenTrie>& Engine::token_trie() const {
   if (!trie_) trie_ = grammar_vocabulary(*tok_);
   return trie_;
 }

@@ -144,6 +144,10 @@ class Engine {
   // cache; free + referenced = total. Throws ridge::Error naming what is wrong.
   void check_invariants() const;
 
+  // The vocabulary as grammars see it, made on first use (the engine's thread, or before
+  // it starts: a server builds its grammars' token tables over it).
+  const std::shared_ptr<const grammar::TokenTrie>& token_trie() const;
+
  private:
   class Cost;
   struct StepTally {
@@ -181,14 +185,12 @@ class Engine {
   void make_suffix();
   void retire(const Sequence& s, bool learn);  // tell the proposers a sequence ended
 
-  // The vocabulary as grammars see it, made at the first constrained request.
-  const std::shared_ptr<const grammar::TokenTrie>& token_trie();
   // A constrained sequence's proposal cut to what its grammar allows.
   int32_t grammar_prefix(Sequence& s, int32_t take);
 
   const Model& model_;
   const Tokenizer* tok_;
-  std::shared_ptr<const grammar::TokenTrie> trie_;
+  mutable std::shared_ptr<const grammar::TokenTrie> trie_;
   EngineConfig cfg_;
   ThreadPool pool_;
   std::unique_ptr<BlockManager> bm_;

@@ -1,6 +1,7 @@
 #include "grammar/token_tables.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string_view>
 #include <tuple>
 
@@ -112,6 +113,14 @@ const TokenTable& TokenTables::get(int32_t p, int32_t q) {
   std::lock_guard lock(mu_);
   auto it = tables_.find(key);
   if (it == tables_.end()) {
+    if (bytes_ > kMaxBytes) {
+      static const TokenTable over = [] {
+        TokenTable t;
+        t.failed = true;
+        return t;
+      }();
+      return over;
+    }
     auto t = std::make_unique<const TokenTable>(build(p, q));
     bytes_ += t->bytes();
     ++built_;
@@ -123,7 +132,8 @@ const TokenTable& TokenTables::get(int32_t p, int32_t q) {
 // The parent positions each rule's alternatives can run over: the element after a
 // reference (none for a reference last in its alternative: the caller's parents), the
 // repetition itself, -1 under the root.
-int64_t TokenTables::prepare() {
+int64_t TokenTables::prepare(double budget_s) {
+  const auto t0 = std::chrono::steady_clock::now();
   const Grammar& g = *g_;
   const int32_t n = g.n_rules();
   std::vector<std::vector<int32_t>> parents(static_cast<size_t>(n));
@@ -158,7 +168,10 @@ int64_t TokenTables::prepare() {
     for (int32_t a : g.alts[size_t(r)])
       for (int32_t pos = a; g.elems[size_t(pos)].kind != Elem::End; ++pos)
         if (g.elems[size_t(pos)].kind == Elem::Bytes)
-          for (int32_t q : parents[size_t(r)]) get(pos, q), ++count;
+          for (int32_t q : parents[size_t(r)]) {
+            if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > budget_s) return count;
+            get(pos, q), ++count;
+          }
   return count;
 }
 

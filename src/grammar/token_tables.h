@@ -63,11 +63,14 @@ class TokenTables {
  public:
   TokenTables(std::shared_ptr<const Grammar> g, const TokenTrie& vocab);
 
-  // The table of byte-set position p over a parent frame at q (-1: none).
+  // The table of byte-set position p over a parent frame at q (-1: none). Past the memory
+  // budget a table marked failed (masks then take the full walk: slow, still exact).
   const TokenTable& get(int32_t p, int32_t q);
   // Builds every table the grammar can need (its positions times their possible parent
-  // positions); returns how many.
-  int64_t prepare();
+  // positions), until `budget_s` seconds have gone (the rest are built on first use);
+  // returns how many were built.
+  int64_t prepare(double budget_s = 1e9);
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
   size_t bytes() const { return bytes_; }
   int64_t built() const { return built_; }
 

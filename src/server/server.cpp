@@ -26,6 +26,7 @@ Server::Server(Engine& engine, const Tokenizer& tok, ApiContext ctx, const Serve
     : tok_(tok), ctx_(std::move(ctx)), opt_(o) {
   ctx_.tok = &tok_;
   ctx_.grammars = &grammars_;
+  grammars_.set_vocabulary(engine.token_trie());  // before the engine's thread starts: it builds the trie
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_ = std::make_unique<Metrics>(ctx_.model_name);
   loop_ = std::make_unique<EngineLoop>(engine, tok_, *metrics_, o.loop);

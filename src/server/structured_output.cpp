@@ -109,6 +109,7 @@ std::shared_ptr<const grammar::Grammar> GrammarCache::get(const std::string& gbn
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<const grammar::Grammar> g = grammar::compile_gbnf(gbnf);
+  if (vocab_) vocab_->tables(g)->prepare(tables_budget_s_);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::lock_guard lock(mu_);
   ++stats_.compiled;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 
 namespace ridge::server {
 
@@ -23,10 +24,17 @@ class GrammarCache {
   explicit GrammarCache(size_t capacity = 64) : capacity_(capacity) {}
   // Throws grammar::GrammarError.
   std::shared_ptr<const grammar::Grammar> get(const std::string& gbnf);
+  // The vocabulary the engine's matchers use: compiling a grammar then also builds its
+  // token tables (grammar/token_tables.h), here on the request's thread rather than in
+  // the engine's step, up to a time budget (the rest are built on first use).
+  void set_vocabulary(std::shared_ptr<const grammar::TokenTrie> vocab, double tables_budget_s = 2.0) {
+    vocab_ = std::move(vocab);
+    tables_budget_s_ = tables_budget_s;
+  }
 
   struct Stats {
     int64_t compiled = 0, hits = 0;
-    double compile_s = 0;  // total time compiling
+    double compile_s = 0;  // total time compiling (token tables included)
   };
   Stats stats() const;
 
@@ -37,6 +45,8 @@ class GrammarCache {
   Lru lru_;  // most recent first
   std::unordered_map<std::string, Lru::iterator> index_;
   Stats stats_;
+  std::shared_ptr<const grammar::TokenTrie> vocab_;
+  double tables_budget_s_ = 0;
 };
 
 // The request's grammar, or null when it asks for none. `ordered`: the same body parsed
