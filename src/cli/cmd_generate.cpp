@@ -184,6 +184,10 @@ int cmd_generate(Args& a) {
                (long long)st.generated_tokens, st.prefill_s > 0 ? double(st.prompt_tokens) / st.prefill_s : 0.0,
                st.prefill_s, st.decode_s > 0 ? double(st.decode_tokens) / st.decode_s : 0.0,
                (long long)st.decode_tokens, st.decode_s, ttft, peak_rss_mib());
+  if (st.grammar_tokens > 0)
+    std::fprintf(stderr, "grammar: %lld tokens constrained, %.1f us each in masks and accepts (%.2f%% of the decode time)\n",
+                 (long long)st.grammar_tokens, 1e6 * st.grammar_s / double(st.grammar_tokens),
+                 st.decode_s > 0 ? 100.0 * st.grammar_s / gen.threads() / (st.decode_s + st.prefill_s) : 0.0);
   if (st.spec_drafts > 0)
     std::fprintf(stderr, "speculative: %lld proposals, %lld of %lld drafted tokens accepted (%.1f%%), %.2f tokens per verification\n",
                  (long long)st.spec_drafts, (long long)st.spec_accepted_tokens, (long long)st.spec_draft_tokens,

@@ -596,11 +596,17 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
       const auto eog = trie_->eog();  // made with the matcher, in add_request
       tok = tok_->eos() >= 0 ? tok_->eos() : !eog.empty() ? eog[0] : 0;
     } else {
+      const auto g0 = s->matcher ? Clock::now() : Clock::time_point{};
       if (s->matcher) s->matcher->apply_mask(lg);
+      const auto g1 = s->matcher ? Clock::now() : Clock::time_point{};
       tok = s->sampler.sample(lg, s->tokens);
       // The mask allowed it, so the matcher takes it (an end token ends the grammar); a
       // token it refuses (all logits NaN) fails the grammar.
-      if (s->matcher && !s->matcher->accept(tok)) s->matcher->fail();
+      if (s->matcher) {
+        const auto g2 = Clock::now();
+        if (!s->matcher->accept(tok)) s->matcher->fail();
+        grammar_s_[size_t(thread)] += std::chrono::duration<double>(g1 - g0 + (Clock::now() - g2)).count();
+      }
     }
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
     out[n++] = tok;
@@ -625,12 +631,16 @@ Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float>
   perf::OpProfile& prof = runner_->profile();
   const auto t0 = prof.timing ? Clock::now() : Clock::time_point{};
   raw_.resize(size_t(pool_.size()));
+  grammar_s_.assign(size_t(pool_.size()), 0.0);
   pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
     const size_t i = size_t(task);
     if (rows_[i] < 0) return;
     r.count[i] = sample_chunk(so.chunks[i], logits.data() + int64_t(rows_[i]) * n_vocab,
                               r.tokens.data() + rows_[i], thread);
   });
+  for (size_t i = 0; i < so.chunks.size(); ++i)
+    if (rows_[i] >= 0 && so.chunks[i].seq->matcher) stats_.grammar_tokens += r.count[i];
+  for (double t : grammar_s_) stats_.grammar_s += t;
   if (n_rows > 0) {
     const perf::OpCost c = perf::sampling_cost(n_rows, n_vocab);
     prof.add(perf::Op::Sampling, perf::ComputeClass::None, c.flops, c.bytes,

@@ -92,6 +92,10 @@ struct EngineStats {
   // Time spent proposing (a draft model's forwards; the lookups), in all steps and in
   // decode-only steps (part of decode_s).
   double spec_propose_s = 0, spec_propose_decode_s = 0;
+  // Structured output: tokens drawn under a grammar, and the time their masks and
+  // accepts took (summed over the pool's threads).
+  int64_t grammar_tokens = 0;
+  double grammar_s = 0;
 };
 
 class Engine {
@@ -214,6 +218,7 @@ class Engine {
   double propose_s_ = 0;        // of this step
   EngineStats stats_;
   std::vector<int32_t> rows_;
+  std::vector<double> grammar_s_;          // per pool thread: this step's time in grammar masks and accepts
   std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs
 };
 

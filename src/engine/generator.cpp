@@ -86,6 +86,8 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   stats_.spec_drafts += es.spec_drafts;
   stats_.spec_draft_tokens += es.spec_draft_tokens;
   stats_.spec_accepted_tokens += es.spec_accepted_tokens;
+  stats_.grammar_tokens += es.grammar_tokens;
+  stats_.grammar_s += es.grammar_s;
   stats_.preemptions += engine.n_preemptions();
   stats_.swaps += engine.n_swaps();
   if (engine.prefix_cache()) stats_.evicted_blocks += engine.prefix_cache()->stats().evicted_blocks;

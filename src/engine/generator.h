@@ -63,6 +63,8 @@ struct GenStats {
   int64_t preemptions = 0, swaps = 0;
   int64_t evicted_blocks = 0;       // prefix-cache blocks evicted under pressure
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
+  int64_t grammar_tokens = 0;       // structured output: tokens drawn under a grammar
+  double grammar_s = 0;             // and their masks' and accepts' time, over all threads
   double mean_batch = 0;            // sequences per step
   double wall_s = 0;
 };

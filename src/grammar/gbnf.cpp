@@ -290,8 +290,24 @@ class Parser {
       x = Elem{Elem::Ref, r};
     }
     seq.resize(last);
-    for (int64_t k = 0; k < lo; ++k) seq.push_back(x);
-    b_.count(lo);
+    // A counted element over a rule of x (one grammar position for any count: what
+    // token tables need) where there is a count to keep; short fixed runs and x?, x*, x+
+    // as plain elements and rules.
+    auto counted = [&](int64_t m, int64_t n) {
+      int32_t body = x.arg;
+      if (x.kind != Elem::Ref) {
+        body = b_.fresh(base);
+        b_.add_alt(body, {x});
+      }
+      seq.push_back(Elem{Elem::Repeat, body, int32_t(m), int32_t(n)});
+      b_.count(1);
+    };
+    if (hi >= 2 && !(hi == lo && lo <= 4)) return counted(lo, hi);
+    if (hi < 0 && lo > 4) counted(lo, lo);
+    else {
+      for (int64_t k = 0; k < lo; ++k) seq.push_back(x);
+      b_.count(lo);
+    }
     if (hi < 0) {  // x*: star ::= x star | ""
       const int32_t star = b_.fresh(base);
       b_.add_alt(star, {x, Elem{Elem::Ref, star}});
@@ -302,13 +318,6 @@ class Parser {
       b_.add_alt(opt, {x});
       b_.add_alt(opt, {});
       seq.push_back(Elem{Elem::Ref, opt});
-    } else if (hi > lo) {  // up to hi - lo more: one counted element over a rule of x
-      int32_t body = x.arg;
-      if (x.kind != Elem::Ref) {
-        body = b_.fresh(base);
-        b_.add_alt(body, {x});
-      }
-      seq.push_back(Elem{Elem::Repeat, body, 0, int32_t(hi - lo)});
     }
     b_.count(1);
   }

@@ -8,6 +8,7 @@
 // walk of the vocabulary from the whole stacks (reference_mask) is the reference the
 // tables are tested against and the fallback where a table could not be built.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -47,6 +48,10 @@ class TokenTrie {
   // (requests with the same schema); the least recently used grammars' go beyond the
   // budget. Thread-safe.
   std::shared_ptr<TokenTables> tables(const std::shared_ptr<const Grammar>& g) const;
+  // The bytes of all token tables alive over this vocabulary (kept or still in use).
+  size_t table_bytes() const { return table_bytes_.load(std::memory_order_relaxed); }
+  void add_table_bytes(int64_t n) const { table_bytes_.fetch_add(size_t(n), std::memory_order_relaxed); }
+  static constexpr size_t kTablesBudget = size_t(512) << 20;
 
  private:
   std::vector<std::string> bytes_;
@@ -55,8 +60,8 @@ class TokenTrie {
   std::vector<int32_t> eog_;
   std::vector<bool> producible_;
   std::vector<int32_t> first_;
-  static constexpr size_t kTablesBudget = size_t(512) << 20;
   static constexpr size_t kMaxGrammars = 64;
+  mutable std::atomic<size_t> table_bytes_{0};
   mutable std::mutex mu_;
   mutable std::list<std::pair<uint64_t, std::shared_ptr<TokenTables>>> tables_;  // most recent first
 };

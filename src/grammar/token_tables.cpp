@@ -108,12 +108,14 @@ TokenTables::TokenTables(std::shared_ptr<const Grammar> g, const TokenTrie& voca
   }
 }
 
+TokenTables::~TokenTables() { vocab_.add_table_bytes(-int64_t(bytes_)); }
+
 const TokenTable& TokenTables::get(int32_t p, int32_t q) {
   const uint64_t key = uint64_t(uint32_t(p)) << 32 | uint32_t(q);
   std::lock_guard lock(mu_);
   auto it = tables_.find(key);
   if (it == tables_.end()) {
-    if (bytes_ > kMaxBytes) {
+    if (bytes_ > kMaxBytes || vocab_.table_bytes() > TokenTrie::kTablesBudget) {
       static const TokenTable over = [] {
         TokenTable t;
         t.failed = true;
@@ -123,6 +125,7 @@ const TokenTable& TokenTables::get(int32_t p, int32_t q) {
     }
     auto t = std::make_unique<const TokenTable>(build(p, q));
     bytes_ += t->bytes();
+    vocab_.add_table_bytes(int64_t(t->bytes()));
     ++built_;
     it = tables_.emplace(key, std::move(t)).first;
   }

@@ -18,6 +18,7 @@
 // A state's mask is then the union over its tops of the accepted sets (bit operations)
 // and the pending tokens whose rest matches (cached per real frame by the matcher).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -62,15 +63,19 @@ struct TokenTable {
 class TokenTables {
  public:
   TokenTables(std::shared_ptr<const Grammar> g, const TokenTrie& vocab);
+  ~TokenTables();
+  TokenTables(const TokenTables&) = delete;
+  TokenTables& operator=(const TokenTables&) = delete;
 
   // The table of byte-set position p over a parent frame at q (-1: none). Past the memory
-  // budget a table marked failed (masks then take the full walk: slow, still exact).
+  // budgets (this grammar's, or the vocabulary's over all its grammars' tables alive) a
+  // table marked failed: masks then take the full walk, slow but still exact.
   const TokenTable& get(int32_t p, int32_t q);
   // Builds every table the grammar can need (its positions times their possible parent
   // positions), until `budget_s` seconds have gone (the rest are built on first use);
   // returns how many were built.
   int64_t prepare(double budget_s = 1e9);
-  static constexpr size_t kMaxBytes = size_t(256) << 20;
+  static constexpr size_t kMaxBytes = size_t(128) << 20;
   size_t bytes() const { return bytes_; }
   int64_t built() const { return built_; }
 

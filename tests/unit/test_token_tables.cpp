@@ -135,7 +135,7 @@ TEST(TokenTables, CountedRepetitionsKeepTheirBounds) {
     EXPECT_EQ(matches("root ::= (\"a\" \"a\"{0,2}){1,3}", s), n >= 1 && n <= 9) << n;
   }
   const auto g = compile_gbnf("root ::= [a-c]{2,40}");
-  EXPECT_NE(g->to_string().find("{0,38}"), std::string::npos) << g->to_string();
+  EXPECT_NE(g->to_string().find("{2,40}"), std::string::npos) << g->to_string();
 }
 
 }  // namespace
