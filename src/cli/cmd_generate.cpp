@@ -188,6 +188,9 @@ int cmd_generate(Args& a) {
     std::fprintf(stderr, "grammar: %lld tokens constrained, %.1f us each in masks and accepts (%.2f%% of the decode time)\n",
                  (long long)st.grammar_tokens, 1e6 * st.grammar_s / double(st.grammar_tokens),
                  st.decode_s > 0 ? 100.0 * st.grammar_s / gen.threads() / (st.decode_s + st.prefill_s) : 0.0);
+  if (st.jump_drafts > 0)
+    std::fprintf(stderr, "jump-forward: %lld forced spans run as drafts, %lld of %lld tokens taken\n",
+                 (long long)st.jump_drafts, (long long)st.jump_accepted, (long long)st.jump_tokens);
   if (st.spec_drafts > 0)
     std::fprintf(stderr, "speculative: %lld proposals, %lld of %lld drafted tokens accepted (%.1f%%), %.2f tokens per verification\n",
                  (long long)st.spec_drafts, (long long)st.spec_accepted_tokens, (long long)st.spec_draft_tokens,

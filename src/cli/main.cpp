@@ -112,6 +112,8 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
   --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
+  --no-jump-forward (structured output: generate a grammar's forced text a token per step
+  instead of verifying it as a draft; the output is the same),
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM),
   --kernel-cache DIR|off (the tuned kernel parameters: see tune-kernels),

@@ -57,6 +57,7 @@ struct EngineConfig {
   int32_t aging_steps = 256;
   bool mlock = false;               // pin the mmap'd weights in RAM
   SpeculativeConfig speculative;    // the default of requests that do not choose
+  bool jump_forward = true;         // structured output: run a grammar's forced spans as drafts
 };
 
 }  // namespace ridge

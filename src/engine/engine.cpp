@@ -306,6 +306,7 @@ void Engine::release(int64_t id) {
 std::vector<TokenEvent> Engine::step() {
   perf::TraceScope span("step", "engine", /*lead_ns=*/1);
   SchedulerOutput so = schedule();
+  jump_forward(so);
   speculate(so);
   move_kv(so);
   if (so.chunks.empty()) {
@@ -391,13 +392,52 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
 // informs it. Where the policy knows that not even certain tokens would pay for their
 // rows, no proposer is asked at all (on a small model the lookup is a share of the step)
 // but the probe's, for its one token.
+// A grammar that took an end token, or can take nothing else, ends the request (its state
+// is the one after the last token sampled); so does one that failed (matcher.h: a state
+// past its budgets, or no token that spells what it needs), with finish reason "abort".
+static bool grammar_done(const Sequence& s) {
+  return s.matcher && (s.matcher->ended() || s.matcher->must_end() || s.matcher->failed());
+}
+
+void Engine::jump_forward(SchedulerOutput& so) {
+  for (ScheduledChunk& c : so.chunks) {
+    Sequence* s = c.seq;
+    s->draft_forced = false;
+    if (!cfg_.jump_forward || !s->matcher || !c.decode() || s->pending() != 1 || grammar_done(*s)) continue;
+    const int64_t room = std::min<int64_t>(kMaxJump, int64_t(s->params.max_tokens) - s->n_generated() - 1);
+    if (room <= 0) continue;
+    // The tokenizer's own split of the forced text (what a model trained on its output
+    // expects), unless the grammar refuses it (a tokenizer that adds a leading space);
+    // then the longest tokens that spell it.
+    const std::string text = s->matcher->forced_bytes(256);
+    if (text.empty()) continue;
+    s->draft = tok_->encode(text, false);
+    if (s->draft.size() > size_t(room)) s->draft.resize(size_t(room));
+    if (grammar_prefix(*s, int32_t(s->draft.size())) == 0) s->matcher->forced_tokens(int32_t(room), s->draft);
+    s->draft.resize(size_t(grammar_prefix(*s, int32_t(s->draft.size()))));
+    // A model that spells the forced text its own way (another split into tokens) takes
+    // few: run as many as are likely taken (rates as speculation's, SpecPolicy).
+    const double rate = (s->jump_acc + 1) / (s->jump_acc + s->jump_rej + 2);
+    size_t n = 0;
+    for (double chance = rate; n < s->draft.size() && chance >= kJumpMinChance; chance *= rate) ++n;
+    if (n == 0 && !s->draft.empty() && ++s->jump_idle >= kJumpProbe) n = 1;
+    s->draft.resize(n);
+    if (!s->draft.empty() && sched_->grant_draft(so, c, int32_t(s->draft.size())) > 0) {
+      s->draft_forced = true;
+      s->jump_idle = 0;
+    } else {
+      s->draft.clear();
+    }
+  }
+}
+
 void Engine::speculate(SchedulerOutput& so) {
   draft_catchup_s_ = 0;
   propose_s_ = 0;
   int32_t n_decodes = 0, n_speculating = 0;
   for (const ScheduledChunk& c : so.chunks) {
     n_decodes += c.decode();
-    n_speculating += c.decode() && c.seq->spec_k > 0;
+    n_speculating += c.decode() && c.seq->spec_k > 0 && !c.seq->draft_forced;
   }
   if (n_speculating == 0) return;
   perf::TraceScope span("propose", "engine");
@@ -407,6 +447,7 @@ void Engine::speculate(SchedulerOutput& so) {
   int32_t adaptive_want = 0;
   for (size_t i = 0; i < n; ++i) {
     Sequence* s = so.chunks[i].seq;
+    if (s->draft_forced) continue;  // jump_forward's
     s->draft.clear();  // a proposal lives for its step only
     if (s->spec_k <= 0 || !so.chunks[i].decode() || s->pending() != 1) continue;
     // Every produced token counts against max_tokens: the pending token's row gives one
@@ -556,13 +597,6 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   return true;
 }
 
-// A grammar that took an end token, or can take nothing else, ends the request (its state
-// is the one after the last token sampled); so does one that failed (matcher.h: a state
-// past its budgets, or no token that spells what it needs), with finish reason "abort".
-static bool grammar_done(const Sequence& s) {
-  return s.matcher && (s.matcher->ended() || s.matcher->must_end() || s.matcher->failed());
-}
-
 bool Engine::stops(const Sequence& s, int32_t tok) const {
   if (!s.params.ignore_eos && tok_ && tok_->is_eog(tok)) return true;
   return std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), tok) != s.params.stop_token_ids.end();
@@ -653,6 +687,14 @@ Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float>
 // A verified proposal's outcome: the counters, and the sequence's acceptance per token
 // (decaying counts, so it follows text that starts or stops repeating).
 void Engine::on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted) {
+  if (s->draft_forced) {  // the grammar's span, not a proposer's: its counters only
+    ++stats_.jump_drafts;
+    stats_.jump_tokens += n_draft;
+    stats_.jump_accepted += n_accepted;
+    s->jump_acc = 0.9 * s->jump_acc + n_accepted;
+    s->jump_rej = 0.9 * s->jump_rej + (n_accepted < n_draft ? 1 : 0);
+    return;
+  }
   s->spec_draft_tokens += n_draft;
   s->spec_accepted_tokens += n_accepted;
   ++stats_.spec_drafts;

@@ -88,6 +88,9 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
   stats_.spec_accepted_tokens += es.spec_accepted_tokens;
   stats_.grammar_tokens += es.grammar_tokens;
   stats_.grammar_s += es.grammar_s;
+  stats_.jump_drafts += es.jump_drafts;
+  stats_.jump_tokens += es.jump_tokens;
+  stats_.jump_accepted += es.jump_accepted;
   stats_.preemptions += engine.n_preemptions();
   stats_.swaps += engine.n_swaps();
   if (engine.prefix_cache()) stats_.evicted_blocks += engine.prefix_cache()->stats().evicted_blocks;

@@ -65,6 +65,7 @@ struct GenStats {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   int64_t grammar_tokens = 0;       // structured output: tokens drawn under a grammar
   double grammar_s = 0;             // and their masks' and accepts' time, over all threads
+  int64_t jump_drafts = 0, jump_tokens = 0, jump_accepted = 0;  // forced spans verified as drafts
   double mean_batch = 0;            // sequences per step
   double wall_s = 0;
 };

@@ -37,9 +37,19 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes, const std::vector<bool>& ex
     while (n < a.size() && n < b.size() && a[n] == b[n] && n < 0xFFFF) ++n;
     lcp_[k] = uint16_t(n);
   }
+  for (int32_t id : order_) {  // order_ sorts equal texts by id: the first is the lowest
+    by_bytes_.try_emplace(std::string_view(bytes_[size_t(id)]), id);
+    max_len_ = std::max(max_len_, bytes_[size_t(id)].size());
+  }
   first_.assign(257, 0);
   for (int32_t id : order_) ++first_[size_t(uint8_t(bytes_[size_t(id)][0])) + 1];
   for (int b = 0; b < 256; ++b) first_[size_t(b) + 1] += first_[size_t(b)];
+}
+
+int32_t TokenTrie::longest_prefix(std::string_view text) const {
+  for (size_t n = std::min(text.size(), max_len_); n > 0; --n)
+    if (auto it = by_bytes_.find(text.substr(0, n)); it != by_bytes_.end()) return it->second;
+  return -1;
 }
 
 bool TokenTrie::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
@@ -290,6 +300,45 @@ bool Matcher::accept_bytes(std::string_view bytes) {
   cur_ = std::move(next);
   mask_ok_ = false;
   return true;
+}
+
+std::string Matcher::forced_bytes(size_t max_bytes) {
+  std::string out;
+  if (ended_ || pda_.failed()) return out;
+  const size_t mark = pda_.size();
+  pda_.begin_walk();
+  const Grammar& g = pda_.grammar();
+  PdaState s = cur_, next;
+  while (out.size() < max_bytes && !s.accept && !s.tops.empty()) {
+    ByteSet next_bytes;
+    for (int32_t t : s.tops) {
+      const ByteSet& b = g.sets[size_t(g.elems[size_t(pda_.at(t).pos)].arg)];
+      for (size_t w = 0; w < 4; ++w) next_bytes.w[w] |= b.w[w];
+    }
+    int n = 0, only = 0;
+    for (size_t w = 0; w < 4 && n < 2; ++w) {
+      n += __builtin_popcountll(next_bytes.w[w]);
+      if (next_bytes.w[w]) only = int(w * 64) + __builtin_ctzll(next_bytes.w[w]);
+    }
+    if (n != 1 || !pda_.advance(s, uint8_t(only), next) || pda_.failed()) break;
+    out.push_back(char(only));
+    std::swap(s, next);
+  }
+  pda_.rollback(mark);
+  pda_.set_failed(false);  // a walk past the budget ends the span, the matcher lives on
+  return out;
+}
+
+void Matcher::forced_tokens(int32_t max_tokens, std::vector<int32_t>& out) {
+  out.clear();
+  const std::string text = forced_bytes(256);
+  std::string_view rest = text;
+  while (!rest.empty() && int32_t(out.size()) < max_tokens) {
+    const int32_t id = vocab_->longest_prefix(rest);
+    if (id < 0) break;
+    out.push_back(id);
+    rest.remove_prefix(vocab_->bytes(id).size());
+  }
 }
 
 }  // namespace ridge::grammar

@@ -44,6 +44,8 @@ class TokenTrie {
   std::span<const uint16_t> lcp() const { return lcp_; }
   // [first[b], first[b + 1]) in order(): the tokens whose first byte is b (257 entries).
   std::span<const int32_t> first_index() const { return first_; }
+  // The longest producible token whose bytes begin text (-1: none).
+  int32_t longest_prefix(std::string_view text) const;
   // The token tables of a grammar over this vocabulary, shared by every matcher of it
   // (requests with the same schema); the least recently used grammars' go beyond the
   // budget. Thread-safe.
@@ -60,6 +62,8 @@ class TokenTrie {
   std::vector<int32_t> eog_;
   std::vector<bool> producible_;
   std::vector<int32_t> first_;
+  std::unordered_map<std::string_view, int32_t> by_bytes_;  // producible tokens (the lowest id per text)
+  size_t max_len_ = 0;
   static constexpr size_t kMaxGrammars = 64;
   mutable std::atomic<size_t> table_bytes_{0};
   mutable std::mutex mu_;
@@ -86,6 +90,12 @@ class Matcher {
   // valid prefix); the state is unchanged.
   int32_t valid_prefix(std::span<const int32_t> tokens);
   bool accept_bytes(std::string_view bytes);  // tests and forced text
+  // Jump-forward: the bytes the grammar forces from here (while one byte is all that can
+  // come next and the grammar cannot end), at most max_bytes; the state is unchanged.
+  std::string forced_bytes(size_t max_bytes);
+  // Those bytes as tokens, each the longest token that begins what is left (at most
+  // max_tokens; the tokens the grammar would take one after the other).
+  void forced_tokens(int32_t max_tokens, std::vector<int32_t>& out);
 
   bool can_end() const { return cur_.accept; }       // the grammar is complete here
   bool must_end() const { return cur_.tops.empty(); }  // nothing can follow

@@ -473,3 +473,32 @@ TEST(Grammar, RandomDocumentsParse) {
 
 }  // namespace
 }  // namespace ridge::grammar
+
+namespace ridge::grammar {
+namespace {
+
+// Jump-forward's span: the bytes the grammar forces (one possible byte at a time, and no
+// end), spelled by the longest tokens; the state unchanged.
+TEST(Grammar, ForcedBytesAndTokens) {
+  const auto g = compile_gbnf("root ::= \"{\\\"name\\\": \" [0-9]+ \"}\" | \"{\\\"name\\\": null}\"");
+  std::vector<std::string> pieces = {"{", "\"", "name", "{\"", "\": ", ":", " ", "n", "a", "m", "e", "1", "}"};
+  auto vocab = std::make_shared<TokenTrie>(pieces, std::vector<bool>(pieces.size(), false), std::vector<int32_t>{});
+  Matcher m(g, vocab);
+  EXPECT_EQ(m.forced_bytes(100), "{\"name\": ");
+  EXPECT_EQ(m.forced_bytes(3), "{\"n");
+  std::vector<int32_t> toks;
+  m.forced_tokens(10, toks);
+  EXPECT_EQ(toks, (std::vector<int32_t>{3, 2, 4}));  // {" name ":<space>
+  m.forced_tokens(2, toks);
+  EXPECT_EQ(toks.size(), 2u);
+  EXPECT_TRUE(m.accept_bytes("{\"name\": 1"));
+  EXPECT_EQ(m.forced_bytes(100), "");  // a digit or the brace
+  EXPECT_TRUE(m.accept_bytes("}"));
+  EXPECT_EQ(m.forced_bytes(100), "");  // the grammar may end
+  Matcher n(g, vocab);
+  EXPECT_TRUE(n.accept_bytes("{\"name\": n"));
+  EXPECT_EQ(n.forced_bytes(100), "ull}");
+}
+
+}  // namespace
+}  // namespace ridge::grammar

@@ -1,7 +1,7 @@
 // Structured output through the engine: every output keeps its grammar and, where the
 // grammar bounds the document, completes into JSON that satisfies its schema, on
 // stories260K and on random models of every architecture; batching, a small token budget,
-// preemption (recompute and swap) and speculative decoding change no token.
+// preemption (recompute and swap), speculative decoding and jump-forward change no token.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -152,8 +152,13 @@ TEST(StructuredOutput, Stories260KValidAndUnchangedByScheduling) {
     base.max_num_seqs = 6;
     base.kv_cache_bytes = int64_t(32) << 20;
     std::vector<std::string> finish;
-    const auto plain = run(*m, *tok, base, reqs, &finish);
+    EngineStats base_stats;
+    const auto plain = run(*m, *tok, base, reqs, &finish, &base_stats);
     check_outputs(*tok, reqs, plain, finish, true);
+    // Jump-forward (on by default) ran forced spans as drafts, and the model took some.
+    EXPECT_GT(base_stats.jump_accepted, 0);
+    std::printf("%-32s drafted %5lld accepted %5lld\n", "jump-forward", (long long)base_stats.jump_tokens,
+                (long long)base_stats.jump_accepted);
     KVLayout kl{m->hparams().n_layer, m->hparams().n_head_kv, m->hparams().head_dim_k, m->hparams().head_dim_v, 16, 0,
                 base.kv_dtype};
     struct Case {
@@ -161,6 +166,8 @@ TEST(StructuredOutput, Stories260KValidAndUnchangedByScheduling) {
       EngineConfig cfg;
     };
     std::vector<Case> cases;
+    cases.push_back({"no jump-forward", base});
+    cases.back().cfg.jump_forward = false;
     cases.push_back({"speculative ngram k = 4", base});
     cases.back().cfg.speculative = SpeculativeConfig::make(SpecMethod::Ngram, 4, 1, 4, false);
     cases.push_back({"8-token budget, speculative", cases.back().cfg});
