@@ -280,6 +280,7 @@ void EngineLoop::update_gauges(bool force) {
   const EngineStats& es = engine_.stats();
   metrics_.set_spec_decode_totals(es.spec_drafts, es.spec_draft_tokens, es.spec_accepted_tokens,
                                   es.spec_accepted_per_pos);
+  metrics_.set_grammar_engine_totals(es.grammar_tokens, es.grammar_s, es.jump_tokens, es.jump_accepted);
 }
 
 void EngineLoop::run() {

@@ -155,6 +155,8 @@ struct Metrics::State {
   std::vector<int64_t> spec_accepted_per_pos;
   int64_t grammars_compiled = 0, grammar_cache_hits = 0;
   double grammar_compile_s = 0;
+  int64_t grammar_tokens = 0, jump_tokens = 0, jump_accepted = 0;
+  double grammar_mask_s = 0;
   std::map<std::string, uint64_t, std::less<>> finished{{"abort", 0}, {"length", 0}, {"stop", 0}};
   uint64_t invariant_checks = 0;
   uint64_t invariant_failures = 0;
@@ -265,6 +267,13 @@ void Metrics::set_grammar_totals(int64_t compiled, int64_t cache_hits, double co
   s_->grammar_cache_hits = cache_hits;
   s_->grammar_compile_s = compile_s;
 }
+void Metrics::set_grammar_engine_totals(int64_t tokens, double mask_s, int64_t jump_tokens, int64_t jump_accepted) {
+  std::lock_guard lk(mu_);
+  s_->grammar_tokens = tokens;
+  s_->grammar_mask_s = mask_s;
+  s_->jump_tokens = jump_tokens;
+  s_->jump_accepted = jump_accepted;
+}
 void Metrics::request_finished(std::string_view reason) {
   std::lock_guard lk(mu_);
   auto it = s_->finished.find(reason);
@@ -361,8 +370,15 @@ std::string Metrics::render() const {
           double(st.grammars_compiled));
   counter("ridge:grammar_cache_hits_total", "Structured-output requests whose grammar was already compiled.",
           double(st.grammar_cache_hits));
-  counter("ridge:grammar_compile_seconds_total", "Time spent compiling structured-output grammars.",
+  counter("ridge:grammar_compile_seconds_total", "Time spent compiling structured-output grammars (token tables included).",
           st.grammar_compile_s);
+  counter("ridge:grammar_tokens_total", "Tokens drawn under a structured-output grammar.", double(st.grammar_tokens));
+  counter("ridge:grammar_mask_seconds_total", "Time in those tokens' masks and accepts, summed over threads.",
+          st.grammar_mask_s);
+  counter("ridge:grammar_jump_forward_tokens_total", "Tokens a grammar forced, run as drafts (jump-forward).",
+          double(st.jump_tokens));
+  counter("ridge:grammar_jump_forward_accepted_tokens_total", "Of those, the tokens the model took.",
+          double(st.jump_accepted));
   labelled("ridge:request_success_total", "Count of successfully processed requests.",
            "finished_reason", st.finished);
   counter("ridge:engine_invariant_checks_total", "Engine invariant checks run.",

@@ -57,6 +57,9 @@ class Metrics {
                               const std::vector<int64_t>& accepted_per_pos);
   // Structured output's grammar cache (server/structured_output.h).
   void set_grammar_totals(int64_t compiled, int64_t cache_hits, double compile_s);
+  // Structured output in the engine: constrained tokens, their masks' and accepts' time,
+  // and jump-forward's forced tokens run as drafts and taken.
+  void set_grammar_engine_totals(int64_t tokens, double mask_s, int64_t jump_tokens, int64_t jump_accepted);
   // "stop", "length", "abort" (always rendered); any other reason gets its own series.
   void request_finished(std::string_view reason);
   void invariant_check(bool ok);

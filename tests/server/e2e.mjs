@@ -582,6 +582,8 @@ test("structured output: the client's parse helper, streams, n, guided fields; e
   assert.ok(d("ridge:grammar_compiled_total") >= 5, `${d("ridge:grammar_compiled_total")} compiled`);
   assert.ok(d("ridge:grammar_cache_hits_total") >= 3, `${d("ridge:grammar_cache_hits_total")} hits`);
   assert.ok(d("ridge:grammar_compile_seconds_total") > 0);
+  assert.ok(d("ridge:grammar_tokens_total") > 0 && d("ridge:grammar_mask_seconds_total") > 0);
+  assert.ok(d("ridge:grammar_jump_forward_tokens_total") >= d("ridge:grammar_jump_forward_accepted_tokens_total"));
   checkIdleKv(await waitIdle(o.url));
 });
 
