@@ -145,31 +145,23 @@ const std::vector<int32_t>& Matcher::pending_pass(const TokenTable& t, int32_t g
     const ByteSet& s = pda_.grammar().sets[size_t(pda_.grammar().elems[size_t(pda_.at(top).pos)].arg)];
     for (int w = 0; w < 4; ++w) firsts.w[size_t(w)] |= s.w[size_t(w)];
   }
-  for (int b = 0; b < 256 && !pda_.failed(); ++b) {
-    if (!firsts.has(uint8_t(b))) continue;
-    size_t valid = 0;
-    for (int32_t k = t.first[size_t(b)]; k < t.first[size_t(b) + 1]; ++k) {
-      const TokenTable::Pending& e = t.pending[size_t(k)];
-      const std::string_view r = std::string_view(vocab_->bytes(e.token)).substr(size_t(e.at));
-      size_t d = k == t.first[size_t(b)] ? 0 : std::min<size_t>(valid, t.rest_lcp[size_t(k)]);
-      if (depth_.size() < r.size() + 1) depth_.resize(r.size() + 1);
-      while (d < r.size() && !depth_[d].tops.empty()) {
-        pda_.advance(depth_[d], uint8_t(r[d]), depth_[d + 1]);
-        ++d;
-        if (pda_.failed()) break;
-      }
-      valid = d;
-      if (pda_.failed()) break;
-      if (d == r.size() && (!depth_[d].tops.empty() || depth_[d].accept)) out.push_back(k);
-    }
-  }
+  auto rest = [&](int32_t k) {
+    const TokenTable::Pending& e = t.pending[size_t(k)];
+    return std::string_view(vocab_->bytes(e.token)).substr(size_t(e.at));
+  };
+  for (int b = 0; b < 256 && !pda_.failed(); ++b)
+    if (firsts.has(uint8_t(b)))
+      pda_.walk_sorted(depth_, t.first[size_t(b)], t.first[size_t(b) + 1], rest,
+                       [&](int32_t k) { return t.rest_lcp[size_t(k)]; },
+                       [&](int32_t k, std::string_view r, size_t d) {
+                         if (d == r.size() && (!depth_[d].tops.empty() || depth_[d].accept)) out.push_back(k);
+                       });
   pda_.rollback(mark);
   return out;
 }
 
-// The whole vocabulary in byte order from the full stacks: depth_[d] is the state after
-// the first d bytes of the token in hand, valid up to `valid` for the next token's shared
-// prefix; a prefix that leaves no stack (dead) rules out every token under it.
+// The whole vocabulary in byte order from the full stacks (Pda::walk_sorted): a token is
+// allowed when all its bytes advance to a state with a stack or the grammar's end.
 void Matcher::walk_mask(std::vector<uint64_t>& bits) {
   const TokenTrie& v = *vocab_;
   bits.assign(size_t(v.n_vocab() + 63) / 64, 0);
@@ -183,29 +175,12 @@ void Matcher::walk_mask(std::vector<uint64_t>& bits) {
   const auto lcp = v.lcp();
   if (depth_.empty()) depth_.resize(1);
   depth_[0] = cur_;
-  size_t valid = 0, dead = SIZE_MAX;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const size_t shared = lcp[k];
-    if (shared >= dead) continue;  // under a dead prefix
-    dead = SIZE_MAX;
-    const std::string& t = v.bytes(order[k]);
-    size_t d = std::min(valid, shared);
-    if (depth_.size() < t.size() + 1) depth_.resize(t.size() + 1);
-    bool ok = true;
-    while (d < t.size()) {
-      if (depth_[d].tops.empty()) {
-        ok = false;
-        break;
-      }
-      ok = pda_.advance(depth_[d], uint8_t(t[d]), depth_[d + 1]);
-      ++d;
-      if (!ok) break;
-    }
-    valid = d;
-    if (pda_.failed()) break;
-    if (ok) set(order[k]);
-    else dead = d;  // the first d bytes leave nothing
-  }
+  pda_.walk_sorted(
+      depth_, 0, int32_t(order.size()), [&](int32_t k) { return std::string_view(v.bytes(order[size_t(k)])); },
+      [&](int32_t k) { return lcp[size_t(k)]; },
+      [&](int32_t k, std::string_view t, size_t d) {
+        if (d == t.size() && (!depth_[d].tops.empty() || depth_[d].accept)) set(order[size_t(k)]);
+      });
   pda_.rollback(mark);
   if (pda_.failed()) std::fill(bits.begin(), bits.end(), 0);
 }

@@ -14,7 +14,9 @@
 // at run time); leaving it records that count in the sentinel it continues over.
 #pragma once
 #include <cstdint>
+#include <algorithm>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +65,29 @@ class Pda {
 
   bool failed() const { return failed_; }
   void set_failed(bool f) { failed_ = f; }
+
+  // Runs strings sorted by bytes, k in [begin, end), from the state in depth[0]: str(k)
+  // is string k and lcp(k) the bytes it shares with string k - 1. Each string advances
+  // depth[d] to depth[d + 1] byte by byte while the state has a top, starting from the
+  // states of the prefix it shares with the string before (a vocabulary in byte order
+  // shares most of its advances). done(k, s, d): d bytes of s advanced, depth[0..d] its
+  // states. Stops when the budget fails.
+  template <class Str, class Lcp, class Done>
+  void walk_sorted(std::vector<PdaState>& depth, int32_t begin, int32_t end, Str str, Lcp lcp, Done done) {
+    size_t valid = 0;
+    for (int32_t k = begin; k < end; ++k) {
+      const std::string_view s = str(k);
+      size_t d = k == begin ? 0 : std::min<size_t>(valid, lcp(k));
+      if (depth.size() < s.size() + 1) depth.resize(s.size() + 1);
+      while (d < s.size() && !depth[d].tops.empty()) {
+        advance(depth[d], uint8_t(s[d]), depth[d + 1]);
+        ++d;
+        if (failed_) return;
+      }
+      valid = d;
+      done(k, s, d);
+    }
+  }
 
  private:
   void close(int32_t id, PdaState& out);

@@ -178,9 +178,8 @@ int64_t TokenTables::prepare(double budget_s) {
   return count;
 }
 
-// The walk over the vocabulary in byte order from [p, q, sentinel]: depth[d] is the state
-// after the first d bytes of the token in hand, valid up to `valid` for the next token's
-// shared prefix. Only tokens whose first byte p's set holds are visited.
+// The walk over the vocabulary in byte order from [p, q, sentinel] (Pda::walk_sorted),
+// over the tokens whose first byte p's set holds.
 TokenTable TokenTables::build(int32_t p, int32_t q) {
   const Grammar& g = *g_;
   TokenTable t;
@@ -213,55 +212,47 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
   const auto first = vocab_.first_index();
   const ByteSet& set0 = g.sets[size_t(g.elems[size_t(p)].arg)];
   const ByteSet follow = q >= 0 ? follow_[size_t(rule_of_[size_t(q)])] : ByteSet{};
-  for (int b = 0; b < 256 && !pda.failed(); ++b) {
-    if (!set0.has(uint8_t(b))) continue;
-    size_t valid = 0;
-    for (int32_t k = first[size_t(b)]; k < first[size_t(b) + 1]; ++k) {
-      const int32_t id = order[size_t(k)];
-      const std::string& s = vocab_.bytes(id);
-      size_t d = k == first[size_t(b)] ? 0 : std::min<size_t>(valid, lcp[size_t(k)]);
-      if (depth.size() < s.size() + 1) depth.resize(s.size() + 1);
-      while (d < s.size() && !depth[d].tops.empty()) {
-        pda.advance(depth[d], uint8_t(s[d]), depth[d + 1]);
-        ++d;
-        if (pda.failed()) break;
-      }
-      valid = d;
-      if (pda.failed()) break;
-      // Accepted: on no condition, else the weakest count bound, else the exits.
-      bool none = false;
-      int32_t upto = INT32_MAX;
-      size_t n_exits = t.exits.size();
-      if (d == s.size()) {
-        auto take = [&](Cond c) {
-          if (c.kind == Cond::Exit && exit_is_upto) c.kind = Cond::Upto;
-          if (c.kind == Cond::None || (c.kind == Cond::Upto && c.j == 0)) none = true;  // c0 <= hi holds
-          else if (c.kind == Cond::Upto) upto = std::min(upto, c.j);
-          else t.exits.push_back({id, c.j});
-        };
-        for (int32_t top : depth[d].tops) take(cond_of(top));
-        for (int32_t j : depth[d].pops) take(j < 0 ? Cond{Cond::None, 0} : Cond{Cond::Exit, j});
-      }
-      if (none) {
-        t.exits.resize(n_exits);
-        always.push_back(id);
-        continue;
-      }
-      if (upto != INT32_MAX) t.upto_ids.push_back({upto, id});
-      if (t.exits.size() > n_exits) {  // one entry per distinct j not implied by upto (j >= upto)
-        auto b0 = t.exits.begin() + int64_t(n_exits);
-        t.exits.erase(std::remove_if(b0, t.exits.end(), [&](const auto& e) { return e.second >= upto; }), t.exits.end());
-        std::sort(b0, t.exits.end());
-        t.exits.erase(std::unique(b0, t.exits.end()), t.exits.end());
-      }
-      // Pending: every point before its last byte where the token reached the sentinel,
-      // with a byte next that can follow q's rule somewhere (none can without a q).
-      if (q >= 0)
-        for (size_t i = 1; i <= std::min(d, s.size() - 1); ++i)
-          if (!depth[i].pops.empty() && follow.has(uint8_t(s[i])))
-            for (int32_t j : depth[i].pops) mine.push_back({id, int32_t(i), j});
+  // Accepted: on no condition, else the weakest count bound, else the exits.
+  auto classify = [&](int32_t k, std::string_view s, size_t d) {
+    const int32_t id = order[size_t(k)];
+    bool none = false;
+    int32_t upto = INT32_MAX;
+    const size_t n_exits = t.exits.size();
+    if (d == s.size()) {
+      auto take = [&](Cond c) {
+        if (c.kind == Cond::Exit && exit_is_upto) c.kind = Cond::Upto;
+        if (c.kind == Cond::None || (c.kind == Cond::Upto && c.j == 0)) none = true;  // c0 <= hi holds
+        else if (c.kind == Cond::Upto) upto = std::min(upto, c.j);
+        else t.exits.push_back({id, c.j});
+      };
+      for (int32_t top : depth[d].tops) take(cond_of(top));
+      for (int32_t j : depth[d].pops) take(j < 0 ? Cond{Cond::None, 0} : Cond{Cond::Exit, j});
     }
-  }
+    if (none) {
+      t.exits.resize(n_exits);
+      always.push_back(id);
+      return;
+    }
+    if (upto != INT32_MAX) t.upto_ids.push_back({upto, id});
+    if (t.exits.size() > n_exits) {  // one entry per distinct j not implied by upto (j >= upto)
+      auto b0 = t.exits.begin() + int64_t(n_exits);
+      t.exits.erase(std::remove_if(b0, t.exits.end(), [&](const auto& e) { return e.second >= upto; }), t.exits.end());
+      std::sort(b0, t.exits.end());
+      t.exits.erase(std::unique(b0, t.exits.end()), t.exits.end());
+    }
+    // Pending: every point before its last byte where the token reached the sentinel,
+    // with a byte next that can follow q's rule somewhere (none can without a q).
+    if (q >= 0)
+      for (size_t i = 1; i <= std::min(d, s.size() - 1); ++i)
+        if (!depth[i].pops.empty() && follow.has(uint8_t(s[i])))
+          for (int32_t j : depth[i].pops) mine.push_back({id, int32_t(i), j});
+  };
+  for (int b = 0; b < 256 && !pda.failed(); ++b)
+    if (set0.has(uint8_t(b)))
+      pda.walk_sorted(
+          depth, first[size_t(b)], first[size_t(b) + 1],
+          [&](int32_t k) { return std::string_view(vocab_.bytes(order[size_t(k)])); },
+          [&](int32_t k) { return lcp[size_t(k)]; }, classify);
   pda.rollback(0);
   if (pda.failed()) {
     pda.set_failed(false);
