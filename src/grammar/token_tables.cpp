@@ -1,6 +1,7 @@
 #include "grammar/token_tables.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <string_view>
 #include <tuple>
@@ -15,6 +16,15 @@ inline void set_bit(std::vector<uint64_t>& bits, int32_t id) { bits[size_t(id) >
 inline void or_bits(std::vector<uint64_t>& dst, const std::vector<uint64_t>& src) {
   for (size_t w = 0; w < src.size(); ++w) dst[w] |= src[w];
 }
+
+struct StateHash {
+  size_t operator()(const PdaState& s) const {
+    uint64_t h = s.accept ? 0x9E3779B97F4A7C15ull : 0;
+    for (int32_t t : s.tops) h = (h ^ uint32_t(t)) * 0x100000001B3ull + (h >> 29);
+    for (int32_t j : s.pops) h = (h ^ uint32_t(j) ^ 0xABCDu) * 0x100000001B3ull + (h >> 29);
+    return size_t(h);
+  }
+};
 
 // Whether a token that ends with a stack is accepted, and on what condition.
 struct Cond {
@@ -192,8 +202,33 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
   // With lo = 0 (what the compiler makes) leaving after j iterations needs c0 + j <= hi
   // only: the same condition as staying in, so one list serves both.
   const bool exit_is_upto = counted && g.elems[size_t(q)].lo == 0;
-  std::vector<PdaState> depth(1);
-  pda.close_from(pda.node(p, 0, parent), depth[0]);
+  // The walk's states, interned, and their transitions by byte: the tokens that reach
+  // one state at some depth (a string's content after any character) share every
+  // advance from it, so a table costs its distinct states times their bytes, not the
+  // vocabulary's bytes.
+  std::vector<PdaState> states;
+  std::unordered_map<PdaState, int32_t, StateHash> ids;
+  std::vector<std::array<int32_t, 256>> next;  // -1: not advanced yet
+  auto intern = [&](PdaState&& st) {
+    auto [it, added] = ids.try_emplace(st, int32_t(states.size()));
+    if (added) {
+      states.push_back(std::move(st));
+      next.emplace_back().fill(-1);
+    }
+    return it->second;
+  };
+  PdaState start;
+  pda.close_from(pda.node(p, 0, parent), start);
+  std::vector<int32_t> depth{intern(std::move(start))};  // depth[d]: the state after d bytes
+  PdaState scratch;
+  auto step = [&](int32_t from, uint8_t b) {
+    if (next[size_t(from)][b] < 0) {
+      pda.advance(states[size_t(from)], b, scratch);
+      const int32_t to = intern(std::move(scratch));
+      next[size_t(from)][b] = to;
+    }
+    return next[size_t(from)][b];
+  };
 
   auto cond_of = [&](int32_t n) -> Cond {
     for (;;) {
@@ -225,8 +260,8 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
         else if (c.kind == Cond::Upto) upto = std::min(upto, c.j);
         else t.exits.push_back({id, c.j});
       };
-      for (int32_t top : depth[d].tops) take(cond_of(top));
-      for (int32_t j : depth[d].pops) take(j < 0 ? Cond{Cond::None, 0} : Cond{Cond::Exit, j});
+      for (int32_t top : states[size_t(depth[d])].tops) take(cond_of(top));
+      for (int32_t j : states[size_t(depth[d])].pops) take(j < 0 ? Cond{Cond::None, 0} : Cond{Cond::Exit, j});
     }
     if (none) {
       t.exits.resize(n_exits);
@@ -244,15 +279,22 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
     // with a byte next that can follow q's rule somewhere (none can without a q).
     if (q >= 0)
       for (size_t i = 1; i <= std::min(d, s.size() - 1); ++i)
-        if (!depth[i].pops.empty() && follow.has(uint8_t(s[i])))
-          for (int32_t j : depth[i].pops) mine.push_back({id, int32_t(i), j});
+        if (!states[size_t(depth[i])].pops.empty() && follow.has(uint8_t(s[i])))
+          for (int32_t j : states[size_t(depth[i])].pops) mine.push_back({id, int32_t(i), j});
   };
-  for (int b = 0; b < 256 && !pda.failed(); ++b)
-    if (set0.has(uint8_t(b)))
-      pda.walk_sorted(
-          depth, first[size_t(b)], first[size_t(b) + 1],
-          [&](int32_t k) { return std::string_view(vocab_.bytes(order[size_t(k)])); },
-          [&](int32_t k) { return lcp[size_t(k)]; }, classify);
+  for (int b = 0; b < 256 && !pda.failed(); ++b) {
+    if (!set0.has(uint8_t(b))) continue;
+    size_t valid = 0;
+    for (int32_t k = first[size_t(b)]; k < first[size_t(b) + 1] && !pda.failed(); ++k) {
+      const std::string_view s = vocab_.bytes(order[size_t(k)]);
+      size_t d = k == first[size_t(b)] ? 0 : std::min<size_t>(valid, lcp[size_t(k)]);
+      if (depth.size() < s.size() + 1) depth.resize(s.size() + 1);
+      for (; d < s.size() && !states[size_t(depth[d])].tops.empty() && !pda.failed(); ++d)
+        depth[d + 1] = step(depth[d], uint8_t(s[d]));
+      valid = d;
+      classify(k, s, d);
+    }
+  }
   pda.rollback(0);
   if (pda.failed()) {
     pda.set_failed(false);
