@@ -83,8 +83,9 @@ commands:
               acceptance, the speedup they predict; exit status 1 if any output differs
               from the plain run's
   bench grammar -m MODEL | --tokenizer-json FILE [--schema FILE ...] [--docs N] [--max-tokens N]
-              [--seed S] [--json]   structured output's token-mask cost per token on the
-              vocabulary, over a built-in schema set or the given JSON schemas
+              [--seed S] [--json] [--lazy-tables]   structured output's token-mask cost per
+              token on the vocabulary, over a built-in schema set or the given JSON schemas
+              (the grammar's token tables built first and timed apart, unless lazy)
   grammar gbnf --json-schema FILE | --regex REGEX | --json-object
               the GBNF grammar structured output compiles the constraint to
   grammar masks -m MODEL | --tokenizer-json FILE --grammar FILE.gbnf --tokens FILE.jsonl
