@@ -400,10 +400,24 @@ static bool grammar_done(const Sequence& s) {
 }
 
 void Engine::jump_forward(SchedulerOutput& so) {
-  for (ScheduledChunk& c : so.chunks) {
+  const size_t n = so.chunks.size();
+  int32_t n_decodes = 0, n_constrained = 0;
+  for (const ScheduledChunk& c : so.chunks) {
+    c.seq->draft_forced = false;
+    n_decodes += c.decode();
+    n_constrained += c.decode() && c.seq->matcher;
+  }
+  // A step with prompt work is compute-bound: a row costs its compute, more than a
+  // forced token saves. And none is worth finding where the policy knows that not even
+  // certain tokens would pay for their rows.
+  if (!cfg_.jump_forward || n_constrained == 0 || n_decodes < int32_t(n) ||
+      !spec_policy_.worth_asking(n_decodes, so.n_tokens(), n_constrained * kMaxJump))
+    return;
+  std::vector<SpecPolicy::Candidate> cand;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledChunk& c = so.chunks[i];
     Sequence* s = c.seq;
-    s->draft_forced = false;
-    if (!cfg_.jump_forward || !s->matcher || !c.decode() || s->pending() != 1 || grammar_done(*s)) continue;
+    if (!s->matcher || !c.decode() || s->pending() != 1 || grammar_done(*s)) continue;
     const int64_t room = std::min<int64_t>(kMaxJump, int64_t(s->params.max_tokens) - s->n_generated() - 1);
     if (room <= 0) continue;
     // The tokenizer's own split of the forced text (what a model trained on its output
@@ -415,19 +429,22 @@ void Engine::jump_forward(SchedulerOutput& so) {
     if (s->draft.size() > size_t(room)) s->draft.resize(size_t(room));
     if (grammar_prefix(*s, int32_t(s->draft.size())) == 0) s->matcher->forced_tokens(int32_t(room), s->draft);
     s->draft.resize(size_t(grammar_prefix(*s, int32_t(s->draft.size()))));
-    // A model that spells the forced text its own way (another split into tokens) takes
-    // few: run as many as are likely taken (rates as speculation's, SpecPolicy).
+    // A model that splits the forced text its own way takes few of its tokens: they are
+    // candidates with the sequence's rate of taking them, and the step runs those worth
+    // their rows (SpecPolicy, the same measured line as speculation's).
     const double rate = (s->jump_acc + 1) / (s->jump_acc + s->jump_rej + 2);
-    size_t n = 0;
-    for (double chance = rate; n < s->draft.size() && chance >= kJumpMinChance; chance *= rate) ++n;
-    if (n == 0 && !s->draft.empty() && ++s->jump_idle >= kJumpProbe) n = 1;
-    s->draft.resize(n);
-    if (!s->draft.empty() && sched_->grant_draft(so, c, int32_t(s->draft.size())) > 0) {
-      s->draft_forced = true;
-      s->jump_idle = 0;
-    } else {
-      s->draft.clear();
-    }
+    double p = 1;
+    for (size_t j = 0; j < s->draft.size(); ++j) cand.push_back({p *= rate, i});
+  }
+  if (cand.empty()) return;
+  std::vector<int32_t> take(n, 0);
+  spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
+  for (size_t i = 0; i < n; ++i) {
+    Sequence* s = so.chunks[i].seq;
+    if (s->draft.empty() || s->draft_forced) continue;
+    s->draft.resize(size_t(take[i]));
+    if (take[i] > 0 && sched_->grant_draft(so, so.chunks[i], take[i]) > 0) s->draft_forced = true;
+    else s->draft.clear();
   }
 }
 

@@ -178,11 +178,6 @@ class Engine {
   // same tokens. Needs no speculative method; goes before any proposer.
   void jump_forward(SchedulerOutput& so);
   static constexpr int32_t kMaxJump = 16;  // forced tokens run in one step, at most
-  // A forced token runs while the chance that the model takes it and every one before
-  // (the sequence's rate of taking them, compounded) is at least kJumpMinChance; a
-  // sequence below it for the first token runs one every kJumpProbe steps, to measure again.
-  static constexpr double kJumpMinChance = 0.2;
-  static constexpr int32_t kJumpProbe = 16;
   void move_kv(const SchedulerOutput& so);
   std::span<const float> execute(const SchedulerOutput& so);
   Sampled sample(const SchedulerOutput& so, std::span<const float> logits);

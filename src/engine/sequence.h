@@ -72,11 +72,9 @@ struct Sequence {
   int32_t spec_idle = 0;  // decode steps with a proposal not worth a row since it last verified one
   int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // The draft is the span the grammar forces (jump-forward), not a proposer's guess; the
-  // decaying counts of its tokens the model took and of its spans cut short, and the
-  // steps since it last ran one.
+  // decaying counts of its tokens the model took and of its spans cut short.
   bool draft_forced = false;
   double jump_acc = 0, jump_rej = 0;
-  int32_t jump_idle = 0;
 
   // Attribution: this sequence's share of each step it rode in (the step's time x its
   // tokens / the step's tokens), by kind of work. Recompute is prompt or generated tokens
