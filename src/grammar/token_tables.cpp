@@ -118,7 +118,7 @@ TokenTables::TokenTables(std::shared_ptr<const Grammar> g, const TokenTrie& voca
   }
 }
 
-TokenTables::~TokenTables() { vocab_.add_table_bytes(-int64_t(bytes_)); }
+TokenTables::~TokenTables() { vocab_.add_table_bytes(-int64_t(bytes_.load())); }
 
 const TokenTable& TokenTables::get(int32_t p, int32_t q) {
   const uint64_t key = uint64_t(uint32_t(p)) << 32 | uint32_t(q);
@@ -199,8 +199,8 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
   const int32_t sentinel = pda.node(Pda::kSentinel, -1, -1);
   const bool counted = q >= 0 && g.elems[size_t(q)].kind == Elem::Repeat;
   const int32_t parent = q < 0 ? sentinel : pda.node(q, counted ? Pda::kRelative : 0, sentinel);
-  // With lo = 0 (what the compiler makes) leaving after j iterations needs c0 + j <= hi
-  // only: the same condition as staying in, so one list serves both.
+  // With lo = 0 leaving after j iterations needs c0 + j <= hi only: the same condition
+  // as staying in, so one list serves both (lo > 0 keeps its exits apart).
   const bool exit_is_upto = counted && g.elems[size_t(q)].lo == 0;
   // The walk's states, interned, and their transitions by byte: the tokens that reach
   // one state at some depth (a string's content after any character) share every
@@ -223,6 +223,7 @@ TokenTable TokenTables::build(int32_t p, int32_t q) {
   PdaState scratch;
   auto step = [&](int32_t from, uint8_t b) {
     if (next[size_t(from)][b] < 0) {
+      if (states.size() >= kMaxWalkStates) pda.set_failed(true);  // the table fails: masks take the full walk
       pda.advance(states[size_t(from)], b, scratch);
       const int32_t to = intern(std::move(scratch));
       next[size_t(from)][b] = to;

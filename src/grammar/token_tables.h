@@ -76,8 +76,9 @@ class TokenTables {
   // returns how many were built.
   int64_t prepare(double budget_s = 1e9);
   static constexpr size_t kMaxBytes = size_t(128) << 20;
-  size_t bytes() const { return bytes_; }
-  int64_t built() const { return built_; }
+  static constexpr size_t kMaxWalkStates = size_t(1) << 16;  // distinct states one table's walk may intern
+  size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }  // read beside builds
+  int64_t built() const { return built_.load(std::memory_order_relaxed); }
 
  private:
   TokenTable build(int32_t p, int32_t q);
@@ -91,8 +92,8 @@ class TokenTables {
   std::mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<const TokenTable>> tables_;
   Pda pda_;  // the builder's automaton (only under mu_)
-  size_t bytes_ = 0;
-  int64_t built_ = 0;
+  std::atomic<size_t> bytes_{0};
+  std::atomic<int64_t> built_{0};
 };
 
 }  // namespace ridge::grammar

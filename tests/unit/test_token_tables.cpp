@@ -58,6 +58,9 @@ std::vector<std::string> grammars() {
       "root ::= (\"a\" | \"bc\"){1,5} (\" \" [a-z]{0,3}){0,4}",
       "root ::= (\"x\"? \"y\"?){0,6} \"!\"",
       "root ::= item (\",\" item){2,4}\nitem ::= [0-9]{2,4} | \"\\\"\" [^\"]{0,6} \"\\\"\"",
+      // Recursion through a repetition, a tail call right after one, a lower bound.
+      "root ::= r \".\"\nr ::= \"a\" r{0,3} | \"b\"",
+      "root ::= x{1,3} y\nx ::= \"ab\" | \"a\"\ny ::= \"b\"{3,5} | \"c\" root",
   };
 }
 
