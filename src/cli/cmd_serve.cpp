@@ -32,9 +32,24 @@ int cmd_serve(Args& a) {
   const int64_t max_model_len = a.integer({"--max-model-len"}, 0, 0, 1 << 30);
   const auto template_file = a.str({"--chat-template"});
   const int32_t max_logprobs = int32_t(a.integer({"--max-logprobs"}, 20, 0, 1 << 20));
+  const std::string tool_parser = a.str({"--tool-call-parser"}, "auto");
+  const std::string reasoning_parser = a.str({"--reasoning-parser"}, "auto");
+  const int32_t reasoning_budget = int32_t(a.integer({"--reasoning-budget"}, -1, -1, 1 << 30));
   EngineConfig ec = engine_config(a);
   const auto trace = a.str({"--trace"});
   a.finish();
+  server::ToolFormat tool_format = server::ToolFormat::None;
+  if (tool_parser != "auto") {
+    tool_format = server::tool_format_from_name(tool_parser);
+    if (tool_format == server::ToolFormat::None)
+      fail("--tool-call-parser {}: not one of auto, hermes, llama3_json, mistral, deepseek_v3, openai, json", tool_parser);
+  }
+  server::ApiContext::Reasoning reasoning = server::ApiContext::Reasoning::Auto;
+  if (reasoning_parser == "none") reasoning = server::ApiContext::Reasoning::Off;
+  else if (reasoning_parser == "qwen3" || reasoning_parser == "deepseek_r1" || reasoning_parser == "think")
+    reasoning = server::ApiContext::Reasoning::On;
+  else if (reasoning_parser != "auto")
+    fail("--reasoning-parser {}: not one of auto, none, qwen3, deepseek_r1", reasoning_parser);
   // Before the model loads, so a bad path fails at once; closed after the server and the
   // engine are gone (SIGINT/SIGTERM make srv.run() return), or by an error's unwinding.
   perf::TraceSession trace_session(trace, "serve");
@@ -78,6 +93,11 @@ int cmd_serve(Args& a) {
     ctx.bos_token = gguf_special_token(model->file(), "tokenizer.ggml.bos_token_id");
     ctx.eos_token = gguf_special_token(model->file(), "tokenizer.ggml.eos_token_id");
   }
+
+  ctx.tool_parser = tool_format;
+  ctx.reasoning = reasoning;
+  ctx.reasoning_budget = reasoning_budget;
+  if (!ctx.chat_template.empty()) ctx.caps = server::probe_template(ctx.chat_template, ctx.bos_token, ctx.eos_token);
 
   Engine engine(*model, tok.get(), ec);
   print_memory_budget("serve", *model, engine);

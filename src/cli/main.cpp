@@ -25,11 +25,15 @@ commands:
               --kv-cache-memory or --mem-fraction says otherwise)
   serve       -m MODEL [--host 127.0.0.1] [--port 8080] [--served-model-name NAME]
               [--max-model-len N] [--api-key KEY] [--chat-template FILE] [--max-waiting N]
-              [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S] + engine options
+              [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S]
+              [--tool-call-parser auto|hermes|llama3_json|mistral|deepseek_v3|openai|json]
+              [--reasoning-parser auto|none|qwen3|deepseek_r1] [--reasoning-budget N]
+              + engine options
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
-              /health, /metrics, /tokenize, /detokenize
+              /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
+              format the chat template shows (auto) or the one named
   mkmodel     --arch llama|qwen2|qwen3 --preset NAME --dtype f32|f16|bf16|q8_0|q4_0
-              [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] -o OUT.gguf
+              [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]

@@ -126,7 +126,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   w.set_str("general.architecture", arch_name);
   w.set_str("general.name", fmt::format("ridge-mkmodel-{}-{}", p.name, dtype_name(opt.dtype)));
   w.set_u32("general.file_type", gguf_file_type(opt.dtype));
-  w.set_u32(a + "context_length", uint32_t(p.n_ctx));
+  w.set_u32(a + "context_length", uint32_t(opt.ctx > 0 ? opt.ctx : p.n_ctx));
   w.set_u32(a + "embedding_length", uint32_t(p.n_embd));
   w.set_u32(a + "block_count", uint32_t(n_layer));
   w.set_u32(a + "feed_forward_length", uint32_t(p.n_ff));

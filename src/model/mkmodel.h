@@ -16,6 +16,7 @@ struct MkModelOptions {
   uint64_t seed = 42;
   std::string vocab_path;      // copy tokenizer.* from this GGUF; empty: synthetic SPM vocab
   int32_t layers = 0;          // override the preset's layer count (0: keep)
+  int32_t ctx = 0;             // override the preset's context length (0: keep)
   int threads = 0;
 };
 

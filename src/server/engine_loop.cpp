@@ -96,7 +96,7 @@ void EngineLoop::admit(const std::shared_ptr<Job>& job) {
     for (size_t c = 0; c < job->choices.size(); ++c) {
       const ChoiceSpec& spec = job->choices[c];
       // Generated text continues the prompt: SentencePiece's leading space is kept.
-      a->ch[c].dec = std::make_unique<StreamDecoder>(tok_, false);
+      a->ch[c].dec = std::make_unique<StreamDecoder>(tok_, false, spec.show_control);
       if (!spec.stop.empty()) a->ch[c].stop = std::make_unique<StopMatcher>(spec.stop);
       a->ch[c].seq = engine_.add_request(spec.prompt, spec.params);
       by_seq_[a->ch[c].seq] = {a.get(), c};

@@ -38,6 +38,7 @@ struct ChoiceSpec {
   std::vector<int32_t> prompt;
   RequestParams params;
   std::vector<std::string> stop;  // stop strings: the text ends before the first one
+  bool show_control = false;      // control tokens' text in the output (a tool-call parser reads it)
 };
 
 // What the consumer reads: text and tokens not yet taken, and the final state.

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "grammar/json_schema.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -107,10 +108,9 @@ std::optional<SpeculativeConfig> parse_speculative(const json& j, const Speculat
 
 // Known but not served yet: refused by name rather than silently ignored.
 void refuse_unsupported(const json& j, Endpoint ep) {
-  if (const json* t = field(j, "tools"); t && !(t->is_array() && t->empty()))
-    throw ApiError(400, "tools (function calling) is not supported by ridge yet", "tools");
-  if (const json* t = field(j, "tool_choice"); t && !(t->is_string() && t->get<std::string>() == "none"))
-    throw ApiError(400, "tool_choice is not supported by ridge yet", "tool_choice");
+  if (ep == Endpoint::Completions)
+    for (const char* k : {"tools", "tool_choice"})
+      if (field(j, k)) throw ApiError(400, fmt::format("{} belongs to /v1/chat/completions", k), k);
   if (field(j, "functions") || field(j, "function_call"))
     throw ApiError(400, "functions / function_call are not supported by ridge", "functions");
   if (ep == Endpoint::Completions && field(j, "suffix"))
@@ -165,44 +165,133 @@ void parse_prompts(const json& j, const ApiContext& ctx, ParsedRequest& r) {
     if (ids.empty()) throw ApiError(400, "the prompt is empty (no tokens)", "prompt");
 }
 
-void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r) {
+std::string content_text(const json& content, const std::string& at) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    throw ApiError(400, at + ".content must be a string or a list of content parts", at + ".content");
+  // Content parts: text only (images and audio need a multimodal model).
+  std::string text;
+  for (const json& part : content) {
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    if (!type || !type->is_string() || type->get<std::string>() != "text" || !field(part, "text") ||
+        !part["text"].is_string())
+      throw ApiError(400, "only text content parts are supported", at + ".content");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// An assistant message's past calls, as the template wants them: arguments as the JSON
+// string OpenAI sends, or parsed when the template applies tojson to them. A template
+// that knows no tools gets them as the JSON answer the generic prompt asks for.
+nlohmann::ordered_json tool_calls_of(const json& calls, const std::string& at, const ApiContext& ctx,
+                                     nlohmann::ordered_json& as_text) {
+  using ojson = nlohmann::ordered_json;
+  if (!calls.is_array()) throw ApiError(400, at + ".tool_calls must be a list", at + ".tool_calls");
+  ojson out = ojson::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    const std::string ck = fmt::format("{}.tool_calls[{}]", at, k);
+    if (!c.is_object()) throw ApiError(400, ck + " must be an object", ck);
+    const json* fn = field(c, "function");
+    if (!fn || !fn->is_object()) throw ApiError(400, ck + ".function must be an object", ck + ".function");
+    const json* name = field(*fn, "name");
+    if (!name || !name->is_string()) throw ApiError(400, ck + ".function.name must be a string", ck + ".function.name");
+    const json* args = field(*fn, "arguments");
+    std::string args_text = "{}";
+    if (args && args->is_string()) args_text = args->get<std::string>();
+    else if (args && args->is_object()) args_text = args->dump();
+    else if (args) throw ApiError(400, ck + ".function.arguments must be a string", ck + ".function.arguments");
+    ojson parsed;
+    try {
+      parsed = ojson::parse(args_text);
+    } catch (const std::exception&) {
+      if (ctx.caps.object_arguments || !ctx.caps.renders_tools)
+        throw ApiError(400, ck + ".function.arguments is not valid JSON", ck + ".function.arguments");
+    }
+    const json* id = field(c, "id");
+    if (id && !id->is_string()) throw ApiError(400, ck + ".id must be a string", ck + ".id");
+    ojson call = {{"id", id ? id->get<std::string>() : fmt::format("call_{}", k)}, {"type", "function"},
+                  {"function", {{"name", name->get<std::string>()},
+                                {"arguments", ctx.caps.object_arguments ? parsed : ojson(args_text)}}}};
+    out.push_back(std::move(call));
+    as_text.push_back({{"name", name->get<std::string>()}, {"parameters", parsed}});
+  }
+  return out;
+}
+
+void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r, const ToolsRequest& tools) {
+  using ojson = nlohmann::ordered_json;
   const json* m = field(j, "messages");
   if (!m || !m->is_array() || m->empty()) throw ApiError(400, "messages must be a non-empty list", "messages");
   if (ctx.chat_template.empty())
     throw ApiError(400, "this model has no chat template; start the server with --chat-template FILE", "messages");
-  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-  for (const json& msg : *m) {
-    if (!msg.is_object()) throw ApiError(400, "each message must be an object with role and content", "messages");
+  const bool native_tools = ctx.caps.renders_tools;
+  ojson msgs = ojson::array();
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string at = fmt::format("messages[{}]", i);
+    if (!msg.is_object()) throw ApiError(400, "each message must be an object with role and content", at);
     const json* role = field(msg, "role");
-    if (!role || !role->is_string()) throw ApiError(400, "each message needs a string role", "messages");
-    nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    out["role"] = role->get<std::string>();
+    if (!role || !role->is_string()) throw ApiError(400, "each message needs a string role", at + ".role");
+    const std::string rs = role->get<std::string>();
+    ojson out = ojson::object();
+    out["role"] = rs;
     const json* content = field(msg, "content");
-    if (!content) {
-      out["content"] = "";
-    } else if (content->is_string()) {
-      out["content"] = content->get<std::string>();
-    } else if (content->is_array()) {
-      // Content parts: text only (images and audio need a multimodal model).
-      std::string text;
-      for (const json& part : *content) {
-        const json* type = part.is_object() ? field(part, "type") : nullptr;
-        if (!type || !type->is_string() || type->get<std::string>() != "text" || !field(part, "text") ||
-            !part["text"].is_string())
-          throw ApiError(400, "only text content parts are supported", "messages");
-        text += part["text"].get<std::string>();
-      }
-      out["content"] = text;
-    } else {
-      throw ApiError(400, "message content must be a string or a list of content parts", "messages");
-    }
+    const json* calls = rs == "assistant" ? field(msg, "tool_calls") : nullptr;
+    if (calls && calls->is_array() && calls->empty()) calls = nullptr;
+    out["content"] = content ? ojson(content_text(*content, at)) : calls && ctx.caps.null_content ? ojson(nullptr) : ojson("");
     if (const json* name = field(msg, "name"); name && name->is_string()) out["name"] = name->get<std::string>();
+    if (const json* rc = field(msg, "reasoning_content"); rc && rc->is_string() && rs == "assistant")
+      out["reasoning_content"] = rc->get<std::string>();
+    if (calls) {
+      ojson as_text = ojson::array();
+      ojson tc = tool_calls_of(*calls, at, ctx, as_text);
+      if (native_tools) {
+        out["tool_calls"] = std::move(tc);
+      } else {
+        std::string c = out["content"].is_string() ? out["content"].get<std::string>() : "";
+        out["content"] = c + (c.empty() ? "" : "\n") + as_text.dump();
+      }
+    }
+    if (rs == "tool") {
+      const json* id = field(msg, "tool_call_id");
+      if (!id || !id->is_string())
+        throw ApiError(400, at + ".tool_call_id is required in a tool message (the id of the call it answers)",
+                       at + ".tool_call_id");
+      out["tool_call_id"] = id->get<std::string>();
+    }
     msgs.push_back(std::move(out));
+  }
+  // A template that knows no tools: they are described in the system prompt.
+  if (tools.active() && !native_tools) {
+    const std::string p = generic_tools_prompt(tools);
+    if (msgs[0]["role"] == "system" && msgs[0]["content"].is_string())
+      msgs[0]["content"] = msgs[0]["content"].get<std::string>() + "\n\n" + p;
+    else
+      msgs.insert(msgs.begin(), ojson{{"role", "system"}, {"content", p}});
+  }
+  // Template variables: chat_template_kwargs (vLLM's), and enable_thinking at the top.
+  ojson extra = ojson::object();
+  if (const json* kw = field(j, "chat_template_kwargs")) {
+    if (!kw->is_object()) throw ApiError(400, "chat_template_kwargs must be an object", "chat_template_kwargs");
+    for (auto it = kw->begin(); it != kw->end(); ++it) {
+      if (it.key() == "messages" || it.key() == "tools" || it.key() == "add_generation_prompt")
+        throw ApiError(400, "chat_template_kwargs." + it.key() + " is set by the request itself",
+                       "chat_template_kwargs." + it.key());
+      extra[it.key()] = ojson::parse(it.value().dump());
+    }
+  }
+  if (const json* et = field(j, "enable_thinking")) {
+    if (!et->is_boolean()) throw ApiError(400, "enable_thinking must be a boolean", "enable_thinking");
+    extra["enable_thinking"] = et->get<bool>();
   }
   ChatOptions co;
   co.add_generation_prompt = boolean(j, "add_generation_prompt", true);
   co.bos_token = ctx.bos_token;
   co.eos_token = ctx.eos_token;
+  co.extra = &extra;
+  if (tools.active() && native_tools) co.tools = &tools.tools;
   std::string text;
   try {
     text = render_chat(ctx.chat_template, msgs, co);
@@ -211,6 +300,36 @@ void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r) {
   }
   r.prompt_texts.push_back(text);
   r.prompts.push_back(tokenize_prompt(*ctx.tok, text, true));
+}
+
+// How the chat output splits: the request's tool choice picks the call format (a
+// constrained choice's is vLLM's JSON whatever the template), the template (or the
+// server's flags) the reasoning; the rendered prompt says whether thinking is open.
+OutputFormat output_format(const ApiContext& ctx, const ToolsRequest& tools, const std::string& prompt) {
+  OutputFormat f;
+  if (tools.active()) {
+    if (tools.choice == ToolsRequest::Choice::Named) {
+      f.tools = ToolFormat::Named;
+      f.named_tool = tools.named;
+    } else if (tools.choice == ToolsRequest::Choice::Required) {
+      f.tools = ToolFormat::Json;
+    } else if (ctx.tool_parser != ToolFormat::None) {
+      f.tools = ctx.tool_parser;
+    } else {
+      f.tools = ctx.caps.renders_tools ? ctx.caps.format : ToolFormat::Json;
+    }
+  }
+  // gpt-oss's channels hold its thinking and its answer, tools or not.
+  const ToolFormat own = ctx.tool_parser != ToolFormat::None ? ctx.tool_parser : ctx.caps.format;
+  if (f.tools == ToolFormat::None && own == ToolFormat::Harmony && ctx.reasoning != ApiContext::Reasoning::Off)
+    f.tools = ToolFormat::Harmony;
+  f.think = ctx.reasoning == ApiContext::Reasoning::On || (ctx.reasoning == ApiContext::Reasoning::Auto && ctx.caps.thinks);
+  if (f.think) {
+    size_t e = prompt.size();
+    while (e > 0 && (prompt[e - 1] == ' ' || prompt[e - 1] == '\n' || prompt[e - 1] == '\r' || prompt[e - 1] == '\t')) --e;
+    f.start_in_think = std::string_view(prompt).substr(0, e).ends_with("<think>");
+  }
+  return f;
 }
 
 std::vector<std::string> parse_stop(const json& j) {
@@ -357,7 +476,7 @@ json parse_body(std::string_view body) {
 ParsedRequest parse_request(Endpoint ep, std::string_view body, const ApiContext& ctx) {
   const json j = parse_body(body);
   // A JSON schema's properties are generated in the schema's order: parse again keeping it.
-  for (const char* k : {"response_format", "guided_json", "json_schema"})
+  for (const char* k : {"response_format", "guided_json", "json_schema", "tools"})
     if (j.contains(k)) {
       const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body);
       return parse_request_json(ep, j, ctx, &o);
@@ -373,6 +492,7 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   refuse_unsupported(j, ep);
 
   ParsedRequest r;
+  ToolsRequest tools;
   r.endpoint = ep;
   r.stream = boolean(j, "stream", false);
   if (const json* so = field(j, "stream_options")) {
@@ -392,7 +512,10 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
     const int64_t top = integer(j, "top_logprobs", 0, 0, ctx.max_logprobs);
     if (field(j, "top_logprobs") && !lp) throw ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs");
     r.logprobs = lp ? int32_t(top) : -1;
-    parse_messages(j, ctx, r);
+    tools = parse_tools(j, ordered);
+    parse_messages(j, ctx, r, tools);
+    r.output = output_format(ctx, tools, r.prompt_texts.back());
+    r.parse_output = r.output.tools != ToolFormat::None || r.output.think;
   }
 
   RequestParams p;
@@ -412,6 +535,30 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.speculative = parse_speculative(j, ctx.speculative);
   if (ctx.grammars) {
     p.grammar = parse_structured_output(j, ordered, *ctx.grammars);
+    // tool_choice "required" or a named function: the output is held to the calls' form.
+    if (const nlohmann::ordered_json schema = tool_call_schema(tools); !schema.is_null() && tools.active()) {
+      if (p.grammar)
+        throw ApiError(400, "tool_choice \"required\" or a named function cannot be combined with a response format",
+                       "tool_choice");
+      std::string gbnf;
+      try {
+        gbnf = grammar::json_schema_to_gbnf(schema);
+        p.grammar = ctx.grammars->get(gbnf);
+      } catch (const grammar::GrammarError& e) {
+        // Name the function whose schema it is.
+        for (size_t i = 0; i < tools.tools.size(); ++i) {
+          const auto& fn = tools.tools[i]["function"];
+          if (!fn.contains("parameters")) continue;
+          try {
+            grammar::json_schema_to_gbnf(fn["parameters"]);
+          } catch (const grammar::GrammarError& ei) {
+            const std::string at = fmt::format("tools[{}].function.parameters", i);
+            throw ApiError(400, fmt::format("{}: {}", at, ei.what()), at);
+          }
+        }
+        throw ApiError(400, std::string("tools: the calls' grammar: ") + e.what(), "tools");
+      }
+    }
   } else if (const json* rf = field(j, "response_format");
              rf && !(rf->is_object() && rf->contains("type") && (*rf)["type"] == "text")) {
     throw ApiError(400, "response_format is not available here", "response_format");
@@ -445,6 +592,7 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
       const uint64_t base = seed ? uint64_t(seed->get<int64_t>()) : (uint64_t(rd()) << 32 | rd());
       c.params.sampling.seed = base + uint64_t(pi) * uint64_t(r.n) + uint64_t(k);
       c.stop = stop;
+      c.show_control = r.output.tools != ToolFormat::None;
       r.choices.push_back(std::move(c));
     }
   }

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "server/chat_output.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "server/tool_request.h"
 
 namespace ridge {
 class Tokenizer;
@@ -46,6 +48,10 @@ struct ApiContext {
   SpeculativeConfig speculative;   // the server's (--speculative-method ...): what a request's
                                    // "speculative" object leaves out
   GrammarCache* grammars = nullptr;  // structured output's compiled grammars (null: refused)
+  TemplateCaps caps;               // what the chat template does with tools (probe_template)
+  ToolFormat tool_parser = ToolFormat::None;  // --tool-call-parser; None: the template's (caps.format)
+  enum class Reasoning { Auto, Off, On } reasoning = Reasoning::Auto;  // --reasoning-parser; Auto: caps.thinks
+  int32_t reasoning_budget = -1;   // --reasoning-budget: thinking tokens per request (-1: no limit)
 };
 
 enum class Endpoint { Completions, Chat };
@@ -61,6 +67,10 @@ struct ParsedRequest {
   std::vector<std::vector<int32_t>> prompts;   // [prompts][tokens]
   std::vector<std::string> prompt_texts;       // for echo: the text of each prompt
   std::vector<ChoiceSpec> choices;  // [prompts * n], choice i = prompt i / n
+  // Chat: how the output splits into reasoning, content and tool calls (chat_output.h);
+  // parse_output false: the text is the content as it is.
+  bool parse_output = false;
+  OutputFormat output;
 };
 
 // The body as a JSON object; ApiError 400 when it is not valid JSON or not an object.

@@ -99,8 +99,14 @@ class OpenAIStream : public HttpStream {
   }
 
  private:
+  struct CallOut {
+    std::string id, name, arguments;
+  };
   struct Acc {
     std::string text;
+    std::string reasoning;
+    std::vector<CallOut> calls;
+    std::unique_ptr<ChatOutputParser> parser;  // chat with tools or thinking (req_.parse_output)
     std::vector<TokenOut> tokens;
     size_t text_offset = 0;  // completions logprobs: where the next token's text starts
     bool started = false;    // role (chat) or echo (completions) sent
@@ -119,10 +125,30 @@ class OpenAIStream : public HttpStream {
     job_->pending_bytes.store(0);
     if (!a.started && !chat_ && req_.echo) text = req_.prompt_texts[c / size_t(req_.n)] + text;
     const bool finish_now = st.finished && !a.final_sent;
-    if (finish_now) a.finish_reason = st.finish_reason;
+    OutputDelta d;
+    if (chat_ && req_.parse_output) {
+      if (!a.parser) a.parser = std::make_unique<ChatOutputParser>(req_.output);
+      d = a.parser->feed(text);
+      if (finish_now) d.append(a.parser->finish());
+    } else {
+      d.content = std::move(text);
+    }
+    if (finish_now) {
+      a.finish_reason = st.finish_reason;
+      // A reply that called tools ends for the client to run them (OpenAI's reason); one cut
+      // short by max_tokens says so.
+      if (a.parser && a.parser->n_calls() > 0 && st.finish_reason == "stop") a.finish_reason = "tool_calls";
+    }
+    for (const ToolCallDelta& tc : d.calls) {
+      if (size_t(tc.index) >= a.calls.size()) a.calls.resize(size_t(tc.index) + 1);
+      CallOut& co = a.calls[size_t(tc.index)];
+      if (!tc.id.empty()) co.id = tc.id, co.name = tc.name;
+      co.arguments += tc.arguments;
+    }
     if (!req_.stream) {
       a.started = true;
-      a.text += text;
+      a.text += d.content;
+      a.reasoning += d.reasoning;
       a.tokens.insert(a.tokens.end(), std::make_move_iterator(toks.begin()), std::make_move_iterator(toks.end()));
       a.final_sent |= st.finished;
       return;
@@ -133,16 +159,35 @@ class OpenAIStream : public HttpStream {
       emit(ch, out);
     }
     a.started = true;
-    if (!text.empty() || !toks.empty() || finish_now) {
+    if (!d.empty() || !toks.empty() || finish_now) {
       json ch = {{"index", c}};
       if (chat_) {
-        ch["delta"] = text.empty() && finish_now && toks.empty() ? json::object() : json{{"content", text}};
+        json delta = json::object();
+        if (!d.content.empty() || (!a.parser && !(finish_now && toks.empty()))) delta["content"] = d.content;
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.calls.empty()) {
+          json calls = json::array();
+          for (const ToolCallDelta& tc : d.calls) {
+            json call = {{"index", tc.index}};
+            if (!tc.id.empty()) {
+              call["id"] = tc.id;
+              call["type"] = "function";
+              call["function"] = {{"name", tc.name}, {"arguments", tc.arguments}};
+            } else {
+              call["function"] = {{"arguments", tc.arguments}};
+            }
+            calls.push_back(std::move(call));
+          }
+          delta["tool_calls"] = std::move(calls);
+        }
+        if (delta.empty() && !finish_now) delta["content"] = "";
+        ch["delta"] = std::move(delta);
         ch["logprobs"] = req_.logprobs >= 0 && !toks.empty() ? chat_logprobs(toks) : json(nullptr);
       } else {
-        ch["text"] = text;
+        ch["text"] = d.content;
         ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(toks, a) : json(nullptr);
       }
-      ch["finish_reason"] = finish_now ? json(st.finish_reason) : json(nullptr);
+      ch["finish_reason"] = finish_now ? json(a.finish_reason) : json(nullptr);
       emit(ch, out);
     }
     if (finish_now) a.final_sent = true;
@@ -197,7 +242,16 @@ class OpenAIStream : public HttpStream {
       Acc& a = acc_[c];
       json ch = {{"index", c}};
       if (chat_) {
-        ch["message"] = {{"role", "assistant"}, {"content", a.text}};
+        json msg = {{"role", "assistant"}, {"content", a.text.empty() && !a.calls.empty() ? json(nullptr) : json(a.text)}};
+        if (req_.parse_output && req_.output.think) msg["reasoning_content"] = a.reasoning.empty() ? json(nullptr) : json(a.reasoning);
+        else if (!a.reasoning.empty()) msg["reasoning_content"] = a.reasoning;
+        if (!a.calls.empty()) {
+          json calls = json::array();
+          for (const CallOut& co : a.calls)
+            calls.push_back({{"id", co.id}, {"type", "function"}, {"function", {{"name", co.name}, {"arguments", co.arguments}}}});
+          msg["tool_calls"] = std::move(calls);
+        }
+        ch["message"] = std::move(msg);
         ch["logprobs"] = req_.logprobs >= 0 ? chat_logprobs(a.tokens) : json(nullptr);
       } else {
         ch["text"] = a.text;

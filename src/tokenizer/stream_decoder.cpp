@@ -27,11 +27,12 @@ Lead lead_info(uint8_t b) {
 
 }  // namespace
 
-StreamDecoder::StreamDecoder(const Tokenizer& tok, bool strip_leading_space)
-    : tok_(tok), strip_(strip_leading_space && tok.add_space_prefix()) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tok, bool strip_leading_space, bool show_control)
+    : tok_(tok), strip_(strip_leading_space && tok.add_space_prefix()), show_control_(show_control) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  const std::string& b = tok_.piece_bytes(id);
+  const std::string& b =
+      show_control_ && tok_.is_control(id) && !tok_.is_eog(id) ? tok_.piece(id) : tok_.piece_bytes(id);
   if (b.empty()) return {};
   if (strip_ && b[0] == ' ')
     pending_.append(b, 1);

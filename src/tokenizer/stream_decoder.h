@@ -18,7 +18,9 @@ class StreamDecoder {
   // strip_leading_space: drop the space SentencePiece put before the first word (the
   // stream starts at the beginning of the text, as decode() assumes); pass false when
   // the stream continues text that was already shown, e.g. generation after a prompt.
-  explicit StreamDecoder(const Tokenizer& tok, bool strip_leading_space = true);
+  // show_control: control tokens print as their text (`[TOOL_CALLS]`, `<|channel|>`) for
+  // a parser that reads a model's markup; end-of-generation tokens still print nothing.
+  explicit StreamDecoder(const Tokenizer& tok, bool strip_leading_space = true, bool show_control = false);
 
   std::string push(int32_t id);
   std::string flush();
@@ -28,6 +30,7 @@ class StreamDecoder {
 
   const Tokenizer& tok_;
   bool strip_;           // the next non-empty piece still owes its leading space
+  bool show_control_;
   std::string pending_;  // bytes of an incomplete character, held back
 };
 
