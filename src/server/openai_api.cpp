@@ -206,7 +206,7 @@ nlohmann::ordered_json tool_calls_of(const json& calls, const std::string& at, c
     try {
       parsed = ojson::parse(args_text);
     } catch (const std::exception&) {
-      if (ctx.caps.object_arguments || !ctx.caps.renders_tools)
+      if (ctx.caps.object_arguments || ctx.caps.format == ToolFormat::Json)
         throw ApiError(400, ck + ".function.arguments is not valid JSON", ck + ".function.arguments");
     }
     const json* id = field(c, "id");
@@ -226,7 +226,11 @@ void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r, cons
   if (!m || !m->is_array() || m->empty()) throw ApiError(400, "messages must be a non-empty list", "messages");
   if (ctx.chat_template.empty())
     throw ApiError(400, "this model has no chat template; start the server with --chat-template FILE", "messages");
+  // A template renders tool definitions (native_tools), or at least past calls in its
+  // own syntax (DeepSeek V3's renders calls but leaves the definitions to the system
+  // prompt); one with neither gets both from ridge's generic JSON form.
   const bool native_tools = ctx.caps.renders_tools;
+  const bool native_calls = ctx.caps.renders_tools || ctx.caps.format != ToolFormat::Json;
   ojson msgs = ojson::array();
   for (size_t i = 0; i < m->size(); ++i) {
     const json& msg = (*m)[i];
@@ -247,7 +251,7 @@ void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r, cons
     if (calls) {
       ojson as_text = ojson::array();
       ojson tc = tool_calls_of(*calls, at, ctx, as_text);
-      if (native_tools) {
+      if (native_calls) {
         out["tool_calls"] = std::move(tc);
       } else {
         std::string c = out["content"].is_string() ? out["content"].get<std::string>() : "";
@@ -265,7 +269,7 @@ void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r, cons
   }
   // A template that knows no tools: they are described in the system prompt.
   if (tools.active() && !native_tools) {
-    const std::string p = generic_tools_prompt(tools);
+    const std::string p = generic_tools_prompt(tools, !native_calls);
     if (msgs[0]["role"] == "system" && msgs[0]["content"].is_string())
       msgs[0]["content"] = msgs[0]["content"].get<std::string>() + "\n\n" + p;
     else
@@ -316,7 +320,7 @@ OutputFormat output_format(const ApiContext& ctx, const ToolsRequest& tools, con
     } else if (ctx.tool_parser != ToolFormat::None) {
       f.tools = ctx.tool_parser;
     } else {
-      f.tools = ctx.caps.renders_tools ? ctx.caps.format : ToolFormat::Json;
+      f.tools = ctx.caps.format;
     }
   }
   // gpt-oss's channels hold its thinking and its answer, tools or not.

@@ -175,9 +175,10 @@ ojson tool_call_schema(const ToolsRequest& t) {
   return s;
 }
 
-std::string generic_tools_prompt(const ToolsRequest& t) {
+std::string generic_tools_prompt(const ToolsRequest& t, bool json_form) {
   std::string s = "You can call these tools (JSON Schema function definitions):\n";
   for (const ojson& tool : t.tools) s += tool["function"].dump() + "\n";
+  if (!json_form) return s;
   s += "\nTo call tools, answer with only a JSON list of calls, "
        "[{\"name\": \"<tool name>\", \"parameters\": {<arguments>}}], and nothing else. "
        "Each tool's result comes back in a message of the role \"tool\". Otherwise answer normally.";

@@ -43,8 +43,9 @@ ToolsRequest parse_tools(const nlohmann::json& body, const nlohmann::ordered_jso
 // null for auto and none.
 nlohmann::ordered_json tool_call_schema(const ToolsRequest& t);
 
-// The system prompt text that describes the tools and the JSON call form to a model whose
-// template does not render tools.
-std::string generic_tools_prompt(const ToolsRequest& t);
+// The system prompt text that describes the tools to a model whose template does not
+// render them, and (json_form) how to call them in ridge's generic JSON form, for a model
+// that has no call syntax of its own.
+std::string generic_tools_prompt(const ToolsRequest& t, bool json_form);
 
 }  // namespace ridge::server

