@@ -175,6 +175,12 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
   if (p.grammar) s->matcher = std::make_unique<grammar::Matcher>(p.grammar, token_trie());
   s->spec_k = spec.method == SpecMethod::None ? 0 : spec.num_speculative_tokens;
+  const ThinkingBudget& tb = p.thinking;
+  if (tb.budget >= 0) {
+    RIDGE_CHECK(!tb.force.empty() && !tb.end.empty(), "a thinking budget needs the tokens that close the thinking");
+    for (int32_t t : tb.force) RIDGE_CHECK(t >= 0 && t < n_vocab, "thinking budget: token id {} is out of range", t);
+  }
+  think_init(*s);
   stats_.prompt_tokens += s->n_prompt;
   Sequence* raw = s.get();
   seqs_.emplace(id, std::move(s));
@@ -614,6 +620,38 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   return true;
 }
 
+void Engine::think_init(Sequence& s) {
+  const ThinkingBudget& tb = s.params.thinking;
+  s.think = tb.budget < 0 ? Sequence::Think::Done : tb.inside ? Sequence::Think::Inside : Sequence::Think::Before;
+  if (s.think == Sequence::Think::Inside && tb.budget == 0) s.think = Sequence::Think::Forcing;
+}
+
+namespace {
+// Whether history + tok ends with seq.
+bool ends_with(const std::vector<int32_t>& history, int32_t tok, const std::vector<int32_t>& seq) {
+  if (seq.empty() || seq.back() != tok || history.size() + 1 < seq.size()) return false;
+  return std::equal(seq.begin(), seq.end() - 1, history.end() - std::ptrdiff_t(seq.size() - 1));
+}
+}  // namespace
+
+// The thinking budget's state after the drawn token `tok` (s.tokens: the history before it).
+void Engine::think_step(Sequence& s, int32_t tok) {
+  const ThinkingBudget& tb = s.params.thinking;
+  switch (s.think) {
+    case Sequence::Think::Before:
+      if (ends_with(s.tokens, tok, tb.open)) s.think = tb.budget == 0 ? Sequence::Think::Forcing : Sequence::Think::Inside;
+      break;
+    case Sequence::Think::Inside:
+      if (ends_with(s.tokens, tok, tb.end)) s.think = Sequence::Think::Done;
+      else if (++s.think_tokens >= tb.budget) s.think = Sequence::Think::Forcing;
+      break;
+    case Sequence::Think::Forcing:
+      if (++s.think_forced >= int32_t(tb.force.size())) s.think = Sequence::Think::Done;
+      break;
+    case Sequence::Think::Done: break;
+  }
+}
+
 bool Engine::stops(const Sequence& s, int32_t tok) const {
   if (!s.params.ignore_eos && tok_ && tok_->is_eog(tok)) return true;
   return std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), tok) != s.params.stop_token_ids.end();
@@ -650,6 +688,13 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
       const auto g0 = s->matcher ? Clock::now() : Clock::time_point{};
       if (s->matcher) s->matcher->apply_mask(lg);
       const auto g1 = s->matcher ? Clock::now() : Clock::time_point{};
+      if (s->think == Sequence::Think::Forcing && !s->matcher) {
+        // The budget is spent: the close is the only token there is.
+        const int32_t f = s->params.thinking.force[size_t(s->think_forced)];
+        const float keep = std::isfinite(lg[f]) ? lg[f] : 0.0f;
+        std::fill(lg, lg + n_vocab, -INFINITY);
+        lg[f] = keep;
+      }
       tok = s->sampler.sample(lg, s->tokens);
       // The mask allowed it, so the matcher takes it (an end token ends the grammar); a
       // token it refuses (all logits NaN) fails the grammar.
@@ -660,6 +705,7 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
       }
     }
     if (s->params.logprobs >= 0) s->logprobs.push_back(token_logprobs(raw.data(), n_vocab, tok, s->params.logprobs));
+    if (s->think != Sequence::Think::Done) think_step(*s, tok);
     out[n++] = tok;
     if (j == c.n_draft || tok != s->draft[size_t(j)] || stops(*s, tok) || grammar_done(*s)) break;
     s->tokens.push_back(tok);  // accepted: the next row's history (postprocess appends for good)

@@ -187,6 +187,8 @@ class Engine {
   // Draws chunk i's tokens: one row, or a verified proposal's rows while they agree.
   int32_t sample_chunk(const ScheduledChunk& c, const float* logits, int32_t* out, int thread);
   bool stops(const Sequence& s, int32_t tok) const;  // EOS (unless ignored) or a stop id
+  static void think_init(Sequence& s);               // the thinking budget's first state
+  static void think_step(Sequence& s, int32_t tok);  // ... after a drawn token
   void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
   bool probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
              std::vector<int32_t>& take);  // whether it added a token to verify

@@ -17,6 +17,17 @@ namespace ridge {
 
 enum class SeqStatus { Waiting, Running, Swapped, Finished };
 
+// A reasoning model's thinking held to a number of tokens: once that many have been
+// drawn inside the thinking, the tokens that close it are forced (the model then answers
+// from what it has thought so far, as Qwen3's and vLLM's budgets do).
+struct ThinkingBudget {
+  int32_t budget = -1;          // tokens inside the thinking; < 0: no limit
+  bool inside = false;          // the prompt opened the thinking (DeepSeek-R1's templates)
+  std::vector<int32_t> open;    // the tokens that open it (`<think>`)
+  std::vector<int32_t> end;     // the tokens that close it (`</think>`): the model's own close
+  std::vector<int32_t> force;   // what is forced at the budget (`\n</think>\n\n`)
+};
+
 struct RequestParams {
   SamplingParams sampling;
   int32_t max_tokens = 64;
@@ -32,6 +43,7 @@ struct RequestParams {
   // Structured output: every generated token must keep the text inside this grammar
   // (grammar/grammar.h); null: unconstrained.
   std::shared_ptr<const grammar::Grammar> grammar;
+  ThinkingBudget thinking;
 };
 
 struct Sequence {
@@ -74,6 +86,10 @@ struct Sequence {
   // The draft is the span the grammar forces (jump-forward), not a proposer's guess; the
   // decaying counts of its tokens the model took and of its spans cut short.
   bool draft_forced = false;
+  // Thinking budget (params.thinking): where the output stands, the tokens thought so
+  // far, and how many of the forced close have been drawn.
+  enum class Think : uint8_t { Before, Inside, Forcing, Done } think = Think::Before;
+  int32_t think_tokens = 0, think_forced = 0;
   double jump_acc = 0, jump_rej = 0;
 
   // Attribution: this sequence's share of each step it rode in (the step's time x its

@@ -537,6 +537,22 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.priority = int32_t(integer(j, "priority", 0, -1000000, 1000000));
   p.logprobs = r.logprobs;
   p.speculative = parse_speculative(j, ctx.speculative);
+  // A budget on thinking tokens (Qwen's and SGLang's thinking_budget; the server's
+  // --reasoning-budget by default), for a model that thinks in <think>...</think>.
+  if (ep == Endpoint::Chat) {
+    const int32_t budget = int32_t(integer(j, "thinking_budget", ctx.reasoning_budget, -1, 1 << 30));
+    if (budget >= 0 && r.output.think) {
+      ThinkingBudget& tb = p.thinking;
+      tb.budget = budget;
+      tb.inside = r.output.start_in_think;
+      tb.open = ctx.tok->encode("<think>", false, true);
+      tb.end = ctx.tok->encode("</think>", false, true);
+      tb.force = ctx.tok->encode("\n</think>\n\n", false, true);
+    } else if (budget >= 0 && field(j, "thinking_budget")) {
+      throw ApiError(400, "thinking_budget: this model does not think in <think> (or --reasoning-parser none)",
+                     "thinking_budget");
+    }
+  }
   if (ctx.grammars) {
     p.grammar = parse_structured_output(j, ordered, *ctx.grammars);
     // tool_choice "required" or a named function: the output is held to the calls' form.

@@ -242,7 +242,8 @@ class OpenAIStream : public HttpStream {
       Acc& a = acc_[c];
       json ch = {{"index", c}};
       if (chat_) {
-        json msg = {{"role", "assistant"}, {"content", a.text.empty() && !a.calls.empty() ? json(nullptr) : json(a.text)}};
+        const bool no_answer = a.text.empty() && (!a.calls.empty() || !a.reasoning.empty());
+        json msg = {{"role", "assistant"}, {"content", no_answer ? json(nullptr) : json(a.text)}};
         if (req_.parse_output && req_.output.think) msg["reasoning_content"] = a.reasoning.empty() ? json(nullptr) : json(a.reasoning);
         else if (!a.reasoning.empty()) msg["reasoning_content"] = a.reasoning;
         if (!a.calls.empty()) {

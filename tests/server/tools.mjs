@@ -190,4 +190,22 @@ test("reasoning: <think> goes to reasoning_content, streamed (delta.reasoning_co
   assert.ok(off.usage.prompt_tokens > on.usage.prompt_tokens, "enable_thinking reaches the template");
 });
 
+test("thinking_budget: after that many thinking tokens the close is forced, and the answer follows", async () => {
+  // A bias makes the model write <think> (id 151667) at every step: the first opens the
+  // thinking, the next 5 are its budget, then `\n</think>\n\n` is forced, then the answer.
+  const body = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 12, temperature: 0,
+    logit_bias: { 151667: 100 }, thinking_budget: 5 };
+  const r = await client.chat.completions.create(body);
+  const m = r.choices[0].message;
+  assert.equal(m.reasoning_content, "<think>".repeat(5));
+  assert.equal(m.content, "<think>".repeat(3));
+  assert.equal(r.usage.completion_tokens, 12);
+  const unlimited = await client.chat.completions.create({ ...body, thinking_budget: -1 });
+  assert.equal(unlimited.choices[0].message.reasoning_content, "<think>".repeat(11));
+  assert.equal(unlimited.choices[0].message.content, null);
+  const bad = await raw(`${o.url}/v1/chat/completions`, { method: "POST", body: { ...body, thinking_budget: "x" } });
+  assert.equal(bad.status, 400);
+  assert.equal(JSON.parse(bad.text).error.param, "thinking_budget");
+});
+
 await run("tools");
