@@ -188,7 +188,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   if (perf::trace_on())
     perf::trace_req_begin(id, perf::trace_clock_ns(),
                           {{"prompt_tokens", raw->n_prompt}, {"max_tokens", p.max_tokens}, {"priority", p.priority}});
-  if (p.max_tokens == 0) {
+  if (p.max_tokens == 0 && p.prompt_logprobs < 0) {
     raw->status = SeqStatus::Finished;
     raw->finish_reason = "length";
     --n_unfinished_;
@@ -270,6 +270,7 @@ RequestOutput Engine::output(int64_t id) const {
   o.margins = s->margins;
   o.logits = s->logits;
   o.logprobs = s->logprobs;
+  o.prompt_logprobs = s->prompt_logprobs;
   o.stats = request_stats(id);
   return o;
 }
@@ -321,6 +322,7 @@ std::vector<TokenEvent> Engine::step() {
   }
   const auto t0 = Clock::now();
   const std::span<const float> logits = execute(so);
+  score_prompts(so, logits);
   const Sampled sampled = sample(so, logits);
   perf::TraceScope post("postprocess", "engine");
   StepTally tally;
@@ -379,7 +381,7 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
     perf::trace_batch(int32_t(so.chunks.size()), n_decodes);
   }
   const int64_t t0 = tr ? perf::trace_clock_ns() : 0;
-  const std::span<const float> logits = runner_->run(so.chunks, rows_);
+  const std::span<const float> logits = runner_->run(so.chunks, rows_, prompt_rows_);
   if (tr) {
     const int64_t t1 = perf::trace_clock_ns();
     perf::trace_batch(-1, 0);  // a forward run outside a step does not inherit this shape
@@ -714,6 +716,28 @@ int32_t Engine::sample_chunk(const ScheduledChunk& c, const float* logits, int32
   return n;
 }
 
+// The logprob of each prompt token a scored chunk's rows predict (row k: position
+// n_computed + k, predicting the token after it), in order, once: after a preemption the
+// positions already scored are not scored again. Rows in parallel on the pool.
+void Engine::score_prompts(const SchedulerOutput& so, std::span<const float> logits) {
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  const int32_t n_text = tok_ ? std::min(tok_->n_vocab(), n_vocab) : n_vocab;  // padded rows are no tokens
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    if (prompt_rows_[i] < 0) continue;
+    Sequence* s = so.chunks[i].seq;
+    const int32_t pos0 = s->n_computed, first = int32_t(s->prompt_logprobs.size()) + 1;  // first position to score
+    const int32_t lo = std::max(pos0 + 1, first), hi = std::min(pos0 + so.chunks[i].n_tokens, s->n_prompt - 1) + 1;
+    if (lo >= hi) continue;
+    const size_t at = s->prompt_logprobs.size();
+    s->prompt_logprobs.resize(at + size_t(hi - lo));
+    pool_.run(hi - lo, [&](int64_t k, int) {
+      const int32_t p = lo + int32_t(k);  // the token at position p, from the row of position p - 1
+      const float* row = logits.data() + int64_t(prompt_rows_[i] + (p - 1 - pos0)) * n_vocab;
+      s->prompt_logprobs[at + size_t(k)] = token_logprobs(row, n_text, s->tokens[size_t(p)], s->params.prompt_logprobs);
+    });
+  }
+}
+
 // Every chunk in parallel on the pool: each touches only its own sequence (its sampler,
 // RNG and outputs) and its thread's raw_ row, so the result is the serial loop's.
 Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float> logits) {
@@ -721,10 +745,14 @@ Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float>
   const int32_t n_vocab = model_.hparams().n_vocab;
   Sampled r;
   r.count.assign(so.chunks.size(), 0);
-  int64_t n_rows = 0, n_verify = 0;
+  // tokens is indexed like the logit rows (rows_), which a scored prompt's rows also take.
+  int64_t n_rows = 0, n_verify = 0, n_slots = 0;
   for (size_t i = 0; i < so.chunks.size(); ++i)
-    if (rows_[i] >= 0) n_rows += 1 + so.chunks[i].n_draft, n_verify += so.chunks[i].n_draft > 0;
-  r.tokens.assign(size_t(n_rows), -1);
+    if (rows_[i] >= 0) {
+      n_rows += 1 + so.chunks[i].n_draft, n_verify += so.chunks[i].n_draft > 0;
+      n_slots = std::max<int64_t>(n_slots, rows_[i] + 1 + so.chunks[i].n_draft);
+    }
+  r.tokens.assign(size_t(n_slots), -1);
   perf::OpProfile& prof = runner_->profile();
   const auto t0 = prof.timing ? Clock::now() : Clock::time_point{};
   raw_.resize(size_t(pool_.size()));
@@ -802,6 +830,12 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
       continue;
     }
     if (s->n_generated() == 0) stats_.prefix_hit_tokens += s->n_prefix_hit;
+    if (s->params.max_tokens == 0) {  // scored its prompt (prompt_logprobs); generates nothing
+      finish(s, "length");
+      ++t.n_finished;
+      events.push_back({s->id, -1, true, std::string_view(s->finish_reason), nullptr});
+      continue;
+    }
     const size_t first_lp = s->logprobs.size() - (s->params.logprobs >= 0 ? size_t(n) : 0);
     for (int32_t j = 0; j < n; ++j) {
       const int32_t tok = sampled.tokens[size_t(rows_[i] + j)];

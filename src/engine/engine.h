@@ -61,6 +61,7 @@ struct RequestOutput {
   std::vector<float> margins;           // top-2 logit margin of each step
   std::vector<float> logits;            // [tokens][n_vocab] when captured
   std::vector<TokenLogprobs> logprobs;  // [tokens] when asked for
+  std::vector<TokenLogprobs> prompt_logprobs;  // [prompt tokens - 1] when asked for (params.prompt_logprobs)
   RequestStats stats;
 };
 
@@ -180,6 +181,7 @@ class Engine {
   static constexpr int32_t kMaxJump = 16;  // forced tokens run in one step, at most
   void move_kv(const SchedulerOutput& so);
   std::span<const float> execute(const SchedulerOutput& so);
+  void score_prompts(const SchedulerOutput& so, std::span<const float> logits);
   Sampled sample(const SchedulerOutput& so, std::span<const float> logits);
   std::vector<TokenEvent> postprocess(const SchedulerOutput& so, const Sampled& sampled, StepTally& t);
   void account(const SchedulerOutput& so, const StepTally& t, double seconds);
@@ -228,6 +230,7 @@ class Engine {
   double propose_s_ = 0;        // of this step
   EngineStats stats_;
   std::vector<int32_t> rows_;
+  std::vector<int32_t> prompt_rows_;  // [chunks] the first of a scored prompt chunk's rows, or -1
   std::vector<double> grammar_s_;          // per pool thread: this step's time in grammar masks and accepts
   std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs
 };

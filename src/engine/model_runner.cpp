@@ -57,10 +57,12 @@ ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& po
   fwd_ = std::make_unique<Forward>(m, *kv_, *backend_);
 }
 
-std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {
+std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows,
+                                        std::vector<int32_t>& prompt_rows) {
   batch_.tokens.clear();
   batch_.seqs.clear();
   rows.assign(chunks.size(), -1);
+  prompt_rows.assign(chunks.size(), -1);
   int32_t r = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ScheduledChunk& c = chunks[i];
@@ -75,8 +77,15 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
       continue;
     }
     const bool last = s.n_computed + c.n_tokens == int32_t(s.tokens.size());
-    batch_.add(std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(c.n_tokens)), s.n_computed,
-               s.blocks, last ? Logits::Last : Logits::None);
+    const std::span<const int32_t> toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(c.n_tokens));
+    if (s.needs_prompt_logits()) {  // a row per token: the prompt's logprobs
+      batch_.add(toks, s.n_computed, s.blocks, Logits::All);
+      prompt_rows[i] = r;
+      r += c.n_tokens;
+      if (last) rows[i] = r - 1;
+      continue;
+    }
+    batch_.add(toks, s.n_computed, s.blocks, last ? Logits::Last : Logits::None);
     if (last) rows[i] = r++;
   }
   return fwd_->run(batch_);

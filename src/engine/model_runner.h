@@ -25,8 +25,14 @@ class ModelRunner {
   ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool);
 
   // rows[i] = index of chunk i's logit row (its first: a chunk with drafts has one per
-  // token), or -1.
-  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows);
+  // token), or -1. prompt_rows[i] = the first of a row per token of a prompt chunk that
+  // is being scored (Sequence::needs_prompt_logits), or -1; its last row is rows[i] when
+  // the chunk ends the prompt.
+  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows,
+                             std::vector<int32_t>& prompt_rows);
+  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {
+    return run(chunks, rows, prompt_rows_);
+  }
 
   // The KV pool's bytes: cfg.kv_cache_bytes, else cfg.mem_fraction of the memory left
   // besides the weights still read through their mapping (mapped_bytes).
@@ -46,6 +52,7 @@ class ModelRunner {
   std::unique_ptr<Forward> fwd_;
   Batch batch_;
   std::vector<int32_t> spec_;  // a verified chunk's tokens (batch_.add copies them)
+  std::vector<int32_t> prompt_rows_;  // run() without prompt_rows: scratch
 };
 
 }  // namespace ridge

@@ -156,6 +156,7 @@ TokenLogprobs token_logprobs(const float* logits, int32_t n, int32_t chosen, int
   };
   TokenLogprobs out;
   out.logprob = lp(chosen);
+  for (int32_t i = 0; i < n; ++i) out.rank += logits[i] > logits[chosen];
   k = std::min(k, n);
   if (k > 0) {
     std::vector<int32_t> ids(static_cast<size_t>(n));

@@ -53,6 +53,7 @@ class Sampler {
 // penalties, bias and temperature, as vLLM reports them by default).
 struct TokenLogprobs {
   float logprob = 0;                          // of the chosen token
+  int32_t rank = 1;                           // 1 + the tokens more likely than it
   std::vector<std::pair<int32_t, float>> top; // the k most likely (id, logprob), most likely first
 };
 // log-softmax of logits[n] at `chosen`, plus the top k; ties in the top k by lower id.

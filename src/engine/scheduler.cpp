@@ -172,6 +172,11 @@ bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std
   }
 }
 
+// The most tokens of s one step may run.
+static int64_t chunk_cap(const Sequence& s) {
+  return s.needs_prompt_logits() ? std::min(s.pending(), kPromptLogitsChunk) : s.pending();
+}
+
 SchedulerOutput Scheduler::schedule() {
   ++step_;
   swap_reserved_ = 0;
@@ -187,7 +192,7 @@ SchedulerOutput Scheduler::schedule() {
   });
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
-    const int64_t n = std::min<int64_t>(s->pending(), budget);
+    const int64_t n = std::min<int64_t>(chunk_cap(*s), budget);
     if (!reserve(s, s->n_computed + n, out, scheduled)) continue;  // s was preempted: same index
     if (perf::trace_on() && !(n == 1 && s->n_generated() > 0))  // prompt (or recompute) work, not a decode
       perf::trace_instant("chunk", "sched",
@@ -238,7 +243,7 @@ SchedulerOutput Scheduler::schedule() {
   for (; !swapped_blocked && admitted < waiting_.size() && budget > 0 && int32_t(running_.size()) < cfg_.max_num_seqs;
        ++admitted) {
     Sequence* s = waiting_[admitted];
-    if (radix_ && int32_t(s->tokens.size()) > bm_.block_size() && s->blocks.empty()) {
+    if (radix_ && int32_t(s->tokens.size()) > bm_.block_size() && s->blocks.empty() && !s->needs_prompt_logits()) {
       const uint64_t key = first_block_key(s);
       if (std::find(pending_first.begin(), pending_first.end(), key) != pending_first.end()) {
         if (perf::trace_on()) perf::trace_instant("defer", "sched", {{"req", s->id}, {"reason", "shared_first_block"}});
@@ -247,13 +252,13 @@ SchedulerOutput Scheduler::schedule() {
       }
       pending_first.push_back(key);
     }
-    if (radix_ && s->blocks.empty()) {
+    if (radix_ && s->blocks.empty() && !s->needs_prompt_logits()) {
       // Leave at least one token to compute: its logits give the next token.
       s->n_computed = radix_->match(s->tokens, int32_t(s->tokens.size()) - 1, s->blocks);
       s->n_prefix_hit = s->n_computed;
       s->n_inserted_blocks = int32_t(s->blocks.size());
     }
-    const int64_t n = std::min<int64_t>(s->pending(), budget);
+    const int64_t n = std::min<int64_t>(chunk_cap(*s), budget);
     const bool ok = make_room(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())) &&
                     bm_.reserve(s->blocks, s->n_computed + n);
     if (!ok) {  // no room without preempting running work: undo the match, wait

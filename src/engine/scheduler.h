@@ -9,6 +9,10 @@
 // No starvation: a waiting request's effective priority improves by one for every
 // `aging_steps` steps it has waited, so it eventually outranks any newer arrival.
 //
+// A request that asks for its prompt's logprobs is scored in the prefill: it skips the
+// prefix cache (a cached prefix has no logits) and its prompt runs in chunks of at most
+// kPromptLogitsChunk tokens (each token a logit row: n_vocab floats).
+//
 // The scheduler returns its decisions as data and never touches KV bytes: copying blocks
 // to and from the swap space is the engine's job.
 #pragma once
@@ -22,6 +26,8 @@
 #include "engine/sequence.h"
 
 namespace ridge {
+
+constexpr int32_t kPromptLogitsChunk = 256;
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;

@@ -37,6 +37,10 @@ struct RequestParams {
   bool capture_logits = false;   // keep each step's logits (tests)
   bool margins = false;          // record each step's top-2 logit margin (the oracle's tie check)
   int32_t logprobs = -1;         // >= 0: record each token's logprob and this many top alternatives
+  // >= 0: the logprob of every prompt token after the first (and this many alternatives),
+  // from logit rows of the prefill; the prefix cache is not consulted for such a request
+  // (a cached prefix has no logits). With max_tokens 0 the request ends after its prompt.
+  int32_t prompt_logprobs = -1;
   // Speculative decoding for this request: a method (None: off) and the most tokens
   // proposed per step; unset, the engine's configuration decides.
   std::optional<SpeculativeConfig> speculative;
@@ -73,6 +77,7 @@ struct Sequence {
   std::vector<float> margins;    // top-2 logit margin per generated token (params.margins)
   std::vector<float> logits;     // [generated][n_vocab] when params.capture_logits
   std::vector<TokenLogprobs> logprobs;  // [generated] when params.logprobs >= 0
+  std::vector<TokenLogprobs> prompt_logprobs;  // [n_prompt - 1]: prompt tokens 1.. (params.prompt_logprobs)
 
   // Speculative decoding: this step's proposal (the tokens after the pending one, run
   // with it and verified), the most to propose (0: the request does not speculate), the
@@ -103,6 +108,11 @@ struct Sequence {
   // recompute, prompt + generated) and then one per decode step.
   int32_t pending() const { return int32_t(tokens.size()) - n_computed; }
   bool finished() const { return status == SeqStatus::Finished; }
+  // Prompt positions still to be scored (params.prompt_logprobs): their prefill needs a
+  // logit row per token.
+  bool needs_prompt_logits() const {
+    return params.prompt_logprobs >= 0 && int32_t(prompt_logprobs.size()) < n_prompt - 1;
+  }
 };
 
 }  // namespace ridge

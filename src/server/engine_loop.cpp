@@ -22,6 +22,7 @@ struct EngineLoop::Active {
     std::unique_ptr<StreamDecoder> dec;
     std::unique_ptr<StopMatcher> stop;
     bool done = false;
+    bool prompt_scored = false;  // its prompt logprobs were handed to the job
     double last_token_s = 0;
   };
   std::shared_ptr<Job> job;
@@ -140,6 +141,28 @@ void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
     perf::trace_req_instant(ch.seq, "first_token", {{"ttft_ms", (now - a.job->arrival_s) * 1e3}});
   ch.last_token_s = now;
 
+  const ChoiceSpec& spec = a.job->choices[c];
+  if (spec.params.prompt_logprobs >= 0 && !ch.prompt_scored) {
+    ch.prompt_scored = true;
+    const Sequence* s = engine_.get(ch.seq);
+    std::vector<TokenOut> pl;
+    if (s) {
+      pl.reserve(s->prompt_logprobs.size());
+      for (size_t k = 0; k < s->prompt_logprobs.size(); ++k) {
+        const TokenLogprobs& t = s->prompt_logprobs[k];
+        pl.push_back({s->tokens[k + 1], t.logprob, t.top, t.rank});
+      }
+    }
+    std::lock_guard lk(a.job->mu);
+    ChoiceState& st = a.job->state[c];
+    st.prompt_logprobs = std::move(pl);
+    st.prompt_scored = true;
+  }
+  if (ev.token < 0) {  // the end of a request that generates nothing (it scored its prompt)
+    a.touched = true;
+    finish_choice(a, c, std::string(ev.finish_reason), false);
+    return;
+  }
   std::string text = ch.dec->push(ev.token);
   bool stopped = false;
   if (ch.stop) {

@@ -32,6 +32,7 @@ struct TokenOut {
   int32_t id;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;
+  int32_t rank = 0;  // 1 + the tokens more likely than it (0: not known)
 };
 
 struct ChoiceSpec {
@@ -45,6 +46,10 @@ struct ChoiceSpec {
 struct ChoiceState {
   std::string text;                // new text since the last take
   std::vector<TokenOut> tokens;    // new tokens since the last take (when logprobs are on)
+  // The prompt's tokens after the first, scored (params.prompt_logprobs), set once with
+  // the choice's first output.
+  std::vector<TokenOut> prompt_logprobs;
+  bool prompt_scored = false;
   bool finished = false;
   std::string finish_reason;       // "stop", "length", "abort"
   int32_t n_generated = 0;

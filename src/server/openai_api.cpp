@@ -508,8 +508,6 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   if (ep == Endpoint::Completions) {
     r.echo = boolean(j, "echo", false);
     r.logprobs = int32_t(integer(j, "logprobs", -1, 0, ctx.max_logprobs));
-    if (r.echo && r.logprobs >= 0)
-      throw ApiError(400, "echo together with logprobs (prompt logprobs) is not supported by ridge yet", "echo");
     parse_prompts(j, ctx, r);
   } else {
     const bool lp = boolean(j, "logprobs", false);
@@ -536,6 +534,10 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   p.ignore_eos = boolean(j, "ignore_eos", false);
   p.priority = int32_t(integer(j, "priority", 0, -1000000, 1000000));
   p.logprobs = r.logprobs;
+  // The prompt's logprobs: echo with logprobs (OpenAI's legacy completions), or vLLM's
+  // prompt_logprobs (the number of alternatives per prompt token).
+  r.prompt_logprobs = int32_t(integer(j, "prompt_logprobs", -1, 0, ctx.max_logprobs));
+  p.prompt_logprobs = std::max(r.prompt_logprobs, r.echo ? r.logprobs : -1);
   p.speculative = parse_speculative(j, ctx.speculative);
   // A budget on thinking tokens (Qwen's and SGLang's thinking_budget; the server's
   // --reasoning-budget by default), for a model that thinks in <think>...</think>.

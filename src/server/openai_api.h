@@ -63,6 +63,7 @@ struct ParsedRequest {
   int32_t n = 1;
   bool echo = false;
   int32_t logprobs = -1;            // completions: `logprobs`; chat: top_logprobs when logprobs
+  int32_t prompt_logprobs = -1;     // vLLM's prompt_logprobs (echo's prompt logprobs: `logprobs`)
   bool ridge_timings = false;       // attach the per-request attribution to the response
   std::vector<std::vector<int32_t>> prompts;   // [prompts][tokens]
   std::vector<std::string> prompt_texts;       // for echo: the text of each prompt

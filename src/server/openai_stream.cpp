@@ -2,6 +2,8 @@
 // in the completions and chat shapes (they differ in object names, delta vs message and
 // the logprobs layout).
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -109,7 +111,10 @@ class OpenAIStream : public HttpStream {
     std::unique_ptr<ChatOutputParser> parser;  // chat with tools or thinking (req_.parse_output)
     std::vector<TokenOut> tokens;
     size_t text_offset = 0;  // completions logprobs: where the next token's text starts
-    bool started = false;    // role (chat) or echo (completions) sent
+    bool started = false;    // role (chat) sent
+    bool echoed = false;     // completions: the prompt's text (echo) sent
+    bool prompt_lp_taken = false;
+    std::vector<TokenOut> prompt_lp;  // the prompt's tokens 1.., scored (non-streamed responses)
     bool final_sent = false;
     std::string finish_reason;
   };
@@ -123,7 +128,22 @@ class OpenAIStream : public HttpStream {
     st.text.clear();
     st.tokens.clear();
     job_->pending_bytes.store(0);
-    if (!a.started && !chat_ && req_.echo) text = req_.prompt_texts[c / size_t(req_.n)] + text;
+    // The prompt's logprobs come with the choice's first output (the loop sets them before
+    // any text); echo waits for them when they are asked for, so its text and its tokens'
+    // logprobs go out together.
+    const bool want_plp = req_.prompt_logprobs >= 0 || (req_.echo && req_.logprobs >= 0);
+    std::vector<TokenOut> plp;
+    bool plp_now = false;
+    if (want_plp && !a.prompt_lp_taken && (st.prompt_scored || st.finished)) {
+      plp = std::move(st.prompt_logprobs);
+      a.prompt_lp_taken = plp_now = true;
+    }
+    bool echo_now = false;
+    if (!chat_ && req_.echo && !a.echoed && (req_.logprobs < 0 || a.prompt_lp_taken)) {
+      text = req_.prompt_texts[c / size_t(req_.n)] + text;
+      a.echoed = echo_now = true;
+    }
+    const std::vector<int32_t>& prompt = req_.prompts[c / size_t(req_.n)];
     const bool finish_now = st.finished && !a.final_sent;
     OutputDelta d;
     if (chat_ && req_.parse_output) {
@@ -147,6 +167,7 @@ class OpenAIStream : public HttpStream {
     }
     if (!req_.stream) {
       a.started = true;
+      if (plp_now) a.prompt_lp = std::move(plp);
       a.text += d.content;
       a.reasoning += d.reasoning;
       a.tokens.insert(a.tokens.end(), std::make_move_iterator(toks.begin()), std::make_move_iterator(toks.end()));
@@ -159,8 +180,9 @@ class OpenAIStream : public HttpStream {
       emit(ch, out);
     }
     a.started = true;
-    if (!d.empty() || !toks.empty() || finish_now) {
+    if (!d.empty() || !toks.empty() || finish_now || plp_now) {
       json ch = {{"index", c}};
+      if (plp_now && req_.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(plp);
       if (chat_) {
         json delta = json::object();
         if (!d.content.empty() || (!a.parser && !(finish_now && toks.empty()))) delta["content"] = d.content;
@@ -185,7 +207,16 @@ class OpenAIStream : public HttpStream {
         ch["logprobs"] = req_.logprobs >= 0 && !toks.empty() ? chat_logprobs(toks) : json(nullptr);
       } else {
         ch["text"] = d.content;
-        ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(toks, a) : json(nullptr);
+        if (echo_now && req_.logprobs >= 0) {  // the prompt's tokens first, the first without a logprob
+          json lp = completion_logprobs(prompt_entries(prompt, plp), a);
+          a.text_offset = req_.prompt_texts[c / size_t(req_.n)].size();
+          json gen = completion_logprobs(toks, a);
+          for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+            for (auto& v : gen[k]) lp[k].push_back(std::move(v));
+          ch["logprobs"] = std::move(lp);
+        } else {
+          ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(toks, a) : json(nullptr);
+        }
       }
       ch["finish_reason"] = finish_now ? json(a.finish_reason) : json(nullptr);
       emit(ch, out);
@@ -257,16 +288,56 @@ class OpenAIStream : public HttpStream {
       } else {
         ch["text"] = a.text;
         Acc tmp;
+        json lp = json::object();
+        if (req_.echo && req_.logprobs >= 0) lp = completion_logprobs(prompt_entries(req_.prompts[c / size_t(req_.n)], a.prompt_lp), tmp);
         if (req_.echo) tmp.text_offset = req_.prompt_texts[c / size_t(req_.n)].size();
-        ch["logprobs"] = req_.logprobs >= 0 ? completion_logprobs(a.tokens, tmp) : json(nullptr);
+        if (req_.logprobs >= 0) {
+          json gen = completion_logprobs(a.tokens, tmp);
+          if (lp.empty()) lp = std::move(gen);
+          else
+            for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+              for (auto& v : gen[k]) lp[k].push_back(std::move(v));
+        }
+        ch["logprobs"] = req_.logprobs >= 0 ? std::move(lp) : json(nullptr);
+        if (req_.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(a.prompt_lp);
       }
       ch["finish_reason"] = a.finish_reason;
       choices.push_back(std::move(ch));
     }
     json r = {{"id", id_}, {"object", chat_ ? "chat.completion" : "text_completion"}, {"created", created_},
               {"model", ctx_.model_name}, {"choices", std::move(choices)}, {"usage", usage()}};
+    // vLLM puts a chat request's prompt logprobs beside its choices (one prompt for all).
+    if (chat_ && req_.prompt_logprobs >= 0 && !acc_.empty()) r["prompt_logprobs"] = vllm_prompt_logprobs(acc_[0].prompt_lp);
     if (req_.ridge_timings) r["ridge_timings"] = timings();
     return r;
+  }
+
+  // The prompt as logprob entries: its first token has none (logprob NaN marks it).
+  static std::vector<TokenOut> prompt_entries(const std::vector<int32_t>& prompt, const std::vector<TokenOut>& plp) {
+    std::vector<TokenOut> e;
+    if (prompt.empty()) return e;
+    e.push_back({prompt[0], std::numeric_limits<float>::quiet_NaN(), {}, 0});
+    e.insert(e.end(), plp.begin(), plp.end());
+    return e;
+  }
+
+  // vLLM's form: null for the first token, then {token id: {logprob, rank, decoded_token}}
+  // with the prompt's token and its most likely alternatives.
+  json vllm_prompt_logprobs(const std::vector<TokenOut>& plp) const {
+    json out = json::array({nullptr});
+    for (const TokenOut& t : plp) {
+      json m = json::object();
+      m[std::to_string(t.id)] = {{"logprob", finite_lp(t.logprob)}, {"rank", t.rank},
+                                 {"decoded_token", token_text(*ctx_.tok, t.id)}};
+      int32_t rank = 0;
+      for (auto [id, lp] : t.top) {
+        ++rank;
+        if (!m.contains(std::to_string(id)))
+          m[std::to_string(id)] = {{"logprob", finite_lp(lp)}, {"rank", rank}, {"decoded_token", token_text(*ctx_.tok, id)}};
+      }
+      out.push_back(std::move(m));
+    }
+    return out;
   }
 
   json bytes_of(const std::string& s) const {
@@ -295,6 +366,13 @@ class OpenAIStream : public HttpStream {
     for (const TokenOut& t : toks) {
       const std::string text = token_text(*ctx_.tok, t.id);
       tokens.push_back(text);
+      if (std::isnan(t.logprob)) {  // a prompt's first token: nothing came before it
+        lps.push_back(nullptr);
+        tops.push_back(nullptr);
+        offs.push_back(a.text_offset);
+        a.text_offset += text.size();
+        continue;
+      }
       lps.push_back(finite_lp(t.logprob));
       json top = json::object();
       for (auto [id, lp] : t.top) {
