@@ -14,7 +14,7 @@
 #   queue    the same model with --max-num-seqs 1 --max-waiting 2 (503 when full)
 #   qwen     random weights over the Qwen3 vocabulary with Qwen3's chat template (tools,
 #            <think>): tools.mjs, tool calling and reasoning_content
-# and five test programs:
+# and these test programs:
 #   1. e2e.mjs       the API on stories, invalid UTF-8 on spm, the full queue on queue
 #   2. load.mjs      on spm: 256 concurrent streams, then 100 clients that disconnect at
 #                    random points; KV blocks and engine invariants checked once idle
@@ -168,6 +168,8 @@ phase "e2e (openai client)" node tests/server/e2e.mjs --url "$STORIES_URL" --key
   --queue-url "$QUEUE_URL"
 stop_server queue
 
+phase "prompt logprobs: lm-eval-style multiple-choice scoring" node tests/server/mc_scoring.mjs --url "$STORIES_URL" \
+  --key "$KEY" --model stories
 phase "tools and reasoning (openai client)" node tests/server/tools.mjs --url "http://127.0.0.1:${PORT[qwen]}" --model qwen-random
 stop_server qwen
 
