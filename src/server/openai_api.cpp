@@ -614,7 +614,11 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
       const uint64_t base = seed ? uint64_t(seed->get<int64_t>()) : (uint64_t(rd()) << 32 | rd());
       c.params.sampling.seed = base + uint64_t(pi) * uint64_t(r.n) + uint64_t(k);
       c.stop = stop;
-      c.show_control = r.output.tools != ToolFormat::None;
+      // Formats whose markers are control tokens (Mistral's [TOOL_CALLS], harmony's
+      // channels, Llama's <|python_tag|>, DeepSeek's call markers in some conversions).
+      const ToolFormat tf = r.output.tools;
+      c.show_control = tf == ToolFormat::Mistral || tf == ToolFormat::Harmony || tf == ToolFormat::Llama3 ||
+                       tf == ToolFormat::DeepSeek;
       r.choices.push_back(std::move(c));
     }
   }

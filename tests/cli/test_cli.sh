@@ -169,6 +169,10 @@ expect_error "serve on a port out of range"     "--port.*70000"              "$R
 expect_error "serve on a host that is no IP"    "--host.*nowhere"            "$RIDGE" serve -m tiny.gguf --host nowhere --port 0 --kv-cache-memory 8M
 expect_error "serve a nonexistent model"        "no_such_model\.gguf"        "$RIDGE" serve -m no_such_model.gguf --port 0
 expect_error "serve a truncated model"          "trunc_data\.gguf"           "$RIDGE" serve -m trunc_data.gguf --port 0
+expect_error "serve with an unknown tool-call parser" "--tool-call-parser.*granite" "$RIDGE" serve -m tiny.gguf --port 0 --tool-call-parser granite
+expect_error "serve with an unknown reasoning parser" "--reasoning-parser.*o1"    "$RIDGE" serve -m tiny.gguf --port 0 --reasoning-parser o1
+expect_error "serve with a negative reasoning budget" "--reasoning-budget.*-2"    "$RIDGE" serve -m tiny.gguf --port 0 --reasoning-budget -2
+expect_error "mkmodel --ctx not a number"        "--ctx.*big"                 "$RIDGE" mkmodel --preset tiny --ctx big -o x.gguf
 expect_error "serve --max-model-len too large"  "--max-model-len"            "$RIDGE" serve -m tiny.gguf --port 0 --kv-cache-memory 8M --max-model-len 100000000
 expect_error "serve --chat-template missing"    "no_such\.jinja"             "$RIDGE" serve -m tiny.gguf --port 0 --chat-template no_such.jinja
 expect_error "serve with a bad --max-body-size" "--max-body-size"            "$RIDGE" serve -m tiny.gguf --port 0 --max-body-size lots

@@ -354,7 +354,7 @@ TEST_F(OpenAIApi, ToolsReachEachKindOfTemplate) {
   EXPECT_EQ(p.find("You can call these tools"), std::string::npos);
   EXPECT_EQ(r.output.tools, ToolFormat::Hermes);
   EXPECT_TRUE(r.output.think && !r.output.start_in_think);
-  EXPECT_TRUE(r.choices[0].show_control);
+  EXPECT_FALSE(r.choices[0].show_control);  // <tool_call> is an ordinary token of Qwen3's
   EXPECT_FALSE(r.choices[0].params.grammar);
   ParsedRequest off = parse(R"(, "chat_template_kwargs": {"enable_thinking": false})");
   EXPECT_TRUE(off.prompt_texts[0].ends_with("<think>\n\n</think>\n\n"));
@@ -379,6 +379,7 @@ TEST_F(OpenAIApi, ToolsReachEachKindOfTemplate) {
   EXPECT_NE(r.prompt_texts[0].find("<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}"),
             std::string::npos) << r.prompt_texts[0];
   EXPECT_EQ(r.output.tools, ToolFormat::DeepSeek);
+  EXPECT_TRUE(r.choices[0].show_control);
 
   // A template that knows nothing of tools.
   ctx_.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
