@@ -759,7 +759,8 @@ Engine::Sampled Engine::sample(const SchedulerOutput& so, std::span<const float>
   grammar_s_.assign(size_t(pool_.size()), 0.0);
   pool_.run(int64_t(so.chunks.size()), [&](int64_t task, int thread) {
     const size_t i = size_t(task);
-    if (rows_[i] < 0) return;
+    // A request of max_tokens 0 ran only to score its prompt: nothing is drawn.
+    if (rows_[i] < 0 || so.chunks[i].seq->params.max_tokens == 0) return;
     r.count[i] = sample_chunk(so.chunks[i], logits.data() + int64_t(rows_[i]) * n_vocab,
                               r.tokens.data() + rows_[i], thread);
   });

@@ -172,9 +172,10 @@ bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std
   }
 }
 
-// The most tokens of s one step may run.
-static int64_t chunk_cap(const Sequence& s) {
-  return s.needs_prompt_logits() ? std::min(s.pending(), kPromptLogitsChunk) : s.pending();
+// The most tokens of s this step may run: scored prompt tokens (a logit row each) share
+// kPromptLogitsChunk per step.
+static int64_t chunk_cap(const Sequence& s, int64_t scored_left) {
+  return s.needs_prompt_logits() ? std::min<int64_t>(s.pending(), scored_left) : s.pending();
 }
 
 SchedulerOutput Scheduler::schedule() {
@@ -182,6 +183,7 @@ SchedulerOutput Scheduler::schedule() {
   swap_reserved_ = 0;
   SchedulerOutput out;
   int64_t budget = cfg_.max_num_batched_tokens;
+  int64_t scored_left = kPromptLogitsChunk;
   std::vector<Sequence*> scheduled;
 
   // 1. Running sequences: decodes first, then unfinished prompt chunks, each best first
@@ -192,8 +194,13 @@ SchedulerOutput Scheduler::schedule() {
   });
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
-    const int64_t n = std::min<int64_t>(chunk_cap(*s), budget);
+    const int64_t n = std::min<int64_t>(chunk_cap(*s, scored_left), budget);
+    if (n == 0) {  // scored prompt rows are spent this step
+      ++i;
+      continue;
+    }
     if (!reserve(s, s->n_computed + n, out, scheduled)) continue;  // s was preempted: same index
+    if (s->needs_prompt_logits()) scored_left -= n;
     if (perf::trace_on() && !(n == 1 && s->n_generated() > 0))  // prompt (or recompute) work, not a decode
       perf::trace_instant("chunk", "sched",
                           {{"req", s->id}, {"tokens", n}, {"pos", s->n_computed},
@@ -258,7 +265,11 @@ SchedulerOutput Scheduler::schedule() {
       s->n_prefix_hit = s->n_computed;
       s->n_inserted_blocks = int32_t(s->blocks.size());
     }
-    const int64_t n = std::min<int64_t>(chunk_cap(*s), budget);
+    const int64_t n = std::min<int64_t>(chunk_cap(*s, scored_left), budget);
+    if (n == 0) {  // scored prompt rows are spent this step: it waits for the next
+      deferred.push_back(s);
+      continue;
+    }
     const bool ok = make_room(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())) &&
                     bm_.reserve(s->blocks, s->n_computed + n);
     if (!ok) {  // no room without preempting running work: undo the match, wait
@@ -282,6 +293,7 @@ SchedulerOutput Scheduler::schedule() {
     s->status = SeqStatus::Running;
     running_.push_back(s);
     out.chunks.push_back({s, int32_t(n)});
+    if (s->needs_prompt_logits()) scored_left -= n;
     budget -= n;
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + std::ptrdiff_t(admitted));

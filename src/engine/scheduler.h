@@ -10,8 +10,8 @@
 // `aging_steps` steps it has waited, so it eventually outranks any newer arrival.
 //
 // A request that asks for its prompt's logprobs is scored in the prefill: it skips the
-// prefix cache (a cached prefix has no logits) and its prompt runs in chunks of at most
-// kPromptLogitsChunk tokens (each token a logit row: n_vocab floats).
+// prefix cache (a cached prefix has no logits), and a step runs at most
+// kPromptLogitsChunk such prompt tokens in all (each token a logit row: n_vocab floats).
 //
 // The scheduler returns its decisions as data and never touches KV bytes: copying blocks
 // to and from the swap space is the engine's job.

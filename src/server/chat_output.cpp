@@ -101,6 +101,7 @@ class ChatOutputParser::Tools {
   virtual ~Tools() = default;
   virtual void feed(std::string_view text, bool final, OutputDelta& out) = 0;
   int32_t n_calls() const { return next_index_; }
+  void set_names(std::vector<std::string> names) { names_ = std::move(names); }
 
  protected:
   struct Call {
@@ -117,6 +118,10 @@ class ChatOutputParser::Tools {
     if (calls.size() <= k) calls.resize(k + 1);
     Call& c = calls[k];
     if (c.done || name.empty()) return;
+    if (!c.started && !names_.empty() && std::find(names_.begin(), names_.end(), name) == names_.end()) {
+      rejected_ = true;  // names no tool of the request: not a call
+      return;
+    }
     // Whitespace around the value is layout; inside, it goes out once text follows it.
     args = trim(args);
     if (!c.started) {
@@ -199,6 +204,10 @@ class ChatOutputParser::Tools {
       if (kend == std::string_view::npos) break;
       std::string key;
       decode_json_string(s.substr(i, kend - i), key);
+      if (key != "name" && key != "arguments" && key != "parameters" && key != "type" && key != "id") {
+        rejected_ = true;  // a call object has no other keys
+        break;
+      }
       i = skip_ws(s, kend);
       if (i >= s.size() || s[i] != ':') break;
       i = skip_ws(s, i + 1);
@@ -224,9 +233,11 @@ class ChatOutputParser::Tools {
   }
 
   bool after_call_ = false;
+  bool rejected_ = false;  // an object that is no call (another name, or not a call's keys)
 
  private:
   int32_t next_index_ = 0;
+  std::vector<std::string> names_;
 };
 
 namespace {
@@ -306,8 +317,13 @@ class JsonTools : public Tools {
     }
     const std::string_view region = std::string_view(raw_).substr(start_);
     const size_t stop = json_calls(calls_, region, final, out);
-    if (!final) return;
     const bool named = std::any_of(calls_.begin(), calls_.end(), [](const Call& c) { return c.started; });
+    if (rejected_ && !named) {  // an answer that happens to be JSON: it streams as content from here
+      mode_ = Mode::Content;
+      content(raw_, out);
+      return;
+    }
+    if (!final) return;
     if (!named) content(raw_, out);
     else if (!trim(region.substr(stop)).empty()) content(region.substr(stop), out);
   }
@@ -353,7 +369,12 @@ class MistralTools : public Tools {
     const size_t i = skip_ws(s, 0);
     if (i == s.size()) return;
     if (s[i] == '[') {
-      json_calls(calls_, s, final, out);
+      const size_t stop = json_calls(calls_, s, final, out);
+      if (!final) return;
+      if (std::none_of(calls_.begin(), calls_.end(), [](const Call& c) { return c.started; }))
+        content(std::string(kTag) + buf_, out);  // no call after all: the text as it was
+      else if (!trim(s.substr(stop)).empty())
+        content(s.substr(stop), out);
       return;
     }
     size_t pos = 0, k = 0;
@@ -362,7 +383,8 @@ class MistralTools : public Tools {
       if (s.substr(pos).starts_with(kTag)) pos = skip_ws(s, pos + kTag.size());
       const size_t a = s.find(kArgs, pos);
       if (a == npos) {
-        if (final && !trim(s.substr(pos)).empty() && calls_.size() <= k) content(s.substr(pos), out);
+        if (final && !trim(s.substr(pos)).empty() && calls_.size() <= k)
+          content(k == 0 ? std::string(kTag) + std::string(s) : std::string(s.substr(pos)), out);
         return;
       }
       std::string_view name = trim(s.substr(pos, a - pos));
@@ -586,6 +608,7 @@ ChatOutputParser::ChatOutputParser(OutputFormat f) : f_(std::move(f)) {
     case ToolFormat::Harmony: tools_ = std::make_unique<HarmonyTools>(); break;
     case ToolFormat::Named: tools_ = std::make_unique<NamedTools>(f_.named_tool); break;
   }
+  if (tools_) tools_->set_names(f_.tool_names);
   if (f_.tools == ToolFormat::Harmony) f_.think = false;  // its channels say what is thinking
   if (f_.think) think_ = f_.start_in_think ? Think::Inside : Think::Begin;
 }

@@ -27,7 +27,8 @@
 // Arguments are passed on as the model wrote them (the raw JSON text of the value, so
 // that a stream's fragments concatenate to the final string); a string value (a model
 // that wrote the arguments JSON-encoded) is decoded. A call whose body never yields a
-// name is not a call: its text, markers included, is content.
+// name, or names no tool of the request, is not a call: its text, markers included, is
+// content (so a JSON answer {"name": "Alice"} in the json format stays an answer).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,6 +65,7 @@ struct OutputDelta {
 struct OutputFormat {
   ToolFormat tools = ToolFormat::None;  // None: no tool calls are parsed
   std::string named_tool;               // ToolFormat::Named: the function
+  std::vector<std::string> tool_names;  // the request's tools: what names another is no call (empty: any)
   bool think = false;                   // split <think>...</think> into reasoning
   bool start_in_think = false;          // the prompt left the model inside <think>
 };

@@ -311,6 +311,7 @@ void parse_messages(const json& j, const ApiContext& ctx, ParsedRequest& r, cons
 // server's flags) the reasoning; the rendered prompt says whether thinking is open.
 OutputFormat output_format(const ApiContext& ctx, const ToolsRequest& tools, const std::string& prompt) {
   OutputFormat f;
+  f.tool_names = tools.names;
   if (tools.active()) {
     if (tools.choice == ToolsRequest::Choice::Named) {
       f.tools = ToolFormat::Named;
@@ -539,22 +540,6 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   r.prompt_logprobs = int32_t(integer(j, "prompt_logprobs", -1, 0, ctx.max_logprobs));
   p.prompt_logprobs = std::max(r.prompt_logprobs, r.echo ? r.logprobs : -1);
   p.speculative = parse_speculative(j, ctx.speculative);
-  // A budget on thinking tokens (Qwen's and SGLang's thinking_budget; the server's
-  // --reasoning-budget by default), for a model that thinks in <think>...</think>.
-  if (ep == Endpoint::Chat) {
-    const int32_t budget = int32_t(integer(j, "thinking_budget", ctx.reasoning_budget, -1, 1 << 30));
-    if (budget >= 0 && r.output.think) {
-      ThinkingBudget& tb = p.thinking;
-      tb.budget = budget;
-      tb.inside = r.output.start_in_think;
-      tb.open = ctx.tok->encode("<think>", false, true);
-      tb.end = ctx.tok->encode("</think>", false, true);
-      tb.force = ctx.tok->encode("\n</think>\n\n", false, true);
-    } else if (budget >= 0 && field(j, "thinking_budget")) {
-      throw ApiError(400, "thinking_budget: this model does not think in <think> (or --reasoning-parser none)",
-                     "thinking_budget");
-    }
-  }
   if (ctx.grammars) {
     p.grammar = parse_structured_output(j, ordered, *ctx.grammars);
     // tool_choice "required" or a named function: the output is held to the calls' form.
@@ -584,6 +569,25 @@ ParsedRequest parse_request_json(Endpoint ep, const json& j, const ApiContext& c
   } else if (const json* rf = field(j, "response_format");
              rf && !(rf->is_object() && rf->contains("type") && (*rf)["type"] == "text")) {
     throw ApiError(400, "response_format is not available here", "response_format");
+  }
+  // A grammar holds the output from its first token: a prompt that opened the thinking
+  // does not make that output reasoning (a grammar that writes <think> itself still does).
+  if (p.grammar) r.output.start_in_think = false;
+  // A budget on thinking tokens (Qwen's and SGLang's thinking_budget; the server's
+  // --reasoning-budget by default), for a model that thinks in <think>...</think>.
+  if (ep == Endpoint::Chat) {
+    const int32_t budget = int32_t(integer(j, "thinking_budget", ctx.reasoning_budget, -1, 1 << 30));
+    if (budget >= 0 && r.output.think) {
+      ThinkingBudget& tb = p.thinking;
+      tb.budget = budget;
+      tb.inside = r.output.start_in_think;
+      tb.open = ctx.tok->encode("<think>", false, true);
+      tb.end = ctx.tok->encode("</think>", false, true);
+      tb.force = ctx.tok->encode("\n</think>\n\n", false, true);
+    } else if (budget >= 0 && field(j, "thinking_budget")) {
+      throw ApiError(400, "thinking_budget: this model does not think in <think> (or --reasoning-parser none)",
+                     "thinking_budget");
+    }
   }
   if (const json* u = field(j, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");
   const json* seed = field(j, "seed");

@@ -151,6 +151,26 @@ TEST(ChatOutput, Llama3Json) {
   check(f, "{not a call}", R("{not a call}"));
 }
 
+// A JSON answer is not a call unless it names one of the request's tools; then it
+// streams as content from the moment that is certain.
+TEST(ChatOutput, OnlyTheRequestsToolsAreCalls) {
+  OutputFormat f = fmt(ToolFormat::Json);
+  f.tool_names = {"get_weather"};
+  check(f, R"({"name": "Alice", "age": 30})", R(R"({"name": "Alice", "age": 30})"));
+  check(f, R"({"city": "Paris", "name": "get_weather"})", R(R"({"city": "Paris", "name": "get_weather"})"));
+  check(f, R"([{"name": "get_weather", "parameters": {"city": "Oslo"}}])", R("", {{"get_weather", R"({"city": "Oslo"})"}}));
+  ChatOutputParser p(f);
+  EXPECT_EQ(p.feed(R"({"name": "Alice", "ag)").content, R"({"name": "Alice", "ag)") << "streams once the name says it";
+  OutputFormat h = fmt(ToolFormat::Hermes);
+  h.tool_names = {"get_weather"};
+  check(h, "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>",
+        R("<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>"));
+  OutputFormat m = fmt(ToolFormat::Mistral);
+  check(m, "[TOOL_CALLS][1, 2] and more", R("[TOOL_CALLS][1, 2] and more"));
+  check(m, R"([TOOL_CALLS][{"name": "a", "arguments": {}}] then text)", R("then text", {{"a", "{}"}}));  // layout after a call dropped
+  check(m, "[TOOL_CALLS]no args here", R("[TOOL_CALLS]no args here"));
+}
+
 TEST(ChatOutput, JsonRequiredForm) {
   const OutputFormat f = fmt(ToolFormat::Json);
   check(f, R"([{"name": "a", "parameters": {"x": "y"}}, {"name": "b", "parameters": {"n": -1.5e3}}])",

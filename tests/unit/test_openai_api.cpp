@@ -394,6 +394,18 @@ TEST_F(OpenAIApi, ToolsReachEachKindOfTemplate) {
   EXPECT_EQ(r.output.tools, ToolFormat::Json);
   EXPECT_FALSE(r.output.think);
 
+  // A template that opens the thinking in the prompt: a grammar's output (a forced call)
+  // starts outside it, and so does the thinking budget's count.
+  ctx_.chat_template = "{% for m in messages %}{{ m.content }}\n{% endfor %}<think>\n{# </think> #}";
+  ctx_.caps = probe_template(ctx_.chat_template, "", "");
+  EXPECT_TRUE(ctx_.caps.thinks);
+  r = parse(R"(, "thinking_budget": 5)");
+  EXPECT_TRUE(r.output.think && r.output.start_in_think);
+  EXPECT_TRUE(r.choices[0].params.thinking.inside);
+  r = parse(R"(, "tool_choice": "required", "thinking_budget": 5)");
+  EXPECT_FALSE(r.output.start_in_think);
+  EXPECT_FALSE(r.choices[0].params.thinking.inside);
+
   // tojson on the arguments: they go in as an object.
   ctx_.chat_template =
       "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}CALL {{ c.function.arguments | tojson }}"

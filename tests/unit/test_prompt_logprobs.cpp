@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -74,6 +75,7 @@ TEST(PromptLogprobs, EqualTheNextTokenLogprobsOfEachPrefix) {
     RequestParams rp = plain;
     rp.max_tokens = c.max_tokens;
     rp.prompt_logprobs = 3;
+    rp.logprobs = 1;
     // Batched beside a request that wants none (and does use the cache).
     const int64_t other = e.add_request(prompt, plain);
     const int64_t id = e.add_request(prompt, rp);
@@ -95,11 +97,45 @@ TEST(PromptLogprobs, EqualTheNextTokenLogprobsOfEachPrefix) {
       EXPECT_EQ(o.prompt_logprobs[p].rank == 1, o.prompt_logprobs[p].top[0].first == prompt[p + 1]);
     }
     EXPECT_EQ(o.tokens.size(), size_t(c.max_tokens));
+    EXPECT_EQ(o.logprobs.size(), size_t(c.max_tokens)) << "nothing is drawn for a request of max_tokens 0";
     EXPECT_EQ(std::string(o.stats.finish_reason), "length");
     // Scoring the prompt changes nothing about what follows it.
     if (c.max_tokens > 0) {
       EXPECT_EQ(o.tokens, e.output(other).tokens);
     }
+  }
+}
+
+// More scored prompt tokens than one step may run (kPromptLogitsChunk): they wait their turn.
+TEST(PromptLogprobs, ManyScoredPromptsShareTheStepsRows) {
+  RIDGE_REQUIRE_SHARED(path, "models/stories260K.gguf");
+  auto m = Model::load(path);
+  auto tok = Tokenizer::from_gguf(m->file());
+  const std::vector<int32_t> prompt = tok->encode("Once upon a time, there was a little dog. The dog was happy. It ran.", true);
+  const std::vector<float> ref = one_at_a_time(*m, *tok, prompt);
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.kv_cache_bytes = int64_t(16) << 20;
+  Engine e(*m, tok.get(), cfg);
+  std::vector<int64_t> ids;
+  const int n = int(2 * kPromptLogitsChunk / int32_t(prompt.size())) + 2;
+  for (int r = 0; r < n; ++r) {
+    RequestParams rp;
+    rp.max_tokens = 2;
+    rp.prompt_logprobs = 0;
+    ids.push_back(e.add_request(prompt, rp));
+  }
+  int64_t steps = 0;
+  while (e.has_work()) {
+    e.step();
+    e.check_invariants();
+    ++steps;
+  }
+  EXPECT_GE(steps, 4) << "the scored rows were spread over steps";
+  for (int64_t id : ids) {
+    const RequestOutput o = e.output(id);
+    ASSERT_EQ(o.prompt_logprobs.size(), ref.size());
+    for (size_t p = 0; p < ref.size(); ++p) EXPECT_NEAR(o.prompt_logprobs[p].logprob, ref[p], kTol);
   }
 }
 
