@@ -94,6 +94,19 @@ class Backend {
   // out[m][n] = silu(gate) * up.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
 
+  // Mixture of experts. moe_route: per row of logits[m][n_expert], the softmax over all
+  // experts, the k most likely (ties: the lower id) and their probabilities renormalized
+  // to sum to one, into the host arrays ids[m][k] and weights[m][k] (the forward groups
+  // the rows by expert on the host).
+  virtual void moe_route(const float* logits, int64_t m, int32_t n_expert, int32_t k, int32_t* ids,
+                         float* weights) = 0;
+  // y[i][n] = x[rows[i]][n].
+  virtual void gather_rows(const float* x, std::span<const int32_t> rows, int64_t n, float* y) = 0;
+  // out[t][n] = the sum over j = 0..k-1, in that order, of w[t][j] * y[idx[t][j]][n]
+  // (idx and w host arrays [m][k]): each row's experts' outputs, weighted.
+  virtual void moe_combine(const float* y, const int32_t* idx, const float* w, int64_t m, int32_t k, int64_t n,
+                           float* out) = 0;
+
   // y[m][w.n_out] = x[m][w.k] . W^T.
   virtual void matmul(const WeightView& w, const float* x, int64_t m, float* y) = 0;
   // Whether the fused weight w (several matrices' rows back to back) runs as one matmul

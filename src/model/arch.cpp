@@ -16,14 +16,14 @@
 namespace ridge {
 
 const ArchSpec* find_arch(std::string_view name) {
-  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3()})
+  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe()})
     if (name == a->name) return a;
   return nullptr;
 }
 
 std::string arch_names() {
   std::string s;
-  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3()}) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe()}) s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
 
@@ -69,6 +69,15 @@ kernels::WeightView TensorLoader::matrix(const std::string& name, int64_t k, int
   return {t.type, k, n_out, t.data};
 }
 
+std::vector<kernels::WeightView> TensorLoader::experts(const std::string& name, int64_t k, int64_t n_out,
+                                                       int64_t n_expert) {
+  const auto& t = need(name, {k, n_out, n_expert});
+  const int64_t slice = row_bytes(t.type, k) * n_out;
+  std::vector<kernels::WeightView> v;
+  for (int64_t e = 0; e < n_expert; ++e) v.push_back({t.type, k, n_out, t.data + e * slice});
+  return v;
+}
+
 std::vector<float> TensorLoader::vec(const std::string& name, int64_t n) {
   const auto& t = need(name, {n});
   std::vector<float> out(static_cast<size_t>(n));
@@ -78,7 +87,7 @@ std::vector<float> TensorLoader::vec(const std::string& name, int64_t n) {
   return out;
 }
 
-void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w) {
+void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dense_ffn) {
   w.tok_embd = ld.matrix("token_embd.weight", h.n_embd, h.n_vocab);
   w.output_norm = ld.vec("output_norm.weight", h.n_embd);
   if (ld.find("output.weight")) {
@@ -95,9 +104,17 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w) {
     L.wv = ld.matrix(p + "attn_v.weight", h.n_embd, h.n_kv_v());
     L.wo = ld.matrix(p + "attn_output.weight", h.n_attn_out(), h.n_embd);
     L.ffn_norm = ld.vec(p + "ffn_norm.weight", h.n_embd);
-    L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
-    L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
-    L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+    if (dense_ffn) {
+      L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
+      L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
+      L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+      return;
+    }
+    if (h.n_expert <= 0) fail("{}: {}.expert_count is missing: a mixture of experts needs it", ld.file().name(), h.arch);
+    L.router = ld.matrix(p + "ffn_gate_inp.weight", h.n_embd, h.n_expert);
+    L.gate_exps = ld.experts(p + "ffn_gate_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
+    L.up_exps = ld.experts(p + "ffn_up_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
+    L.down_exps = ld.experts(p + "ffn_down_exps.weight", h.n_ff_exp, h.n_embd, h.n_expert);
   });
 }
 

@@ -33,6 +33,8 @@ class TensorLoader {
   // [n_out][k] in its stored type, in place in the mapping. Throws ridge::Error naming
   // the tensor when it is missing, misshapen or of a type ridge cannot compute with.
   kernels::WeightView matrix(const std::string& name, int64_t k, int64_t n_out);
+  // [n_expert][n_out][k]: one [n_out][k] matrix per expert, each a view into the tensor.
+  std::vector<kernels::WeightView> experts(const std::string& name, int64_t k, int64_t n_out, int64_t n_expert);
   // [n] as f32.
   std::vector<float> vec(const std::string& name, int64_t n);
 
@@ -53,12 +55,15 @@ struct ArchSpec {
   bool qk_norm;     // per-head RMSNorm of q and k before RoPE (attn_q_norm / attn_k_norm)
   // Reads the architecture's tensors into w; h is complete, n_vocab included.
   void (*load)(TensorLoader& ld, const HParams& h, Weights& w);
+  // The FFN is a mixture of experts (router ffn_gate_inp, experts ffn_*_exps; model/moe.h).
+  bool moe = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
 // output_norm, output (tied to token_embd when absent), and per layer attn_norm,
-// attn_q/k/v, attn_output, ffn_norm, ffn_gate/up/down.
-void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w);
+// attn_q/k/v, attn_output, ffn_norm, ffn_gate/up/down (dense_ffn; without it, a mixture
+// of experts' ffn_gate_inp and ffn_gate/up/down_exps instead).
+void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dense_ffn = true);
 // fn(layer, "blk.N.") for every layer of w (sized by load_llama_family): the GGUF prefix
 // of a layer's tensor names, spelled in one place.
 void for_each_layer(const HParams& h, Weights& w, const std::function<void(LayerWeights&, const std::string&)>& fn);
@@ -66,6 +71,7 @@ void for_each_layer(const HParams& h, Weights& w, const std::function<void(Layer
 const ArchSpec& arch_llama();
 const ArchSpec& arch_qwen2();
 const ArchSpec& arch_qwen3();
+const ArchSpec& arch_qwen3moe();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 std::string arch_names();                          // "llama, qwen2, qwen3"
 

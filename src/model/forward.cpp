@@ -190,6 +190,7 @@ void Forward::attention_block(int32_t il) {
 }
 
 void Forward::ffn_block(int32_t il) {
+  if (m_.arch().moe) return moe_ffn_block(il);
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   float* gate = ffn_gate_.reserve(T * F);
@@ -218,6 +219,87 @@ void Forward::ffn_block(int32_t il) {
        [&] { be_.swiglu(gate, up, act, T, F); });
     op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] { be_.matmul(L.w_down, act, T, out); });
   }
+  ffn_residual(il, out);
+}
+
+void Forward::moe_ffn_block(int32_t il) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd, F = h_.n_ff_exp;
+  const int32_t NE = h_.n_expert, K = h_.n_expert_used;
+  const int64_t R = T * K;
+  RIDGE_CHECK(!residual_, "a residual add was left to a mixture of experts' norm");
+  float* xn = ffn_norm_.reserve(T * E);
+  op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
+     [&] { be_.rms_norm(x_.data(), L.ffn_norm.data(), xn, T, E, h_.rms_eps); });
+
+  // The router and each token's top-k.
+  float* logits = moe_logits_.reserve(T * NE);
+  moe_ids_.resize(size_t(R));
+  moe_w_.resize(size_t(R));
+  op(perf::Op::FfnRouter, perf::matmul_class(L.router.type), il, perf::matmul_cost(T, E, NE, L.router.type), [&] {
+    be_.matmul(L.router, xn, T, logits);
+    be_.moe_route(logits, T, NE, K, moe_ids_.data(), moe_w_.data());
+  });
+
+  // Rows grouped by expert, in (token, slot) order within each group.
+  moe_count_.assign(size_t(NE), 0);
+  for (int64_t r = 0; r < R; ++r) ++moe_count_[size_t(moe_ids_[size_t(r)])];
+  std::vector<int32_t> start(size_t(NE) + 1, 0);
+  for (int32_t e = 0; e < NE; ++e) start[size_t(e) + 1] = start[size_t(e)] + moe_count_[size_t(e)];
+  moe_row_.resize(size_t(R));
+  moe_src_.resize(size_t(R));
+  {
+    std::vector<int32_t> fill(start.begin(), start.end() - 1);
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t at = fill[size_t(moe_ids_[size_t(r)])]++;
+      moe_row_[size_t(r)] = at;
+      moe_src_[size_t(at)] = int32_t(r / K);
+    }
+  }
+  float* xg = moe_x_.reserve(R * E);
+  float* g = moe_gate_.reserve(R * F);
+  float* u = moe_up_.reserve(R * F);
+  float* y = moe_y_.reserve(R * E);
+  const perf::OpCost mix{2.0 * double(R) * double(E), 4.0 * double(2 * R * E + 2 * T * E)};
+  op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, {0.0, 8.0 * double(R * E)},
+     [&] { be_.gather_rows(xn, moe_src_, E, xg); });
+
+  // Each active expert once over its rows: only their weights are read.
+  perf::OpCost gu{}, dc{};
+  for (int32_t e = 0; e < NE; ++e) {
+    const int64_t n = moe_count_[size_t(e)];
+    if (n == 0) continue;
+    const perf::OpCost a = perf::matmul_cost(n, E, F, L.gate_exps[size_t(e)].type),
+                       b = perf::matmul_cost(n, E, F, L.up_exps[size_t(e)].type),
+                       c = perf::matmul_cost(n, F, E, L.down_exps[size_t(e)].type);
+    gu.flops += a.flops + b.flops, gu.bytes += a.bytes + b.bytes;
+    dc.flops += c.flops, dc.bytes += c.bytes;
+  }
+  const DType wt = L.gate_exps[0].type;
+  op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
+    for (int32_t e = 0; e < NE; ++e) {
+      const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
+      if (n == 0) continue;
+      be_.matmul(L.gate_exps[size_t(e)], xg + r0 * E, n, g + r0 * F);
+      be_.matmul(L.up_exps[size_t(e)], xg + r0 * E, n, u + r0 * F);
+    }
+  });
+  float* act = moe_act_.reserve(R * F);
+  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] { be_.swiglu(g, u, act, R, F); });
+  op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
+    for (int32_t e = 0; e < NE; ++e) {
+      const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
+      if (n > 0) be_.matmul(L.down_exps[size_t(e)], act + r0 * F, n, y + r0 * E);
+    }
+  });
+  float* out = ffn_out_.reserve(T * E);
+  op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
+     [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
+  ffn_residual(il, out);
+}
+
+void Forward::ffn_residual(int32_t il, const float* out) {
+  const int64_t T = T_, E = h_.n_embd;
   const auto& layers = m_.weights().layers;
   if (il + 1 < h_.n_layer && be_.takes_rows(layers[size_t(il) + 1].wqkv)) {
     residual_ = out;  // the next layer's attention norm adds it

@@ -35,6 +35,12 @@ class Forward {
   void validate(const Batch& b) const;
   void attention_block(int32_t il);
   void ffn_block(int32_t il);
+  // A mixture of experts in place of the FFN: route each token to its top-k experts, run
+  // each active expert once over the rows routed to it (decode reads only the active
+  // experts' weights), and weight their outputs back per token, in the token's slot order.
+  void moe_ffn_block(int32_t il);
+  // After the FFN's output: the residual add, or left to the next layer's norm.
+  void ffn_residual(int32_t il, const float* out);
   // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
   // when profiling or tracing, timing it.
   template <typename F>
@@ -78,6 +84,18 @@ class Forward {
   kernels::Activations ffn_up_{be_};      // [T][n_ff]
   kernels::Activations ffn_act_{be_};     // [T][n_ff] silu(gate) * up
   kernels::Activations ffn_out_{be_};     // [T][n_embd]
+  // Mixture of experts: R = T x n_expert_used (token, slot) rows, grouped by expert.
+  kernels::Activations moe_logits_{be_};  // [T][n_expert] router logits
+  kernels::Activations moe_x_{be_};       // [R][n_embd] the normed rows, gathered per expert
+  kernels::Activations moe_gate_{be_};    // [R][n_ff_exp]
+  kernels::Activations moe_up_{be_};      // [R][n_ff_exp]
+  kernels::Activations moe_act_{be_};     // [R][n_ff_exp]
+  kernels::Activations moe_y_{be_};       // [R][n_embd] each row's expert output
+  std::vector<int32_t> moe_ids_;          // [T][k] the experts of each token, host
+  std::vector<float> moe_w_;              // [T][k] their weights
+  std::vector<int32_t> moe_row_;          // [T][k] where (token, slot) sits among the R rows
+  std::vector<int32_t> moe_src_;          // [R] the token of each gathered row
+  std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab]
 };

@@ -24,6 +24,10 @@ struct HParams {
   float rope_freq_base = 10000.f;
   float rope_freq_scale = 1.f;  // 1 / rope.scaling.factor for linear scaling
   float rms_eps = 1e-5f;
+  // Mixture of experts ({arch}.expert_count, expert_used_count, expert_feed_forward_length):
+  // 0 experts for a dense model.
+  int32_t n_expert = 0, n_expert_used = 0;
+  int32_t n_ff_exp = 0;      // an expert's hidden width (else feed_forward_length)
 
   int32_t n_q() const { return n_head * head_dim_k; }     // width of q
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }

@@ -22,6 +22,7 @@ struct Preset {
   float rope_base, rms_eps;
   bool tied;
   bool llama3_rope;  // write rope_freqs.weight (Llama 3.1/3.2 scaling)
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts (0: dense)
 };
 
 // Shapes of the real models (config.json of each), vocabulary sizes included.
@@ -33,6 +34,10 @@ constexpr Preset kPresets[] = {
     {"llama3.2-1b", "llama", 128256, 131072, 2048, 16, 32, 8, 64, 8192, 500000.f, 1e-5f, true, true},
     {"qwen2.5-0.5b", "qwen2", 151936, 32768, 896, 24, 14, 2, 64, 4864, 1000000.f, 1e-6f, true, false},
     {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
+    // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
+    {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
+    {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
+     768},
 };
 
 const Preset& find_preset(const std::string& name) {
@@ -113,7 +118,11 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   const Preset& p = find_preset(opt.preset);
   const std::string arch_name = opt.arch.empty() ? p.arch : opt.arch;
   const ArchSpec* arch = find_arch(arch_name);
-  if (!arch) fail("unknown architecture '{}' (llama, qwen2, qwen3)", arch_name);
+  if (!arch) fail("unknown architecture '{}' ({})", arch_name, arch_names());
+  if (arch->moe && p.n_expert == 0)
+    fail("architecture {} is a mixture of experts: use a preset with experts (qwen3moe-tiny, qwen3-30b-a3b)", arch_name);
+  if (!arch->moe && p.n_expert > 0)
+    fail("preset {} is a mixture of experts: its architecture is {}, not {}", p.name, p.arch, arch_name);
   RIDGE_CHECK(quant::can_quantize(opt.dtype), "mkmodel cannot write dtype {}", dtype_name(opt.dtype));
 
   int32_t n_vocab = p.n_vocab, head_dim = p.head_dim;
@@ -137,6 +146,11 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   w.set_u32(a + "rope.dimension_count", uint32_t(head_dim));
   w.set_f32(a + "rope.freq_base", p.rope_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+  if (p.n_expert > 0) {
+    w.set_u32(a + "expert_count", uint32_t(p.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(p.n_ff_exp));
+  }
 
   std::unique_ptr<gguf::File> vocab;
   if (!opt.vocab_path.empty()) {
@@ -162,6 +176,26 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     w.add_tensor(name, t, {k, rows}, [=, &pool](uint8_t* dst) {
       const uint64_t ts = hash_str(name, seed * 0x9e3779b97f4a7c15ull + 1);
       pool.parallel_for(rows, 64, [&](int64_t lo, int64_t hi, int) {
+        std::vector<float> row(static_cast<size_t>(k));
+        for (int64_t r = lo; r < hi; ++r) {
+          Rng rng(ts ^ (uint64_t(r) * 0xd1b54a32d192ed03ull));
+          for (auto& v : row) v = float(rng.normal() * sd);
+          quant::quantize_row(t, row.data(), dst + r * rb, k);
+        }
+      });
+    });
+  };
+  // [n_mat][rows][k] of type t (f16 where k is no multiple of its block), each row as
+  // matrix() makes them.
+  auto matrix_as = [&](const std::string& name, DType t0, int64_t k, int64_t rows, int64_t n_mat, double gain) {
+    const DType t = k % dtype_info(t0).block_size == 0 ? t0 : DType::F16;
+    const int64_t rb = row_bytes(t, k), all = rows * n_mat;
+    const double sd = gain / std::sqrt(double(k));
+    std::vector<int64_t> shape{k, rows};
+    if (n_mat > 1) shape.push_back(n_mat);
+    w.add_tensor(name, t, shape, [=, &pool](uint8_t* dst) {
+      const uint64_t ts = hash_str(name, seed * 0x9e3779b97f4a7c15ull + 1);
+      pool.parallel_for(all, 64, [&](int64_t lo, int64_t hi, int) {
         std::vector<float> row(static_cast<size_t>(k));
         for (int64_t r = lo; r < hi; ++r) {
           Rng rng(ts ^ (uint64_t(r) * 0xd1b54a32d192ed03ull));
@@ -211,6 +245,15 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       vec(b + "attn_k_norm.weight", head_dim, 1.0, 0.1);
     }
     vec(b + "ffn_norm.weight", E, 1.0, 0.1);
+    if (p.n_expert > 0) {
+      // The router stays f32, as llama.cpp's converter and llama-quantize keep it; each
+      // expert tensor is [n_expert][rows][k], an expert's matrix after another's.
+      matrix_as(b + "ffn_gate_inp.weight", DType::F32, E, p.n_expert, 1, 2.0);
+      matrix_as(b + "ffn_gate_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_up_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_down_exps.weight", opt.dtype, p.n_ff_exp, E, p.n_expert, 1.0);
+      continue;
+    }
     matrix(b + "ffn_gate.weight", E, p.n_ff, 1.0);
     matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
     matrix(b + "ffn_down.weight", p.n_ff, E, 1.0);

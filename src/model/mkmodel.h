@@ -16,8 +16,8 @@ struct MkModelOptions {
   uint64_t seed = 42;
   std::string vocab_path;      // copy tokenizer.* from this GGUF; empty: synthetic SPM vocab
   int32_t layers = 0;          // override the preset's layer count (0: keep)
-  int32_t ctx = 0;             // override the preset's context length (0: keep)
   int threads = 0;
+  int32_t ctx = 0;             // override the preset's context length (0: keep)
 };
 
 std::vector<std::string> mkmodel_presets();

@@ -49,8 +49,11 @@ void Model::note_live_ranges() {
   // matrix without panels is multiplied from the file.
   std::vector<const kernels::WeightView*> views{&w_.tok_embd};
   if (!w_.tied_output) views.push_back(&w_.output);
-  for (const auto& L : w_.layers)
-    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) views.push_back(v);
+  for (const auto& L : w_.layers) {
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) views.push_back(v);
+    for (const auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const auto& v : *e) views.push_back(&v);
+  }
   live_.clear();
   mapped_bytes_ = 0;
   for (const auto* v : views) {
@@ -74,8 +77,13 @@ void Model::pack_weights() {
   for (auto& L : w_.layers) {
     groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
     groups.push_back({{&L.wo}, nullptr});
-    groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
-    groups.push_back({{&L.w_down}, nullptr});
+    if (L.w_gate.data) {
+      groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
+      groups.push_back({{&L.w_down}, nullptr});
+    }
+    if (L.router.data) groups.push_back({{&L.router}, nullptr});
+    for (auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (auto& v : *e) groups.push_back({{&v}, nullptr});
   }
   auto align = [](int64_t n) { return (n + 63) / 64 * 64; };
   auto bytes = [](const kernels::WeightView* v) { return kernels::packed_bytes(v->type, v->k, v->n_out); };

@@ -21,6 +21,10 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;     // qwen3: [head_dim_k]
   std::vector<float> ffn_norm;           // [n_embd]
   kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff]
+  // Mixture of experts (ArchSpec::moe) in place of the three above: the router
+  // [n_expert][n_embd] and per expert [n_ff_exp][n_embd], [n_ff_exp][n_embd], [n_embd][n_ff_exp].
+  kernels::WeightView router;
+  std::vector<kernels::WeightView> gate_exps, up_exps, down_exps;
   // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
   // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
   kernels::WeightView wqkv, w_gate_up;

@@ -24,9 +24,11 @@ enum class Op : uint8_t {
   AttnOut,      // output projection wo
   AttnResidual, // x += attn_out
   FfnNorm,      // RMSNorm before the FFN
-  FfnGateUp,    // gate and up projections (fused when packed)
+  FfnRouter,    // a mixture of experts' router (ffn_gate_inp) and its top-k
+  FfnGateUp,    // gate and up projections (fused when packed; the active experts' under MoE)
   FfnAct,       // silu(gate) * up
   FfnDown,      // down projection
+  FfnMoeMix,    // the rows gathered per expert, and their outputs weighted back per token
   FfnResidual,  // x += ffn_out
   ResultNorm,   // final RMSNorm of the rows that need logits
   Output,       // the vocabulary head

@@ -56,6 +56,25 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
   done
 done
 
+# A mixture of experts (qwen3moe: 8 experts, 2 active, the router f32 as llama.cpp keeps
+# it), every dtype and a K-quant mix written by ridge quantize; one prompt each (the
+# architecture's attention is qwen3's, covered above).
+for dtype in f32 f16 bf16 q8_0 q4_0; do
+  m="$tmp/qwen3moe-$dtype.gguf"
+  "$ridge" mkmodel --preset qwen3moe-tiny --dtype "$dtype" --seed 11 -o "$m" 2>/dev/null || {
+    echo "FAIL mkmodel qwen3moe $dtype"; failn=$((failn + 1)); continue; }
+  margin=1e-3
+  case $dtype in bf16|q8_0|q4_0) margin=0.1 ;; esac
+  check "qwen3moe-tiny/$dtype \"${prompts[1]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" \
+    --prompt "${prompts[1]}" -n 40 --min-margin $margin
+done
+if "$ridge" quantize "$tmp/qwen3moe-f32.gguf" "$tmp/qwen3moe-q4_k_m.gguf" --type q4_k_m 2>/dev/null; then
+  check "qwen3moe-tiny/q4_k_m \"${prompts[0]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
+    --model "$tmp/qwen3moe-q4_k_m.gguf" --prompt "${prompts[0]}" -n 40 --min-margin 0.1
+else
+  echo "FAIL ridge quantize qwen3moe q4_k_m"; failn=$((failn + 1))
+fi
+
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
 # (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
 # llama2 one, which convert writes as llama.cpp's "llama" tokenizer), laid out as Hugging

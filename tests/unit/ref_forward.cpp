@@ -69,12 +69,14 @@ struct HP {
   int64_t n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, head_dim_v, rope_dim;
   double rope_base, eps;
   bool neox;  // qwen2/qwen3 rotate halves; llama rotates adjacent pairs
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts
 };
 
 HP read_hp(const gguf::File& f) {
   HP h;
   h.arch = std::string(f.require_str("general.architecture"));
-  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3") bad("unknown architecture " + h.arch);
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe")
+    bad("unknown architecture " + h.arch);
   const std::string a = h.arch + ".";
   auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
   h.n_embd = u("embedding_length");
@@ -88,6 +90,11 @@ HP read_hp(const gguf::File& f) {
   h.rope_base = f.get_float(a + "rope.freq_base").value_or(10000.0);
   h.eps = f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
   h.neox = h.arch != "llama";
+  if (auto ne = f.get_uint(a + "expert_count"); ne && *ne > 0) {
+    h.n_expert = int64_t(*ne);
+    h.n_expert_used = u("expert_used_count");
+    h.n_ff_exp = int64_t(f.get_uint(a + "expert_feed_forward_length").value_or(uint64_t(h.n_ff)));
+  }
   // Linear / YaRN position scaling is not modelled here: refuse rather than differ.
   if (auto s = f.get_str(a + "rope.scaling.type"); s && *s != "none") bad("rope scaling is not supported");
   if (f.find(a + "rope.scale_linear")) bad("rope scaling is not supported");
@@ -200,8 +207,52 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
       for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
     }
 
-    // SwiGLU FFN: down(silu(gate(h)) * up(h)), into the residual.
     const Vec ffn_norm = load_vec(f, p + "ffn_norm.weight");  // [E]
+    if (h.n_expert > 0) {
+      // Mixture of experts: softmax over the router's logits, the top n_expert_used (ties:
+      // the lower id), their probabilities over their sum, each expert a SwiGLU.
+      const Mat router = load(f, p + "ffn_gate_inp.weight");  // [n_expert][E]
+      const Mat g_all = load(f, p + "ffn_gate_exps.weight");  // [n_expert * F][E]
+      const Mat u_all = load(f, p + "ffn_up_exps.weight");    // [n_expert * F][E]
+      const Mat d_all = load(f, p + "ffn_down_exps.weight");  // [n_expert * E][F]
+      const int64_t F = h.n_ff_exp, NE = h.n_expert;
+      for (int64_t t = 0; t < T; ++t) {
+        const Vec hn = rms_norm(x[size_t(t)], ffn_norm, h.eps);
+        const Vec lg = router.mul(hn);
+        const double mx = *std::max_element(lg.begin(), lg.end());
+        double z = 0;
+        for (double v : lg) z += std::exp(v - mx);
+        std::vector<int64_t> chosen;
+        double wsum = 0;
+        for (int64_t j = 0; j < h.n_expert_used; ++j) {
+          int64_t best = -1;
+          for (int64_t e = 0; e < NE; ++e)
+            if (std::find(chosen.begin(), chosen.end(), e) == chosen.end() && (best < 0 || lg[size_t(e)] > lg[size_t(best)]))
+              best = e;
+          chosen.push_back(best);
+          wsum += std::exp(lg[size_t(best)] - mx) / z;
+        }
+        for (int64_t e : chosen) {
+          const double we = std::exp(lg[size_t(e)] - mx) / z / wsum;
+          Vec a(static_cast<size_t>(F));
+          for (int64_t i = 0; i < F; ++i) {
+            double g = 0, up = 0;
+            for (int64_t c = 0; c < E; ++c) {
+              g += g_all.row(e * F + i)[c] * hn[size_t(c)];
+              up += u_all.row(e * F + i)[c] * hn[size_t(c)];
+            }
+            a[size_t(i)] = g / (1.0 + std::exp(-g)) * up;
+          }
+          for (int64_t i = 0; i < E; ++i) {
+            double d = 0;
+            for (int64_t c = 0; c < F; ++c) d += d_all.row(e * E + i)[c] * a[size_t(c)];
+            x[size_t(t)][size_t(i)] += we * d;
+          }
+        }
+      }
+      continue;
+    }
+    // SwiGLU FFN: down(silu(gate(h)) * up(h)), into the residual.
     const Mat w_gate = load(f, p + "ffn_gate.weight");        // [n_ff][E]
     const Mat w_up = load(f, p + "ffn_up.weight");            // [n_ff][E]
     const Mat w_down = load(f, p + "ffn_down.weight");        // [E][n_ff]

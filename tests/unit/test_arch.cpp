@@ -14,7 +14,7 @@ namespace {
 
 std::string made(const std::string& arch) {
   const std::string path = testing::TempDir() + "/arch-" + arch + ".gguf";
-  make_model({arch, "tiny", DType::F32, 11, "", 0, 2}, path);
+  make_model({arch, arch == "qwen3moe" ? "qwen3moe-tiny" : "tiny", DType::F32, 11, "", 0, 2}, path);
   return path;
 }
 
@@ -35,6 +35,23 @@ std::string without(const std::string& path, const std::string& drop) {
   return out;
 }
 
+// The file at `path` with the u32 metadata `key` set to v (or dropped when v < 0).
+std::string with_u32(const std::string& path, const std::string& key, int64_t v) {
+  auto f = gguf::File::open(path);
+  gguf::Writer w;
+  for (const auto& [k, val] : f->kv())
+    if (k != "general.alignment" && k != key) w.set_value(k, val);
+  if (v >= 0) w.set_u32(key, uint32_t(v));
+  for (const auto& t : f->tensors()) {
+    const gguf::TensorInfo* src = &t;
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                 [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
+  }
+  const std::string out = path + "." + key + ".gguf";
+  w.write(out);
+  return out;
+}
+
 std::string load_error(const std::string& path) {
   try {
     Model::load(path);
@@ -45,7 +62,7 @@ std::string load_error(const std::string& path) {
 }
 
 TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
-  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
     auto m = Model::load(made(name));
     EXPECT_STREQ(m->arch().name, name);
     EXPECT_EQ(&m->arch(), find_arch(name));
@@ -53,18 +70,38 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(!L.bq.empty(), m->arch().qkv_bias) << name;
     EXPECT_EQ(!L.bk.empty() && !L.bv.empty(), m->arch().qkv_bias) << name;
     EXPECT_EQ(!L.q_norm.empty() && !L.k_norm.empty(), m->arch().qk_norm) << name;
+    EXPECT_EQ(L.gate_exps.size(), m->arch().moe ? 8u : 0u) << name;
+    EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
   EXPECT_EQ(find_arch("gpt2"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe");
 }
 
 TEST(Arch, AnArchitecturesOwnTensorIsRequired) {
   for (const auto& [arch, tensor] : {std::pair{"qwen2", "blk.1.attn_k.bias"}, std::pair{"qwen3", "blk.0.attn_q_norm.weight"},
-                                     std::pair{"llama", "blk.1.ffn_up.weight"}}) {
+                                     std::pair{"llama", "blk.1.ffn_up.weight"},
+                                     std::pair{"qwen3moe", "blk.1.ffn_down_exps.weight"},
+                                     std::pair{"qwen3moe", "blk.0.ffn_gate_inp.weight"}}) {
     const std::string msg = load_error(without(made(arch), tensor));
     EXPECT_NE(msg.find(std::string("required tensor '") + tensor + "' is missing"), std::string::npos)
         << arch << ": " << msg;
   }
+}
+
+// A mixture of experts whose metadata disagrees with itself or with its tensors is
+// refused with the key or the tensor named.
+TEST(Arch, MixtureOfExpertsMetadataMustAgree) {
+  const std::string moe = made("qwen3moe");
+  std::string msg = load_error(with_u32(moe, "qwen3moe.expert_used_count", 9));
+  EXPECT_NE(msg.find("expert_used_count 9 is above expert_count 8"), std::string::npos) << msg;
+  msg = load_error(with_u32(moe, "qwen3moe.expert_used_count", 0));
+  EXPECT_NE(msg.find("expert_used_count"), std::string::npos) << msg;
+  msg = load_error(with_u32(moe, "qwen3moe.expert_count", 16));
+  EXPECT_NE(msg.find("tensor 'blk.0.ffn_gate_inp.weight' has shape"), std::string::npos) << msg;
+  msg = load_error(with_u32(moe, "qwen3moe.expert_feed_forward_length", 32));
+  EXPECT_NE(msg.find("tensor 'blk.0.ffn_gate_exps.weight' has shape"), std::string::npos) << msg;
+  msg = load_error(with_u32(moe, "qwen3moe.expert_count", -1));
+  EXPECT_NE(msg.find("qwen3moe.expert_count is missing"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -115,6 +115,13 @@ TEST(Engine, SixtyFourRandomPromptsMatchAloneOnRandomModel) {
   run_scenarios(*m, 12, 40);
 }
 
+TEST(Engine, SixtyFourRandomPromptsMatchAloneOnAMixtureOfExperts) {
+  const std::string path = testing::TempDir() + "/engine-qwen3moe.gguf";
+  make_model({"qwen3moe", "qwen3moe-tiny", DType::Q8_0, 3, "", 0, 2}, path);
+  auto m = Model::load(path);
+  run_scenarios(*m, 12, 40);
+}
+
 TEST(Engine, SixtyFourRandomPromptsMatchAloneOnStories260K) {
   RIDGE_REQUIRE_SHARED(path, "models/stories260K.gguf");
   auto m = Model::load(path);

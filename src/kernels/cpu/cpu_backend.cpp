@@ -59,6 +59,21 @@ class CpuBackend final : public Backend {
     rows(m, [&](int64_t t) { kernels::swiglu(gate + t * n, up + t * n, out + t * n, n); });
   }
 
+  void moe_route(const float* logits, int64_t m, int32_t n_expert, int32_t k, int32_t* ids, float* weights) override {
+    rows(m, [&](int64_t t) { kernels::moe_route_row(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k); });
+  }
+  void gather_rows(const float* x, std::span<const int32_t> r, int64_t n, float* y) override {
+    rows(int64_t(r.size()), [&](int64_t i) { std::copy(x + int64_t(r[size_t(i)]) * n, x + (int64_t(r[size_t(i)]) + 1) * n, y + i * n); });
+  }
+  void moe_combine(const float* y, const int32_t* idx, const float* w, int64_t m, int32_t k, int64_t n,
+                   float* out) override {
+    rows(m, [&](int64_t t) {
+      float* o = out + t * n;
+      std::fill(o, o + n, 0.0f);
+      for (int32_t j = 0; j < k; ++j) axpy_inplace(o, y + int64_t(idx[t * k + j]) * n, w[t * k + j], n);
+    });
+  }
+
   void matmul(const WeightView& w, const float* x, int64_t m, float* y) override { mm_.run(pool_, w, x, m, y); }
   bool fuses(const WeightView& w) const override { return w.packed && gemm_available(w.type); }
   void matmul_fused(const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs) override {

@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cpu.h"
@@ -68,6 +69,32 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 void add_inplace(float* x, const float* y, int64_t n) {
   if (active_isa() == Isa::Avx512) return detail::add_inplace_avx512(x, y, n);
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void axpy_inplace(float* x, const float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += a * y[i];
+}
+
+void moe_route_row(const float* logits, int32_t n_expert, int32_t k, int32_t* ids, float* weights) {
+  double mx = -INFINITY;
+  for (int32_t e = 0; e < n_expert; ++e) mx = std::max(mx, double(logits[e]));
+  double z = 0;
+  for (int32_t e = 0; e < n_expert; ++e) z += std::exp(double(logits[e]) - mx);
+  // Top k by logit (the softmax keeps the order), lower id first on ties: k small passes.
+  double sum = 0;
+  for (int32_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int32_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
+      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+    }
+    ids[j] = best;
+    weights[j] = float(std::exp(double(logits[best]) - mx) / z);
+    sum += weights[j];
+  }
+  const double norm = std::max(sum, 6.103515625e-5);  // llama.cpp's clamp
+  for (int32_t j = 0; j < k; ++j) weights[j] = float(weights[j] / norm);
 }
 
 }  // namespace ridge::kernels

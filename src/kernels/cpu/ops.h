@@ -27,5 +27,12 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
 // x[n] += y[n]
 void add_inplace(float* x, const float* y, int64_t n);
+// x[n] += a * y[n]
+void axpy_inplace(float* x, const float* y, float a, int64_t n);
+
+// A mixture of experts' router on one row of logits[n_expert]: softmax over all experts
+// (in double), the k most likely (ties: the lower id), their probabilities renormalized
+// to sum to one (llama.cpp's order: softmax, top-k, divide by the sum).
+void moe_route_row(const float* logits, int32_t n_expert, int32_t k, int32_t* ids, float* weights);
 
 }  // namespace ridge::kernels
