@@ -55,7 +55,9 @@ struct ArchSpec {
   bool qk_norm;     // per-head RMSNorm of q and k before RoPE (attn_q_norm / attn_k_norm)
   // Reads the architecture's tensors into w; h is complete, n_vocab included.
   void (*load)(TensorLoader& ld, const HParams& h, Weights& w);
-  // The FFN is a mixture of experts (router ffn_gate_inp, experts ffn_*_exps; model/moe.h).
+  // Always a mixture of experts (router ffn_gate_inp, experts ffn_*_exps); the llama
+  // family is one when its metadata counts experts (Mixtral). The forward asks
+  // HParams::moe().
   bool moe = false;
 };
 

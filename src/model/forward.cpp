@@ -190,7 +190,7 @@ void Forward::attention_block(int32_t il) {
 }
 
 void Forward::ffn_block(int32_t il) {
-  if (m_.arch().moe) return moe_ffn_block(il);
+  if (h_.moe()) return moe_ffn_block(il);
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   float* gate = ffn_gate_.reserve(T * F);

@@ -28,6 +28,7 @@ struct HParams {
   // 0 experts for a dense model.
   int32_t n_expert = 0, n_expert_used = 0;
   int32_t n_ff_exp = 0;      // an expert's hidden width (else feed_forward_length)
+  bool moe() const { return n_expert > 0; }
 
   int32_t n_q() const { return n_head * head_dim_k; }     // width of q
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }

@@ -38,6 +38,9 @@ constexpr Preset kPresets[] = {
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
     {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
      768},
+    // Mixtral: a llama with 8 experts of feed_forward_length, 2 active.
+    {"mixtral-tiny", "llama", 512, 256, 128, 2, 4, 2, 32, 128, 10000.f, 1e-5f, false, false, 8, 2, 128},
+    {"mixtral-8x7b", "llama", 32000, 32768, 4096, 32, 32, 8, 128, 14336, 1000000.f, 1e-5f, false, false, 8, 2, 14336},
 };
 
 const Preset& find_preset(const std::string& name) {
@@ -121,7 +124,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   if (!arch) fail("unknown architecture '{}' ({})", arch_name, arch_names());
   if (arch->moe && p.n_expert == 0)
     fail("architecture {} is a mixture of experts: use a preset with experts (qwen3moe-tiny, qwen3-30b-a3b)", arch_name);
-  if (!arch->moe && p.n_expert > 0)
+  if (p.n_expert > 0 && arch_name != p.arch)
     fail("preset {} is a mixture of experts: its architecture is {}, not {}", p.name, p.arch, arch_name);
   RIDGE_CHECK(quant::can_quantize(opt.dtype), "mkmodel cannot write dtype {}", dtype_name(opt.dtype));
 
@@ -149,7 +152,8 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   if (p.n_expert > 0) {
     w.set_u32(a + "expert_count", uint32_t(p.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
-    w.set_u32(a + "expert_feed_forward_length", uint32_t(p.n_ff_exp));
+    // llama.cpp's converter writes no expert width for Mixtral: it is feed_forward_length.
+    if (arch_name != "llama") w.set_u32(a + "expert_feed_forward_length", uint32_t(p.n_ff_exp));
   }
 
   std::unique_ptr<gguf::File> vocab;

@@ -56,9 +56,18 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny llama:tiny-llama3; do
   done
 done
 
-# A mixture of experts (qwen3moe: 8 experts, 2 active, the router f32 as llama.cpp keeps
-# it), every dtype and a K-quant mix written by ridge quantize; one prompt each (the
-# architecture's attention is qwen3's, covered above).
+# Mixtures of experts (Mixtral as a llama with experts; qwen3moe: 8 experts, 2 active, the
+# router f32 as llama.cpp keeps it), every dtype and a K-quant mix written by ridge
+# quantize; one prompt each (their attention is llama's and qwen3's, covered above).
+for dtype in f32 q8_0; do
+  m="$tmp/mixtral-$dtype.gguf"
+  "$ridge" mkmodel --preset mixtral-tiny --dtype "$dtype" --seed 11 -o "$m" 2>/dev/null || {
+    echo "FAIL mkmodel mixtral $dtype"; failn=$((failn + 1)); continue; }
+  margin=1e-3
+  [ $dtype = q8_0 ] && margin=0.1
+  check "mixtral-tiny/$dtype \"${prompts[0]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" \
+    --prompt "${prompts[0]}" -n 40 --min-margin $margin
+done
 for dtype in f32 f16 bf16 q8_0 q4_0; do
   m="$tmp/qwen3moe-$dtype.gguf"
   "$ridge" mkmodel --preset qwen3moe-tiny --dtype "$dtype" --seed 11 -o "$m" 2>/dev/null || {

@@ -126,7 +126,11 @@ class BatchInvariance : public testing::TestWithParam<std::tuple<std::string, DT
 TEST_P(BatchInvariance, EightPromptsAloneTogetherChunkedAndThreaded) {
   const auto [arch, dtype] = GetParam();
   const std::string path = testing::TempDir() + "/inv-" + arch + "-" + std::string(dtype_name(dtype)) + ".gguf";
-  make_model({arch, arch == "qwen3moe" ? "qwen3moe-tiny" : "tiny", dtype, 7, "", 0, 2}, path);
+  // "mixtral": the llama architecture with experts (mixtral-tiny).
+  const bool mixtral = arch == "mixtral";
+  make_model({mixtral ? "llama" : arch, mixtral ? "mixtral-tiny" : arch == "qwen3moe" ? "qwen3moe-tiny" : "tiny", dtype, 7, "",
+              0, 2},
+             path);
   auto m = Model::load(path);
   const auto prompts = eight_prompts();
   const auto together = run_prompts(*m, prompts, 2, 512);
@@ -143,7 +147,7 @@ TEST_P(BatchInvariance, EightPromptsAloneTogetherChunkedAndThreaded) {
 INSTANTIATE_TEST_SUITE_P(Archs, BatchInvariance,
                          testing::Values(std::make_tuple("llama", DType::F32), std::make_tuple("llama", DType::Q8_0),
                                          std::make_tuple("qwen2", DType::F16), std::make_tuple("qwen3", DType::Q4_0),
-                                         std::make_tuple("qwen3moe", DType::Q8_0)),
+                                         std::make_tuple("qwen3moe", DType::Q8_0), std::make_tuple("mixtral", DType::F16)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param)));
                          });
