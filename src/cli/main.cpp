@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "model/mkmodel.h"
 
 namespace {
 
@@ -141,6 +142,35 @@ The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
 RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.
 )";
 
+// `ridge CMD --help`: CMD's lines of the usage (its line and the indented ones under it).
+bool command_help(const std::string& cmd) {
+  const std::string_view u(kUsage);
+  const std::string head = "  " + cmd + " ";
+  size_t at = u.find("\n" + head);
+  if (at == std::string_view::npos) return false;
+  std::string out;
+  for (size_t i = at + 1; i < u.size();) {
+    const size_t e = u.find('\n', i);
+    const std::string_view line = u.substr(i, (e == std::string_view::npos ? u.size() : e) - i);
+    if (i != at + 1 && !line.starts_with("              ")) break;
+    out += std::string(line) + "\n";
+    if (e == std::string_view::npos) break;
+    i = e + 1;
+  }
+  std::fputs(("usage: ridge " + out.substr(2)).c_str(), stdout);
+  if (cmd == "mkmodel") {
+    std::fputs("presets (vocabulary, width, layers, heads q/kv, FFN width, experts):\n", stdout);
+    for (const std::string& p : ridge::mkmodel_presets()) {
+      const ridge::PresetDims d = ridge::preset_dims(p);
+      std::printf("  %-16s %7lld %5lld %3d %3d/%-3d %6lld %s\n", p.c_str(), static_cast<long long>(d.n_vocab),
+                  static_cast<long long>(d.n_embd), d.n_layer, int(d.n_head), int(d.n_head_kv),
+                  static_cast<long long>(d.n_ff), d.n_expert ? (std::to_string(d.n_expert_used) + " of " +
+                  std::to_string(d.n_expert) + " x " + std::to_string(d.n_ff_exp)).c_str() : "-");
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +179,12 @@ int main(int argc, char** argv) {
     return argc < 2 ? 1 : 0;
   }
   const std::string cmd = argv[1];
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      if (command_help(cmd)) return 0;
+      std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
+      return 1;
+    }
   // --quiet (any command): no progress lines. Taken here so every command accepts it.
   std::vector<std::string> rest;
   for (int i = 2; i < argc; ++i) {

@@ -146,6 +146,17 @@ expect_error "generate two constraints"          "at most one"                "$
 expect_error "generate --grammar-file missing"   "no_such\.gbnf"              "$RIDGE" generate -m tiny.gguf -p hi --grammar-file no_such.gbnf
 expect_ok    "generate --json-schema"                                       "$RIDGE" generate -m tiny.gguf -p hi -n 40 --temp 0 --json-schema '{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]}'
 expect_ok    "grammar gbnf --json-schema"                                   "$RIDGE" grammar gbnf --json-object
+expect_ok    "mkmodel --help"                                               "$RIDGE" mkmodel --help
+if grep -q "qwen3moe-tiny .* 2 of 8 x 64" "$TMP/out"; then
+  report "mkmodel --help lists the presets with their experts" ""
+else
+  report "mkmodel --help lists the presets with their experts" "no qwen3moe-tiny line"
+fi
+expect_error "help for no command"              "nope"                       "$RIDGE" nope --help
+expect_ok    "mkmodel a mixture of experts"                                 "$RIDGE" mkmodel --preset qwen3moe-tiny --dtype q4_0 -o moe.gguf
+expect_ok    "generate on a mixture of experts"                             "$RIDGE" generate -m moe.gguf -p hi -n 8 --temp 0
+expect_error "mkmodel experts on a dense architecture" "qwen3moe-tiny.*qwen3moe, not qwen3" "$RIDGE" mkmodel --preset qwen3moe-tiny --arch qwen3 -o x.gguf
+expect_error "mkmodel qwen3moe without experts" "mixture of experts"       "$RIDGE" mkmodel --preset tiny --arch qwen3moe -o x.gguf
 expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
 expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
 if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
