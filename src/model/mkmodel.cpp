@@ -171,26 +171,10 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
 
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   const uint64_t seed = opt.seed;
-  // A matrix [rows][k]: N(0, gain/sqrt(k)) so activations stay O(1) through the layers;
-  // rows are generated independently (seeded by tensor name and row) and in parallel.
-  auto matrix = [&](const std::string& name, int64_t k, int64_t rows, double gain) {
-    const DType t = k % dtype_info(opt.dtype).block_size == 0 ? opt.dtype : DType::F16;
-    const int64_t rb = row_bytes(t, k);
-    const double sd = gain / std::sqrt(double(k));
-    w.add_tensor(name, t, {k, rows}, [=, &pool](uint8_t* dst) {
-      const uint64_t ts = hash_str(name, seed * 0x9e3779b97f4a7c15ull + 1);
-      pool.parallel_for(rows, 64, [&](int64_t lo, int64_t hi, int) {
-        std::vector<float> row(static_cast<size_t>(k));
-        for (int64_t r = lo; r < hi; ++r) {
-          Rng rng(ts ^ (uint64_t(r) * 0xd1b54a32d192ed03ull));
-          for (auto& v : row) v = float(rng.normal() * sd);
-          quant::quantize_row(t, row.data(), dst + r * rb, k);
-        }
-      });
-    });
-  };
-  // [n_mat][rows][k] of type t (f16 where k is no multiple of its block), each row as
-  // matrix() makes them.
+  // A matrix [rows][k] (n_mat of them back to back, a 3-D tensor, when n_mat > 1) of type
+  // t0, f16 where k is no multiple of its block: N(0, gain/sqrt(k)) so activations stay
+  // O(1) through the layers; rows are generated independently (seeded by tensor name and
+  // row) and in parallel.
   auto matrix_as = [&](const std::string& name, DType t0, int64_t k, int64_t rows, int64_t n_mat, double gain) {
     const DType t = k % dtype_info(t0).block_size == 0 ? t0 : DType::F16;
     const int64_t rb = row_bytes(t, k), all = rows * n_mat;
@@ -208,6 +192,9 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
         }
       });
     });
+  };
+  auto matrix = [&](const std::string& name, int64_t k, int64_t rows, double gain) {
+    matrix_as(name, opt.dtype, k, rows, 1, gain);
   };
   auto vec = [&](const std::string& name, int64_t n, double mean, double sd) {
     std::vector<uint8_t> bytes(size_t(n) * 4);
