@@ -275,21 +275,36 @@ void Forward::moe_ffn_block(int32_t il) {
     gu.flops += a.flops + b.flops, gu.bytes += a.bytes + b.bytes;
     dc.flops += c.flops, dc.bytes += c.bytes;
   }
+  // An expert's gate and up run as one matmul where the backend fuses them (one pass of
+  // activation quantization for both), and SwiGLU runs inside down's where it takes the
+  // rows: per expert, two rounds of the thread pool instead of six.
   const DType wt = L.gate_exps[0].type;
   op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
       if (n == 0) continue;
-      be_.matmul(L.gate_exps[size_t(e)], xg + r0 * E, n, g + r0 * F);
-      be_.matmul(L.up_exps[size_t(e)], xg + r0 * E, n, u + r0 * F);
+      if (!L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[size_t(e)])) {
+        be_.matmul_fused(L.gate_up_exps[size_t(e)], xg + r0 * E, n, {{F, g + r0 * F}, {F, u + r0 * F}});
+      } else {
+        be_.matmul(L.gate_exps[size_t(e)], xg + r0 * E, n, g + r0 * F);
+        be_.matmul(L.up_exps[size_t(e)], xg + r0 * E, n, u + r0 * F);
+      }
     }
   });
-  float* act = moe_act_.reserve(R * F);
-  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] { be_.swiglu(g, u, act, R, F); });
+  const bool act_in_down = be_.takes_rows(L.down_exps[0]);
+  float* act = nullptr;
+  if (act_in_down) {
+    dc.flops += perf::swiglu_cost(R, F).flops;
+  } else {
+    act = moe_act_.reserve(R * F);
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] { be_.swiglu(g, u, act, R, F); });
+  }
   op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
-      if (n > 0) be_.matmul(L.down_exps[size_t(e)], act + r0 * F, n, y + r0 * E);
+      if (n == 0) continue;
+      if (act_in_down) be_.swiglu_matmul(L.down_exps[size_t(e)], g + r0 * F, u + r0 * F, n, y + r0 * E);
+      else be_.matmul(L.down_exps[size_t(e)], act + r0 * F, n, y + r0 * E);
     }
   });
   float* out = ffn_out_.reserve(T * E);

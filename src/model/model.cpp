@@ -82,8 +82,11 @@ void Model::pack_weights() {
       groups.push_back({{&L.w_down}, nullptr});
     }
     if (L.router.data) groups.push_back({{&L.router}, nullptr});
-    for (auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
-      for (auto& v : *e) groups.push_back({{&v}, nullptr});
+    L.gate_up_exps.assign(L.gate_exps.size(), {});
+    for (size_t e = 0; e < L.gate_exps.size(); ++e) {
+      groups.push_back({{&L.gate_exps[e], &L.up_exps[e]}, &L.gate_up_exps[e]});
+      groups.push_back({{&L.down_exps[e]}, nullptr});
+    }
   }
   auto align = [](int64_t n) { return (n + 63) / 64 * 64; };
   auto bytes = [](const kernels::WeightView* v) { return kernels::packed_bytes(v->type, v->k, v->n_out); };

@@ -25,6 +25,7 @@ struct LayerWeights {
   // [n_expert][n_embd] and per expert [n_ff_exp][n_embd], [n_ff_exp][n_embd], [n_embd][n_ff_exp].
   kernels::WeightView router;
   std::vector<kernels::WeightView> gate_exps, up_exps, down_exps;
+  std::vector<kernels::WeightView> gate_up_exps;  // packed-only: each expert's gate and up as one matmul
   // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
   // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
   kernels::WeightView wqkv, w_gate_up;
