@@ -109,6 +109,11 @@ class Backend {
 
   // y[m][w.n_out] = x[m][w.k] . W^T.
   virtual void matmul(const WeightView& w, const float* x, int64_t m, float* y) = 0;
+  // Whether matmul_grouped runs for weights like w (packed, of one type and width).
+  virtual bool groups(const WeightView& w) const = 0;
+  // Only where groups(w) for every item's weight: every item's matmul (GroupedMatmul) in
+  // one pass, the same bits as running them one by one.
+  virtual void matmul_grouped(std::span<const GroupedMatmul> items) = 0;
   // Whether the fused weight w (several matrices' rows back to back) runs as one matmul
   // here; where not, the forward runs its parts one by one.
   virtual bool fuses(const WeightView& w) const = 0;

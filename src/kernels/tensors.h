@@ -23,6 +23,19 @@ struct MatmulOut {
   float* y;
 };
 
+// One matmul of a group run in one pass (Backend::matmul_grouped: a mixture of experts'
+// active experts): y = x[m][w.k] . W^T into outs (split as a fused weight's), where x is
+// silu(gate) * up row by row when gate is set.
+struct GroupedMatmul {
+  const WeightView* w = nullptr;
+  const float* x = nullptr;
+  const float* gate = nullptr;  // [m][w.k], with up: x made row by row
+  const float* up = nullptr;
+  int64_t m = 0;
+  MatmulOut outs[2] = {};
+  int32_t n_outs = 1;
+};
+
 // Rotary embedding of the first rope_dim dims of each head vector. neox=false rotates
 // adjacent pairs (x[2i], x[2i+1]) as Llama does; neox=true rotates halves (x[i],
 // x[i+rope_dim/2]) as Qwen2/3 (GPT-NeoX) do. freq_factors (Llama 3.1 rope_freqs) divide

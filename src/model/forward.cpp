@@ -279,6 +279,33 @@ void Forward::moe_ffn_block(int32_t il) {
   // activation quantization for both), and SwiGLU runs inside down's where it takes the
   // rows: per expert, two rounds of the thread pool instead of six.
   const DType wt = L.gate_exps[0].type;
+  // Where the backend groups them, all active experts' matmuls run in one pass each for
+  // gate/up and for down (the same bits; a decode's 8 experts are 16 small matrices).
+  const bool fused_gu = !L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[0]);
+  const bool grouped = fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
+  if (grouped) {
+    moe_gu_items_.clear();
+    moe_down_items_.clear();
+    for (int32_t e = 0; e < NE; ++e) {
+      const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
+      if (n == 0) continue;
+      kernels::GroupedMatmul a;
+      a.w = &L.gate_up_exps[size_t(e)], a.x = xg + r0 * E, a.m = n, a.n_outs = 2;
+      a.outs[0] = {F, g + r0 * F}, a.outs[1] = {F, u + r0 * F};
+      moe_gu_items_.push_back(a);
+      kernels::GroupedMatmul d;  // SwiGLU made row by row inside down's activation pass
+      d.w = &L.down_exps[size_t(e)], d.gate = g + r0 * F, d.up = u + r0 * F, d.m = n, d.n_outs = 1;
+      d.outs[0] = {E, y + r0 * E};
+      moe_down_items_.push_back(d);
+    }
+    op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] { be_.matmul_grouped(moe_gu_items_); });
+    dc.flops += perf::swiglu_cost(R, F).flops;
+    op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] { be_.matmul_grouped(moe_down_items_); });
+    float* out = ffn_out_.reserve(T * E);
+    op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
+       [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
+    return ffn_residual(il, out);
+  }
   op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];

@@ -96,6 +96,7 @@ class Forward {
   std::vector<int32_t> moe_row_;          // [T][k] where (token, slot) sits among the R rows
   std::vector<int32_t> moe_src_;          // [R] the token of each gathered row
   std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step
+  std::vector<kernels::GroupedMatmul> moe_gu_items_, moe_down_items_;  // [active experts]
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab]
 };

@@ -22,6 +22,7 @@
 #include "core/threadpool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/cpu/tuning.h"
 #include "quant/blocks.h"
@@ -236,6 +237,67 @@ TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
         ASSERT_EQ(0, std::memcmp(b.data() + i * 64, want.data() + i * n_out + 32, 64 * sizeof(float))) << "m " << m;
       }
     }
+}
+
+// A group of matmuls in one pass (a mixture of experts' active experts) gives each item the
+// bits it gets alone: items of 0, 1, 3 and 61 rows, a fused item split in two outputs, and
+// items whose rows are silu(gate) * up, on 1 and 2 threads.
+TEST_P(GemmTest, GroupedMatmulGivesEachItemsBits) {
+  const DType t = GetParam();
+  const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 96;
+  if (!is_int8(t) || !Matmul::takes_rows(make(t, k, n_out, 1).view(true))) return;
+  std::vector<Mat> ws;
+  for (uint32_t i = 0; i < 4; ++i) ws.push_back(make(t, k, n_out, 31 + i));
+  const std::vector<int64_t> ms = {1, 0, 3, 61};
+  ThreadPool p1(1), p2(2);
+  for (ThreadPool* pool : {&p1, &p2}) {
+    std::vector<std::vector<float>> xs, gates, ups, want, got(4), got2(4);
+    std::vector<WeightView> views;
+    for (size_t i = 0; i < 4; ++i) views.push_back(ws[i].view(true));
+    std::vector<GroupedMatmul> items, silu_items;
+    for (size_t i = 0; i < 4; ++i) {
+      const int64_t m = ms[i];
+      xs.push_back(acts(m, k, uint32_t(70 + i)));
+      gates.push_back(acts(m, k, uint32_t(80 + i)));
+      ups.push_back(acts(m, k, uint32_t(90 + i)));
+      want.push_back(run(*pool, ws[i], xs[i], m, true));
+      got[i].assign(size_t(m * n_out), -7.f);
+      got2[i].assign(size_t(m * n_out), -7.f);
+      GroupedMatmul it;
+      it.w = &views[i], it.x = xs[i].data(), it.m = m;
+      if (i == 2) {  // a fused weight's two outputs
+        it.n_outs = 2;
+        it.outs[0] = {32, got[i].data()};
+        it.outs[1] = {64, got[i].data() + m * 32};
+      } else {
+        it.outs[0] = {n_out, got[i].data()};
+      }
+      items.push_back(it);
+      GroupedMatmul sg;
+      sg.w = &views[i], sg.gate = gates[i].data(), sg.up = ups[i].data(), sg.m = m, sg.outs[0] = {n_out, got2[i].data()};
+      silu_items.push_back(sg);
+    }
+    Matmul mm;
+    mm.run_grouped(*pool, items);
+    mm.run_grouped(*pool, silu_items);
+    for (size_t i = 0; i < 4; ++i) {
+      const int64_t m = ms[i];
+      for (int64_t r = 0; r < m; ++r) {
+        if (i == 2) {
+          ASSERT_EQ(0, std::memcmp(got[i].data() + r * 32, want[i].data() + r * n_out, 32 * sizeof(float)));
+          ASSERT_EQ(0, std::memcmp(got[i].data() + m * 32 + r * 64, want[i].data() + r * n_out + 32, 64 * sizeof(float)));
+        } else {
+          ASSERT_EQ(0, std::memcmp(got[i].data() + r * n_out, want[i].data() + r * n_out, size_t(n_out) * sizeof(float)))
+              << dtype_name(t) << " item " << i << " row " << r;
+        }
+      }
+      // silu(gate) * up made inside: the bits of a RowSource of those rows.
+      auto row = [&](int64_t r, float* out) { swiglu(gates[i].data() + r * k, ups[i].data() + r * k, out, k); };
+      std::vector<float> ws_want(size_t(m * n_out), -7.f);
+      mm.run(*pool, views[i], RowSource::of(row), m, ws_want.data());
+      ASSERT_EQ(0, std::memcmp(got2[i].data(), ws_want.data(), ws_want.size() * sizeof(float))) << "item " << i;
+    }
+  }
 }
 
 // Every candidate of every tunable parameter (tuning.h), for this type, gives the bits the

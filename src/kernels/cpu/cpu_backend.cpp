@@ -75,6 +75,8 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const WeightView& w, const float* x, int64_t m, float* y) override { mm_.run(pool_, w, x, m, y); }
+  bool groups(const WeightView& w) const override { return Matmul::takes_rows(w); }
+  void matmul_grouped(std::span<const GroupedMatmul> items) override { mm_.run_grouped(pool_, items); }
   bool fuses(const WeightView& w) const override { return w.packed && gemm_available(w.type); }
   void matmul_fused(const WeightView& w, const float* x, int64_t m, std::initializer_list<MatmulOut> outs) override {
     mm_.run_fused(pool_, w, x, m, outs);

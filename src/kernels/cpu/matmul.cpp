@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed.h"
@@ -153,6 +157,81 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
     const int64_t lt = t - s.first_task;
     const int64_t p0 = (lt / n_mc) * s.pg, m0 = (lt % n_mc) * mc;
     gemm_panels(s.g, m0, std::min(m, m0 + mc), p0, std::min(s.n_panels, p0 + s.pg));
+  });
+}
+
+void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items) {
+  if (items.empty()) return;
+  const WeightView& w0 = *items[0].w;
+  const int64_t k = w0.k, nb = k / 32;
+  int64_t rows = 0;
+  for (const GroupedMatmul& it : items) {
+    RIDGE_CHECK(takes_rows(*it.w) && it.w->type == w0.type && it.w->k == k,
+                "a grouped matmul needs packed int8 weights of one type and width");
+    rows += it.m;
+  }
+  if (rows == 0) return;
+  // Every item's activation rows, quantized in one round: row r belongs to item owner[r].
+  owner_.resize(size_t(rows));
+  first_.resize(items.size());
+  for (int64_t i = 0, r = 0; i < int64_t(items.size()); ++i) {
+    first_[size_t(i)] = r;
+    for (int64_t j = 0; j < items[size_t(i)].m; ++j) owner_[size_t(r++)] = int32_t(i);
+  }
+  act_.resize(size_t(rows * nb) * sizeof(ActQ8));
+  auto* a = reinterpret_cast<ActQ8*>(act_.data());
+  src_rows_.resize(size_t(pool.size() * k));
+  pool.parallel_for(rows, 8, [&](int64_t b, int64_t e, int thread) {
+    float* row = src_rows_.data() + thread * k;
+    for (int64_t r = b; r < e; ++r) {
+      const GroupedMatmul& it = items[size_t(owner_[size_t(r)])];
+      const int64_t j = r - first_[size_t(owner_[size_t(r)])];
+      const float* x = it.x + j * k;
+      if (it.gate) {
+        swiglu(it.gate + j * k, it.up + j * k, row, k);
+        x = row;
+      }
+      quantize_act_gemm(x, a + r * nb, k);
+    }
+  });
+  // Every item's panels in one round: tasks as run_packed makes them per item.
+  constexpr int64_t mc = 48;
+  const TypeTuning& tn = kernel_tuning().of(w0.type);
+  const int64_t pbytes = panel_bytes(w0.type, k);
+  struct Seg {
+    GemmArgs g;
+    int64_t n_panels, first_task, pg, m, n_mc;
+  };
+  std::vector<Seg> segs;
+  int64_t tasks = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GroupedMatmul& it = items[i];
+    if (it.m == 0) continue;
+    const int64_t m = it.m, n_mc = (m + mc - 1) / mc;
+    const uint8_t* packed = it.w->packed;
+    int64_t n_total = 0;
+    for (int32_t o = 0; o < it.n_outs; ++o) n_total += it.outs[o].n_out;
+    RIDGE_CHECK(n_total == it.w->n_out, "grouped matmul: outputs cover {} of {} features", n_total, it.w->n_out);
+    for (int32_t o = 0; o < it.n_outs; ++o) {
+      const MatmulOut& out = it.outs[o];
+      const int64_t np = (out.n_out + kPanelRows - 1) / kPanelRows;
+      const int64_t pg = m > mc ? 4
+                                : std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4,
+                                                      std::max<int64_t>(4, tn.task_panels));
+      segs.push_back({{w0.type, packed, k, out.n_out, a + first_[i] * nb, nb, out.y, out.n_out, n_mc == 1, false,
+                       m == 1 ? tn.decode_ahead : tn.batch_ahead, m == 1 ? tn.decode_streams : tn.batch_streams,
+                       tn.batch_even != 0, tn.tile_rows},
+                      np, tasks, pg, m, n_mc});
+      tasks += (np + pg - 1) / pg * n_mc;
+      packed += np * pbytes;
+    }
+  }
+  pool.run(tasks, [&](int64_t t, int) {
+    const auto it = std::upper_bound(segs.begin(), segs.end(), t, [](int64_t v, const Seg& s) { return v < s.first_task; });
+    const Seg& s = *(it - 1);
+    const int64_t lt = t - s.first_task;
+    const int64_t p0 = (lt / s.n_mc) * s.pg, m0 = (lt % s.n_mc) * mc;
+    gemm_panels(s.g, m0, std::min(s.m, m0 + mc), p0, std::min(s.n_panels, p0 + s.pg));
   });
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -47,6 +48,11 @@ class Matmul {
   // the rows first and passing them. Only where takes_rows(w): packed weights whose
   // activations the GEMM quantizes per row (the int8 formats).
   static bool takes_rows(const WeightView& w);
+  // Many matmuls of one packed int8 type and width (GroupedMatmul: a mixture of experts'
+  // active experts) in two rounds of the pool in all, one quantizing every item's
+  // activation rows and one running every item's panels, instead of two rounds per item:
+  // the same bits as run / run_fused per item. Only where takes_rows of each weight.
+  void run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items);
   void run(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, float* y);
   void run_fused(ThreadPool& pool, const WeightView& w, RowSource x, int64_t m, std::initializer_list<MatmulOut> outs);
 
@@ -60,6 +66,8 @@ class Matmul {
                   const MatmulOut* outs, size_t n_outs, int64_t ldy);
 
   std::vector<uint8_t> act_;     // [m][act_row_bytes]
+  std::vector<int32_t> owner_;   // run_grouped: [rows] the item of each activation row
+  std::vector<int64_t> first_;   // run_grouped: [items] its first activation row
   std::vector<float> src_rows_;  // [threads][k]: a RowSource's row before quantization
 };
 
