@@ -179,12 +179,12 @@ int main(int argc, char** argv) {
     return argc < 2 ? 1 : 0;
   }
   const std::string cmd = argv[1];
-  for (int i = 2; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      if (command_help(cmd)) return 0;
-      std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
-      return 1;
-    }
+  // `ridge CMD --help` (right after the command: elsewhere it may be a flag's value).
+  if (argc > 2 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"))) {
+    if (command_help(cmd)) return 0;
+    std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
+    return 1;
+  }
   // --quiet (any command): no progress lines. Taken here so every command accepts it.
   std::vector<std::string> rest;
   for (int i = 2; i < argc; ++i) {

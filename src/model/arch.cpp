@@ -105,6 +105,11 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dens
     L.wo = ld.matrix(p + "attn_output.weight", h.n_attn_out(), h.n_embd);
     L.ffn_norm = ld.vec(p + "ffn_norm.weight", h.n_embd);
     if (dense_ffn) {
+      // The forward runs experts wherever the metadata counts them: an architecture that
+      // reads none must not be given any.
+      if (h.moe())
+        fail("{}: {}.expert_count is {}, but {} has no mixture of experts", ld.file().name(), h.arch, h.n_expert,
+             h.arch);
       L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
       L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
       L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);

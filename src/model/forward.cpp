@@ -90,8 +90,13 @@ void Forward::norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::Op
 int64_t Forward::activation_bytes(const HParams& h, int64_t tokens, int64_t rows) {
   const int64_t E = h.n_embd, F = h.n_ff;
   // x, attn_norm, attn_out, ffn_norm, ffn_out; q, k, v, kqv; gate, up, act; rope.
-  const int64_t per_token = 5 * E + h.n_q() + h.n_kv_k() + h.n_kv_v() + h.n_attn_out() + 3 * F + h.rope_dim;
-  const int64_t act_q = tokens * std::max(E, F) * 5 / 4;  // int8 rows plus their scales
+  int64_t per_token = 5 * E + h.n_q() + h.n_kv_k() + h.n_kv_v() + h.n_attn_out() + 3 * F + h.rope_dim;
+  int64_t act_q = tokens * std::max(E, F) * 5 / 4;  // int8 rows plus their scales
+  if (h.moe()) {  // router logits, and per (token, slot) row: gathered x, gate, up, act, y
+    const int64_t k = h.n_expert_used, Fe = h.n_ff_exp;
+    per_token += h.n_expert + k * (2 * E + 3 * Fe);
+    act_q = std::max(act_q, tokens * k * std::max(E, Fe) * 5 / 4);
+  }
   return 4 * (tokens * per_token + rows * (E + h.n_vocab)) + act_q;
 }
 

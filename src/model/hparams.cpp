@@ -53,8 +53,9 @@ HParams read_hparams(const gguf::File& f) {
   if (!(h.rms_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon must not be negative", f.name(), a);
 
   if (auto ne = f.get_uint(a + "expert_count"); ne && *ne > 0) {
-    h.n_expert = as_i32(f, a + "expert_count", *ne, 4096);
-    h.n_expert_used = as_i32(f, a + "expert_used_count", f.require_uint(a + "expert_used_count"), 4096);
+    // llama.cpp's bounds (LLAMA_MAX_EXPERTS); the routing is O(k x experts) per token.
+    h.n_expert = as_i32(f, a + "expert_count", *ne, 512);
+    h.n_expert_used = as_i32(f, a + "expert_used_count", f.require_uint(a + "expert_used_count"), 64);
     if (h.n_expert_used > h.n_expert)
       fail("{}: {}expert_used_count {} is above expert_count {}", f.name(), a, h.n_expert_used, h.n_expert);
     h.n_ff_exp = opt("expert_feed_forward_length", h.n_ff);

@@ -102,6 +102,12 @@ TEST(Arch, MixtureOfExpertsMetadataMustAgree) {
   EXPECT_NE(msg.find("tensor 'blk.0.ffn_gate_exps.weight' has shape"), std::string::npos) << msg;
   msg = load_error(with_u32(moe, "qwen3moe.expert_count", -1));
   EXPECT_NE(msg.find("qwen3moe.expert_count is missing"), std::string::npos) << msg;
+  msg = load_error(with_u32(moe, "qwen3moe.expert_count", 4096));
+  EXPECT_NE(msg.find("expert_count' = 4096 is out of range"), std::string::npos) << msg;
+  // A dense architecture whose metadata counts experts: refused, not run as one.
+  const std::string dense = made("qwen3");
+  msg = load_error(with_u32(with_u32(dense, "qwen3.expert_count", 8), "qwen3.expert_used_count", 2));
+  EXPECT_NE(msg.find("qwen3.expert_count is 8, but qwen3 has no mixture of experts"), std::string::npos) << msg;
 }
 
 }  // namespace

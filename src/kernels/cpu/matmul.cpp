@@ -212,6 +212,7 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
     int64_t n_total = 0;
     for (int32_t o = 0; o < it.n_outs; ++o) n_total += it.outs[o].n_out;
     RIDGE_CHECK(n_total == it.w->n_out, "grouped matmul: outputs cover {} of {} features", n_total, it.w->n_out);
+    RIDGE_CHECK(it.n_outs == 1 || it.outs[0].n_out % kPanelRows == 0, "grouped matmul: an output starts inside a panel");
     for (int32_t o = 0; o < it.n_outs; ++o) {
       const MatmulOut& out = it.outs[o];
       const int64_t np = (out.n_out + kPanelRows - 1) / kPanelRows;
