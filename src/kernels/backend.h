@@ -94,12 +94,14 @@ class Backend {
   // out[m][n] = silu(gate) * up.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
 
-  // Mixture of experts. moe_route: per row of logits[m][n_expert], the softmax over all
-  // experts, the k most likely (ties: the lower id) and their probabilities renormalized
-  // to sum to one, into the host arrays ids[m][k] and weights[m][k] (the forward groups
-  // the rows by expert on the host).
-  virtual void moe_route(const float* logits, int64_t m, int32_t n_expert, int32_t k, int32_t* ids,
-                         float* weights) = 0;
+  // Mixture of experts. moe_route: per row of logits[m][r.n_expert], the experts chosen
+  // as MoeRouting says, into the host arrays ids[m][r.k] and weights[m][r.k] (the
+  // forward groups the rows by expert on the host).
+  virtual void moe_route(const float* logits, int64_t m, const MoeRouting& r, int32_t* ids, float* weights) = 0;
+  // y[i][0..n) = x[i][0..n) for i < m, x's rows ldx floats apart and y's ldy: a
+  // strided copy (multi-head latent attention moves heads between token-major and
+  // head-major rows around its per-head matmuls).
+  virtual void copy_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m, int64_t n) = 0;
   // y[i][n] = x[rows[i]][n].
   virtual void gather_rows(const float* x, std::span<const int32_t> rows, int64_t n, float* y) = 0;
   // out[t][n] = the sum over j = 0..k-1, in that order, of w[t][j] * y[idx[t][j]][n]

@@ -36,6 +36,22 @@ struct GroupedMatmul {
   int32_t n_outs = 1;
 };
 
+// How a mixture of experts' router picks a token's k experts from its logits (llama.cpp's
+// build_moe_ffn): probabilities p by softmax over all experts, or each expert's sigmoid;
+// the choice by p + bias (DeepSeek V3's exp_probs_b; the weights stay p), limited to the
+// experts of the n_groups_used best groups when the experts form n_groups > 1 equal
+// groups (a group's score: the sum of its two best); the k best in descending order
+// (ties: the lower id). The chosen p are renormalized to sum to one when norm, then
+// multiplied by scale.
+struct MoeRouting {
+  int32_t n_expert = 0, k = 0;
+  bool sigmoid = false;
+  const float* bias = nullptr;  // [n_expert] or null
+  int32_t n_groups = 0, n_groups_used = 0;
+  bool norm = true;
+  float scale = 1.f;
+};
+
 // Rotary embedding of the first rope_dim dims of each head vector. neox=false rotates
 // adjacent pairs (x[2i], x[2i+1]) as Llama does; neox=true rotates halves (x[i],
 // x[i+rope_dim/2]) as Qwen2/3 (GPT-NeoX) do. freq_factors (Llama 3.1 rope_freqs) divide

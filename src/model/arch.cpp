@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -15,15 +16,23 @@
 
 namespace ridge {
 
+namespace {
+const std::array<const ArchSpec*, 5>& all_archs() {
+  static const std::array<const ArchSpec*, 5> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
+                                                &arch_deepseek2()};
+  return a;
+}
+}  // namespace
+
 const ArchSpec* find_arch(std::string_view name) {
-  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe()})
+  for (const ArchSpec* a : all_archs())
     if (name == a->name) return a;
   return nullptr;
 }
 
 std::string arch_names() {
   std::string s;
-  for (const ArchSpec* a : {&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe()}) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  for (const ArchSpec* a : all_archs()) s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
 
@@ -75,6 +84,20 @@ std::vector<kernels::WeightView> TensorLoader::experts(const std::string& name, 
   const int64_t slice = row_bytes(t.type, k) * n_out;
   std::vector<kernels::WeightView> v;
   for (int64_t e = 0; e < n_expert; ++e) v.push_back({t.type, k, n_out, t.data + e * slice});
+  return v;
+}
+
+std::vector<kernels::WeightView> TensorLoader::row_parts(const std::string& name, int64_t k,
+                                                         std::initializer_list<int64_t> parts) {
+  int64_t n_out = 0;
+  for (int64_t p : parts) n_out += p;
+  const auto& t = need(name, {k, n_out});
+  std::vector<kernels::WeightView> v;
+  int64_t r0 = 0;
+  for (int64_t p : parts) {
+    v.push_back({t.type, k, p, t.data + r0 * row_bytes(t.type, k)});
+    r0 += p;
+  }
   return v;
 }
 

@@ -35,6 +35,9 @@ class TensorLoader {
   kernels::WeightView matrix(const std::string& name, int64_t k, int64_t n_out);
   // [n_expert][n_out][k]: one [n_out][k] matrix per expert, each a view into the tensor.
   std::vector<kernels::WeightView> experts(const std::string& name, int64_t k, int64_t n_out, int64_t n_expert);
+  // [n_out][k] cut by rows into consecutive matrices of parts[i] rows each (they sum to
+  // n_out): views into the one tensor.
+  std::vector<kernels::WeightView> row_parts(const std::string& name, int64_t k, std::initializer_list<int64_t> parts);
   // [n] as f32.
   std::vector<float> vec(const std::string& name, int64_t n);
 
@@ -59,6 +62,10 @@ struct ArchSpec {
   // family is one when its metadata counts experts (Mixtral). The forward asks
   // HParams::moe().
   bool moe = false;
+  // Reads the metadata only this architecture has into h (after the family's keys).
+  void (*read_hparams)(const gguf::File& f, HParams& h) = nullptr;
+  // Takes rope.scaling.type yarn (its loader folds the factors into rope_freqs).
+  bool yarn = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
@@ -74,7 +81,8 @@ const ArchSpec& arch_llama();
 const ArchSpec& arch_qwen2();
 const ArchSpec& arch_qwen3();
 const ArchSpec& arch_qwen3moe();
+const ArchSpec& arch_deepseek2();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
-std::string arch_names();                          // "llama, qwen2, qwen3"
+std::string arch_names();                          // "llama, qwen2, qwen3, ..."
 
 }  // namespace ridge

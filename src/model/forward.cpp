@@ -1,4 +1,5 @@
 #include "model/forward.h"
+#include "model/forward_ops.h"
 
 #include <chrono>
 #include <cmath>
@@ -39,63 +40,22 @@ void Forward::validate(const Batch& b) const {
   for (int32_t t : b.tokens) RIDGE_CHECK(t >= 0 && t < h_.n_vocab, "token id {} is out of range (vocabulary {})", t, h_.n_vocab);
 }
 
-template <typename F>
-void Forward::op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn) {
-  const bool trace = perf::trace_on();
-  if (!profile_.timing && !trace) {
-    fn();
-    profile_.add(o, cls, c.flops, c.bytes, 0.0);
-    return;
-  }
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  fn();
-  be_.sync();
-  const auto t1 = Clock::now();
-  profile_.add(o, cls, c.flops, c.bytes, profile_.timing ? std::chrono::duration<double>(t1 - t0).count() : 0.0);
-  if (trace) {
-    auto ns = [](Clock::time_point t) {
-      return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-    };
-    perf::trace_op(perf::op_name(o), ns(t0), ns(t1), layer, T_, c.flops, c.bytes);
-  }
-}
-
-template <typename Split>
-void Forward::norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::OpCost cost, DType type,
-                          const std::vector<float>& nw, const kernels::WeightView& w,
-                          std::initializer_list<kernels::MatmulOut> outs, kernels::Activations& buf,
-                          Split&& split) {
-  const int64_t T = T_, E = h_.n_embd;
-  const float* res = std::exchange(residual_, nullptr);
-  const perf::ComputeClass cls = perf::matmul_class(type);
-  if (be_.takes_rows(w)) {
-    // The norm (and the residual add left to it) runs row by row inside the matmul; its
-    // FLOPs, and x's row read and written by the add, are the matmul op's.
-    cost.flops += perf::rms_norm_cost(T, E).flops;
-    if (res) cost.flops += perf::residual_cost(T, E).flops, cost.bytes += 8.0 * double(T) * double(E);
-    op(mm_op, cls, il, cost, [&] { be_.add_norm_matmul(w, x_.data(), res, nw.data(), h_.rms_eps, T, outs); });
-    return;
-  }
-  RIDGE_CHECK(!res, "a residual add was left to a norm that runs on its own");
-  float* xn = buf.reserve(T * E);
-  op(norm_op, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
-     [&] { be_.rms_norm(x_.data(), nw.data(), xn, T, E, h_.rms_eps); });
-  op(mm_op, cls, il, cost, [&] {
-    if (be_.fuses(w)) be_.matmul_fused(w, xn, T, outs);
-    else split(xn);
-  });
-}
-
 int64_t Forward::activation_bytes(const HParams& h, int64_t tokens, int64_t rows) {
   const int64_t E = h.n_embd, F = h.n_ff;
   // x, attn_norm, attn_out, ffn_norm, ffn_out; q, k, v, kqv; gate, up, act; rope.
   int64_t per_token = 5 * E + h.n_q() + h.n_kv_k() + h.n_kv_v() + h.n_attn_out() + 3 * F + h.rope_dim;
   int64_t act_q = tokens * std::max(E, F) * 5 / 4;  // int8 rows plus their scales
   if (h.moe()) {  // router logits, and per (token, slot) row: gathered x, gate, up, act, y
-    const int64_t k = h.n_expert_used, Fe = h.n_ff_exp;
-    per_token += h.n_expert + k * (2 * E + 3 * Fe);
+    const int64_t k = h.n_expert_used, Fe = h.n_ff_exp, Fs = Fe * h.n_expert_shared;
+    per_token += h.n_expert + k * (2 * E + 3 * Fe) + 2 * Fs + E;  // and the shared experts' gate, up, out
     act_q = std::max(act_q, tokens * k * std::max(E, Fe) * 5 / 4);
+    act_q = std::max(act_q, tokens * Fs * 5 / 4);
+  }
+  if (h.mla()) {  // q_a twice, the heads' queries, latent twice, rope key, two head-major buffers, values
+    const int64_t nh = h.n_head, C = h.n_lora_kv, dqk = h.head_dim_qk_mla, dv = h.head_dim_v_mla;
+    per_token += 2 * h.n_lora_q + nh * dqk + 2 * C + h.rope_dim + nh * std::max(dqk - h.rope_dim, C) +
+                 nh * std::max(C, dv) + nh * dv;
+    act_q = std::max(act_q, tokens * std::max<int64_t>({h.n_lora_q, C, nh * dv}) * 5 / 4);
   }
   return 4 * (tokens * per_token + rows * (E + h.n_vocab)) + act_q;
 }
@@ -149,6 +109,7 @@ std::span<const float> Forward::run(const Batch& b) {
 }
 
 void Forward::attention_block(int32_t il) {
+  if (h_.mla()) return mla_attention_block(il);
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const ArchSpec& arch = m_.arch();  // where this architecture's attention differs
   const int64_t T = T_, E = h_.n_embd;
@@ -179,13 +140,19 @@ void Forward::attention_block(int32_t il) {
 
   const int64_t no = h_.n_attn_out();
   float* kqv = kqv_.reserve(T * no);
-  const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, 1.0f / std::sqrt(float(dk)), &kv_, il};
+  const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il};
   op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 
   float* attn_out = attn_out_.reserve(T * E);
   op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, no, E, L.wo.type),
      [&] { be_.matmul(L.wo, kqv, T, attn_out); });
+  attn_residual(il, attn_out);
+}
+
+void Forward::attn_residual(int32_t il, const float* attn_out) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd;
   if (be_.takes_rows(L.w_gate_up)) {
     residual_ = attn_out;  // ffn_block's norm runs inside gate/up and adds it row by row
   } else {
@@ -195,7 +162,7 @@ void Forward::attention_block(int32_t il) {
 }
 
 void Forward::ffn_block(int32_t il) {
-  if (h_.moe()) return moe_ffn_block(il);
+  if (h_.moe_layer(il)) return moe_ffn_block(il);
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   float* gate = ffn_gate_.reserve(T * F);
@@ -243,7 +210,9 @@ void Forward::moe_ffn_block(int32_t il) {
   moe_w_.resize(size_t(R));
   op(perf::Op::FfnRouter, perf::matmul_class(L.router.type), il, perf::matmul_cost(T, E, NE, L.router.type), [&] {
     be_.matmul(L.router, xn, T, logits);
-    be_.moe_route(logits, T, NE, K, moe_ids_.data(), moe_w_.data());
+    kernels::MoeRouting r{NE, K, h_.gating_sigmoid, L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data(),
+                          h_.n_expert_groups, h_.n_group_used, h_.expert_weights_norm, h_.expert_weights_scale};
+    be_.moe_route(logits, T, r, moe_ids_.data(), moe_w_.data());
   });
 
   // Rows grouped by expert, in (token, slot) order within each group.
@@ -309,6 +278,7 @@ void Forward::moe_ffn_block(int32_t il) {
     float* out = ffn_out_.reserve(T * E);
     op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
        [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
+    if (L.down_shexp.data) shared_experts(il, xn, out);
     return ffn_residual(il, out);
   }
   op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
@@ -342,7 +312,35 @@ void Forward::moe_ffn_block(int32_t il) {
   float* out = ffn_out_.reserve(T * E);
   op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
      [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
+  if (L.down_shexp.data) shared_experts(il, xn, out);
   ffn_residual(il, out);
+}
+
+void Forward::shared_experts(int32_t il, const float* xn, float* out) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd, F = L.gate_shexp.n_out;
+  float* g = shexp_gate_.reserve(T * F);
+  float* u = shexp_up_.reserve(T * F);
+  float* y = shexp_out_.reserve(T * E);
+  perf::OpCost c = perf::matmul_cost(T, E, F, L.gate_shexp.type);
+  const perf::OpCost uc = perf::matmul_cost(T, E, F, L.up_shexp.type), dc = perf::matmul_cost(T, F, E, L.down_shexp.type);
+  c.flops += uc.flops + dc.flops + perf::swiglu_cost(T, F).flops + perf::residual_cost(T, E).flops;
+  c.bytes += uc.bytes + dc.bytes;
+  op(perf::Op::FfnShexp, perf::matmul_class(L.gate_shexp.type), il, c, [&] {
+    if (be_.fuses(L.gate_up_shexp)) {
+      be_.matmul_fused(L.gate_up_shexp, xn, T, {{F, g}, {F, u}});
+    } else {
+      be_.matmul(L.gate_shexp, xn, T, g);
+      be_.matmul(L.up_shexp, xn, T, u);
+    }
+    if (be_.takes_rows(L.down_shexp)) {
+      be_.swiglu_matmul(L.down_shexp, g, u, T, y);
+    } else {
+      be_.swiglu(g, u, g, T, F);
+      be_.matmul(L.down_shexp, g, T, y);
+    }
+    be_.add(out, y, T, E);
+  });
 }
 
 void Forward::ffn_residual(int32_t il, const float* out) {

@@ -34,11 +34,20 @@ class Forward {
  private:
   void validate(const Batch& b) const;
   void attention_block(int32_t il);
+  // Multi-head latent attention (forward_mla.cpp) in the absorbed form: the cache holds
+  // each token's latent and rope key; each head's query is taken into the latent space
+  // (attn_k_b) and its latent output out of it (attn_v_b), so attention itself is MQA
+  // over one KV head of rope_dim + n_lora_kv.
+  void mla_attention_block(int32_t il);
+  // After attention's output projection: the residual add, or left to the FFN's norm.
+  void attn_residual(int32_t il, const float* attn_out);
   void ffn_block(int32_t il);
   // A mixture of experts in place of the FFN: route each token to its top-k experts, run
   // each active expert once over the rows routed to it (decode reads only the active
   // experts' weights), and weight their outputs back per token, in the token's slot order.
   void moe_ffn_block(int32_t il);
+  // DeepSeek's shared experts on the FFN's normed input xn, added into out [T][n_embd].
+  void shared_experts(int32_t il, const float* xn, float* out);
   // After the FFN's output: the residual add, or left to the next layer's norm.
   void ffn_residual(int32_t il, const float* out);
   // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
@@ -97,6 +106,22 @@ class Forward {
   std::vector<int32_t> moe_src_;          // [R] the token of each gathered row
   std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step
   std::vector<kernels::GroupedMatmul> moe_gu_items_, moe_down_items_;  // [active experts]
+  kernels::Activations shexp_gate_{be_};  // [T][n_ff_exp x n_expert_shared]
+  kernels::Activations shexp_up_{be_};    // [T][n_ff_exp x n_expert_shared]
+  kernels::Activations shexp_out_{be_};   // [T][n_embd]
+  // Multi-head latent attention (C = n_lora_kv, R = rope_dim, dqk = head_dim_qk_mla,
+  // nope = dqk - R, dv = head_dim_v_mla; q_ holds the absorbed queries [T][n_head][R + C],
+  // k_ the cache rows [T][R + C], kqv_ the latent outputs [T][n_head][C]).
+  kernels::Activations mla_qa_{be_};      // [T][n_lora_q] the low-rank query, then normed in mla_qan_
+  kernels::Activations mla_qan_{be_};     // [T][n_lora_q]
+  kernels::Activations mla_q_{be_};       // [T][n_head][dqk] the heads' queries
+  kernels::Activations mla_c_{be_};       // [T][C] the latent before its norm
+  kernels::Activations mla_cn_{be_};      // [T][C] the latent, normed: V and K's latent part
+  kernels::Activations mla_kpe_{be_};     // [T][R] the rope key before RoPE
+  kernels::Activations mla_hin_{be_};     // [n_head][T][max(nope, C)] a per-head matmul's input, head-major
+  kernels::Activations mla_hout_{be_};    // [n_head][T][max(C, dv)] its output
+  kernels::Activations mla_o_{be_};       // [T][n_head][dv] the heads' values, wo's input
+  std::vector<kernels::GroupedMatmul> mla_items_;  // [n_head]
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab]
 };

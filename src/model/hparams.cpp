@@ -1,10 +1,12 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <tuple>
 
 #include "core/error.h"
+#include "model/arch.h"
 
 namespace ridge {
 namespace {
@@ -66,15 +68,48 @@ HParams read_hparams(const gguf::File& f) {
     if (*type == "linear") {
       if (!(factor > 0)) fail("{}: {}rope.scaling.factor must be positive", f.name(), a);
       h.rope_freq_scale = float(1.0 / factor);
-    } else if (*type != "none" && !(*type == "yarn" && factor == 1.0)) {
-      fail("{}: rope scaling type '{}' is not supported (none, linear; Llama 3 scaling comes from rope_freqs.weight)",
+    } else if (*type == "yarn" && factor != 1.0) {
+      if (!(factor > 0 && factor <= 1024)) fail("{}: {}rope.scaling.factor {} is out of range (0, 1024]", f.name(), a, factor);
+      h.yarn_factor = float(factor);
+      h.yarn_orig_ctx = as_i32(f, a + "rope.scaling.original_context_length",
+                               f.require_uint(a + "rope.scaling.original_context_length"));
+      h.yarn_log_mul = float(f.get_float(a + "rope.scaling.yarn_log_multiplier").value_or(0.0));
+      if (!std::isfinite(h.yarn_log_mul)) fail("{}: {}rope.scaling.yarn_log_multiplier is not finite", f.name(), a);
+    } else if (*type != "none" && *type != "yarn") {
+      fail("{}: rope scaling type '{}' is not supported (none, linear, yarn; Llama 3 scaling comes from rope_freqs.weight)",
            f.name(), *type);
     }
   } else if (auto fs = f.get_float(a + "rope.scale_linear")) {
     if (!(*fs > 0)) fail("{}: {}rope.scale_linear must be positive", f.name(), a);
     h.rope_freq_scale = float(1.0 / *fs);
   }
+
+  // What only some architectures read (arch_*.cpp); an unknown one is refused at load.
+  const ArchSpec* arch = find_arch(h.arch);
+  if (arch && arch->read_hparams) arch->read_hparams(f, h);
+  if (h.yarn_factor > 0 && !(arch && arch->yarn))
+    fail("{}: rope scaling type 'yarn' is not supported for {} (deepseek2 only)", f.name(), h.arch);
   return h;
+}
+
+float HParams::attn_scale() const { return kq_scale > 0 ? kq_scale : 1.0f / std::sqrt(float(head_dim_k)); }
+
+std::vector<float> yarn_rope_factors(int32_t rope_dim, float base, float factor, int32_t orig_ctx, float beta_fast,
+                                     float beta_slow) {
+  // The pair index where a wavelength fits n_rot times into the original context.
+  auto corr_dim = [&](float n_rot) {
+    return float(rope_dim) * std::log(float(orig_ctx) / (n_rot * 2.f * float(M_PI))) / (2.f * std::log(base));
+  };
+  const float low = std::max(0.f, std::floor(corr_dim(beta_fast)));
+  const float high = std::min(float(rope_dim - 1), std::ceil(corr_dim(beta_slow)));
+  const float fs = 1.f / factor;
+  std::vector<float> out;
+  for (int32_t i = 0; i < rope_dim / 2; ++i) {
+    const float y = (float(i) - low) / std::max(0.001f, high - low);
+    const float mix = 1.f - std::min(1.f, std::max(0.f, y));  // 1: extrapolate (high frequencies)
+    out.push_back(1.f / (fs * (1.f - mix) + mix));
+  }
+  return out;
 }
 
 std::vector<float> llama3_rope_factors(int32_t head_dim, float base, float factor, float low, float high, float orig_ctx) {

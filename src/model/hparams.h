@@ -10,7 +10,7 @@
 namespace ridge {
 
 struct HParams {
-  std::string arch;          // general.architecture: llama, qwen2, qwen3
+  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
   int32_t n_embd = 0;
@@ -29,6 +29,36 @@ struct HParams {
   int32_t n_expert = 0, n_expert_used = 0;
   int32_t n_ff_exp = 0;      // an expert's hidden width (else feed_forward_length)
   bool moe() const { return n_expert > 0; }
+  // How the router chooses (llama.cpp's build_moe_ffn): probabilities by softmax or
+  // sigmoid; the top k of probability plus the exp_probs_b bias where the layer has one,
+  // among the experts of the n_group_used best of n_expert_groups groups where grouped;
+  // the chosen probabilities renormalized to sum to one (expert_weights_norm), then scaled.
+  bool gating_sigmoid = false;
+  bool expert_weights_norm = true;   // qwen3moe and Mixtral renormalize; DeepSeek says
+  float expert_weights_scale = 1.f;
+  int32_t n_expert_groups = 0, n_group_used = 0;  // 0: one group
+  int32_t n_expert_shared = 0;       // DeepSeek's always-on experts, n_ff_exp wide each
+  int32_t n_layer_dense_lead = 0;    // DeepSeek: the first layers' FFN is dense (n_ff)
+  bool moe_layer(int32_t il) const { return moe() && il >= n_layer_dense_lead; }
+
+  // Multi-head latent attention (deepseek2). Its cache holds one KV "head" per token: K is
+  // [rope key | latent] (head_dim_k = rope_dim + n_lora_kv) and V the latent (head_dim_v
+  // = n_lora_kv), as llama.cpp's converter writes key_length and value_length; the heads'
+  // own sizes after decompression are the _mla ones.
+  int32_t n_lora_q = 0;              // q through attn_q_a/q_b of this rank; 0: attn_q
+  int32_t n_lora_kv = 0;             // the latent's width; 0: no MLA
+  int32_t head_dim_qk_mla = 0;       // a head's key: the no-RoPE part, then rope_dim
+  int32_t head_dim_v_mla = 0;        // a head's value
+  bool mla() const { return n_lora_kv > 0; }
+  int32_t qk_nope() const { return head_dim_qk_mla - rope_dim; }
+  // Attention's score scale: 1/sqrt(head_dim_k) unless the architecture sets it.
+  float kq_scale = 0.f;
+  float attn_scale() const;
+  // YaRN context extension (rope.scaling.type yarn), for the architectures that take it:
+  // factor (0: none), the original context, and DeepSeek's attention-scale multiplier.
+  float yarn_factor = 0.f;
+  int32_t yarn_orig_ctx = 0;
+  float yarn_log_mul = 0.f;
 
   int32_t n_q() const { return n_head * head_dim_k; }     // width of q
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }
@@ -43,6 +73,14 @@ HParams read_hparams(const gguf::File& f);
 // Llama 3.1's rope scaling as llama.cpp's converter writes it into rope_freqs.weight: per
 // frequency pair of a head_dim head, 1 for wavelengths under orig_ctx / high, `factor`
 // over orig_ctx / low, a smooth blend between; in f32 arithmetic, as the converter's.
+// YaRN as llama.cpp's ggml_rope_yarn computes it, folded into per-pair frequency factors
+// (they divide each pair's frequency): pair i's angle blends the interpolated (pos x
+// freq / factor) and extrapolated (pos x freq) ones by a ramp over the pairs between the
+// beta_fast and beta_slow correction dimensions. Its magnitude scale is not here: the
+// architectures that use it fold theirs into the attention scale.
+std::vector<float> yarn_rope_factors(int32_t rope_dim, float base, float factor, int32_t orig_ctx,
+                                     float beta_fast = 32.f, float beta_slow = 1.f);
+
 std::vector<float> llama3_rope_factors(int32_t head_dim, float base, float factor, float low, float high, float orig_ctx);
 
 }  // namespace ridge

@@ -1,5 +1,6 @@
 #include "model/mkmodel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -23,6 +24,16 @@ struct Preset {
   bool tied;
   bool llama3_rope;  // write rope_freqs.weight (Llama 3.1/3.2 scaling)
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts (0: dense)
+  // deepseek2 (head_dim is a head's decompressed key, no-RoPE part then rope_dim):
+  // latent attention, shared experts, dense leading layers, routing, YaRN.
+  int32_t n_lora_q = 0, n_lora_kv = 0, rope_dim = 0, head_dim_v = 0;
+  int32_t n_expert_shared = 0, n_dense_lead = 0;
+  bool sigmoid = false, weights_norm = false;  // sigmoid routing comes with exp_probs_b
+  float weights_scale = 1.f;
+  int32_t n_groups = 0, n_groups_used = 0;
+  float yarn_factor = 0.f;
+  int32_t yarn_orig_ctx = 0;
+  float yarn_mscale_all_dim = 0.f;
 };
 
 // Shapes of the real models (config.json of each), vocabulary sizes included.
@@ -41,6 +52,31 @@ constexpr Preset kPresets[] = {
     // Mixtral: a llama with 8 experts of feed_forward_length, 2 active.
     {"mixtral-tiny", "llama", 512, 256, 128, 2, 4, 2, 32, 128, 10000.f, 1e-5f, false, false, 8, 2, 128},
     {"mixtral-8x7b", "llama", 32000, 32768, 4096, 32, 32, 8, 128, 14336, 1000000.f, 1e-5f, false, false, 8, 2, 14336},
+    // DeepSeek: V2-Lite's (q straight from attn_q, softmax routing, 2 shared experts,
+    // YaRN) and V3's (low-rank q, sigmoid routing with a bias in 8 groups, scaled weights)
+    // shapes, and a tiny of each for tests (V2-Lite's with YaRN over a 64-token context).
+    {.name = "deepseek-v2-lite-tiny", .arch = "deepseek2", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
+     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-6f, .tied = false,
+     .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_lora_q = 0, .n_lora_kv = 64,
+     .rope_dim = 16, .head_dim_v = 32, .n_expert_shared = 2, .n_dense_lead = 1, .sigmoid = false, .weights_norm = false,
+     .weights_scale = 1.f, .yarn_factor = 4.f, .yarn_orig_ctx = 64, .yarn_mscale_all_dim = 0.707f},
+    {.name = "deepseek-v3-tiny", .arch = "deepseek2", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 3,
+     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-6f, .tied = false,
+     .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_lora_q = 64, .n_lora_kv = 64,
+     .rope_dim = 16, .head_dim_v = 32, .n_expert_shared = 1, .n_dense_lead = 1, .sigmoid = true, .weights_norm = true,
+     .weights_scale = 2.5f, .n_groups = 4, .n_groups_used = 2},
+    {.name = "deepseek-v2-lite", .arch = "deepseek2", .n_vocab = 102400, .n_ctx = 163840, .n_embd = 2048,
+     .n_layer = 27, .n_head = 16, .n_head_kv = 1, .head_dim = 192, .n_ff = 10944, .rope_base = 10000.f,
+     .rms_eps = 1e-6f, .tied = false, .llama3_rope = false, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408,
+     .n_lora_q = 0, .n_lora_kv = 512, .rope_dim = 64, .head_dim_v = 128, .n_expert_shared = 2, .n_dense_lead = 1,
+     .sigmoid = false, .weights_norm = false, .weights_scale = 1.f, .yarn_factor = 40.f, .yarn_orig_ctx = 4096,
+     .yarn_mscale_all_dim = 0.707f},
+    {.name = "deepseek-v3", .arch = "deepseek2", .n_vocab = 129280, .n_ctx = 163840, .n_embd = 7168, .n_layer = 61,
+     .n_head = 128, .n_head_kv = 1, .head_dim = 192, .n_ff = 18432, .rope_base = 10000.f, .rms_eps = 1e-6f,
+     .tied = false, .llama3_rope = false, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048, .n_lora_q = 1536,
+     .n_lora_kv = 512, .rope_dim = 64, .head_dim_v = 128, .n_expert_shared = 1, .n_dense_lead = 3, .sigmoid = true,
+     .weights_norm = true, .weights_scale = 2.5f, .n_groups = 8, .n_groups_used = 4, .yarn_factor = 40.f,
+     .yarn_orig_ctx = 4096, .yarn_mscale_all_dim = 1.f},
 };
 
 const Preset& find_preset(const std::string& name) {
@@ -81,6 +117,36 @@ void synthetic_vocab(gguf::Writer& w, int32_t n_vocab) {
   w.set_u32("tokenizer.ggml.eos_token_id", 2);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
   w.set_bool("tokenizer.ggml.add_eos_token", false);
+}
+
+// deepseek2's keys as llama.cpp's converter writes them: the cache as one KV head of the
+// absorbed form's sizes, the heads' own as the _mla lengths, q_lora_rank 0 for a direct q
+// (the converter writes none for V2-Lite, whose 27 layers llama.cpp recognizes; a
+// shrunk copy needs the key).
+void write_mla_metadata(gguf::Writer& w, const std::string& a, const Preset& p, int32_t n_layer) {
+  w.set_u32(a + "attention.head_count_kv", 1);
+  w.set_u32(a + "attention.key_length", uint32_t(p.n_lora_kv + p.rope_dim));
+  w.set_u32(a + "attention.value_length", uint32_t(p.n_lora_kv));
+  w.set_u32(a + "attention.key_length_mla", uint32_t(p.head_dim));
+  w.set_u32(a + "attention.value_length_mla", uint32_t(p.head_dim_v));
+  w.set_u32(a + "rope.dimension_count", uint32_t(p.rope_dim));
+  w.set_u32(a + "attention.q_lora_rank", uint32_t(p.n_lora_q));
+  w.set_u32(a + "attention.kv_lora_rank", uint32_t(p.n_lora_kv));
+  w.set_u32(a + "leading_dense_block_count", uint32_t(std::min(p.n_dense_lead, n_layer)));
+  w.set_u32(a + "expert_shared_count", uint32_t(p.n_expert_shared));
+  w.set_f32(a + "expert_weights_scale", p.weights_scale);
+  w.set_bool(a + "expert_weights_norm", p.weights_norm);
+  w.set_u32(a + "expert_gating_func", p.sigmoid ? 2 : 1);
+  if (p.n_groups > 1) {
+    w.set_u32(a + "expert_group_count", uint32_t(p.n_groups));
+    w.set_u32(a + "expert_group_used_count", uint32_t(p.n_groups_used));
+  }
+  if (p.yarn_factor > 0) {
+    w.set_str(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", p.yarn_factor);
+    w.set_u32(a + "rope.scaling.original_context_length", uint32_t(p.yarn_orig_ctx));
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.1f * p.yarn_mscale_all_dim);
+  }
 }
 
 }  // namespace
@@ -143,10 +209,15 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   w.set_u32(a + "block_count", uint32_t(n_layer));
   w.set_u32(a + "feed_forward_length", uint32_t(p.n_ff));
   w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
-  w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
-  w.set_u32(a + "attention.key_length", uint32_t(head_dim));
-  w.set_u32(a + "attention.value_length", uint32_t(head_dim));
-  w.set_u32(a + "rope.dimension_count", uint32_t(head_dim));
+  const bool mla = p.n_lora_kv > 0;
+  if (mla) {
+    write_mla_metadata(w, a, p, n_layer);
+  } else {
+    w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
+    w.set_u32(a + "attention.key_length", uint32_t(head_dim));
+    w.set_u32(a + "attention.value_length", uint32_t(head_dim));
+    w.set_u32(a + "rope.dimension_count", uint32_t(head_dim));
+  }
   w.set_f32(a + "rope.freq_base", p.rope_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
   if (p.n_expert > 0) {
@@ -222,6 +293,38 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   for (int32_t il = 0; il < n_layer; ++il) {
     const std::string b = fmt::format("blk.{}.", il);
     vec(b + "attn_norm.weight", E, 1.0, 0.1);
+    if (mla) {
+      const int64_t C = p.n_lora_kv, R = p.rope_dim, nh = p.n_head;
+      if (p.n_lora_q > 0) {
+        matrix(b + "attn_q_a.weight", E, p.n_lora_q, 1.0);
+        vec(b + "attn_q_a_norm.weight", p.n_lora_q, 1.0, 0.1);
+        matrix(b + "attn_q_b.weight", p.n_lora_q, nh * head_dim, 1.0);
+      } else {
+        matrix(b + "attn_q.weight", E, nh * head_dim, 1.0);
+      }
+      matrix(b + "attn_kv_a_mqa.weight", E, C + R, 1.0);
+      vec(b + "attn_kv_a_norm.weight", C, 1.0, 0.1);
+      matrix_as(b + "attn_k_b.weight", opt.dtype, head_dim - R, C, nh, 1.0);
+      matrix_as(b + "attn_v_b.weight", opt.dtype, C, p.head_dim_v, nh, 1.0);
+      matrix(b + "attn_output.weight", nh * p.head_dim_v, E, 1.0);
+      vec(b + "ffn_norm.weight", E, 1.0, 0.1);
+      if (il < p.n_dense_lead) {
+        matrix(b + "ffn_gate.weight", E, p.n_ff, 1.0);
+        matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
+        matrix(b + "ffn_down.weight", p.n_ff, E, 1.0);
+        continue;
+      }
+      matrix_as(b + "ffn_gate_inp.weight", DType::F32, E, p.n_expert, 1, 2.0);
+      if (p.sigmoid) vec(b + "exp_probs_b.bias", p.n_expert, 0.0, 0.05);
+      matrix_as(b + "ffn_gate_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_up_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_down_exps.weight", opt.dtype, p.n_ff_exp, E, p.n_expert, 1.0);
+      const int64_t Fs = int64_t(p.n_ff_exp) * p.n_expert_shared;
+      matrix(b + "ffn_gate_shexp.weight", E, Fs, 1.0);
+      matrix(b + "ffn_up_shexp.weight", E, Fs, 1.0);
+      matrix(b + "ffn_down_shexp.weight", Fs, E, 1.0);
+      continue;
+    }
     matrix(b + "attn_q.weight", E, nq, 1.0);
     matrix(b + "attn_k.weight", E, nkv, 1.0);
     matrix(b + "attn_v.weight", E, nkv, 1.0);

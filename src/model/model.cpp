@@ -50,8 +50,10 @@ void Model::note_live_ranges() {
   std::vector<const kernels::WeightView*> views{&w_.tok_embd};
   if (!w_.tied_output) views.push_back(&w_.output);
   for (const auto& L : w_.layers) {
-    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) views.push_back(v);
-    for (const auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.wq_a, &L.wq_b,
+                          &L.wkv_c, &L.wk_pe, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      views.push_back(v);
+    for (const auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.wk_b, &L.wv_b})
       for (const auto& v : *e) views.push_back(&v);
   }
   live_.clear();
@@ -75,13 +77,24 @@ void Model::pack_weights() {
   };
   std::vector<Group> groups{{{&w_.output}, nullptr}};
   for (auto& L : w_.layers) {
-    groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
+    if (L.wkv_c.data) {  // latent attention: q (or q_a), the latent and the rope key read one input
+      groups.push_back({{L.wq_a.data ? &L.wq_a : &L.wq, &L.wkv_c, &L.wk_pe}, &L.wqkv});
+      if (L.wq_b.data) groups.push_back({{&L.wq_b}, nullptr});
+      for (auto* heads : {&L.wk_b, &L.wv_b})
+        for (auto& v : *heads) groups.push_back({{&v}, nullptr});
+    } else {
+      groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
+    }
     groups.push_back({{&L.wo}, nullptr});
     if (L.w_gate.data) {
       groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
       groups.push_back({{&L.w_down}, nullptr});
     }
     if (L.router.data) groups.push_back({{&L.router}, nullptr});
+    if (L.down_shexp.data) {
+      groups.push_back({{&L.gate_shexp, &L.up_shexp}, &L.gate_up_shexp});
+      groups.push_back({{&L.down_shexp}, nullptr});
+    }
     L.gate_up_exps.assign(L.gate_exps.size(), {});
     for (size_t e = 0; e < L.gate_exps.size(); ++e) {
       groups.push_back({{&L.gate_exps[e], &L.up_exps[e]}, &L.gate_up_exps[e]});

@@ -26,6 +26,20 @@ struct LayerWeights {
   kernels::WeightView router;
   std::vector<kernels::WeightView> gate_exps, up_exps, down_exps;
   std::vector<kernels::WeightView> gate_up_exps;  // packed-only: each expert's gate and up as one matmul
+  std::vector<float> exp_probs_b;                  // [n_expert] DeepSeek V3's routing bias, or empty
+  // DeepSeek's shared experts, all n_expert_shared as one SwiGLU of n_ff_exp x shared:
+  // [n_sh][n_embd], [n_sh][n_embd], [n_embd][n_sh]; gate_up_shexp packed-only as w_gate_up.
+  kernels::WeightView gate_shexp, up_shexp, down_shexp, gate_up_shexp;
+  // Multi-head latent attention (HParams::mla()) in place of wq/wk/wv: q from wq
+  // [n_head x dqk][n_embd] or through the low rank wq_a [n_lora_q][n_embd], q_a_norm,
+  // wq_b [n_head x dqk][n_lora_q]; attn_kv_a_mqa's rows cut in two, the latent wkv_c
+  // [n_lora_kv][n_embd] (then kv_a_norm) and the rope key wk_pe [rope_dim][n_embd]; per
+  // head wk_b [n_lora_kv][qk_nope] (absorbs a query's no-RoPE part into the latent space)
+  // and wv_b [head_dim_v_mla][n_lora_kv] (a head's latent output to its value). wo is
+  // [n_embd][n_head x head_dim_v_mla]. wqkv fuses q (or q_a), wkv_c and wk_pe.
+  kernels::WeightView wq_a, wq_b, wkv_c, wk_pe;
+  std::vector<float> q_a_norm, kv_a_norm;          // [n_lora_q], [n_lora_kv]
+  std::vector<kernels::WeightView> wk_b, wv_b;     // [n_head]
   // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
   // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
   kernels::WeightView wqkv, w_gate_up;

@@ -18,9 +18,12 @@ std::string_view compute_class_name(ComputeClass c);  // "fp32_fma", ..., "none"
 enum class Op : uint8_t {
   TokenEmbd,    // embedding rows gathered (and dequantized) per token
   AttnNorm,     // RMSNorm before attention
-  AttnQkv,      // Q, K, V projections (one fused matmul when packed)
+  AttnQkv,      // Q, K, V projections (one fused matmul when packed); MLA: q or q_a, latent, rope key
+  AttnQB,       // MLA: q_a's norm and the low-rank query's second matmul (attn_q_b)
+  AttnKB,       // MLA: each head's query absorbed into the latent space (attn_k_b)
   RopeKv,       // biases, q/k norms, RoPE, K/V converted into the paged cache
   Attention,    // softmax(QK^T)V over the cached context, per KV head group
+  AttnVB,       // MLA: each head's latent output to its value (attn_v_b)
   AttnOut,      // output projection wo
   AttnResidual, // x += attn_out
   FfnNorm,      // RMSNorm before the FFN
@@ -29,6 +32,7 @@ enum class Op : uint8_t {
   FfnAct,       // silu(gate) * up
   FfnDown,      // down projection
   FfnMoeMix,    // the rows gathered per expert, and their outputs weighted back per token
+  FfnShexp,     // DeepSeek's shared experts: gate/up, SwiGLU, down, added to the mix
   FfnResidual,  // x += ffn_out
   ResultNorm,   // final RMSNorm of the rows that need logits
   Output,       // the vocabulary head

@@ -84,6 +84,35 @@ else
   echo "FAIL ridge quantize qwen3moe q4_k_m"; failn=$((failn + 1))
 fi
 
+# DeepSeek (deepseek2: multi-head latent attention, shared experts, leading dense layers):
+# V2-Lite's tiny (direct q, softmax routing, YaRN) on both prompts in every dtype and a
+# K-quant mix; V3's tiny (low-rank q, sigmoid routing with a bias, grouped choice) in f32
+# on both, elsewhere on the first. V3's grouped choice has near-ties (group scores a few
+# thousandths apart) that llama.cpp's f16 / 8-bit rounding of the activations flips on
+# the longer prompt, after which both runs are confident and different; ridge matches
+# the double-precision reference in every dtype there (ForwardRef tests).
+for preset in deepseek-v2-lite-tiny deepseek-v3-tiny; do
+  for dtype in f32 f16 bf16 q8_0 q4_0; do
+    m="$tmp/$preset-$dtype.gguf"
+    "$ridge" mkmodel --preset $preset --dtype "$dtype" --seed 11 -o "$m" 2>/dev/null || {
+      echo "FAIL mkmodel $preset $dtype"; failn=$((failn + 1)); continue; }
+    margin=1e-3
+    case $dtype in bf16|q8_0|q4_0) margin=0.1 ;; esac
+    ps=("${prompts[0]}" "${prompts[1]}")
+    [ $preset = deepseek-v3-tiny ] && [ $dtype != f32 ] && ps=("${prompts[0]}")
+    for p in "${ps[@]}"; do
+      check "$preset/$dtype \"$p\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" --prompt "$p" -n 40 \
+        --min-margin $margin
+    done
+  done
+done
+if "$ridge" quantize "$tmp/deepseek-v2-lite-tiny-f32.gguf" "$tmp/deepseek-q4_k_m.gguf" --type q4_k_m 2>/dev/null; then
+  check "deepseek-v2-lite-tiny/q4_k_m \"${prompts[1]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
+    --model "$tmp/deepseek-q4_k_m.gguf" --prompt "${prompts[1]}" -n 40 --min-margin 0.1
+else
+  echo "FAIL ridge quantize deepseek q4_k_m"; failn=$((failn + 1))
+fi
+
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
 # (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
 # llama2 one, which convert writes as llama.cpp's "llama" tokenizer), laid out as Hugging

@@ -70,12 +70,22 @@ struct HP {
   double rope_base, eps;
   bool neox;  // qwen2/qwen3 rotate halves; llama rotates adjacent pairs
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts
+  // Routing: softmax or sigmoid; renormalized top-k (qwen3moe, Mixtral) or as the file
+  // says (deepseek2); scaled; chosen within the best groups.
+  bool sigmoid = false, norm = true;
+  double scale = 1.0;
+  int64_t n_groups = 0, n_groups_used = 0, n_shared = 0, n_dense_lead = 0;
+  // deepseek2's latent attention: the heads' own key and value sizes, the latent rank,
+  // the low-rank q's (0: attn_q), and its score scale (YaRN's mscale^2 / sqrt(dqk)).
+  int64_t dqk = 0, dv_mla = 0, kv_rank = 0, q_rank = 0;
+  double kq_scale = 0;
+  double yarn_factor = 0, yarn_orig_ctx = 0;
 };
 
 HP read_hp(const gguf::File& f) {
   HP h;
   h.arch = std::string(f.require_str("general.architecture"));
-  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe")
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "deepseek2")
     bad("unknown architecture " + h.arch);
   const std::string a = h.arch + ".";
   auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
@@ -94,6 +104,28 @@ HP read_hp(const gguf::File& f) {
     h.n_expert = int64_t(*ne);
     h.n_expert_used = u("expert_used_count");
     h.n_ff_exp = int64_t(f.get_uint(a + "expert_feed_forward_length").value_or(uint64_t(h.n_ff)));
+  }
+  if (h.arch == "deepseek2") {
+    h.dqk = u("attention.key_length_mla");
+    h.dv_mla = u("attention.value_length_mla");
+    h.kv_rank = u("attention.kv_lora_rank");
+    h.q_rank = int64_t(f.get_uint(a + "attention.q_lora_rank").value_or(0));
+    h.n_shared = int64_t(f.get_uint(a + "expert_shared_count").value_or(0));
+    h.n_dense_lead = int64_t(f.get_uint(a + "leading_dense_block_count").value_or(0));
+    h.sigmoid = f.get_uint(a + "expert_gating_func").value_or(1) == 2;
+    h.norm = f.get_bool(a + "expert_weights_norm").value_or(false);
+    h.scale = f.get_float(a + "expert_weights_scale").value_or(1.0);
+    h.n_groups = int64_t(f.get_uint(a + "expert_group_count").value_or(0));
+    h.n_groups_used = int64_t(f.get_uint(a + "expert_group_used_count").value_or(0));
+    h.neox = false;
+    double mscale = 1.0;
+    if (auto s = f.get_str(a + "rope.scaling.type"); s && *s == "yarn") {
+      h.yarn_factor = f.require_float(a + "rope.scaling.factor");
+      h.yarn_orig_ctx = double(f.require_uint(a + "rope.scaling.original_context_length"));
+      mscale = 1.0 + f.get_float(a + "rope.scaling.yarn_log_multiplier").value_or(0.0) * std::log(h.yarn_factor);
+    }
+    h.kq_scale = mscale * mscale / std::sqrt(double(h.dqk));
+    return h;
   }
   // Linear / YaRN position scaling is not modelled here: refuse rather than differ.
   if (auto s = f.get_str(a + "rope.scaling.type"); s && *s != "none") bad("rope scaling is not supported");
@@ -118,6 +150,150 @@ void rope(double* x, int64_t pos, const HP& h, const Vec& factors) {
   }
 }
 
+// YaRN (ggml's rope_yarn with ext_factor 1 and unit magnitude) as per-pair divisors of
+// the frequency: pair i blends interpolation (theta / factor) and extrapolation (theta)
+// by a ramp between the pairs where a wavelength fits 32 and 1 times into the original
+// context.
+Vec yarn_factors(const HP& h) {
+  auto corr = [&](double n_rot) {
+    return double(h.rope_dim) * std::log(h.yarn_orig_ctx / (n_rot * 2.0 * M_PI)) / (2.0 * std::log(h.rope_base));
+  };
+  const double low = std::max(0.0, std::floor(corr(32.0))), high = std::min(double(h.rope_dim - 1), std::ceil(corr(1.0)));
+  Vec f;
+  for (int64_t i = 0; i < h.rope_dim / 2; ++i) {
+    const double mix = 1.0 - std::clamp((double(i) - low) / std::max(0.001, high - low), 0.0, 1.0);
+    f.push_back(1.0 / ((1.0 - mix) / h.yarn_factor + mix));
+  }
+  return f;
+}
+
+// A token's chosen experts and their weights from the router's logits, as HP says.
+std::vector<std::pair<int64_t, double>> route(const Vec& lg, const Vec& bias, const HP& h) {
+  const int64_t NE = int64_t(lg.size());
+  Vec p(lg.size());
+  if (h.sigmoid) {
+    for (size_t e = 0; e < lg.size(); ++e) p[e] = 1.0 / (1.0 + std::exp(-lg[e]));
+  } else {
+    const double mx = *std::max_element(lg.begin(), lg.end());
+    double z = 0;
+    for (double v : lg) z += std::exp(v - mx);
+    for (size_t e = 0; e < lg.size(); ++e) p[e] = std::exp(lg[e] - mx) / z;
+  }
+  Vec sel = p;
+  for (size_t e = 0; e < bias.size(); ++e) sel[e] += bias[e];
+  if (h.n_groups > 1) {  // keep the groups whose two best sum highest
+    const int64_t gs = NE / h.n_groups;
+    std::vector<std::pair<double, int64_t>> g;
+    for (int64_t j = 0; j < h.n_groups; ++j) {
+      Vec m(sel.begin() + j * gs, sel.begin() + (j + 1) * gs);
+      std::sort(m.rbegin(), m.rend());
+      g.push_back({-(m[0] + (gs > 1 ? m[1] : 0.0)), j});
+    }
+    std::sort(g.begin(), g.end());
+    std::vector<bool> keep(size_t(h.n_groups), false);
+    for (int64_t j = 0; j < h.n_groups_used; ++j) keep[size_t(g[size_t(j)].second)] = true;
+    for (int64_t e = 0; e < NE; ++e)
+      if (!keep[size_t(e / gs)]) sel[size_t(e)] = -INFINITY;
+  }
+  std::vector<std::pair<int64_t, double>> out;
+  double wsum = 0;
+  for (int64_t j = 0; j < h.n_expert_used; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < NE; ++e) {
+      bool taken = false;
+      for (auto& c : out) taken = taken || c.first == e;
+      if (!taken && (best < 0 || sel[size_t(e)] > sel[size_t(best)])) best = e;
+    }
+    out.push_back({best, p[size_t(best)]});
+    wsum += p[size_t(best)];
+  }
+  for (auto& c : out) c.second = c.second / (h.norm ? wsum : 1.0) * h.scale;
+  return out;
+}
+
+// y[E] += SwiGLU FFN rows [r0, r0 + F) of gate/up (and the matching part of down, whose
+// rows are [d0, d0 + E)) on hn, times w.
+void swiglu_into(double* y, const Mat& g, const Mat& u, const Mat& d, int64_t r0, int64_t F, int64_t d0, const Vec& hn,
+                 double w) {
+  const int64_t E = int64_t(hn.size());
+  Vec a(static_cast<size_t>(F));
+  for (int64_t i = 0; i < F; ++i) {
+    double gv = 0, uv = 0;
+    for (int64_t c = 0; c < E; ++c) {
+      gv += g.row(r0 + i)[c] * hn[size_t(c)];
+      uv += u.row(r0 + i)[c] * hn[size_t(c)];
+    }
+    a[size_t(i)] = gv / (1.0 + std::exp(-gv)) * uv;
+  }
+  for (int64_t i = 0; i < E; ++i) {
+    double s = 0;
+    for (int64_t c = 0; c < F; ++c) s += d.row(d0 + i)[c] * a[size_t(c)];
+    y[i] += w * s;
+  }
+}
+
+// deepseek2's multi-head latent attention of layer p in the expanded form: every cached
+// token's per-head keys and values decompressed from its latent (the form the paper
+// writes; ridge runs the absorbed one), added into x.
+void mla_layer(const gguf::File& f, const std::string& p, const HP& h, const Vec& rope_factors, std::vector<Vec>& x) {
+  const int64_t T = int64_t(x.size()), nh = h.n_head, R = h.rope_dim, C = h.kv_rank, dqk = h.dqk;
+  const int64_t nope = dqk - R, dv = h.dv_mla;
+  const Vec attn_norm = load_vec(f, p + "attn_norm.weight");
+  const Mat kv_a = load(f, p + "attn_kv_a_mqa.weight");  // [C + R][E]
+  const Vec kv_norm = load_vec(f, p + "attn_kv_a_norm.weight");
+  const Mat k_b = load(f, p + "attn_k_b.weight");        // [nh * C][nope]
+  const Mat v_b = load(f, p + "attn_v_b.weight");        // [nh * dv][C]
+  const Mat wo = load(f, p + "attn_output.weight");      // [E][nh * dv]
+  std::vector<Vec> q(static_cast<size_t>(T)), k(q.size()), v(q.size());  // [nh][dqk] (nope, then rope), same, [nh][dv]
+  for (int64_t t = 0; t < T; ++t) {
+    const Vec hn = rms_norm(x[size_t(t)], attn_norm, h.eps);
+    if (h.q_rank > 0) {
+      const Mat q_a = load(f, p + "attn_q_a.weight"), q_b = load(f, p + "attn_q_b.weight");
+      q[size_t(t)] = q_b.mul(rms_norm(q_a.mul(hn), load_vec(f, p + "attn_q_a_norm.weight"), h.eps));
+    } else {
+      q[size_t(t)] = load(f, p + "attn_q.weight").mul(hn);
+    }
+    const Vec ckv = kv_a.mul(hn);
+    const Vec c = rms_norm(Vec(ckv.begin(), ckv.begin() + C), kv_norm, h.eps);
+    Vec kpe(ckv.begin() + C, ckv.end());
+    rope(kpe.data(), t, h, rope_factors);
+    k[size_t(t)].assign(size_t(nh * dqk), 0.0);
+    v[size_t(t)].assign(size_t(nh * dv), 0.0);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      rope(q[size_t(t)].data() + hh * dqk + nope, t, h, rope_factors);
+      for (int64_t i = 0; i < nope; ++i) {  // k_nope = Wkb_h^T c
+        double s = 0;
+        for (int64_t j = 0; j < C; ++j) s += k_b.row(hh * C + j)[i] * c[size_t(j)];
+        k[size_t(t)][size_t(hh * dqk + i)] = s;
+      }
+      for (int64_t i = 0; i < R; ++i) k[size_t(t)][size_t(hh * dqk + nope + i)] = kpe[size_t(i)];
+      for (int64_t i = 0; i < dv; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < C; ++j) s += v_b.row(hh * dv + i)[j] * c[size_t(j)];
+        v[size_t(t)][size_t(hh * dv + i)] = s;
+      }
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    Vec att(size_t(nh * dv), 0.0);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      Vec sc(size_t(t + 1));
+      double mx = -INFINITY;
+      for (int64_t u = 0; u <= t; ++u) {
+        double d = 0;
+        for (int64_t i = 0; i < dqk; ++i) d += q[size_t(t)][size_t(hh * dqk + i)] * k[size_t(u)][size_t(hh * dqk + i)];
+        mx = std::max(mx, sc[size_t(u)] = d * h.kq_scale);
+      }
+      double sum = 0;
+      for (double& e : sc) sum += (e = std::exp(e - mx));
+      for (int64_t u = 0; u <= t; ++u)
+        for (int64_t i = 0; i < dv; ++i) att[size_t(hh * dv + i)] += sc[size_t(u)] / sum * v[size_t(u)][size_t(hh * dv + i)];
+    }
+    const Vec o = wo.mul(att);
+    for (size_t i = 0; i < o.size(); ++i) x[size_t(t)][i] += o[i];
+  }
+}
+
 }  // namespace
 
 std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens) {
@@ -130,8 +306,9 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
   const Mat tok_embd = load(f, "token_embd.weight");  // [n_vocab][E]
   const int64_t n_vocab = tok_embd.rows;
   // Llama 3.1's rope scaling factors: a llama tensor (as in llama.cpp; other architectures never read one).
-  const Vec rope_factors =
-      h.arch == "llama" && has(f, "rope_freqs.weight") ? load_vec(f, "rope_freqs.weight") : Vec{};  // [rope_dim/2]
+  const Vec rope_factors = h.arch == "llama" && has(f, "rope_freqs.weight") ? load_vec(f, "rope_freqs.weight")
+                           : h.yarn_factor > 0                             ? yarn_factors(h)
+                                                                           : Vec{};  // [rope_dim/2]
 
   // Residual stream x[t][E], starting from the token embeddings.
   std::vector<Vec> x(static_cast<size_t>(T));
@@ -143,6 +320,30 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
 
   for (int64_t il = 0; il < h.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
+    if (h.arch == "deepseek2") {
+      mla_layer(f, p, h, rope_factors, x);
+      const Vec ffn_norm = load_vec(f, p + "ffn_norm.weight");
+      if (il < h.n_dense_lead) {
+        const Mat g = load(f, p + "ffn_gate.weight"), u = load(f, p + "ffn_up.weight"), d = load(f, p + "ffn_down.weight");
+        for (auto& xt : x) swiglu_into(xt.data(), g, u, d, 0, h.n_ff, 0, rms_norm(xt, ffn_norm, h.eps), 1.0);
+        continue;
+      }
+      const Mat router = load(f, p + "ffn_gate_inp.weight");
+      const Vec bias = has(f, p + "exp_probs_b.bias") ? load_vec(f, p + "exp_probs_b.bias") : Vec{};
+      const Mat g = load(f, p + "ffn_gate_exps.weight"), u = load(f, p + "ffn_up_exps.weight"),
+                d = load(f, p + "ffn_down_exps.weight");
+      const Mat gs = load(f, p + "ffn_gate_shexp.weight"), us = load(f, p + "ffn_up_shexp.weight"),
+                ds = load(f, p + "ffn_down_shexp.weight");
+      for (auto& xt : x) {
+        const Vec hn = rms_norm(xt, ffn_norm, h.eps);
+        Vec y(size_t(E), 0.0);
+        for (auto [e, we] : route(router.mul(hn), bias, h))
+          swiglu_into(y.data(), g, u, d, e * h.n_ff_exp, h.n_ff_exp, e * E, hn, we);
+        swiglu_into(y.data(), gs, us, ds, 0, h.n_ff_exp * h.n_shared, 0, hn, 1.0);
+        for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += y[size_t(i)];
+      }
+      continue;
+    }
     const Vec attn_norm = load_vec(f, p + "attn_norm.weight");  // [E]
     const Mat wq = load(f, p + "attn_q.weight");                // [n_head*dk][E]
     const Mat wk = load(f, p + "attn_k.weight");                // [n_head_kv*dk][E]

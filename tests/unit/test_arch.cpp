@@ -14,7 +14,8 @@ namespace {
 
 std::string made(const std::string& arch) {
   const std::string path = testing::TempDir() + "/arch-" + arch + ".gguf";
-  make_model({arch, arch == "qwen3moe" ? "qwen3moe-tiny" : "tiny", DType::F32, 11, "", 0, 2}, path);
+  const char* preset = arch == "qwen3moe" ? "qwen3moe-tiny" : arch == "deepseek2" ? "deepseek-v3-tiny" : "tiny";
+  make_model({arch, preset, DType::F32, 11, "", 0, 2}, path);
   return path;
 }
 
@@ -74,14 +75,75 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
   EXPECT_EQ(find_arch("gpt2"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2");
+}
+
+// deepseek2 reads latent attention's tensors in place of q/k/v, a dense FFN in its leading
+// layers, and shared experts and the routing bias in the others.
+TEST(Arch, DeepSeekLoadsLatentAttentionAndSharedExperts) {
+  auto m = Model::load(made("deepseek2"));
+  const HParams& h = m->hparams();
+  EXPECT_TRUE(h.mla());
+  EXPECT_EQ(h.n_head_kv, 1);
+  EXPECT_EQ(h.head_dim_k, h.rope_dim + h.n_lora_kv);
+  EXPECT_EQ(h.head_dim_v, h.n_lora_kv);
+  EXPECT_TRUE(h.gating_sigmoid);
+  EXPECT_EQ(h.n_expert_groups, 4);
+  const LayerWeights& L0 = m->weights().layers[0];
+  const LayerWeights& L1 = m->weights().layers[1];
+  for (const LayerWeights* L : {&L0, &L1}) {
+    EXPECT_EQ(L->wq.data, nullptr);  // low-rank q: q_a, q_b
+    EXPECT_NE(L->wq_a.data, nullptr);
+    EXPECT_NE(L->wq_b.data, nullptr);
+    EXPECT_EQ(L->wk.data, nullptr);
+    EXPECT_EQ(int32_t(L->wk_b.size()), h.n_head);
+    EXPECT_EQ(int32_t(L->wv_b.size()), h.n_head);
+    EXPECT_EQ(L->wkv_c.n_out, h.n_lora_kv);
+    EXPECT_EQ(L->wk_pe.n_out, h.rope_dim);
+  }
+  EXPECT_NE(L0.w_gate.data, nullptr);  // the leading dense layer
+  EXPECT_TRUE(L0.gate_exps.empty());
+  EXPECT_EQ(L1.w_gate.data, nullptr);
+  EXPECT_EQ(L1.gate_exps.size(), 8u);
+  EXPECT_NE(L1.down_shexp.data, nullptr);
+  EXPECT_EQ(L1.exp_probs_b.size(), 8u);
+}
+
+TEST(Arch, DeepSeekMetadataMustAgreeWithItsTensors) {
+  const std::string ds = made("deepseek2");
+  for (const char* t : {"blk.1.attn_k_b.weight", "blk.0.attn_kv_a_norm.weight", "blk.1.ffn_down_shexp.weight",
+                        "blk.0.attn_q_b.weight"}) {
+    const std::string msg = load_error(without(ds, t));
+    EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
+  }
+  // A latent rank the cache's shape (key_length = rank + rope) disagrees with.
+  std::string msg = load_error(with_u32(ds, "deepseek2.attention.kv_lora_rank", 32));
+  EXPECT_NE(msg.find("key_length = kv_lora_rank + rope.dimension_count (32 + 16)"), std::string::npos) << msg;
+  // ... and one the tensors disagree with (the cache's shape made to match).
+  msg = load_error(with_u32(with_u32(with_u32(ds, "deepseek2.attention.kv_lora_rank", 32),
+                                     "deepseek2.attention.key_length", 48),
+                            "deepseek2.attention.value_length", 32));
+  EXPECT_NE(msg.find("tensor 'blk.0.attn_kv_a_mqa.weight' has shape"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.attention.key_length_mla", 40));
+  EXPECT_NE(msg.find("has shape"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.attention.key_length_mla", -1));
+  EXPECT_NE(msg.find("key_length_mla is missing"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.expert_group_used_count", 4));
+  EXPECT_NE(msg.find("expert_group_count 4 and expert_group_used_count 4"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.expert_gating_func", 3));
+  EXPECT_NE(msg.find("expert_gating_func 3 is not supported"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.expert_used_count", 9));
+  EXPECT_NE(msg.find("expert_used_count 9 is above expert_count 8"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.leading_dense_block_count", 2));
+  EXPECT_NE(msg.find("required tensor 'blk.1.ffn_gate.weight' is missing"), std::string::npos) << msg;
 }
 
 TEST(Arch, AnArchitecturesOwnTensorIsRequired) {
   for (const auto& [arch, tensor] : {std::pair{"qwen2", "blk.1.attn_k.bias"}, std::pair{"qwen3", "blk.0.attn_q_norm.weight"},
                                      std::pair{"llama", "blk.1.ffn_up.weight"},
                                      std::pair{"qwen3moe", "blk.1.ffn_down_exps.weight"},
-                                     std::pair{"qwen3moe", "blk.0.ffn_gate_inp.weight"}}) {
+                                     std::pair{"qwen3moe", "blk.0.ffn_gate_inp.weight"},
+                                     std::pair{"deepseek2", "blk.2.ffn_gate_inp.weight"}}) {
     const std::string msg = load_error(without(made(arch), tensor));
     EXPECT_NE(msg.find(std::string("required tensor '") + tensor + "' is missing"), std::string::npos)
         << arch << ": " << msg;

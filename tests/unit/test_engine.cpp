@@ -122,6 +122,13 @@ TEST(Engine, SixtyFourRandomPromptsMatchAloneOnAMixtureOfExperts) {
   run_scenarios(*m, 12, 40);
 }
 
+TEST(Engine, SixtyFourRandomPromptsMatchAloneOnLatentAttention) {
+  const std::string path = testing::TempDir() + "/engine-deepseek2.gguf";
+  make_model({"deepseek2", "deepseek-v3-tiny", DType::Q8_0, 3, "", 0, 2}, path);
+  auto m = Model::load(path);
+  run_scenarios(*m, 12, 40);
+}
+
 TEST(Engine, SixtyFourRandomPromptsMatchAloneOnStories260K) {
   RIDGE_REQUIRE_SHARED(path, "models/stories260K.gguf");
   auto m = Model::load(path);

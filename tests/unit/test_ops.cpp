@@ -2,6 +2,7 @@
 // lengths (tails) and extreme values, with stated tolerances.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -100,6 +101,72 @@ TEST(Ops, RopeSimdMatchesScalarBits) {
           ASSERT_EQ(got[i], want[i]) << "neox " << neox << " rope_dim " << rope_dim << " pos " << pos << " i " << i;
       }
     }
+}
+
+}  // namespace
+}  // namespace ridge::kernels
+
+namespace ridge::kernels {
+namespace {
+
+std::vector<int32_t> route_ids(const std::vector<float>& logits, const MoeRouting& r, std::vector<float>* w = nullptr) {
+  std::vector<int32_t> ids(size_t(r.k));
+  std::vector<float> ws(size_t(r.k));
+  moe_route_row(logits.data(), r, ids.data(), ws.data());
+  if (w) *w = ws;
+  return ids;
+}
+
+// DeepSeek V3's routing: the bias moves the choice, never the weights.
+TEST(MoeRoute, SigmoidBiasChoosesButDoesNotWeigh) {
+  const std::vector<float> logits{0.f, 1.f, 2.f, 3.f}, bias{10.f, 0.f, 0.f, 0.f};
+  MoeRouting r{4, 2, /*sigmoid=*/true, bias.data(), 0, 0, /*norm=*/false, /*scale=*/2.f};
+  std::vector<float> w;
+  EXPECT_EQ(route_ids(logits, r, &w), (std::vector<int32_t>{0, 3}));
+  EXPECT_NEAR(w[0], 2.0 * 0.5, 1e-6);
+  EXPECT_NEAR(w[1], 2.0 / (1.0 + std::exp(-3.0)), 1e-6);
+  r.norm = true;  // renormalized, then scaled: they sum to the scale
+  route_ids(logits, r, &w);
+  EXPECT_NEAR(w[0] + w[1], 2.0, 1e-6);
+}
+
+// Grouped choice: the best expert is out when its group (scored by its two best) is not
+// among the groups kept.
+TEST(MoeRoute, GroupsLimitTheChoice) {
+  const std::vector<float> logits(8, 0.f);  // sigmoid 0.5 each: the bias alone decides
+  const std::vector<float> bias{0.3f, 0.3f, 0.35f, 0.35f, 0.9f, -0.5f, 0.f, 0.f};
+  MoeRouting r{8, 2, true, bias.data(), 0, 0, true, 1.f};
+  EXPECT_EQ(route_ids(logits, r), (std::vector<int32_t>{4, 2}));
+  r.n_groups = 4, r.n_groups_used = 2;  // groups 1 (1.7) and 0 (1.6) stay; 2 (1.4) goes
+  EXPECT_EQ(route_ids(logits, r), (std::vector<int32_t>{2, 3}));
+  r.n_groups_used = 3;
+  EXPECT_EQ(route_ids(logits, r), (std::vector<int32_t>{4, 2}));
+}
+
+// qwen3moe / Mixtral: softmax over all experts, the top k in descending order (ties: the
+// lower id), their probabilities over their sum; against a plain double computation.
+TEST(MoeRoute, SoftmaxTopKRenormalizedMatchesReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (int it = 0; it < 200; ++it) {
+    const int32_t ne = 4 + it % 61, k = 1 + it % std::min(8, ne);
+    std::vector<float> logits(static_cast<size_t>(ne));
+    for (auto& v : logits) v = it % 7 == 0 ? float(int(nd(rng))) : nd(rng);  // some with ties
+    MoeRouting r{ne, k, false, nullptr, 0, 0, true, 1.f};
+    std::vector<float> w;
+    const std::vector<int32_t> ids = route_ids(logits, r, &w);
+    std::vector<int32_t> order(static_cast<size_t>(ne));
+    for (int32_t e = 0; e < ne; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    double z = 0, sum = 0;
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    for (float v : logits) z += std::exp(double(v) - mx);
+    for (int32_t j = 0; j < k; ++j) sum += std::exp(double(logits[size_t(order[size_t(j)])]) - mx) / z;
+    for (int32_t j = 0; j < k; ++j) {
+      ASSERT_EQ(ids[size_t(j)], order[size_t(j)]) << "case " << it << " slot " << j;
+      EXPECT_NEAR(w[size_t(j)], std::exp(double(logits[size_t(order[size_t(j)])]) - mx) / z / sum, 1e-6);
+    }
+  }
 }
 
 }  // namespace

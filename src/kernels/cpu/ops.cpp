@@ -75,26 +75,57 @@ void axpy_inplace(float* x, const float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += a * y[i];
 }
 
-void moe_route_row(const float* logits, int32_t n_expert, int32_t k, int32_t* ids, float* weights) {
-  double mx = -INFINITY;
-  for (int32_t e = 0; e < n_expert; ++e) mx = std::max(mx, double(logits[e]));
-  double z = 0;
-  for (int32_t e = 0; e < n_expert; ++e) z += std::exp(double(logits[e]) - mx);
-  // Top k by logit (the softmax keeps the order), lower id first on ties: k small passes.
+void moe_route_row(const float* logits, const MoeRouting& r, int32_t* ids, float* weights) {
+  const int32_t ne = r.n_expert;
+  double p[kMaxRouteExperts], s[kMaxRouteExperts];  // probabilities; the choice's scores
+  if (r.sigmoid) {
+    for (int32_t e = 0; e < ne; ++e) p[e] = 1.0 / (1.0 + std::exp(-double(logits[e])));
+  } else {
+    double mx = -INFINITY, z = 0;
+    for (int32_t e = 0; e < ne; ++e) mx = std::max(mx, double(logits[e]));
+    for (int32_t e = 0; e < ne; ++e) z += (p[e] = std::exp(double(logits[e]) - mx));
+    for (int32_t e = 0; e < ne; ++e) p[e] /= z;
+  }
+  for (int32_t e = 0; e < ne; ++e) s[e] = p[e] + (r.bias ? double(r.bias[e]) : 0.0);
+  if (r.n_groups > 1) {
+    // A group's score is the sum of its two best; all but the n_groups_used best groups
+    // are out of the choice.
+    const int32_t gs = ne / r.n_groups;
+    double score[kMaxRouteExperts];
+    bool keep[kMaxRouteExperts] = {};
+    for (int32_t g = 0; g < r.n_groups; ++g) {
+      double b0 = -INFINITY, b1 = -INFINITY;
+      for (int32_t e = g * gs; e < (g + 1) * gs; ++e) {
+        if (s[e] > b0) b1 = b0, b0 = s[e];
+        else if (s[e] > b1) b1 = s[e];
+      }
+      score[g] = gs > 1 ? b0 + b1 : b0;
+    }
+    for (int32_t j = 0; j < r.n_groups_used; ++j) {
+      int32_t best = -1;
+      for (int32_t g = 0; g < r.n_groups; ++g)
+        if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+      keep[best] = true;
+    }
+    for (int32_t e = 0; e < ne; ++e)
+      if (!keep[e / gs]) s[e] = -INFINITY;
+  }
+  // The k best, lower id first on ties: k small passes.
   double sum = 0;
-  for (int32_t j = 0; j < k; ++j) {
+  for (int32_t j = 0; j < r.k; ++j) {
     int32_t best = -1;
-    for (int32_t e = 0; e < n_expert; ++e) {
+    for (int32_t e = 0; e < ne; ++e) {
       bool taken = false;
       for (int32_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
-      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+      if (!taken && (best < 0 || s[e] > s[best])) best = e;
     }
     ids[j] = best;
-    weights[j] = float(std::exp(double(logits[best]) - mx) / z);
+    weights[j] = float(p[best]);
     sum += weights[j];
   }
-  const double norm = std::max(sum, 6.103515625e-5);  // llama.cpp's clamp
-  for (int32_t j = 0; j < k; ++j) weights[j] = float(weights[j] / norm);
+  const double norm = r.norm ? std::max(sum, 6.103515625e-5) : 1.0;  // llama.cpp's clamp
+  const double scale = r.scale != 0.f ? double(r.scale) : 1.0;
+  for (int32_t j = 0; j < r.k; ++j) weights[j] = float(double(weights[j]) / norm * scale);
 }
 
 }  // namespace ridge::kernels

@@ -30,9 +30,9 @@ void add_inplace(float* x, const float* y, int64_t n);
 // x[n] += a * y[n]
 void axpy_inplace(float* x, const float* y, float a, int64_t n);
 
-// A mixture of experts' router on one row of logits[n_expert]: softmax over all experts
-// (in double), the k most likely (ties: the lower id), their probabilities renormalized
-// to sum to one (llama.cpp's order: softmax, top-k, divide by the sum).
-void moe_route_row(const float* logits, int32_t n_expert, int32_t k, int32_t* ids, float* weights);
+// A mixture of experts' router on one row of logits[r.n_expert] as MoeRouting says, in
+// double: ids[r.k] and weights[r.k]. At most kMaxRouteExperts experts (llama.cpp's bound).
+constexpr int32_t kMaxRouteExperts = 512;
+void moe_route_row(const float* logits, const MoeRouting& r, int32_t* ids, float* weights);
 
 }  // namespace ridge::kernels
