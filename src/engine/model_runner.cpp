@@ -22,7 +22,7 @@ int64_t mem_available_bytes() {
 KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
-  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype};
+  KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
   const int64_t per_block = kl.block_bytes();
   const int64_t bytes = ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   const int64_t n_blocks = bytes / per_block;
@@ -47,7 +47,7 @@ int64_t ModelRunner::kv_budget_bytes(const EngineConfig& cfg, int64_t mapped_byt
 
 int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
-  return KVLayout{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, cfg.block_size, 0, cfg.kv_dtype}.bytes_per_token();
+  return kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype).bytes_per_token();
 }
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)

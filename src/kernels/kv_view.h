@@ -41,6 +41,10 @@ struct KVLayout {
   int32_t block_size = 16;
   int32_t n_blocks = 0;
   DType dtype = DType::F16;
+  // Multi-head latent attention: a value is its key's last head_dim_v dimensions (the
+  // latent after the RoPE key), so a block has no V tiles and attention reads values out
+  // of the K tiles. Unscaled dtypes only (f32, f16, bf16).
+  bool v_in_k = false;
 
   bool scaled() const { return is_scaled_kv_dtype(dtype); }
   // A head's K or V tile in a block: codes, then (scaled) the slots' scales; and a whole
@@ -50,6 +54,7 @@ struct KVLayout {
     return scaled() ? int64_t(block_size) * round4(head_dim_k) : int64_t(block_size) * head_dim_k * elem_bytes();
   }
   int64_t v_codes_bytes() const {
+    if (v_in_k) return 0;
     return dtype == DType::I8 ? int64_t(round4(block_size)) * head_dim_v
            : scaled()         ? int64_t(block_size) * round4(head_dim_v)
                               : int64_t(block_size) * head_dim_v * elem_bytes();
@@ -63,6 +68,8 @@ struct KVLayout {
     return dtype == DType::I8 ? (int64_t(slot >> 2) * head_dim_v + d) * 4 + (slot & 3) : int64_t(slot) * head_dim_v + d;
   }
   int64_t scale_bytes() const { return scaled() ? int64_t(block_size) * 4 : 0; }
+  // The K dimension where a value starts (v_in_k), or -1.
+  int32_t v_dim0() const { return v_in_k ? head_dim_k - head_dim_v : -1; }
   int64_t block_bytes() const {
     return int64_t(n_layer) * n_kv_head * (k_codes_bytes() + v_codes_bytes() + 2 * scale_bytes());
   }

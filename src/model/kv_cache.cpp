@@ -6,10 +6,19 @@
 
 namespace ridge {
 
+KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, DType dtype) {
+  KVLayout l{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, block_size, n_blocks, dtype};
+  l.v_in_k = h.mla() && !is_scaled_kv_dtype(dtype);
+  return l;
+}
+
 KVCache::KVCache(const KVLayout& layout) : KVView(layout, nullptr) {
   RIDGE_CHECK(l_.dtype == DType::F16 || l_.dtype == DType::F32 || l_.dtype == DType::BF16 || l_.scaled(),
               "KV cache dtype {} is not supported (f16, bf16, f32, i8, fp8_e4m3, fp8_e5m2)", dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");
+  RIDGE_CHECK(!l_.v_in_k || (!l_.scaled() && l_.head_dim_v <= l_.head_dim_k),
+              "a KV cache whose values are in its keys needs an unscaled dtype (f16, bf16, f32), not {}",
+              dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size <= 1024, "KV cache block size {} is over 1024 tokens", l_.block_size);
   // Anonymous pages: zeroed (a never-written slot is never NaN garbage) and committed
   // lazily, so a large pool costs memory only as it fills.

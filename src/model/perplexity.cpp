@@ -17,8 +17,7 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
   RIDGE_CHECK(o.batch_tokens > 0, "perplexity batch must be positive");
   if (int64_t(tokens.size()) < 2 * o.n_ctx)
     fail("the text has {} tokens; at least 2 x ctx = {} are needed (use a smaller context)", tokens.size(), 2 * o.n_ctx);
-  KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, o.block_size,
-              int32_t((o.n_ctx + o.block_size - 1) / o.block_size), o.kv_dtype};
+  KVLayout kl = kv_layout_for(h, o.block_size, int32_t((o.n_ctx + o.block_size - 1) / o.block_size), o.kv_dtype);
   KVCache kv(kl);
   // One window at a time, always from position 0: the same blocks serve every window.
   std::vector<int32_t> table(size_t(kl.n_blocks));

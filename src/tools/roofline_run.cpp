@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/engine.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "perf/op_cost.h"
 
@@ -91,7 +92,7 @@ RooflineRun measure_roofline(const Model& m, const Tokenizer* tok, const Peaks& 
     const int64_t seq_tokens = per_seq + prefill_steps;
     const int32_t bs = cfg.block_size;
     const int64_t blocks = int64_t(batch) * ((seq_tokens + bs - 1) / bs) + 1;
-    KVLayout kl{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, bs, 0, cfg.kv_dtype};
+    KVLayout kl = kv_layout_for(h, bs, 0, cfg.kv_dtype);
     cfg.kv_cache_bytes = blocks * bs * kl.bytes_per_token();
     Engine engine(m, tok, cfg);
     run.threads = engine.pool().size();

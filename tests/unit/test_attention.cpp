@@ -549,3 +549,70 @@ TEST(Attention, VectorExpAccuracy) {
 
 }  // namespace
 }  // namespace ridge::kernels
+
+namespace ridge::kernels {
+namespace {
+
+// Multi-head latent attention's cache keeps a value as its key's last dv dimensions
+// (KVLayout::v_in_k): attention over it must give what a cache holding the same values
+// in V tiles gives, bit for bit where the same kernel runs (scalar, AVX-512; AVX2 runs the
+// portable path for it, so within rounding there), whatever the block size, and reading
+// nothing past the context (NaN elsewhere).
+TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
+  IsaGuard guard;
+  struct Shape {
+    int32_t dk, dv, bs, n_ctx, n_q;
+  };
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const Shape& sh : {Shape{80, 64, 16, 50, 4}, Shape{576, 512, 16, 70, 16}, Shape{40, 24, 8, 37, 3},
+                            Shape{80, 64, 32, 90, 5}, Shape{48, 32, 64, 130, 2}, Shape{80, 64, 1, 9, 16}}) {
+      KVLayout a;
+      a.n_layer = 1, a.n_kv_head = 1, a.head_dim_k = sh.dk, a.head_dim_v = sh.dv, a.block_size = sh.bs, a.dtype = t;
+      a.n_blocks = (sh.n_ctx + sh.bs - 1) / sh.bs + 2;
+      KVLayout b = a;
+      b.v_in_k = true;
+      KVCache ca(a), cb(b);
+      EXPECT_LT(cb.total_bytes(), ca.total_bytes());
+      std::mt19937 rng(uint32_t(sh.dk * 31 + sh.bs));
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<int32_t> table(size_t(a.n_blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      std::vector<float> k(size_t(sh.dk)), nan(size_t(sh.dk), std::numeric_limits<float>::quiet_NaN());
+      for (int32_t blk = 0; blk < a.n_blocks; ++blk)
+        for (int32_t s = 0; s < sh.bs; ++s) {
+          ca.write_k(0, blk, 0, s, nan.data()), cb.write_k(0, blk, 0, s, nan.data());
+          ca.write_v(0, blk, 0, s, nan.data());
+        }
+      for (int32_t p = 0; p < sh.n_ctx; ++p) {
+        for (auto& e : k) e = g(rng);
+        const int32_t blk = table[size_t(p / sh.bs)], s = p % sh.bs;
+        ca.write_k(0, blk, 0, s, k.data()), cb.write_k(0, blk, 0, s, k.data());
+        ca.write_v(0, blk, 0, s, k.data() + (sh.dk - sh.dv));
+        std::vector<float> va(size_t(sh.dv)), vb(size_t(sh.dv));
+        ca.read_v(0, blk, 0, s, va.data()), cb.read_v(0, blk, 0, s, vb.data());
+        ASSERT_EQ(va, vb) << "read_v of a value kept in its key";
+      }
+      std::vector<float> q(size_t(sh.n_q * sh.dk));
+      for (auto& e : q) e = g(rng);
+      const float scale = 1.f / std::sqrt(float(sh.dk));
+      for (Isa isa : isas()) {
+        set_isa(isa);
+        std::vector<float> oa(size_t(sh.n_q * sh.dv)), ob(oa.size());
+        std::vector<float> sa(size_t(attention_scratch_floats(a, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> sb(size_t(attention_scratch_floats(b, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
+        attention_group({&ca, 0, table, sh.n_ctx, scale}, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
+        attention_group({&cb, 0, table, sh.n_ctx, scale}, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
+        const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " bs=" +
+                                 std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa));
+        for (size_t i = 0; i < oa.size(); ++i) {
+          ASSERT_TRUE(std::isfinite(ob[i])) << name << " element " << i;
+          if (isa == Isa::Avx2) ASSERT_NEAR(ob[i], oa[i], 2e-5 * (1 + std::fabs(oa[i]))) << name << " element " << i;
+          else ASSERT_EQ(ob[i], oa[i]) << name << " element " << i;
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace ridge::kernels

@@ -79,15 +79,7 @@ class Ridge {
  public:
   Ridge(const std::string& path, DType kv_dtype, int threads = 1) : model_(Model::load(path)), pool_(threads) {
     const HParams& h = model_->hparams();
-    KVLayout l;
-    l.n_layer = h.n_layer;
-    l.n_kv_head = h.n_head_kv;
-    l.head_dim_k = h.head_dim_k;
-    l.head_dim_v = h.head_dim_v;
-    l.block_size = kBlockSize;
-    l.n_blocks = 8;
-    l.dtype = kv_dtype;
-    kv_ = std::make_unique<KVCache>(l);
+    kv_ = std::make_unique<KVCache>(kv_layout_for(h, kBlockSize, 8, kv_dtype));
   }
   int32_t n_vocab() const { return model_->hparams().n_vocab; }
 

@@ -35,7 +35,13 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t lanes = detail::attention_tile_lanes(l.block_size), row = std::max<int64_t>(bsp, lanes);
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
-  return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8;
+  return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8 + values_from_keys_floats(l);
+}
+
+// v_in_k, AVX-512: a tile's values transposed out of its K tiles, [tile blocks][block_size]
+// [head_dim_v] f32 at the scratch's end, 64-byte aligned.
+int64_t values_from_keys_floats(const KVLayout& l) {
+  return l.v_in_k ? int64_t(detail::attention_tile_blocks(l.block_size)) * l.block_size * l.head_dim_v + 16 : 0;
 }
 
 namespace {
@@ -47,7 +53,8 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
   const int64_t esz = int64_t(dtype_info(l.dtype).type_size);
-  const int64_t kn = l.k_codes_bytes() / esz, vn = l.v_codes_bytes() / esz;  // elements of a tile
+  const int64_t kn = l.k_codes_bytes() / esz;  // elements of a tile
+  const int64_t vn = l.v_in_k ? int64_t(bs) * dv : l.v_codes_bytes() / esz;
   float* kf = scratch;                  // the cache's K tile layout (k_element)
   float* vf = kf + kn;                  // and V's (v_element)
   float* s = vf + vn;                   // [bs]
@@ -66,7 +73,12 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
     // A head's tiles are contiguous: one conversion each (slots past n too, unread).
     to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, kn);
-    to_f32(l.dtype, a.kv->v_tile(a.layer, block, kv_head), vf, vn);
+    if (l.v_in_k) {  // the values are the keys' last dv dimensions
+      for (int32_t j = 0; j < n; ++j)
+        for (int32_t d = 0; d < dv; ++d) vf[l.v_element(j, d)] = kf[l.k_element(l.v_dim0() + d, j)];
+    } else {
+      to_f32(l.dtype, a.kv->v_tile(a.layer, block, kv_head), vf, vn);
+    }
     if (l.scaled()) {  // codes times their position's scale (kv_view.h)
       const float* sk = a.kv->k_scales(a.layer, block, kv_head);
       const float* sv = a.kv->v_scales(a.layer, block, kv_head);
@@ -114,8 +126,9 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   const Isa isa = active_isa();
-  // The 8-bit dtypes have an AVX-512 kernel; on AVX2 they run the portable path.
-  if (isa == Isa::Scalar || (isa == Isa::Avx2 && l.scaled())) {
+  // The 8-bit dtypes and values kept in the keys have an AVX-512 kernel; on AVX2 they run
+  // the portable path.
+  if (isa == Isa::Scalar || (isa == Isa::Avx2 && (l.scaled() || l.v_in_k))) {
     for (int32_t h = 0; h < n_heads; ++h)
       attention_group_scalar(a, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
                              scratch);
@@ -137,6 +150,11 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.dv = l.head_dim_v;
   v.dtype = l.dtype;
   v.scale = a.scale;
+  if (l.v_in_k) {
+    v.v_dim0 = l.v_dim0();
+    const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l);
+    v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
+  }
   if (isa == Isa::Avx512) {
     v.n_heads = n_heads;
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);

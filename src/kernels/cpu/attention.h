@@ -29,6 +29,8 @@ struct AttnArgs {
 
 // Floats of scratch one call with n_q query rows needs (any ISA).
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
+// Of those, the values transposed out of the keys (KVLayout::v_in_k) take the last.
+int64_t values_from_keys_floats(const KVLayout& l);
 
 // n_q query heads that all read KV head kv_head: q[n_q][head_dim_k] with rows ldq floats
 // apart -> out[n_q][head_dim_v] with rows ldo floats apart. scratch: attention_scratch_floats.
@@ -75,6 +77,10 @@ struct AttnView {
   int64_t k_scales_off = 0;  // scaled dtypes: bytes from a head's K (V) tile to its scales
   int64_t v_scales_off = 0;
   float scale = 1.f;
+  // KVLayout::v_in_k: values are K dimensions [v_dim0, v_dim0 + dv) (v0 unused), and vt
+  // [tile blocks][block_size][dv] f32 scratch to transpose a tile's into; else -1.
+  int32_t v_dim0 = -1;
+  float* vt = nullptr;
 };
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

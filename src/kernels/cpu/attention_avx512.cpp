@@ -163,9 +163,9 @@ struct Prefetcher {
     const int32_t nb = b1 - b0;
     for (int32_t b = b0; b < b1; ++b) {
       piece(b - b0, a.k0 + a.blocks[b] * a.k_block_stride, k_bytes);
-      piece(nb + b - b0, a.v0 + a.blocks[b] * a.v_block_stride, v_bytes);
+      if (v_bytes > 0) piece(nb + b - b0, a.v0 + a.blocks[b] * a.v_block_stride, v_bytes);
     }
-    n_seg = 2 * nb;
+    n_seg = v_bytes > 0 ? 2 * nb : nb;
     cur = Cursor{nullptr, 0, 0};
   }
   ATTN_INLINE void step(Cursor& c) const {
@@ -560,6 +560,54 @@ ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t l
   }
 }
 
+// r[16] rows of 16 floats -> their transpose in place (unpacks, then 128-bit lane moves).
+ATTN_INLINE void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  ATTN_UNROLL for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  ATTN_UNROLL for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  ATTN_UNROLL for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+  }
+  ATTN_UNROLL for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+  }
+}
+
+// KVLayout::v_in_k: a block's values [bs][dv] in f32 out of its K tile's dimensions
+// [v_dim0, v_dim0 + dv) ([dv][bs] from kd, the first of them), 16 x 16 at a time; only
+// the first `keys` slots are written (P.V reads no others). The same numbers a V tile
+// of the dtype would hold, so P.V's arithmetic is unchanged.
+template <DType T>
+void values_from_keys(const uint8_t* kd, int32_t bs, int32_t keys, int32_t dv, float* vt) {
+  constexpr int64_t esz = kEsz<T>;
+  for (int32_t s0 = 0; s0 < keys; s0 += 16) {
+    const __mmask16 ms = first_lanes(bs - s0);
+    const int32_t ns = keys - s0 < 16 ? keys - s0 : 16;
+    for (int32_t d0 = 0; d0 < dv; d0 += 16) {
+      __m512 r[16];
+      ATTN_UNROLL for (int i = 0; i < 16; ++i)
+        r[i] = d0 + i < dv ? load16<T>(kd + int64_t(d0 + i) * bs * esz, s0, ms) : _mm512_setzero_ps();
+      transpose16(r);
+      const __mmask16 md = first_lanes(dv - d0);
+      for (int32_t j = 0; j < ns; ++j) _mm512_mask_storeu_ps(vt + int64_t(s0 + j) * dv + d0, md, r[j]);
+    }
+  }
+}
+
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   constexpr int64_t esz = kEsz<T>;
@@ -659,6 +707,26 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
         scale_probabilities(tl, gpb, sc + int64_t(h) * grp * lds, lds, grp, h * a.v_head_stride + a.v_scales_off);
+    if constexpr (!kScaled<T>) {
+      if (a.v_dim0 >= 0) {  // values out of each head's K tiles, transposed once for its rows
+        for (int32_t h = 0; h < nh; ++h) {
+          Tile tv = tl;
+          for (int32_t i = 0; i < tl.n_blocks; ++i) {
+            float* vt = a.vt + int64_t(i) * bs * dv;
+            values_from_keys<T>(tl.k[i] + h * a.k_head_stride + int64_t(a.v_dim0) * bs * esz, bs, tl.keys[i], dv, vt);
+            tv.v[i] = reinterpret_cast<const uint8_t*>(vt);
+          }
+          for (int32_t i = 0; i < grp; i += kRows) {
+            const int32_t r0 = h * grp + i;
+            for (int32_t d0 = 0; d0 < dv; d0 += 32)
+              pv_rows<DType::F32>(grp - i < kRows ? grp - i : kRows, tv, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
+                                  out + r0 * ldo, ldo, d0, dv, 0, pf);
+          }
+        }
+        pf.finish();
+        continue;
+      }
+    }
     for (int32_t h = 0; h < nh; ++h)
       for (int32_t i = 0; i < grp; i += kRows) {
         const int32_t r0 = h * grp + i;

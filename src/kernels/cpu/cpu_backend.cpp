@@ -163,13 +163,28 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
-  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * group);
+  // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
+  // heads; MLA's one): the query heads of a group split among the threads too, each part
+  // reading the tiles itself. A row's arithmetic does not depend on which rows share its
+  // call (attention.h), so the split changes no bits.
+  const int64_t tasks = T * hr.splits, threads = int64_t(pool_.size());
+  const int32_t qsplit = hr.run == 1 && tasks < threads && group > 1 ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks)) : 1;
+  const int32_t qg = (group + qsplit - 1) / qsplit;  // query heads per part (the last may have fewer)
+  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * (qsplit > 1 ? qg : group));
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
-  pool_.run(T * hr.splits, [&](int64_t task, int thread) {
-    const int64_t t = task / hr.splits;
-    const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
+  pool_.run(tasks * qsplit, [&](int64_t task, int thread) {
+    const int32_t part = int32_t(task % qsplit);
+    const int64_t t = task / qsplit / hr.splits;
+    const int32_t h0 = int32_t(task / qsplit % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
     const AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1,
                         a.scale};
+    if (qsplit > 1) {  // one KV head h0, query heads [part * qg, +rows) of its group
+      const int32_t r0 = part * qg, rows = std::min(qg, group - r0);
+      if (rows <= 0) return;
+      attention_heads(args, h0, 1, rows, a.q + t * nq + (int64_t(h0) * group + r0) * dk, dk,
+                      a.out + t * no + (int64_t(h0) * group + r0) * dv, dv, attn_scratch_.data() + thread * scratch_per);
+      return;
+    }
     attention_heads(args, h0, n, group, a.q + t * nq + int64_t(h0) * group * dk, dk,
                     a.out + t * no + int64_t(h0) * group * dv, dv, attn_scratch_.data() + thread * scratch_per);
   });

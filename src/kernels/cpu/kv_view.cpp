@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <limits>
 
 #include "kernels/cpu/convert.h"
@@ -85,6 +86,7 @@ void KVView::read_k(int32_t layer, int32_t block, int32_t head, int32_t slot, fl
 }
 
 void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, const float* x) const {
+  if (l_.v_in_k) return;  // written with the key
   if (l_.scaled()) {
     const auto at = [&](int64_t d) { return l_.v_element(slot, int32_t(d)); };
     v_scales(layer, block, head)[slot] = quantize_scaled(l_.dtype, x, l_.head_dim_v, v_tile(layer, block, head), at);
@@ -94,6 +96,12 @@ void KVView::write_v(int32_t layer, int32_t block, int32_t head, int32_t slot, c
 }
 
 void KVView::read_v(int32_t layer, int32_t block, int32_t head, int32_t slot, float* x) const {
+  if (l_.v_in_k) {
+    std::vector<float> k(size_t(l_.head_dim_k));
+    read_k(layer, block, head, slot, k.data());
+    std::copy(k.begin() + l_.v_dim0(), k.end(), x);
+    return;
+  }
   if (l_.scaled()) {
     const auto at = [&](int64_t d) { return l_.v_element(slot, int32_t(d)); };
     return dequantize_scaled(l_.dtype, v_tile(layer, block, head), at, v_scales(layer, block, head)[slot], x,
