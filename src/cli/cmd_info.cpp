@@ -1,13 +1,44 @@
 // ridge info: what a GGUF holds (metadata, tensors), and whether ridge can run it.
 #include <cstdio>
+#include <utility>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace ridge::cli {
+namespace {
+
+// What one decode token reads of the weights: every matrix of every layer (experts: the
+// active share of them) and the head; bytes, and the layers' multiply-adds.
+std::pair<int64_t, int64_t> decode_weight_reads(const Model& m) {
+  const HParams& h = m.hparams();
+  double bytes = 0, macs = 0;
+  auto add = [&](const kernels::WeightView& v, double share) {
+    if (v.n_out == 0) return;
+    bytes += share * double(row_bytes(v.type, v.k) * v.n_out);
+    macs += share * double(v.k * v.n_out);
+  };
+  for (const LayerWeights& L : m.weights().layers) {
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_c, &L.wk_pe, &L.w_gate, &L.w_up,
+                          &L.w_down, &L.router, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      add(*v, 1.0);
+    for (const auto* heads : {&L.wk_b, &L.wv_b})
+      for (const auto& v : *heads) add(v, 1.0);
+    const double active = h.moe() ? double(h.n_expert_used) / double(h.n_expert) : 0.0;
+    for (const auto* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (const auto& v : *e) add(v, active);
+  }
+  const int64_t layer_macs = int64_t(macs);
+  add(m.weights().output, 1.0);
+  return {int64_t(bytes), layer_macs};
+}
+
+}  // namespace
+
 namespace {
 
 std::string show(const gguf::Value& v) {
@@ -42,12 +73,21 @@ int cmd_info(Args& a) {
       std::printf("model: %s, %d layers, n_embd %d, heads %d/%d, head_dim %d, n_ff %d, vocab %d, %.1f MiB\n",
                   h.arch.c_str(), h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim_k, h.n_ff, h.n_vocab,
                   double(m->weight_bytes()) / 1048576.0);
-      // The roofline's per-token figures: bytes a decode step streams (every weight but
-      // the gathered token_embd) and multiply-adds of the layer matrices and of the head.
-      const int64_t layer_macs = int64_t(h.n_layer) * h.n_embd * (h.n_q() + h.n_kv_k() + h.n_kv_v() + 3 * int64_t(h.n_ff)) +
-                                 int64_t(h.n_layer) * h.n_attn_out() * h.n_embd;
-      std::printf("per token: %lld weight bytes streamed, %lld layer multiply-adds, %lld head multiply-adds\n",
-                  (long long)m->streamed_weight_bytes(), (long long)layer_macs, (long long)(int64_t(h.n_embd) * h.n_vocab));
+      if (h.moe())
+        std::printf("experts: %d of %d active, %d wide, %d shared, first %d layers dense\n", h.n_expert_used, h.n_expert,
+                    h.n_ff_exp, h.n_expert_shared, h.n_layer_dense_lead);
+      if (h.mla())
+        std::printf("latent attention: rank %d (q rank %d), heads' key %d value %d, rope %d; KV cache %lld bytes per "
+                    "token (f16) against %lld with full K/V\n",
+                    h.n_lora_kv, h.n_lora_q, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim,
+                    (long long)kv_layout_for(h, 16, 0, DType::F16).bytes_per_token(),
+                    (long long)(int64_t(h.n_layer) * h.n_head * (h.head_dim_qk_mla + h.head_dim_v_mla) * 2));
+      // The roofline's per-token figures at batch 1: the weight bytes a decode step reads
+      // (the gathered token_embd aside; of the experts, the active ones' share) and the
+      // multiply-adds of the layer matrices and of the head.
+      const auto [bytes, macs] = decode_weight_reads(*m);
+      std::printf("per token: %lld weight bytes read, %lld layer multiply-adds, %lld head multiply-adds\n",
+                  (long long)bytes, (long long)macs, (long long)(int64_t(h.n_embd) * h.n_vocab));
     } catch (const Error& e) {
       std::printf("not runnable by ridge: %s\n", e.what());
     }

@@ -64,7 +64,7 @@ struct HParams {
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }
   int32_t n_kv_v() const { return n_head_kv * head_dim_v; }
   int32_t n_attn_out() const { return n_head * head_dim_v; }
-  perf::AttnShape attn_shape() const { return {n_head, n_head_kv, head_dim_k, head_dim_v, rope_dim}; }
+  perf::AttnShape attn_shape() const { return {n_head, n_head_kv, head_dim_k, head_dim_v, rope_dim, mla()}; }
 };
 
 // Throws ridge::Error naming the missing or invalid key.

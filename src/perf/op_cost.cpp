@@ -42,21 +42,22 @@ OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm,
   double per_token = 3.0 * double(h.rope_dim) * double(h.n_head + h.n_head_kv);
   if (bias) per_token += nq + nk + nv;
   if (qk_norm) per_token += 3.0 * (nq + nk);
-  const double bytes = t * (4.0 * (nq + nk + nv) + 4.0 * (nq + nk) + double(row_bytes(kv_type, 1)) * (nk + nv) +
+  const double stored = h.v_in_k(kv_type) ? nk : nk + nv;
+  const double bytes = t * (4.0 * (nq + nk + nv) + 4.0 * (nq + nk) + double(row_bytes(kv_type, 1)) * stored +
                             double(h.n_head_kv) * kv_scale_bytes(kv_type));
   return {t * per_token, bytes};
 }
 
 OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type) {
   const double dk = h.head_dim_k, dv = h.head_dim_v, nh = h.n_head, nkv = h.n_head_kv;
-  const double kv_elem = double(row_bytes(kv_type, 1));
+  const double kv_elem = double(row_bytes(kv_type, 1)), dv_read = h.v_in_k(kv_type) ? 0.0 : dv;
   double flops = 0, bytes = 0;
   for (auto [pos0, n] : seqs) {
     // Keys attended, summed over the slice's tokens: (pos0 + 1) + ... + (pos0 + n).
     const double keys = double(n) * double(pos0) + double(n) * double(n + 1) / 2.0;
     flops += nh * keys * (2.0 * dk + 2.0 * dv + 5.0);
     const double ctx = double(pos0) + double(n);
-    bytes += ctx * nkv * ((dk + dv) * kv_elem + kv_scale_bytes(kv_type)) +
+    bytes += ctx * nkv * ((dk + dv_read) * kv_elem + kv_scale_bytes(kv_type)) +
              double(n) * 4.0 * (double(h.n_q()) + double(h.n_attn_out()));
   }
   return {flops, bytes};
