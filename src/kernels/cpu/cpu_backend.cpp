@@ -63,8 +63,13 @@ class CpuBackend final : public Backend {
     rows(m, [&](int64_t t) { kernels::moe_route_row(logits + t * r.n_expert, r, ids + t * r.k, weights + t * r.k); });
   }
   void copy_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m, int64_t n) override {
-    // Small (a head's slice of a step's rows): on this thread, no pool round.
-    for (int64_t i = 0; i < m; ++i) std::copy(x + i * ldx, x + i * ldx + n, y + i * ldy);
+    // A decode's few rows on this thread (a pool round would cost more); a prefill's over
+    // the pool.
+    if (m * n < (int64_t(1) << 15)) {
+      for (int64_t i = 0; i < m; ++i) std::copy(x + i * ldx, x + i * ldx + n, y + i * ldy);
+      return;
+    }
+    rows(m, [&](int64_t i) { std::copy(x + i * ldx, x + i * ldx + n, y + i * ldy); });
   }
   void gather_rows(const float* x, std::span<const int32_t> r, int64_t n, float* y) override {
     rows(int64_t(r.size()), [&](int64_t i) { std::copy(x + int64_t(r[size_t(i)]) * n, x + (int64_t(r[size_t(i)]) + 1) * n, y + i * n); });
