@@ -173,7 +173,7 @@ std::vector<int64_t> SwapSpace::swap_out(std::span<const int32_t> blocks) {
     uint8_t* dst = job.data.data() + int64_t(i) * bb;
     for (int32_t layer = 0; layer < l.n_layer; ++layer) {
       std::memcpy(dst, kv_.k_tile(layer, blocks[i], 0), size_t(kb));
-      std::memcpy(dst + kb, kv_.v_tile(layer, blocks[i], 0), size_t(vb));
+      if (vb > 0) std::memcpy(dst + kb, kv_.v_tile(layer, blocks[i], 0), size_t(vb));
       dst += kb + vb;
     }
   }
@@ -253,7 +253,7 @@ bool SwapSpace::swap_in(std::span<const int64_t> slots, std::span<const int32_t>
     const uint8_t* src = buf.data();
     for (int32_t layer = 0; layer < l.n_layer; ++layer) {
       std::memcpy(kv_.k_tile(layer, blocks[i], 0), src, size_t(kb));
-      std::memcpy(kv_.v_tile(layer, blocks[i], 0), src + kb, size_t(vb));
+      if (vb > 0) std::memcpy(kv_.v_tile(layer, blocks[i], 0), src + kb, size_t(vb));
       src += kb + vb;
     }
   }

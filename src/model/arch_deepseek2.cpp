@@ -9,6 +9,7 @@
 // leading_dense_block_count layers have a dense FFN; the rest a mixture of experts with
 // expert_shared_count always-on experts, softmax (V2) or sigmoid with a selection bias
 // and grouped choice (V3) routing. RoPE on adjacent pairs, YaRN in the V2/V3 checkpoints.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -48,8 +49,9 @@ void read_hparams(const gguf::File& f, HParams& h) {
   if (h.head_dim_qk_mla <= h.rope_dim)
     fail("{}: {}attention.key_length_mla {} leaves no dimensions without RoPE (rope.dimension_count {})", f.name(), a,
          h.head_dim_qk_mla, h.rope_dim);
-  if (int64_t(h.n_head) * std::max(h.head_dim_qk_mla, h.n_lora_kv + h.rope_dim) > (int64_t(1) << 24))
-    fail("{}: attention head_count x key_length_mla is out of range", f.name());
+  if (h.head_dim_v_mla < 1) fail("{}: {}attention.value_length_mla must be at least 1", f.name(), a);
+  if (int64_t(h.n_head) * std::max({h.head_dim_qk_mla, h.n_lora_kv + h.rope_dim, h.head_dim_v_mla}) > (int64_t(1) << 24))
+    fail("{}: attention head_count x key_length_mla (or value_length_mla) is out of range", f.name());
 
   if (!h.moe()) fail("{}: {}expert_count is missing: deepseek2 is a mixture of experts", f.name(), a);
   h.n_layer_dense_lead = int32_t(get_u32(f, a + "leading_dense_block_count", 0, uint32_t(h.n_layer)));
@@ -75,6 +77,9 @@ void read_hparams(const gguf::File& f, HParams& h) {
   // scores take mscale^2 with mscale = 1 + yarn_log_multiplier x ln(factor) (the file's
   // multiplier already carries the converter's 0.1).
   const float mscale = h.yarn_factor > 0 ? 1.f + h.yarn_log_mul * std::log(h.yarn_factor) : 1.f;
+  if (!(mscale > 0) || !std::isfinite(mscale))
+    fail("{}: {}rope.scaling.yarn_log_multiplier {} makes the attention scale {} (not positive)", f.name(), a,
+         h.yarn_log_mul, mscale);
   h.kq_scale = mscale * mscale / std::sqrt(float(h.head_dim_qk_mla));
 }
 

@@ -16,6 +16,7 @@ Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend)
   RIDGE_CHECK(l.n_layer == h_.n_layer && l.n_kv_head == h_.n_head_kv && l.head_dim_k == h_.head_dim_k &&
                   l.head_dim_v == h_.head_dim_v,
               "KV cache layout does not match the model");
+  RIDGE_CHECK(!l.v_in_k || (h_.mla() && l.v_dim0() == h_.rope_dim), "a KV cache with values in its keys is for latent attention");
   rope_.rope_dim = h_.rope_dim;
   rope_.freq_base = h_.rope_freq_base;
   rope_.freq_scale = h_.rope_freq_scale;
@@ -55,7 +56,8 @@ int64_t Forward::activation_bytes(const HParams& h, int64_t tokens, int64_t rows
     const int64_t nh = h.n_head, C = h.n_lora_kv, dqk = h.head_dim_qk_mla, dv = h.head_dim_v_mla;
     per_token += 2 * h.n_lora_q + nh * dqk + 2 * C + h.rope_dim + nh * std::max(dqk - h.rope_dim, C) +
                  nh * std::max(C, dv) + nh * dv;
-    act_q = std::max(act_q, tokens * std::max<int64_t>({h.n_lora_q, C, nh * dv}) * 5 / 4);
+    // the per-head matmuls quantize every head's rows at once
+    act_q = std::max(act_q, tokens * std::max<int64_t>({h.n_lora_q, C, nh * dv, nh * std::max<int64_t>(dqk - h.rope_dim, C)}) * 5 / 4);
   }
   return 4 * (tokens * per_token + rows * (E + h.n_vocab)) + act_q;
 }

@@ -2,13 +2,16 @@
 
 #include <sys/mman.h>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace ridge {
 
 KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, DType dtype) {
   KVLayout l{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, block_size, n_blocks, dtype};
-  l.v_in_k = h.mla() && !is_scaled_kv_dtype(dtype);
+  // Only the AVX-512 attention reads values out of keys at speed (the others run the
+  // portable path for it): elsewhere the latent is kept twice.
+  l.v_in_k = h.mla() && !is_scaled_kv_dtype(dtype) && best_isa() == Isa::Avx512;
   return l;
 }
 

@@ -207,7 +207,7 @@ std::vector<std::pair<int64_t, double>> route(const Vec& lg, const Vec& bias, co
     out.push_back({best, p[size_t(best)]});
     wsum += p[size_t(best)];
   }
-  for (auto& c : out) c.second = c.second / (h.norm ? wsum : 1.0) * h.scale;
+  for (auto& c : out) c.second = c.second / (h.norm ? wsum : 1.0) * (h.scale != 0 ? h.scale : 1.0);
   return out;
 }
 

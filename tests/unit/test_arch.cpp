@@ -134,6 +134,8 @@ TEST(Arch, DeepSeekMetadataMustAgreeWithItsTensors) {
   EXPECT_NE(msg.find("expert_gating_func 3 is not supported"), std::string::npos) << msg;
   msg = load_error(with_u32(ds, "deepseek2.expert_used_count", 9));
   EXPECT_NE(msg.find("expert_used_count 9 is above expert_count 8"), std::string::npos) << msg;
+  msg = load_error(with_u32(ds, "deepseek2.attention.value_length_mla", 0));
+  EXPECT_NE(msg.find("value_length_mla must be at least 1"), std::string::npos) << msg;
   msg = load_error(with_u32(ds, "deepseek2.leading_dense_block_count", 2));
   EXPECT_NE(msg.find("required tensor 'blk.1.ffn_gate.weight' is missing"), std::string::npos) << msg;
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cpu.h"
@@ -233,6 +234,11 @@ TEST(ForwardRefKv, F16CacheWithinLooserTolerance) {
   const std::string path = write_model("kv_f16", "tiny", "qwen3", DType::F32);
   check_model("tiny_qwen3_f32", path, DType::F16, kTolKvF16);
   std::filesystem::remove(path);
+  // Latent attention: the cache keeps each value inside its key (f16), or (8-bit) a copy.
+  const std::string ds = write_model("kv_ds", "deepseek-v2-lite-tiny", "deepseek2", DType::F32);
+  check_model("deepseek_v2_lite_tiny_f32", ds, DType::F16, kTolKvF16);
+  check_model("deepseek_v2_lite_tiny_f32", ds, DType::I8, kTolKvI8);
+  std::filesystem::remove(ds);
 }
 
 // The thread count changes nothing, bit for bit (work is split over output rows and
@@ -249,8 +255,9 @@ TEST(ForwardRefKv, EightBitCachesWithinTheirTolerances) {
 }
 
 TEST(ForwardRefThreads, ThreadCountDoesNotChangeLogits) {
-  for (DType t : {DType::F32, DType::Q4_0}) {
-    const std::string path = write_model("threads", "tiny", "qwen3", t);
+  for (auto [t, preset, arch] : {std::tuple{DType::F32, "tiny", "qwen3"}, std::tuple{DType::Q4_0, "tiny", "qwen3"},
+                                 std::tuple{DType::Q8_0, "deepseek-v3-tiny", "deepseek2"}}) {
+    const std::string path = write_model("threads", preset, arch, t);
     const std::vector<int32_t> toks = prompt_tokens();
     std::vector<float> one, two, two_dec;
     int32_t n_vocab = 0;

@@ -173,8 +173,10 @@ void CpuBackend::attention(const AttentionArgs& a) {
   // reading the tiles itself. A row's arithmetic does not depend on which rows share its
   // call (attention.h), so the split changes no bits.
   const int64_t tasks = T * hr.splits, threads = int64_t(pool_.size());
-  const int32_t qsplit = hr.run == 1 && tasks < threads && group > 1 ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks)) : 1;
-  const int32_t qg = (group + qsplit - 1) / qsplit;  // query heads per part (the last may have fewer)
+  const int32_t qsplit0 =
+      hr.run == 1 && tasks < threads && group > 1 ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks)) : 1;
+  const int32_t qg = (group + qsplit0 - 1) / qsplit0;  // query heads per part (the last may have fewer)
+  const int32_t qsplit = (group + qg - 1) / qg;      // no part left empty
   const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * (qsplit > 1 ? qg : group));
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
   pool_.run(tasks * qsplit, [&](int64_t task, int thread) {
