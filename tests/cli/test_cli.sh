@@ -157,6 +157,15 @@ expect_ok    "mkmodel a mixture of experts"                                 "$RI
 expect_ok    "generate on a mixture of experts"                             "$RIDGE" generate -m moe.gguf -p hi -n 8 --temp 0
 expect_error "mkmodel experts on a dense architecture" "qwen3moe-tiny.*qwen3moe, not qwen3" "$RIDGE" mkmodel --preset qwen3moe-tiny --arch qwen3 -o x.gguf
 expect_error "mkmodel qwen3moe without experts" "mixture of experts"       "$RIDGE" mkmodel --preset tiny --arch qwen3moe -o x.gguf
+expect_ok    "mkmodel deepseek (latent attention)"                          "$RIDGE" mkmodel --preset deepseek-v3-tiny --dtype q8_0 -o ds.gguf
+expect_ok    "generate on deepseek"                                         "$RIDGE" generate -m ds.gguf -p hi -n 8 --temp 0
+expect_ok    "info on deepseek"                                             "$RIDGE" info -m ds.gguf
+if grep -qE "KV cache (480|864) bytes per token \(f16\) against 1920 with full K/V" "$TMP/out"; then
+  report "info names latent attention's KV bytes against full K/V" ""
+else
+  report "info names latent attention's KV bytes against full K/V" "no KV bytes line"
+fi
+expect_error "mkmodel deepseek on a dense architecture" "deepseek2, not llama" "$RIDGE" mkmodel --preset deepseek-v3-tiny --arch llama -o x.gguf
 expect_ok    "quantize --type q4_k_m (a mix)"                               "$RIDGE" quantize tiny.gguf kq.gguf --type Q4_K_M
 expect_ok    "quantize --type fp8 (E4M3 weights)"                           "$RIDGE" quantize tiny.gguf fp8.gguf --type fp8
 if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every matrix fp8" "no 'fp8' in its report"; fi
