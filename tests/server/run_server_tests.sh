@@ -173,6 +173,24 @@ phase "prompt logprobs: lm-eval-style multiple-choice scoring" node tests/server
 phase "tools and reasoning (openai client)" node tests/server/tools.mjs --url "http://127.0.0.1:${PORT[qwen]}" --model qwen-random
 stop_server qwen
 
+# Latent attention through the server: DeepSeek V3's tiny (low-rank q, grouped sigmoid
+# routing, the latent kept once in the cache) with a KV pool so small (64K: about 130
+# tokens) that 16 concurrent requests of 80 tokens preempt one another; every request
+# completes and the preemptions show in /metrics.
+"$RIDGE" mkmodel --preset deepseek-v3-tiny --dtype q8_0 -o "$tmp/ds.gguf" 2>/dev/null ||
+  { echo "server tests: mkmodel (deepseek) failed"; exit 1; }
+start_server ds -m "$tmp/ds.gguf" --served-model-name ds-random -t 1 --kv-cache-memory 64K
+ds_serve() {
+  local url="http://127.0.0.1:${PORT[ds]}"
+  "$RIDGE" bench serve --url "$url" --num-prompts 16 --input-len 32 --output-len 48 --vocab-max 400 \
+    >"$tmp/ds_serve.out" 2>&1 && grep -q "^Failed requests: *0$" "$tmp/ds_serve.out" &&
+    node -e 'fetch(process.argv[1] + "/metrics").then(r => r.text()).then(t =>
+      process.exit(/^ridge:num_preemptions_total\{[^}]*\} [1-9]/m.test(t) ? 0 : 1))' "$url" ||
+    { cat "$tmp/ds_serve.out"; echo "no preemption counted in /metrics"; return 1; }
+}
+phase "latent attention through the server (deepseek2, with preemptions)" ds_serve
+stop_server ds
+
 # bench serve through the API key, with the server's speculative-decoding counters read
 # from /metrics around the run (the stories server verifies every proposed token).
 bench_spec() {
