@@ -143,7 +143,7 @@ void Forward::attention_block(int32_t il) {
   const int64_t no = h_.n_attn_out();
   float* kqv = kqv_.reserve(T * no);
   const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il};
-  op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il,
+  op(perf::Op::Attention, attention_class(), il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 
   float* attn_out = attn_out_.reserve(T * E);

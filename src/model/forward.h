@@ -52,6 +52,11 @@ class Forward {
   void ffn_residual(int32_t il, const float* out);
   // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
   // when profiling or tracing, timing it.
+  // The roof attention's arithmetic runs against: an int8 cache's scores and P.V are
+  // integer dot products (VNNI), the others fp32 FMAs.
+  perf::ComputeClass attention_class() const {
+    return kv_.layout().dtype == DType::I8 ? perf::ComputeClass::Int8Vnni : perf::ComputeClass::Fp32Fma;
+  }
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
   // RMSNorm of x_ (weight nw; a residual add left in residual_ goes first) feeding op

@@ -112,7 +112,7 @@ void Forward::mla_attention_block(int32_t il) {
 
   float* kqv = kqv_.reserve(T * nh * C);  // [T][nh][C] the heads' outputs in the latent space
   const kernels::AttentionArgs aa{Q, kqv, nh, 1, dk, C, h_.attn_scale(), &kv_, il};
-  op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il,
+  op(perf::Op::Attention, attention_class(), il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 
   // Out of the latent space: each head's value Wvb_h o_h, token-major for wo.
