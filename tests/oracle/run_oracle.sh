@@ -77,12 +77,16 @@ for dtype in f32 f16 bf16 q8_0 q4_0; do
   check "qwen3moe-tiny/$dtype \"${prompts[1]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" \
     --prompt "${prompts[1]}" -n 40 --min-margin $margin
 done
-if "$ridge" quantize "$tmp/qwen3moe-f32.gguf" "$tmp/qwen3moe-q4_k_m.gguf" --type q4_k_m 2>/dev/null; then
-  check "qwen3moe-tiny/q4_k_m \"${prompts[0]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
-    --model "$tmp/qwen3moe-q4_k_m.gguf" --prompt "${prompts[0]}" -n 40 --min-margin 0.1
-else
-  echo "FAIL ridge quantize qwen3moe q4_k_m"; failn=$((failn + 1))
-fi
+# check_q4_k_m NAME F32_FILE PROMPT: ridge quantize's K-quant mix of the file, checked.
+check_q4_k_m() {
+  if "$ridge" quantize "$2" "$tmp/$1-q4_k_m.gguf" --type q4_k_m 2>/dev/null; then
+    check "$1/q4_k_m \"$3\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$tmp/$1-q4_k_m.gguf" \
+      --prompt "$3" -n 40 --min-margin 0.1
+  else
+    echo "FAIL ridge quantize $1 q4_k_m"; failn=$((failn + 1))
+  fi
+}
+check_q4_k_m qwen3moe-tiny "$tmp/qwen3moe-f32.gguf" "${prompts[0]}"
 
 # DeepSeek (deepseek2: multi-head latent attention, shared experts, leading dense layers):
 # V2-Lite's tiny (direct q, softmax routing, YaRN) on both prompts in every dtype and a
@@ -106,12 +110,7 @@ for preset in deepseek-v2-lite-tiny deepseek-v3-tiny; do
     done
   done
 done
-if "$ridge" quantize "$tmp/deepseek-v2-lite-tiny-f32.gguf" "$tmp/deepseek-q4_k_m.gguf" --type q4_k_m 2>/dev/null; then
-  check "deepseek-v2-lite-tiny/q4_k_m \"${prompts[1]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
-    --model "$tmp/deepseek-q4_k_m.gguf" --prompt "${prompts[1]}" -n 40 --min-margin 0.1
-else
-  echo "FAIL ridge quantize deepseek q4_k_m"; failn=$((failn + 1))
-fi
+check_q4_k_m deepseek-v2-lite-tiny "$tmp/deepseek-v2-lite-tiny-f32.gguf" "${prompts[1]}"
 
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
 # (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
