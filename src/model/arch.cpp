@@ -110,7 +110,7 @@ std::vector<float> TensorLoader::vec(const std::string& name, int64_t n) {
   return out;
 }
 
-void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dense_ffn) {
+void load_embeddings(TensorLoader& ld, const HParams& h, Weights& w) {
   w.tok_embd = ld.matrix("token_embd.weight", h.n_embd, h.n_vocab);
   w.output_norm = ld.vec("output_norm.weight", h.n_embd);
   if (ld.find("output.weight")) {
@@ -120,6 +120,23 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dens
     w.tied_output = true;
   }
   w.layers.resize(size_t(h.n_layer));
+}
+
+void load_dense_ffn(TensorLoader& ld, const HParams& h, LayerWeights& L, const std::string& p) {
+  L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
+  L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
+  L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+}
+
+void load_experts(TensorLoader& ld, const HParams& h, LayerWeights& L, const std::string& p) {
+  L.router = ld.matrix(p + "ffn_gate_inp.weight", h.n_embd, h.n_expert);
+  L.gate_exps = ld.experts(p + "ffn_gate_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
+  L.up_exps = ld.experts(p + "ffn_up_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
+  L.down_exps = ld.experts(p + "ffn_down_exps.weight", h.n_ff_exp, h.n_embd, h.n_expert);
+}
+
+void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dense_ffn) {
+  load_embeddings(ld, h, w);
   for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.attn_norm = ld.vec(p + "attn_norm.weight", h.n_embd);
     L.wq = ld.matrix(p + "attn_q.weight", h.n_embd, h.n_q());
@@ -133,16 +150,11 @@ void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dens
       if (h.moe())
         fail("{}: {}.expert_count is {}, but {} has no mixture of experts", ld.file().name(), h.arch, h.n_expert,
              h.arch);
-      L.w_gate = ld.matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
-      L.w_up = ld.matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
-      L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+      load_dense_ffn(ld, h, L, p);
       return;
     }
     if (h.n_expert <= 0) fail("{}: {}.expert_count is missing: a mixture of experts needs it", ld.file().name(), h.arch);
-    L.router = ld.matrix(p + "ffn_gate_inp.weight", h.n_embd, h.n_expert);
-    L.gate_exps = ld.experts(p + "ffn_gate_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
-    L.up_exps = ld.experts(p + "ffn_up_exps.weight", h.n_embd, h.n_ff_exp, h.n_expert);
-    L.down_exps = ld.experts(p + "ffn_down_exps.weight", h.n_ff_exp, h.n_embd, h.n_expert);
+    load_experts(ld, h, L, p);
   });
 }
 

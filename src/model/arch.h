@@ -73,6 +73,13 @@ struct ArchSpec {
 // attn_q/k/v, attn_output, ffn_norm, ffn_gate/up/down (dense_ffn; without it, a mixture
 // of experts' ffn_gate_inp and ffn_gate/up/down_exps instead).
 void load_llama_family(TensorLoader& ld, const HParams& h, Weights& w, bool dense_ffn = true);
+// Its parts, for an architecture whose attention differs (deepseek2): token_embd,
+// output_norm, output (or tied) and w.layers sized; a layer's dense SwiGLU
+// (ffn_gate/up/down of feed_forward_length); a layer's router and experts
+// (ffn_gate_inp, ffn_gate/up/down_exps of expert_feed_forward_length).
+void load_embeddings(TensorLoader& ld, const HParams& h, Weights& w);
+void load_dense_ffn(TensorLoader& ld, const HParams& h, LayerWeights& L, const std::string& prefix);
+void load_experts(TensorLoader& ld, const HParams& h, LayerWeights& L, const std::string& prefix);
 // fn(layer, "blk.N.") for every layer of w (sized by load_llama_family): the GGUF prefix
 // of a layer's tensor names, spelled in one place.
 void for_each_layer(const HParams& h, Weights& w, const std::function<void(LayerWeights&, const std::string&)>& fn);

@@ -86,16 +86,8 @@ void read_hparams(const gguf::File& f, HParams& h) {
 void load(TensorLoader& ld, const HParams& h, Weights& w) {
   const int64_t E = h.n_embd, nh = h.n_head, dqk = h.head_dim_qk_mla, dv = h.head_dim_v_mla;
   const int64_t C = h.n_lora_kv, R = h.rope_dim, Fe = h.n_ff_exp;
-  w.tok_embd = ld.matrix("token_embd.weight", E, h.n_vocab);
-  w.output_norm = ld.vec("output_norm.weight", E);
-  if (ld.find("output.weight")) {
-    w.output = ld.matrix("output.weight", E, h.n_vocab);
-  } else {
-    w.output = w.tok_embd;
-    w.tied_output = true;
-  }
+  load_embeddings(ld, h, w);
   if (h.yarn_factor > 0) w.rope_freqs = yarn_rope_factors(h.rope_dim, h.rope_freq_base, h.yarn_factor, h.yarn_orig_ctx);
-  w.layers.resize(size_t(h.n_layer));
   int32_t il = 0;
   for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.attn_norm = ld.vec(p + "attn_norm.weight", E);
@@ -118,16 +110,11 @@ void load(TensorLoader& ld, const HParams& h, Weights& w) {
     L.wo = ld.matrix(p + "attn_output.weight", nh * dv, E);
     L.ffn_norm = ld.vec(p + "ffn_norm.weight", E);
     if (!h.moe_layer(il++)) {
-      L.w_gate = ld.matrix(p + "ffn_gate.weight", E, h.n_ff);
-      L.w_up = ld.matrix(p + "ffn_up.weight", E, h.n_ff);
-      L.w_down = ld.matrix(p + "ffn_down.weight", h.n_ff, E);
+      load_dense_ffn(ld, h, L, p);
       return;
     }
-    L.router = ld.matrix(p + "ffn_gate_inp.weight", E, h.n_expert);
+    load_experts(ld, h, L, p);
     if (ld.find(p + "exp_probs_b.bias")) L.exp_probs_b = ld.vec(p + "exp_probs_b.bias", h.n_expert);
-    L.gate_exps = ld.experts(p + "ffn_gate_exps.weight", E, Fe, h.n_expert);
-    L.up_exps = ld.experts(p + "ffn_up_exps.weight", E, Fe, h.n_expert);
-    L.down_exps = ld.experts(p + "ffn_down_exps.weight", Fe, E, h.n_expert);
     if (h.n_expert_shared > 0) {
       const int64_t Fs = Fe * h.n_expert_shared;
       L.gate_shexp = ld.matrix(p + "ffn_gate_shexp.weight", E, Fs);
