@@ -133,6 +133,9 @@ class Backend {
 
   virtual void qkv_rope(const QkvRopeArgs& a) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  // k[t][n_kv_head * head_dim_k] = every step token's cached K vectors (all KV heads), in
+  // f32: what attention would read at (its sequence, its position) of `layer`.
+  virtual void kv_read(const KVView& kv, int32_t layer, float* k) = 0;
 
   // x[n] readable on the host until the next op (the logits the engine samples).
   virtual std::span<const float> to_host(const float* x, int64_t n) = 0;

@@ -19,6 +19,11 @@ struct SeqSlice {
   int32_t pos0 = 0;                      // position of the first one (= tokens already cached)
   std::span<const int32_t> block_table;  // must cover positions [0, pos0 + n_tokens)
   Logits logits = Logits::Last;
+  // Multi-head latent attention: this sequence's positions below expand_until attend in
+  // the expanded form (forward_mla_expand.cpp), the others in the absorbed form. A
+  // property of the sequence (its prompt length, or 0), never of the step, so a token's
+  // result stays the same however the steps cut the sequence.
+  int32_t expand_until = 0;
 };
 
 struct Batch {
@@ -26,12 +31,12 @@ struct Batch {
   std::vector<SeqSlice> seqs;
 
   void add(std::span<const int32_t> toks, int32_t pos0, std::span<const int32_t> block_table,
-           Logits logits = Logits::Last) {
+           Logits logits = Logits::Last, int32_t expand_until = 0) {
     // resize + copy: GCC 12 misreports insert of a 1-element span (-Wstringop-overflow).
     const size_t at = tokens.size();
     tokens.resize(at + toks.size());
     std::copy(toks.begin(), toks.end(), tokens.begin() + std::ptrdiff_t(at));
-    seqs.push_back({int32_t(toks.size()), pos0, block_table, logits});
+    seqs.push_back({int32_t(toks.size()), pos0, block_table, logits, expand_until});
   }
   static int32_t logit_rows(const SeqSlice& s) {
     return s.logits == Logits::All ? s.n_tokens : s.logits == Logits::Last ? 1 : 0;

@@ -29,6 +29,7 @@ void Forward::validate(const Batch& b) const {
   int64_t total = 0;
   for (const auto& s : b.seqs) {
     RIDGE_CHECK(s.n_tokens > 0 && s.pos0 >= 0, "batch: a sequence slice needs tokens and a position >= 0");
+    RIDGE_CHECK(s.expand_until >= 0, "batch: expand_until {} is negative", s.expand_until);
     const int64_t need = (int64_t(s.pos0) + s.n_tokens + l.block_size - 1) / l.block_size;
     RIDGE_CHECK(int64_t(s.block_table.size()) >= need, "batch: block table has {} blocks, positions up to {} need {}",
                 s.block_table.size(), s.pos0 + s.n_tokens, need);
@@ -84,7 +85,9 @@ std::span<const float> Forward::run(const Batch& b) {
     tables_.push_back(sl.block_table);
     seq_shape_.emplace_back(sl.pos0, sl.n_tokens);
   }
-  be_.begin_step({b.tokens, tok_seq_, tok_pos_, tables_, rope_});
+  step_ = {b.tokens, tok_seq_, tok_pos_, tables_, rope_};
+  be_.begin_step(step_);
+  if (h_.mla()) mla_split(b);
   profile_.add_tokens(T);
 
   x_.reserve(T * E);

@@ -3,6 +3,7 @@
 // kernels::Backend (kernels/backend.h). Every intermediate has a stable name (the member
 // buffers below, per layer); the tracer and roofline accounting hang on these names.
 #pragma once
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -31,6 +32,10 @@ class Forward {
   // op); set profile().timing to time each op too. The caller resets it between phases.
   perf::OpProfile& profile() { return profile_; }
 
+  // The most the expanded form's per-layer scratch (a head group's keys and values) may
+  // take; heads go in groups within it. Tests shrink it to force several groups.
+  void set_mla_scratch_bytes(int64_t n) { mla_scratch_bytes_ = n; }
+
  private:
   void validate(const Batch& b) const;
   void attention_block(int32_t il);
@@ -39,6 +44,16 @@ class Forward {
   // (attn_k_b) and its latent output out of it (attn_v_b), so attention itself is MQA
   // over one KV head of rope_dim + n_lora_kv.
   void mla_attention_block(int32_t il);
+  // The absorbed form over the rows of the backend's current step: q [Tn][n_head][dqk] ->
+  // o [Tn][n_head][dv]. write_kv: this step's rows are the whole step's, and qkv_rope
+  // writes their cache rows (k_ and mla_cn_) as it ropes the queries.
+  void mla_absorbed(int32_t il, const float* q, int64_t Tn, bool write_kv, float* o);
+  // The expanded form (forward_mla_expand.cpp) for the step's expanded rows, their queries
+  // qx [TX][n_head][dqk] -> ox [TX][n_head][dv]: each such sequence's cached latents are
+  // decompressed into per-head keys and values, and attention is multi-head over them.
+  void mla_expanded(int32_t il, const float* qx, float* ox);
+  // Splits the step's rows by form and builds the sub-steps both forms run over.
+  void mla_split(const Batch& b);
   // After attention's output projection: the residual add, or left to the FFN's norm.
   void attn_residual(int32_t il, const float* attn_out);
   void ffn_block(int32_t il);
@@ -81,6 +96,7 @@ class Forward {
   std::vector<int32_t> tok_pos_;   // [T] absolute position
   std::vector<int32_t> logit_rows_;  // [rows] token index of each logit row
   std::vector<std::span<const int32_t>> tables_;  // [seqs] block tables
+  kernels::StepInfo step_;         // the whole step, as begun
   // A residual add left to the next norm: that norm runs inside its matmul and adds this
   // [T][n_embd] into x_ row by row first, in place of a pass of its own.
   const float* residual_ = nullptr;
@@ -126,7 +142,30 @@ class Forward {
   kernels::Activations mla_hin_{be_};     // [n_head][T][max(nope, C)] a per-head matmul's input, head-major
   kernels::Activations mla_hout_{be_};    // [n_head][T][max(C, dv)] its output
   kernels::Activations mla_o_{be_};       // [T][n_head][dv] the heads' values, wo's input
-  std::vector<kernels::GroupedMatmul> mla_items_;  // [n_head]
+  std::vector<kernels::GroupedMatmul> mla_items_;  // [n_head] (expanded form: [2 x heads of a group])
+  // The step's rows by form when some are expanded (SeqSlice::expand_until), and the
+  // sub-steps the forms run over: A the absorbed rows; X the expanded rows, whose
+  // sequence index j names the j-th expanded sequence's block table in the scratch
+  // cache mla_xkv_; C every position [0, ctx_j) of each expanded sequence j, read from
+  // the real cache (c_seq_real_) and written to the scratch one (c_seq_tmp_).
+  std::vector<int32_t> mla_a_rows_, mla_x_rows_;  // token indices, ascending
+  std::vector<int32_t> mla_merge_;                // [T] each token's row in [absorbed; expanded] outputs
+  std::vector<int32_t> a_seq_, a_pos_, x_seq_, x_pos_, c_seq_real_, c_seq_tmp_, c_pos_;
+  std::vector<int32_t> xt_blocks_;                // scratch blocks, [sum ceil(ctx_j / block_size)]
+  std::vector<std::span<const int32_t>> xt_tables_;  // [expanded seqs]
+  std::vector<std::pair<int32_t, int32_t>> seq_shape_a_, seq_shape_x_;
+  std::unique_ptr<KVCache> mla_xkv_;              // a head group's expanded K/V, one layer (f32)
+  int64_t mla_scratch_bytes_ = int64_t(256) << 20;
+  kernels::Activations mla_qsub_{be_};    // [TA or TX][n_head][dqk] a form's queries
+  kernels::Activations mla_ocat_{be_};    // [T][n_head][dv] absorbed rows' outputs, then expanded rows'
+  kernels::Activations mla_kc_{be_};      // [NC][R + C] the expanded sequences' cached keys
+  kernels::Activations mla_lat_{be_};     // [NC][C] their latents
+  kernels::Activations mla_kn_{be_};      // [g][NC][nope] a head group's no-RoPE keys, head-major
+  kernels::Activations mla_ve_{be_};      // [g][NC][dv] its values, head-major
+  kernels::Activations mla_kx_{be_};      // [NC][g][dqk] the group's keys [k_pe | k_nope], token-major
+  kernels::Activations mla_vx_{be_};      // [NC][g][dv]
+  kernels::Activations mla_qg_{be_};      // [TX][g][dqk] the group's queries
+  kernels::Activations mla_og_{be_};      // [TX][g][dv] the group's outputs
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab]
 };

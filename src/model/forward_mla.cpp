@@ -27,7 +27,7 @@ void Forward::mla_attention_block(int32_t il) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd;
   const int32_t nh = h_.n_head, R = h_.rope_dim, C = h_.n_lora_kv, dqk = h_.head_dim_qk_mla;
-  const int32_t nope = dqk - R, dv = h_.head_dim_v_mla, dk = h_.head_dim_k;  // dk = R + C
+  const int32_t dv = h_.head_dim_v_mla, dk = h_.head_dim_k;  // dk = R + C
   const bool low_rank_q = h_.n_lora_q > 0;
   const int64_t nq0 = low_rank_q ? h_.n_lora_q : int64_t(nh) * dqk;
   const kernels::WeightView& wq0 = low_rank_q ? L.wq_a : L.wq;
@@ -59,8 +59,56 @@ void Forward::mla_attention_block(int32_t il) {
     });
   }
 
-  // Each head's matmul over the step's rows, all heads in one pass where the backend
-  // groups them: x [nh][T][k] head-major -> y [nh][T][n_out].
+  // The cache's key [k_pe | normed latent] and value (the normed latent).
+  float* cn = mla_cn_.reserve(T * C);
+  float* K = k_.reserve(T * dk);
+  op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, C), [&] {
+    be_.rms_norm(c, L.kv_a_norm.data(), cn, T, C, h_.rms_eps);
+    be_.copy_rows(kpe, R, K, dk, T, R);
+    be_.copy_rows(cn, C, K + R, dk, T, C);
+  });
+
+  float* o = mla_o_.reserve(T * nh * dv);  // [T][nh][dv] the heads' values, wo's input
+  if (mla_x_rows_.empty()) {
+    mla_absorbed(il, q, T, true, o);
+  } else {
+    // Some rows expand: the cache rows go in first (the expanded rows read their own
+    // position back), then each form over its own rows, then the outputs back in order.
+    kernels::QkvRopeArgs wa{nullptr, K, cn};
+    wa.n_kv_head = 1, wa.dk = dk, wa.dv = C, wa.kv = &kv_, wa.layer = il;
+    op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
+       perf::rope_kv_cost(h_.attn_shape(), T, false, false, kv_.layout().dtype), [&] { be_.qkv_rope(wa); });
+    const int64_t TA = int64_t(mla_a_rows_.size()), TX = int64_t(mla_x_rows_.size());
+    float* ocat = mla_ocat_.reserve(T * nh * dv);
+    if (TA > 0) {
+      float* qa = mla_qsub_.reserve(TA * nh * dqk);
+      be_.gather_rows(q, mla_a_rows_, int64_t(nh) * dqk, qa);
+      be_.begin_step({a_pos_, a_seq_, a_pos_, tables_, rope_});
+      std::swap(seq_shape_, seq_shape_a_);
+      mla_absorbed(il, qa, TA, false, ocat);
+      std::swap(seq_shape_, seq_shape_a_);
+    }
+    float* qx = mla_qsub_.reserve(TX * nh * dqk);
+    be_.gather_rows(q, mla_x_rows_, int64_t(nh) * dqk, qx);
+    mla_expanded(il, qx, ocat + TA * nh * dv);
+    be_.begin_step(step_);
+    be_.gather_rows(ocat, mla_merge_, int64_t(nh) * dv, o);
+  }
+
+  float* attn_out = attn_out_.reserve(T * E);
+  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, int64_t(nh) * dv, E, L.wo.type),
+     [&] { be_.matmul(L.wo, o, T, attn_out); });
+  attn_residual(il, attn_out);
+}
+
+void Forward::mla_absorbed(int32_t il, const float* q, int64_t Tn, bool write_kv, float* o) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int32_t nh = h_.n_head, R = h_.rope_dim, C = h_.n_lora_kv, dqk = h_.head_dim_qk_mla;
+  const int32_t nope = dqk - R, dv = h_.head_dim_v_mla, dk = h_.head_dim_k;  // dk = R + C
+  const int64_t T = Tn;
+
+  // Each head's matmul over the rows, all heads in one pass where the backend groups
+  // them: x [nh][T][k] head-major -> y [nh][T][n_out].
   auto per_head = [&](const std::vector<kernels::WeightView>& w, const float* x, float* y) {
     const int64_t k = w[0].k, n = w[0].n_out;
     if (be_.groups(w[0])) {
@@ -97,16 +145,9 @@ void Forward::mla_attention_block(int32_t il) {
     }
   });
 
-  // The cache's key [k_pe | normed latent] and value (the normed latent).
-  float* cn = mla_cn_.reserve(T * C);
-  float* K = k_.reserve(T * dk);
-  op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, C), [&] {
-    be_.rms_norm(c, L.kv_a_norm.data(), cn, T, C, h_.rms_eps);
-    be_.copy_rows(kpe, R, K, dk, T, R);
-    be_.copy_rows(cn, C, K + R, dk, T, C);
-  });
-  kernels::QkvRopeArgs qa{Q, K, cn};
-  qa.n_head = nh, qa.n_kv_head = 1, qa.dk = dk, qa.dv = C, qa.eps = h_.rms_eps, qa.kv = &kv_, qa.layer = il;
+  kernels::QkvRopeArgs qa{Q, write_kv ? k_.data() : nullptr, write_kv ? mla_cn_.data() : nullptr};
+  qa.n_head = nh, qa.n_kv_head = write_kv ? 1 : 0, qa.dk = dk, qa.dv = C, qa.eps = h_.rms_eps, qa.kv = &kv_,
+  qa.layer = il;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
      perf::rope_kv_cost(h_.attn_shape(), T, false, false, kv_.layout().dtype), [&] { be_.qkv_rope(qa); });
 
@@ -116,17 +157,11 @@ void Forward::mla_attention_block(int32_t il) {
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 
   // Out of the latent space: each head's value Wvb_h o_h, token-major for wo.
-  float* o = mla_o_.reserve(T * nh * dv);
   op(perf::Op::AttnVB, perf::matmul_class(L.wv_b[0].type), il, heads_cost(L.wv_b), [&] {
     for (int32_t h = 0; h < nh; ++h) be_.copy_rows(kqv + h * C, int64_t(nh) * C, hin + h * T * C, C, T, C);
     per_head(L.wv_b, hin, hout);
     for (int32_t h = 0; h < nh; ++h) be_.copy_rows(hout + h * T * dv, dv, o + h * dv, int64_t(nh) * dv, T, dv);
   });
-
-  float* attn_out = attn_out_.reserve(T * E);
-  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, int64_t(nh) * dv, E, L.wo.type),
-     [&] { be_.matmul(L.wo, o, T, attn_out); });
-  attn_residual(il, attn_out);
 }
 
 }  // namespace ridge

@@ -37,11 +37,39 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
     fail("{}: {}.vocab_size = {} but token_embd.weight has {} rows", f.name(), h.arch, *nv, h.n_vocab);
   Weights& w = m->w_;
   arch.load(ld, h, w);
+  m->derive_weights();
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
   const char* env = std::getenv("RIDGE_REPACK");
   if (pack && !(env && std::string_view(env) == "0")) m->pack_weights();
   m->note_live_ranges();
   return m;
+}
+
+void Model::derive_weights() {
+  if (!hp_.mla()) return;
+  // Each head's wk_b [C][nope] transposed to [nope][C]. f32, f16 and bf16 files keep
+  // their type (a transpose is exact); a quantized file's values go to f16, whose
+  // rounding is far below the quantization's own.
+  const int64_t C = hp_.n_lora_kv, nope = hp_.head_dim_qk_mla - hp_.rope_dim;
+  const DType src = w_.layers.empty() ? DType::F32 : w_.layers[0].wk_b[0].type;
+  const DType t = src == DType::F32 || src == DType::BF16 ? src : DType::F16;
+  const int64_t head_bytes = row_bytes(t, C) * nope;
+  derived_ = Arena(size_t(head_bytes * hp_.n_head * hp_.n_layer));
+  std::vector<float> a(static_cast<size_t>(C * nope)), col(static_cast<size_t>(C));
+  uint8_t* dst = derived_.data();
+  for (auto& L : w_.layers) {
+    L.wk_b_t.clear();
+    for (const kernels::WeightView& v : L.wk_b) {
+      RIDGE_CHECK(v.type == src && v.k == nope && v.n_out == C, "attn_k_b heads differ in type or shape");
+      for (int64_t r = 0; r < C; ++r) quant::dequantize_row(v.type, v.data + r * row_bytes(v.type, nope), a.data() + r * nope, nope);
+      for (int64_t n = 0; n < nope; ++n) {
+        for (int64_t r = 0; r < C; ++r) col[size_t(r)] = a[size_t(r * nope + n)];
+        quant::quantize_row(t, col.data(), dst + n * row_bytes(t, C), C);
+      }
+      L.wk_b_t.push_back({t, C, nope, dst, nullptr, false});
+      dst += head_bytes;
+    }
+  }
 }
 
 void Model::note_live_ranges() {
@@ -80,7 +108,7 @@ void Model::pack_weights() {
     if (L.wkv_c.data) {  // latent attention: q (or q_a), the latent and the rope key read one input
       groups.push_back({{L.wq_a.data ? &L.wq_a : &L.wq, &L.wkv_c, &L.wk_pe}, &L.wqkv});
       if (L.wq_b.data) groups.push_back({{&L.wq_b}, nullptr});
-      for (auto* heads : {&L.wk_b, &L.wv_b})
+      for (auto* heads : {&L.wk_b, &L.wv_b, &L.wk_b_t})
         for (auto& v : *heads) groups.push_back({{&v}, nullptr});
     } else {
       groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});

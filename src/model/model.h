@@ -40,6 +40,10 @@ struct LayerWeights {
   kernels::WeightView wq_a, wq_b, wkv_c, wk_pe;
   std::vector<float> q_a_norm, kv_a_norm;          // [n_lora_q], [n_lora_kv]
   std::vector<kernels::WeightView> wk_b, wv_b;     // [n_head]
+  // wk_b transposed, [qk_nope][n_lora_kv] per head: the expanded form's decompression of a
+  // cached latent into the head's no-RoPE key (k_nope = Wkb c). No GGUF holds it (the
+  // file's rows are k_nope wide), so the model makes it at load (Model::derive_weights).
+  std::vector<kernels::WeightView> wk_b_t;         // [n_head]
   // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
   // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
   kernels::WeightView wqkv, w_gate_up;
@@ -75,19 +79,23 @@ class Model {
   // any matrix left unpacked. A repacked matrix's file pages are given back once packed,
   // so these plus the panels and the f32 vectors are what the weights hold in RAM.
   int64_t mapped_bytes() const { return mapped_bytes_; }
-  int64_t resident_weight_bytes() const { return packed_bytes() + mapped_bytes_ + vector_bytes_; }
+  int64_t resident_weight_bytes() const { return packed_bytes() + mapped_bytes_ + vector_bytes_ + derived_bytes(); }
+  // Matrices the model made at load from the file's (LayerWeights::wk_b_t).
+  int64_t derived_bytes() const { return int64_t(derived_.size()); }
   // mlock what the forward reads: the repacked panels and the still-mapped tensors.
   void lock_in_memory() const;
 
  private:
   Model() = default;
   void pack_weights();
+  void derive_weights();  // fills derived_ and the views into it
   void note_live_ranges();  // fills live_ and mapped_bytes_ after packing
   std::unique_ptr<gguf::File> file_;
   HParams hp_;
   const ArchSpec* arch_ = nullptr;
   Weights w_;
   Arena packed_;  // panels of every packable matrix, 64-byte aligned each
+  Arena derived_;  // matrices made at load (derive_weights), in GGUF row layout
   int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
   int64_t mapped_bytes_ = 0, vector_bytes_ = 0;
   std::vector<std::pair<const uint8_t*, size_t>> live_;  // file ranges still read

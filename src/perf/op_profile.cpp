@@ -15,7 +15,7 @@ std::string_view compute_class_name(ComputeClass c) {
 
 std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {
-      "token_embd", "attn_norm",   "attn_qkv",    "attn_q_b",  "attn_k_b",   "rope_kv",      "attention",
+      "token_embd", "attn_norm",   "attn_qkv",    "attn_q_b",  "attn_k_b",   "attn_kv_b", "rope_kv",      "attention",
       "attn_v_b",   "attn_out",    "attn_residual", "ffn_norm", "ffn_router", "ffn_gate_up", "ffn_act",
       "ffn_down",   "ffn_moe_mix", "ffn_shexp",   "ffn_residual", "result_norm", "output", "sampling"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Op::kCount));
@@ -23,7 +23,7 @@ std::string_view op_name(Op op) {
 }
 
 bool op_is_matmul(Op op) {
-  return op == Op::AttnQkv || op == Op::AttnQB || op == Op::AttnKB || op == Op::AttnVB || op == Op::FfnShexp ||
+  return op == Op::AttnQkv || op == Op::AttnQB || op == Op::AttnKB || op == Op::AttnKvB || op == Op::AttnVB || op == Op::FfnShexp ||
          op == Op::AttnOut || op == Op::FfnRouter || op == Op::FfnGateUp || op == Op::FfnDown ||
          op == Op::Output;
 }

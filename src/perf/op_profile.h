@@ -21,6 +21,7 @@ enum class Op : uint8_t {
   AttnQkv,      // Q, K, V projections (one fused matmul when packed); MLA: q or q_a, latent, rope key
   AttnQB,       // MLA: q_a's norm and the low-rank query's second matmul (attn_q_b)
   AttnKB,       // MLA: each head's query absorbed into the latent space (attn_k_b)
+  AttnKvB,      // MLA, expanded form: cached latents decompressed into each head's keys and values
   RopeKv,       // biases, q/k norms, RoPE, K/V converted into the paged cache
   Attention,    // softmax(QK^T)V over the cached context, per KV head group
   AttnVB,       // MLA: each head's latent output to its value (attn_v_b)

@@ -108,6 +108,16 @@ class CpuBackend final : public Backend {
 
   void qkv_rope(const QkvRopeArgs& a) override;
   void attention(const AttentionArgs& a) override;
+  void kv_read(const KVView& kv, int32_t layer, float* k) override {
+    const KVLayout& kl = kv.layout();
+    const int64_t nk = int64_t(kl.n_kv_head) * kl.head_dim_k;
+    rows(int64_t(step_.tokens.size()), [&](int64_t t) {
+      const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
+      const int32_t pos = step_.pos[size_t(t)], block = table[size_t(pos / kl.block_size)];
+      for (int32_t h = 0; h < kl.n_kv_head; ++h)
+        kv.read_k(layer, block, h, pos % kl.block_size, k + t * nk + int64_t(h) * kl.head_dim_k);
+    });
+  }
 
   std::span<const float> to_host(const float* x, int64_t n) override { return {x, size_t(n)}; }
 

@@ -1,0 +1,172 @@
+// Multi-head latent attention in the expanded form, for the rows of a step whose
+// sequence asks for it (SeqSlice::expand_until: a long prompt's positions).
+//
+// The absorbed form (forward_mla.cpp) attends in the latent space: per (query, key) pair
+// and head it does (R + C) + C multiply-adds (V2-Lite: 1,088). The expanded form
+// decompresses every cached latent c of the sequence into each head's key k_nope = Wkb c
+// and value v = Wvb c, then attends over them as ordinary multi-head attention: dqk + dv
+// multiply-adds per pair and head (V2-Lite: 320), for n_head x C x (nope + dv)
+// multiply-adds per cached token per step to decompress, about what the absorbed form
+// spends per query row to absorb (Wkb^T q_nope, Wvb o), which the expanded form does not.
+// A long prompt's chunk has many query rows over its context, so the expanded form does a
+// third of the absorbed form's arithmetic; a decode row has one, and would decompress the
+// whole context for it. Which positions expand is the sequence's (its prompt), never the
+// step's, so a token's result does not depend on how steps cut its sequence
+// (perf/mla_form.h decides, docs/ARCHITECTURE.md gives the arithmetic).
+//
+// The keys and values are decompressed from the cache (what the absorbed form reads too),
+// for every position [0, ctx) of the sequence, into a scratch paged cache of one layer,
+// f32, one KV head per query head, where the backend's attention runs over them. Heads go
+// in groups small enough that the scratch stays within mla_scratch_bytes_ at any context.
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/forward.h"
+#include "model/forward_ops.h"
+
+namespace ridge {
+
+void Forward::mla_split(const Batch& b) {
+  mla_a_rows_.clear(), mla_x_rows_.clear(), a_seq_.clear(), a_pos_.clear(), x_seq_.clear(), x_pos_.clear();
+  c_seq_real_.clear(), c_seq_tmp_.clear(), c_pos_.clear(), xt_blocks_.clear(), xt_tables_.clear();
+  seq_shape_a_.clear(), seq_shape_x_.clear();
+  bool any = false;
+  for (const SeqSlice& sl : b.seqs) any = any || sl.expand_until > sl.pos0;
+  if (!any) return;
+  const int32_t bs = kv_.layout().block_size;
+  std::vector<int32_t> ctx;  // [expanded seqs] positions decompressed
+  for (int32_t t = 0, s = 0; s < int32_t(b.seqs.size()); ++s) {
+    const SeqSlice& sl = b.seqs[size_t(s)];
+    // Positions below expand_until expand; a slice crossing it (a recompute after a
+    // preemption: prompt and generated tokens in one chunk) splits there.
+    const int32_t nx = std::clamp(sl.expand_until - sl.pos0, 0, sl.n_tokens);
+    if (nx > 0) {
+      const int32_t j = int32_t(ctx.size());
+      for (int32_t i = 0; i < nx; ++i) mla_x_rows_.push_back(t + i), x_seq_.push_back(j), x_pos_.push_back(sl.pos0 + i);
+      ctx.push_back(sl.pos0 + nx);
+      for (int32_t p = 0; p < ctx.back(); ++p) c_seq_real_.push_back(s), c_seq_tmp_.push_back(j), c_pos_.push_back(p);
+      seq_shape_x_.emplace_back(sl.pos0, nx);
+    }
+    if (nx < sl.n_tokens) {
+      for (int32_t i = nx; i < sl.n_tokens; ++i) mla_a_rows_.push_back(t + i), a_seq_.push_back(s), a_pos_.push_back(sl.pos0 + i);
+      seq_shape_a_.emplace_back(sl.pos0 + nx, sl.n_tokens - nx);
+    }
+    t += sl.n_tokens;
+  }
+  // Outputs come back absorbed rows first, then expanded ones.
+  mla_merge_.assign(size_t(T_), 0);
+  for (size_t i = 0; i < mla_a_rows_.size(); ++i) mla_merge_[size_t(mla_a_rows_[i])] = int32_t(i);
+  for (size_t i = 0; i < mla_x_rows_.size(); ++i)
+    mla_merge_[size_t(mla_x_rows_[i])] = int32_t(mla_a_rows_.size() + i);
+  // Scratch blocks: sequence j's positions [0, ctx_j) in blocks of its own.
+  std::vector<size_t> first;
+  for (int32_t n : ctx) {
+    first.push_back(xt_blocks_.size());
+    for (int32_t i = 0; i < (n + bs - 1) / bs; ++i) xt_blocks_.push_back(int32_t(xt_blocks_.size()));
+  }
+  for (size_t j = 0; j < ctx.size(); ++j)
+    xt_tables_.push_back(std::span<const int32_t>(xt_blocks_).subspan(first[j], size_t((ctx[j] + bs - 1) / bs)));
+}
+
+void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int32_t nh = h_.n_head, R = h_.rope_dim, C = h_.n_lora_kv, dqk = h_.head_dim_qk_mla;
+  const int32_t nope = dqk - R, dv = h_.head_dim_v_mla, dk = h_.head_dim_k;  // dk = R + C
+  const int64_t TX = int64_t(mla_x_rows_.size()), NC = int64_t(c_pos_.size());
+  const int32_t bs = kv_.layout().block_size;
+  const kernels::RopeParams no_rope{};
+
+  // The queries [TX][nh][dqk] as [q_pe | q_nope] (ridge's RoPE turns a head's first R
+  // dimensions), roped at their positions.
+  float* q = mla_qg_.reserve(TX * nh * dqk);
+  be_.begin_step({x_pos_, x_seq_, x_pos_, xt_tables_, rope_});
+  kernels::QkvRopeArgs qa{q, nullptr, nullptr};
+  qa.n_head = nh, qa.dk = dqk, qa.kv = &kv_, qa.layer = il;
+  op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, perf::rope_kv_cost(h_.attn_shape(), TX, false, false, DType::F32),
+     [&] {
+       for (int32_t h = 0; h < nh; ++h) {
+         be_.copy_rows(qx + h * dqk + nope, int64_t(nh) * dqk, q + h * dqk, int64_t(nh) * dqk, TX, R);
+         be_.copy_rows(qx + h * dqk, int64_t(nh) * dqk, q + h * dqk + R, int64_t(nh) * dqk, TX, nope);
+       }
+       be_.qkv_rope(qa);
+     });
+
+  // Head groups: per context position the group holds its keys and values three times
+  // (head-major, token-major, the scratch cache), in f32.
+  const int64_t per_head = NC * (nope + dv + 2 * dqk + 2 * dv) * 4;
+  const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
+  KVLayout xl{1, g, dqk, dv, bs, int32_t(xt_blocks_.size()), DType::F32};
+  if (!mla_xkv_ || mla_xkv_->layout().n_kv_head != g || mla_xkv_->layout().n_blocks < xl.n_blocks ||
+      mla_xkv_->layout().head_dim_k != dqk) {
+    mla_xkv_.reset();
+    xl.n_blocks = std::max(xl.n_blocks, 64);
+    mla_xkv_ = std::make_unique<KVCache>(xl);
+  }
+
+  // The sequences' cached keys [k_pe | latent] at every context position, and the latents.
+  float* kc = mla_kc_.reserve(NC * dk);
+  float* lat = mla_lat_.reserve(NC * C);
+  float* kn = mla_kn_.reserve(int64_t(g) * NC * nope);
+  float* ve = mla_ve_.reserve(int64_t(g) * NC * dv);
+  float* kx = mla_kx_.reserve(NC * g * dqk);
+  float* vx = mla_vx_.reserve(NC * g * dv);
+  float* og = g < nh ? mla_og_.reserve(TX * g * dv) : ox;
+  float* qg = g < nh ? mla_hin_.reserve(TX * g * dqk) : q;  // a group's queries, contiguous
+  const kernels::StepInfo read{c_pos_, c_seq_real_, c_pos_, tables_, no_rope};
+  const kernels::StepInfo write{c_pos_, c_seq_tmp_, c_pos_, xt_tables_, no_rope};
+  const kernels::StepInfo attend{x_pos_, x_seq_, x_pos_, xt_tables_, no_rope};
+
+  for (int32_t h0 = 0; h0 < nh; h0 += g) {
+    const int32_t gn = std::min(g, nh - h0);
+    perf::OpCost cost{};
+    for (int32_t h = h0; h < h0 + gn; ++h)
+      for (const auto* w : {&L.wk_b_t[size_t(h)], &L.wv_b[size_t(h)]}) {
+        const perf::OpCost p = perf::matmul_cost(NC, w->k, w->n_out, w->type);
+        cost.flops += p.flops, cost.bytes += p.bytes;
+      }
+    op(perf::Op::AttnKvB, perf::matmul_class(L.wk_b_t[0].type), il, cost, [&] {
+      if (h0 == 0) {
+        be_.begin_step(read);
+        be_.kv_read(kv_, il, kc);
+        be_.copy_rows(kc + R, dk, lat, C, NC, C);
+      }
+      // k_nope and v of each head of the group, from the one latent input.
+      if (be_.groups(L.wk_b_t[0]) && be_.groups(L.wv_b[0])) {
+        mla_items_.assign(size_t(2 * gn), {});
+        for (int32_t i = 0; i < gn; ++i) {
+          kernels::GroupedMatmul& a = mla_items_[size_t(2 * i)];
+          a.w = &L.wk_b_t[size_t(h0 + i)], a.x = lat, a.m = NC, a.outs[0] = {nope, kn + i * NC * nope};
+          kernels::GroupedMatmul& v = mla_items_[size_t(2 * i + 1)];
+          v.w = &L.wv_b[size_t(h0 + i)], v.x = lat, v.m = NC, v.outs[0] = {dv, ve + i * NC * dv};
+        }
+        be_.matmul_grouped(mla_items_);
+      } else {
+        for (int32_t i = 0; i < gn; ++i) {
+          be_.matmul(L.wk_b_t[size_t(h0 + i)], lat, NC, kn + i * NC * nope);
+          be_.matmul(L.wv_b[size_t(h0 + i)], lat, NC, ve + i * NC * dv);
+        }
+      }
+      for (int32_t i = 0; i < gn; ++i) {
+        be_.copy_rows(kc, dk, kx + i * dqk, int64_t(gn) * dqk, NC, R);  // the one rope key, every head
+        be_.copy_rows(kn + i * NC * nope, nope, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);
+        be_.copy_rows(ve + i * NC * dv, dv, vx + i * dv, int64_t(gn) * dv, NC, dv);
+      }
+      be_.begin_step(write);
+      kernels::QkvRopeArgs wa{nullptr, kx, vx};
+      wa.n_kv_head = gn, wa.dk = dqk, wa.dv = dv, wa.kv = mla_xkv_.get(), wa.layer = 0;
+      be_.qkv_rope(wa);
+    });
+
+    be_.begin_step(attend);
+    const float* qh = q;
+    float* oh = og;
+    if (g < nh) be_.copy_rows(q + int64_t(h0) * dqk, int64_t(nh) * dqk, qg, int64_t(gn) * dqk, TX, int64_t(gn) * dqk), qh = qg;
+    const kernels::AttentionArgs aa{qh, oh, gn, gn, dqk, dv, h_.attn_scale(), mla_xkv_.get(), 0};
+    const perf::AttnShape shape{gn, gn, dqk, dv, R, false};
+    op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(shape, seq_shape_x_, DType::F32),
+       [&] { be_.attention(aa); });
+    if (g < nh) be_.copy_rows(og, int64_t(gn) * dv, ox + int64_t(h0) * dv, int64_t(nh) * dv, TX, int64_t(gn) * dv);
+  }
+}
+
+}  // namespace ridge
