@@ -171,6 +171,11 @@ void forward_config(Args& a, EngineConfig& c) {
   c.block_size = block_size_flag(a);
   c.max_num_batched_tokens =
       int32_t(a.integer({"--max-num-batched-tokens", "-b", "--batch-size"}, c.max_num_batched_tokens, 1, 1 << 24));
+  const std::string form = a.str({"--mla-prefill"}, "auto");
+  if (form == "auto") c.mla_prefill = MlaPrefill::Auto;
+  else if (form == "absorbed") c.mla_prefill = MlaPrefill::Absorbed;
+  else if (form == "expanded") c.mla_prefill = MlaPrefill::Expanded;
+  else fail("--mla-prefill {} is not one of auto, absorbed, expanded", form);
 }
 
 void engine_config(Args& a, EngineConfig& c) {

@@ -113,7 +113,8 @@ commands:
               DIR/kernels.json (default $RIDGE_KERNEL_CACHE, else ~/.cache/ridge), which every
               command that runs a model applies at start (and makes, quickly, on first use)
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
---kv-cache-dtype, --block-size, --max-num-batched-tokens and the kernel flags only):
+--kv-cache-dtype, --block-size, --max-num-batched-tokens and the kernel flags only, roofline
+--mla-prefill too):
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
@@ -123,6 +124,9 @@ engine options (generate, serve, bench throughput; perplexity and roofline take 
   instead of verifying it as a draft; the output is the same),
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),
   --priority-aging STEPS (256), --mlock (pin the weights in RAM),
+  --mla-prefill auto|absorbed|expanded (latent attention, DeepSeek: the form a prompt's
+  positions attend in; decode is absorbed; auto: expanded where the roofline says a
+  prompt's chunks do less work so; a sequence's choice never depends on its batch),
   --kernel-cache DIR|off (the tuned kernel parameters: see tune-kernels),
   --no-kernel-autotune (no timing run when this CPU has no entry; RIDGE_KERNEL_AUTOTUNE=0),
   --speculative-method ngram|suffix|draft|none (propose tokens, verify them in one pass;

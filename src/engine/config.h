@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "model/mla_form.h"
 
 namespace ridge {
 
@@ -58,6 +59,7 @@ struct EngineConfig {
   bool mlock = false;               // pin the mmap'd weights in RAM
   SpeculativeConfig speculative;    // the default of requests that do not choose
   bool jump_forward = true;         // structured output: run a grammar's forced spans as drafts
+  MlaPrefill mla_prefill = MlaPrefill::Auto;  // latent attention: the form prompts run in (mla_form.h)
 };
 
 }  // namespace ridge

@@ -71,7 +71,7 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
       spec_.assign(s.tokens.begin() + s.n_computed, s.tokens.end());
       spec_.insert(spec_.end(), s.draft.begin(), s.draft.begin() + c.n_draft);
       RIDGE_ASSERT(int32_t(spec_.size()) == c.n_tokens);
-      batch_.add(spec_, s.n_computed, s.blocks, Logits::All);
+      batch_.add(spec_, s.n_computed, s.blocks, Logits::All, s.n_expand);
       rows[i] = r;
       r += c.n_tokens;
       continue;
@@ -79,13 +79,13 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
     const bool last = s.n_computed + c.n_tokens == int32_t(s.tokens.size());
     const std::span<const int32_t> toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(c.n_tokens));
     if (s.needs_prompt_logits()) {  // a row per token: the prompt's logprobs
-      batch_.add(toks, s.n_computed, s.blocks, Logits::All);
+      batch_.add(toks, s.n_computed, s.blocks, Logits::All, s.n_expand);
       prompt_rows[i] = r;
       r += c.n_tokens;
       if (last) rows[i] = r - 1;
       continue;
     }
-    batch_.add(toks, s.n_computed, s.blocks, last ? Logits::Last : Logits::None);
+    batch_.add(toks, s.n_computed, s.blocks, last ? Logits::Last : Logits::None, s.n_expand);
     if (last) rows[i] = r++;
   }
   return fwd_->run(batch_);

@@ -16,16 +16,24 @@ void RadixCache::release_all(Node* n) {
   }
 }
 
-int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks) {
+void RadixCache::block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const {
+  const int32_t bs = bm_.block_size();
+  key.assign(tokens.begin() + int64_t(b) * bs, tokens.begin() + int64_t(b + 1) * bs);
+  if (b == 0 && ns > 0) key.push_back(-ns);
+}
+
+int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks,
+                          int32_t ns) {
+  RIDGE_CHECK(ns >= 0, "radix cache: namespace {} is negative", ns);
   const int32_t bs = bm_.block_size();
   ++stats_.queries;
   stats_.query_tokens += int64_t(tokens.size());
   Node* n = root_.get();
   int32_t matched = 0;
-  std::vector<int32_t> key(static_cast<size_t>(bs));
+  std::vector<int32_t> key;
   const uint64_t now = ++clock_;
   while (matched + bs <= max_tokens && matched + bs <= int32_t(tokens.size())) {
-    std::copy(tokens.begin() + matched, tokens.begin() + matched + bs, key.begin());
+    block_key(tokens, matched / bs, ns, key);
     auto it = n->children.find(key);
     if (it == n->children.end()) break;
     n = it->second.get();
@@ -38,13 +46,14 @@ int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_tokens, s
   return matched;
 }
 
-void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
-  const int32_t bs = bm_.block_size();
-  RIDGE_ASSERT(int64_t(tokens.size()) >= int64_t(blocks.size()) * bs);
+void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int32_t ns) {
+  RIDGE_CHECK(ns >= 0, "radix cache: namespace {} is negative", ns);
+  RIDGE_ASSERT(int64_t(tokens.size()) >= int64_t(blocks.size()) * bm_.block_size());
   Node* n = root_.get();
   const uint64_t now = ++clock_;
   for (size_t b = 0; b < blocks.size(); ++b) {
-    std::vector<int32_t> key(tokens.begin() + int64_t(b) * bs, tokens.begin() + int64_t(b + 1) * bs);
+    std::vector<int32_t> key;
+    block_key(tokens, int32_t(b), ns, key);
     auto it = n->children.find(key);
     if (it == n->children.end()) {
       auto child = std::make_unique<Node>();
@@ -115,7 +124,8 @@ int32_t RadixCache::n_evictable() const {
 void RadixCache::check_node(const Node* n) const {
   for (const auto& [k, c] : n->children) {
     RIDGE_CHECK(c->parent == n, "radix node parent link broken");
-    RIDGE_CHECK(c->key == k && int32_t(k.size()) == bm_.block_size(), "radix node key mismatch");
+    const bool ns_key = n == root_.get() && int32_t(k.size()) == bm_.block_size() + 1 && k.back() < 0;
+    RIDGE_CHECK(c->key == k && (int32_t(k.size()) == bm_.block_size() || ns_key), "radix node key mismatch");
     RIDGE_CHECK(c->block >= 0 && bm_.ref_count(c->block) >= 1, "radix node block {} is not referenced", c->block);
     check_node(c.get());
   }

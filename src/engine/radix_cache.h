@@ -6,6 +6,11 @@
 // per node; every sequence using a block holds another. A node whose block only the tree
 // references (ref == 1) and that has no children is an evictable leaf; eviction is LRU
 // over those. "Locking" a matched path is taking the sequence's references.
+//
+// A namespace ns > 0 keeps blocks apart whose K/V were computed another way for the same
+// tokens (multi-head latent attention's expanded prompts: engine/sequence.h n_expand):
+// they are shared only within their namespace. It is a suffix -ns on the first block's
+// key (token ids are never negative), so the tree below is the same tree.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -27,12 +32,12 @@ class RadixCache {
   // Longest cached prefix of `tokens` in full blocks, at most max_tokens long: appends
   // the block ids to `blocks` and takes a reference on each for the caller. Returns the
   // number of tokens matched (a multiple of the block size).
-  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks);
+  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks, int32_t ns = 0);
 
   // Records the computed full blocks of a sequence (tokens[0 .. blocks.size()*bs)) so that
   // later requests can share them. Blocks already in the tree under the same tokens stay
   // as they are (the sequence keeps its own copy).
-  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks);
+  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int32_t ns = 0);
 
   // Frees up to n blocks, least recently used evictable leaves first. Returns how many.
   int32_t evict(int32_t n);
@@ -50,12 +55,14 @@ class RadixCache {
 
  private:
   struct Node {
-    std::vector<int32_t> key;  // the block's token ids [block_size]
+    std::vector<int32_t> key;  // the block's token ids [block_size] (a first block: then -ns, ns > 0)
     int32_t block = -1;
     Node* parent = nullptr;
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
     uint64_t last_use = 0;
   };
+  // The key of block b of tokens: its ids, and the namespace on a first block.
+  void block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const;
   bool count_evictable(const Node* n, int32_t& out) const;
   void collect_leaves(Node* n, std::vector<Node*>& out) const;
   void check_node(const Node* n) const;

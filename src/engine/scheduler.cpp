@@ -24,7 +24,7 @@ uint64_t Scheduler::first_block_key(const Sequence* s) const {
   uint64_t h = 0xcbf29ce484222325ull;
   const size_t n = std::min(s->tokens.size(), size_t(bm_.block_size()));
   for (size_t i = 0; i < n; ++i) h = (h ^ uint64_t(uint32_t(s->tokens[i]))) * 0x100000001b3ull;
-  return h;
+  return (h ^ uint64_t(prefix_ns(s))) * 0x100000001b3ull;
 }
 
 bool Scheduler::before(const Sequence* a, const Sequence* b) const {
@@ -54,10 +54,13 @@ void Scheduler::finish(Sequence* s) {
 
 void Scheduler::on_computed(Sequence* s) {
   if (!radix_) return;
-  const int32_t full = std::min<int32_t>(s->n_computed / bm_.block_size(), int32_t(s->blocks.size()));
+  // An expanded prompt's blocks past its prompt hold positions computed absorbed after
+  // expanded ones: no other request computes that mix, so they are not shared.
+  const int32_t computed = s->n_expand > 0 ? std::min(s->n_computed, s->n_expand) : s->n_computed;
+  const int32_t full = std::min<int32_t>(computed / bm_.block_size(), int32_t(s->blocks.size()));
   if (full <= s->n_inserted_blocks) return;
   radix_->insert(std::span<const int32_t>(s->tokens).first(size_t(full) * size_t(bm_.block_size())),
-                 std::span<const int32_t>(s->blocks).first(size_t(full)));
+                 std::span<const int32_t>(s->blocks).first(size_t(full)), prefix_ns(s));
   s->n_inserted_blocks = full;
 }
 
@@ -261,7 +264,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (radix_ && s->blocks.empty() && !s->needs_prompt_logits()) {
       // Leave at least one token to compute: its logits give the next token.
-      s->n_computed = radix_->match(s->tokens, int32_t(s->tokens.size()) - 1, s->blocks);
+      const int32_t most = int32_t(s->tokens.size()) - 1;
+      s->n_computed = radix_->match(s->tokens, s->n_expand > 0 ? std::min(most, s->n_expand) : most, s->blocks, prefix_ns(s));
       s->n_prefix_hit = s->n_computed;
       s->n_inserted_blocks = int32_t(s->blocks.size());
     }

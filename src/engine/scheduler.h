@@ -105,7 +105,10 @@ class Scheduler {
   void requeue(Sequence* s);  // drops its KV and puts it back in the queue, to be recomputed
   bool before(const Sequence* a, const Sequence* b) const;  // a runs before b
   int64_t effective_priority(const Sequence* s) const;
-  uint64_t first_block_key(const Sequence* s) const;  // hash of the first block's tokens
+  uint64_t first_block_key(const Sequence* s) const;  // hash of the first block's tokens (and namespace)
+  // The prefix cache's namespace of a sequence's blocks: an expanded prompt's K/V are
+  // other bits than the absorbed form's for the same tokens (radix_cache.h).
+  static int32_t prefix_ns(const Sequence* s) { return s->n_expand > 0 ? 1 : 0; }
 
   SchedulerConfig cfg_;
   BlockManager& bm_;

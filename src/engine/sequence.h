@@ -58,6 +58,10 @@ struct Sequence {
   int64_t id;
   std::vector<int32_t> tokens;   // prompt + generated
   int32_t n_prompt;
+  // Multi-head latent attention: positions below this run attention in the expanded form
+  // (model/mla_form.h), the rest absorbed; the prompt's length or 0, fixed at arrival so
+  // that a recompute after a preemption computes every position as the first time did.
+  int32_t n_expand = 0;
   RequestParams params;
   Sampler sampler;
   uint64_t arrival;              // admission order (FCFS tie-break)

@@ -224,7 +224,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
       const int64_t s = task / hr.splits;
       const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, d.n_head_kv - h0);
       const kernels::AttnArgs a{&kv, 0, std::span<const int32_t>(ids.data() + s * per_seq, size_t(per_seq)),
-                                int32_t(ctx), 0.125f};
+                                int32_t(ctx), 0.125f, {}};
       const int64_t off = (s * d.n_head + int64_t(h0) * group) * d.head_dim;
       kernels::attention_heads(a, h0, n, group, q.data() + off, d.head_dim, out.data() + off, d.head_dim,
                                scratch.data() + thread * per);

@@ -120,7 +120,7 @@ struct Cache {
     }
   }
 
-  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale}; }
+  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale, {}}; }
 
   // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
   std::vector<float> row(bool is_k, int32_t p) const {
@@ -450,6 +450,46 @@ TEST(Attention, RowBitsIgnoreSiblingsAndTableLength) {
   }
 }
 
+// A block of consecutive positions in one call (AttnArgs::row_ctx: each row its own
+// causal end, the tiles read once for all) gives each row the bits of a lone call with its
+// own n_ctx, on every ISA, for every unscaled dtype (and the 8-bit ones, which run row by
+// row): rows that end before a tile, inside a block, on a tile boundary, and block sizes
+// whose slots do not fill 16 lanes.
+TEST(Attention, PositionBlockRowsHaveTheirLoneBits) {
+  struct Shape {
+    DType t;
+    int32_t dk, dv, bs, n_ctx, rows;
+  };
+  const Shape shapes[] = {{DType::F32, 192, 128, 16, 70, 16}, {DType::F16, 64, 64, 16, 129, 16},
+                          {DType::BF16, 48, 32, 8, 40, 12},   {DType::F32, 32, 48, 1, 23, 9},
+                          {DType::F16, 80, 80, 32, 64, 16},   {DType::I8, 64, 64, 16, 50, 7}};
+  IsaGuard guard;
+  for (Isa isa : isas()) {
+    set_isa(isa);
+    for (const Shape& sh : shapes) {
+      const Cache c(sh.t, sh.dk, sh.dv, sh.bs, sh.n_ctx, 11);
+      std::vector<float> q(size_t(sh.rows * sh.dk)), block(size_t(sh.rows * sh.dv)), lone(size_t(sh.dv));
+      std::mt19937 rng(13);
+      std::normal_distribution<float> g(0.f, 2.f);
+      for (auto& x : q) x = g(rng);
+      std::vector<int32_t> ctx;
+      for (int32_t i = 0; i < sh.rows; ++i) ctx.push_back(sh.n_ctx - sh.rows + 1 + i);
+      std::vector<float> scratch(size_t(attention_scratch_floats(c.l, sh.rows)));
+      AttnArgs a = c.args(0.125f);
+      a.row_ctx = ctx;
+      attention_heads(a, kKvHead, 1, sh.rows, q.data(), sh.dk, block.data(), sh.dv, scratch.data());
+      for (int32_t i = 0; i < sh.rows; ++i) {
+        AttnArgs one = c.args(0.125f);
+        one.n_ctx = ctx[size_t(i)];
+        attention_row(one, kKvHead, q.data() + i * sh.dk, lone.data(), scratch.data());
+        EXPECT_EQ(std::memcmp(lone.data(), block.data() + i * sh.dv, size_t(sh.dv) * 4), 0)
+            << isa_name(isa) << " " << dtype_name(sh.t) << " bs " << sh.bs << " row " << i << " (n_ctx " << ctx[size_t(i)]
+            << ")";
+      }
+    }
+  }
+}
+
 // A task over a run of KV heads (one piece of each block read for them all) gives every
 // row the bits of its head's own call, on every ISA.
 TEST(Attention, HeadRunsGiveEachHeadsOwnBits) {
@@ -601,8 +641,8 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
         std::vector<float> oa(size_t(sh.n_q * sh.dv)), ob(oa.size());
         std::vector<float> sa(size_t(attention_scratch_floats(a, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
         std::vector<float> sb(size_t(attention_scratch_floats(b, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
-        attention_group({&ca, 0, table, sh.n_ctx, scale}, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
-        attention_group({&cb, 0, table, sh.n_ctx, scale}, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
+        attention_group({&ca, 0, table, sh.n_ctx, scale, {}}, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
+        attention_group({&cb, 0, table, sh.n_ctx, scale, {}}, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
         const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " bs=" +
                                  std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa));
         for (size_t i = 0; i < oa.size(); ++i) {

@@ -126,6 +126,22 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   const Isa isa = active_isa();
+  if (!a.row_ctx.empty()) {
+    RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
+                    std::is_sorted(a.row_ctx.begin(), a.row_ctx.end()),
+                "attention: row contexts must be {} ascending counts ending at {}", group, a.n_ctx);
+    if (isa != Isa::Avx512 || l.scaled()) {  // only AVX-512's unscaled kernel shares tiles among positions
+      AttnArgs one = a;
+      one.row_ctx = {};
+      for (int32_t h = 0; h < n_heads; ++h)
+        for (int32_t i = 0; i < group; ++i) {
+          one.n_ctx = a.row_ctx[size_t(i)];
+          const int64_t r = int64_t(h) * group + i;
+          attention_heads(one, kv_head + h, 1, 1, q + r * ldq, ldq, out + r * ldo, ldo, scratch);
+        }
+      return;
+    }
+  }
   // The 8-bit dtypes and values kept in the keys have an AVX-512 kernel; on AVX2 they run
   // the portable path.
   if (isa == Isa::Scalar || (isa == Isa::Avx2 && (l.scaled() || l.v_in_k))) {
@@ -157,6 +173,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   }
   if (isa == Isa::Avx512) {
     v.n_heads = n_heads;
+    v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }
   for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2

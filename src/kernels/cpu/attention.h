@@ -25,6 +25,11 @@ struct AttnArgs {
   std::span<const int32_t> block_table;
   int32_t n_ctx = 0;   // attend to positions [0, n_ctx)
   float scale = 1.f;   // 1/sqrt(head_dim)
+  // A block of one sequence's consecutive prompt positions in one call: row i of every
+  // head attends to [0, row_ctx[i]) (ascending; the last is n_ctx), so each K/V tile is
+  // read once for all of them (prefill without shared query heads: multi-head attention).
+  // A row's bits are those of a lone row with n_ctx = row_ctx[i]. Empty: every row n_ctx.
+  std::span<const int32_t> row_ctx;
 };
 
 // Floats of scratch one call with n_q query rows needs (any ISA).
@@ -81,6 +86,8 @@ struct AttnView {
   // [tile blocks][block_size][dv] f32 scratch to transpose a tile's into; else -1.
   int32_t v_dim0 = -1;
   float* vt = nullptr;
+  // AttnArgs::row_ctx, [rows per head] (unscaled dtypes), or null.
+  const int32_t* row_ctx = nullptr;
 };
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

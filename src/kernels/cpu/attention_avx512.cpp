@@ -651,9 +651,15 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   pf.finish();
   Tile tl;
   Group gr[kMaxTileBlocks * 4];
+  const int32_t* rc = a.row_ctx;  // null: every row attends to [0, n_ctx)
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int32_t b0 = t * tb, b1 = b0 + tb < n_blk ? b0 + tb : n_blk;
     tl.n_blocks = b1 - b0;
+    // Row contexts: the rows of a head whose context ended before this tile are done (a
+    // lone row would have stopped), so the tile runs rows [lo, grp) of each head.
+    int32_t lo = 0;
+    if (rc)
+      while (lo < grp && rc[lo] <= b0 * bs) ++lo;
     int32_t ng = 0;
     for (int32_t b = b0; b < b1; ++b) {
       const int32_t i = b - b0, keys = a.n_ctx - b * bs < bs ? a.n_ctx - b * bs : bs;
@@ -675,7 +681,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
 
     // Row units never straddle two heads (their K/V tiles differ).
     for (int32_t h = 0; h < nh; ++h)
-      for (int32_t i = 0; i < grp; i += kRows) {
+      for (int32_t i = lo; i < grp; i += kRows) {
         const int32_t r0 = h * grp + i, rows = grp - i < kRows ? grp - i : kRows;
         if constexpr (T == DType::I8)
           with_rows(rows, [&](auto R) {
@@ -686,9 +692,23 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
           scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
                          h * a.k_head_stride, pf);
       }
-    for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
-      softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
-                   cr + r0);
+    if (rc) {
+      // A row's keys past its context score -inf here, as the partial last block of a
+      // lone row's call does; the extra -inf lanes then add exact zeros to its sums.
+      for (int32_t i = lo; i < grp && rc[i] < a.n_ctx; ++i)
+        for (int32_t p = rc[i] > b0 * bs ? rc[i] : b0 * bs; p < b1 * bs && p < a.n_ctx; ++p)
+          for (int32_t h = 0; h < nh; ++h) sc[int64_t(h * grp + i) * lds + ((p / bs - b0) * gpb) * 16 + p % bs] = kNegInf;
+      for (int32_t h = 0; h < nh; ++h)
+        for (int32_t i = lo; i < grp; i += kStatRows) {
+          const int32_t r0 = h * grp + i;
+          softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, grp - i < kStatRows ? grp - i : kStatRows, m + r0, l + r0,
+                       cr + r0);
+        }
+    } else {
+      for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
+        softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
+                     cr + r0);
+    }
     if constexpr (T == DType::I8) {
       for (int32_t h = 0; h < nh; ++h)
         for (int32_t i = 0; i < grp; i += kRows)
@@ -716,7 +736,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             values_from_keys<T>(tl.k[i] + h * a.k_head_stride + int64_t(a.v_dim0) * bs * esz, bs, tl.keys[i], dv, vt);
             tv.v[i] = reinterpret_cast<const uint8_t*>(vt);
           }
-          for (int32_t i = 0; i < grp; i += kRows) {
+          for (int32_t i = lo; i < grp; i += kRows) {
             const int32_t r0 = h * grp + i;
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
               pv_rows<DType::F32>(grp - i < kRows ? grp - i : kRows, tv, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
@@ -728,7 +748,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       }
     }
     for (int32_t h = 0; h < nh; ++h)
-      for (int32_t i = 0; i < grp; i += kRows) {
+      for (int32_t i = lo; i < grp; i += kRows) {
         const int32_t r0 = h * grp + i;
         for (int32_t d0 = 0; d0 < dv; d0 += 32)
           pv_rows<T>(grp - i < kRows ? grp - i : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,

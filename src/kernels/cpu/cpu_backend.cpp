@@ -108,6 +108,9 @@ class CpuBackend final : public Backend {
 
   void qkv_rope(const QkvRopeArgs& a) override;
   void attention(const AttentionArgs& a) override;
+  // Multi-head attention over runs of consecutive positions; false (nothing done) when
+  // the step has no such run (decode).
+  bool position_blocks(const AttentionArgs& a);
   void kv_read(const KVView& kv, int32_t layer, float* k) override {
     const KVLayout& kl = kv.layout();
     const int64_t nk = int64_t(kl.n_kv_head) * kl.head_dim_k;
@@ -135,6 +138,8 @@ class CpuBackend final : public Backend {
   StepInfo step_;
   std::vector<float> rope_cs_;       // [T][rope_dim] (cos, sin) pairs of the step's positions
   std::vector<float> attn_scratch_;  // [threads][attention_scratch_floats(kv, run * group)]
+  std::vector<std::pair<int64_t, int32_t>> pos_blocks_;  // (first token, rows) per position block
+  std::vector<int32_t> row_ctx_;     // [T] each token's position + 1
 };
 
 void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
@@ -169,6 +174,39 @@ void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
   });
 }
 
+bool CpuBackend::position_blocks(const AttentionArgs& a) {
+  // Multi-head attention: no query heads share a KV head's tiles, so a run of one
+  // sequence's consecutive positions (a prompt chunk) shares them instead, up to
+  // kPositionBlock rows per call, each row with its own causal end (AttnArgs::row_ctx).
+  constexpr int32_t kPositionBlock = 16;
+  const int64_t T = int64_t(step_.tokens.size());
+  pos_blocks_.clear();
+  row_ctx_.resize(size_t(T));
+  bool shared = false;
+  for (int64_t t = 0; t < T; ++t) {
+    row_ctx_[size_t(t)] = step_.pos[size_t(t)] + 1;
+    const bool cont = t > 0 && step_.seq[size_t(t)] == step_.seq[size_t(t - 1)] &&
+                      step_.pos[size_t(t)] == step_.pos[size_t(t - 1)] + 1 && pos_blocks_.back().second < kPositionBlock;
+    if (cont) ++pos_blocks_.back().second, shared = true;
+    else pos_blocks_.emplace_back(t, 1);
+  }
+  if (!shared) return false;
+  const int64_t nq = int64_t(a.n_head) * a.dk, no = int64_t(a.n_head) * a.dv;
+  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), kPositionBlock);
+  attn_scratch_.resize(size_t(pool_.size() * scratch_per));
+  const int64_t tasks = int64_t(pos_blocks_.size()) * a.n_kv_head;
+  pool_.run(tasks, [&](int64_t task, int thread) {
+    const auto [t0, m] = pos_blocks_[size_t(task / a.n_kv_head)];
+    const int32_t h = int32_t(task % a.n_kv_head);
+    const std::span<const int32_t> ctx = std::span<const int32_t>(row_ctx_).subspan(size_t(t0), size_t(m));
+    AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t0)])], ctx.back(), a.scale, {}};
+    if (m > 1) args.row_ctx = ctx;
+    attention_heads(args, h, 1, m, a.q + t0 * nq + int64_t(h) * a.dk, nq, a.out + t0 * no + int64_t(h) * a.dv, no,
+                    attn_scratch_.data() + thread * scratch_per);
+  });
+  return true;
+}
+
 void CpuBackend::attention(const AttentionArgs& a) {
   // Tasks of (token, a run of KV heads): each head's group of query heads (adjacent in q
   // and out) shares each K/V tile, and a run of heads reads its tiles of a block as one
@@ -177,6 +215,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int64_t T = int64_t(step_.tokens.size());
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
+  if (group == 1 && position_blocks(a)) return;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
   // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
   // heads; MLA's one): the query heads of a group split among the threads too, each part
@@ -194,7 +233,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
     const int64_t t = task / qsplit / hr.splits;
     const int32_t h0 = int32_t(task / qsplit % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
     const AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1,
-                        a.scale};
+                        a.scale, {}};
     if (qsplit > 1) {  // one KV head h0, query heads [part * qg, +rows) of its group
       const int32_t r0 = part * qg, rows = std::min(qg, group - r0);
       if (rows <= 0) return;

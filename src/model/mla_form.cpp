@@ -1,0 +1,62 @@
+#include "model/mla_form.h"
+
+#include <algorithm>
+
+#include "perf/op_cost.h"
+
+namespace ridge {
+
+const char* mla_prefill_name(MlaPrefill m) {
+  switch (m) {
+    case MlaPrefill::Auto: return "auto";
+    case MlaPrefill::Absorbed: return "absorbed";
+    case MlaPrefill::Expanded: return "expanded";
+  }
+  return "?";
+}
+
+namespace {
+
+// Throughput of a kernel class relative to fp32 FMA on the AVX-512 CPUs ridge targets:
+// an int8 VNNI multiply-add does four lanes' work per 32-bit lane (vpdpbusd), bf16 two.
+double rate(perf::ComputeClass c) {
+  switch (c) {
+    case perf::ComputeClass::Int8Vnni: return 4.0;
+    case perf::ComputeClass::Bf16Dot: case perf::ComputeClass::Fp16Fma: return 2.0;
+    default: return 1.0;
+  }
+}
+
+double mm(int64_t m, int64_t k, int64_t n, DType t) {
+  return perf::matmul_cost(m, k, n, t).flops / rate(perf::matmul_class(t));
+}
+
+}  // namespace
+
+MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt, int32_t chunk) {
+  MlaFormCost c;
+  if (!h.mla() || n_prompt <= 0) return c;
+  chunk = std::max(chunk, 1);
+  const int64_t nh = h.n_head, C = h.n_lora_kv, nope = h.qk_nope(), dv = h.head_dim_v_mla;
+  const perf::AttnShape mha{h.n_head, h.n_head, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim, false};
+  const double attn_rate = t.kv == DType::I8 ? rate(perf::ComputeClass::Int8Vnni) : 1.0;
+  for (int32_t pos0 = 0; pos0 < n_prompt; pos0 += chunk) {
+    const int32_t n = std::min(chunk, n_prompt - pos0);
+    const std::pair<int32_t, int32_t> seq[] = {{pos0, n}};
+    c.absorbed += double(nh) * (mm(n, nope, C, t.k_b) + mm(n, C, dv, t.v_b));
+    c.absorbed += perf::attention_cost(h.attn_shape(), seq, t.kv).flops / attn_rate;
+    const int64_t ctx = int64_t(pos0) + n;
+    c.expanded += double(nh) * (mm(ctx, C, nope, t.k_b_t) + mm(ctx, C, dv, t.v_b));
+    c.expanded += perf::attention_cost(mha, seq, DType::F32).flops;
+  }
+  return c;
+}
+
+int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt) {
+  if (!h.mla() || mode == MlaPrefill::Absorbed) return 0;
+  if (mode == MlaPrefill::Expanded) return n_prompt;
+  const MlaFormCost c = mla_form_cost(h, t, n_prompt, kMlaNominalChunk);
+  return c.expanded < c.absorbed ? n_prompt : 0;
+}
+
+}  // namespace ridge
