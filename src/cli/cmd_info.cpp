@@ -82,6 +82,9 @@ int cmd_info(Args& a) {
                     h.n_lora_kv, h.n_lora_q, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim,
                     (long long)kv_layout_for(h, 16, 0, DType::F16).bytes_per_token(),
                     (long long)(int64_t(h.n_layer) * h.n_head * (h.head_dim_qk_mla + h.head_dim_v_mla) * 2));
+      if (h.mla())
+        std::printf("latent attention's expanded form (prompts, --mla-prefill): attn_k_b transposed at load, %.1f MiB\n",
+                    double(m->derived_bytes()) / 1048576.0);
       // The roofline's per-token figures at batch 1: the weight bytes a decode step reads
       // (the gathered token_embd aside; of the experts, the active ones' share) and the
       // multiply-adds of the layer matrices and of the head.

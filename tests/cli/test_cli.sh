@@ -159,7 +159,15 @@ expect_error "mkmodel experts on a dense architecture" "qwen3moe-tiny.*qwen3moe,
 expect_error "mkmodel qwen3moe without experts" "mixture of experts"       "$RIDGE" mkmodel --preset tiny --arch qwen3moe -o x.gguf
 expect_ok    "mkmodel deepseek (latent attention)"                          "$RIDGE" mkmodel --preset deepseek-v3-tiny --dtype q8_0 -o ds.gguf
 expect_ok    "generate on deepseek"                                         "$RIDGE" generate -m ds.gguf -p hi -n 8 --temp 0
+expect_ok    "generate on deepseek, prompts expanded"                       "$RIDGE" generate -m ds.gguf -p "a longer prompt for the expanded form" -n 8 --temp 0 --mla-prefill expanded
+expect_ok    "generate on deepseek, prompts absorbed"                       "$RIDGE" generate -m ds.gguf -p "a longer prompt for the absorbed form" -n 8 --temp 0 --mla-prefill absorbed
+expect_error "an unknown --mla-prefill"        "not one of auto, absorbed, expanded" "$RIDGE" generate -m ds.gguf -p hi -n 2 --mla-prefill sideways
 expect_ok    "info on deepseek"                                             "$RIDGE" info -m ds.gguf
+if grep -q "expanded form (prompts, --mla-prefill): attn_k_b transposed at load" "$TMP/out"; then
+  report "info names the expanded form's transposed attn_k_b" ""
+else
+  report "info names the expanded form's transposed attn_k_b" "no expanded-form line"
+fi
 if grep -qE "KV cache (480|864) bytes per token \(f16\) against 1920 with full K/V" "$TMP/out"; then
   report "info names latent attention's KV bytes against full K/V" ""
 else

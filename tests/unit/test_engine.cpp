@@ -60,9 +60,10 @@ struct Scenario {
 
 // 64 prompts of random lengths through the engine with max_num_seqs 16, under several
 // configurations, against each prompt run alone.
-void run_scenarios(const Model& m, int max_tokens, int max_prompt) {
+void run_scenarios(const Model& m, int max_tokens, int max_prompt, MlaPrefill form = MlaPrefill::Auto) {
   const auto prompts = random_prompts(64, max_prompt, 5, m.hparams().n_vocab);
   GenOptions base;
+  base.mla_prefill = form;
   base.threads = 2;
   base.max_num_seqs = 16;
   std::vector<GenResult> alone;
@@ -126,7 +127,44 @@ TEST(Engine, SixtyFourRandomPromptsMatchAloneOnLatentAttention) {
   const std::string path = testing::TempDir() + "/engine-deepseek2.gguf";
   make_model({"deepseek2", "deepseek-v3-tiny", DType::Q8_0, 3, "", 0, 2}, path);
   auto m = Model::load(path);
-  run_scenarios(*m, 12, 40);
+  // Prompts in each form; a recompute after a preemption runs the generated tokens
+  // absorbed after an expanded prompt, in one chunk.
+  run_scenarios(*m, 12, 40, MlaPrefill::Expanded);
+  run_scenarios(*m, 12, 40, MlaPrefill::Absorbed);
+}
+
+// Multi-turn: the second request's prompt is the first's prompt, its answer and more. An
+// expanded prompt's blocks are shared (in their own namespace), its answer's are not
+// (they were computed absorbed after expanded ones, which no fresh prompt does): with
+// the prefix cache the second request matches the first prompt's full blocks only, and
+// its logits are those without the cache.
+TEST(Engine, ExpandedPromptsShareTheirPromptBlocksOnly) {
+  const std::string path = testing::TempDir() + "/engine-deepseek2-turns.gguf";
+  make_model({"deepseek2", "deepseek-v2-lite-tiny", DType::F16, 3, "", 0, 2}, path);
+  auto m = Model::load(path);
+  const std::vector<int32_t> first = random_prompts(1, 40, 17, m->hparams().n_vocab)[0];
+  std::vector<int32_t> p1 = first;
+  while (p1.size() < 40) p1.push_back(5 + int32_t(p1.size()));
+  for (MlaPrefill form : {MlaPrefill::Expanded, MlaPrefill::Absorbed}) {
+    GenOptions o;
+    o.threads = 2;
+    o.mla_prefill = form;
+    const auto r1 = Generator(*m, nullptr, o).run(greedy({p1}, 20))[0];
+    std::vector<int32_t> p2 = p1;
+    p2.insert(p2.end(), r1.tokens.begin(), r1.tokens.end());
+    for (int32_t i = 0; i < 10; ++i) p2.push_back(7 + 3 * i);
+    o.max_num_seqs = 1;  // the first turn finishes (its blocks cached) before the second starts
+    auto reqs = greedy({p1, p2}, 8);
+    reqs[0].max_tokens = 20;
+    const auto a = Generator(*m, nullptr, o).run(reqs);
+    o.prefix_cache = false;
+    const auto b = Generator(*m, nullptr, o).run(reqs);
+    const std::string what = std::string("second turn, ") + mla_prefill_name(form);
+    expect_same(b, a, what);
+    EXPECT_EQ(a[0].tokens, r1.tokens) << what;
+    // 40 prompt tokens: two full blocks expanded; absorbed, the answer's blocks too.
+    EXPECT_EQ(a[1].prefix_hit_tokens, form == MlaPrefill::Expanded ? 32 : 48) << what;
+  }
 }
 
 TEST(Engine, SixtyFourRandomPromptsMatchAloneOnStories260K) {
