@@ -19,11 +19,11 @@ import os from "node:os";
 import path from "node:path";
 import {openModel, teacherForce, DEFAULT_THREADS} from "./llama_ref.mjs";
 
-const USAGE = "usage: check_greedy.mjs --ridge RIDGE --model M.gguf --prompt TEXT -n N [--min-margin 1e-3] [--threads T] [--timeout SECONDS] [--keep]";
+const USAGE = "usage: check_greedy.mjs --ridge RIDGE --model M.gguf --prompt TEXT -n N [--min-margin 1e-3] [--threads T] [--timeout SECONDS] [--keep] [--ridge-arg ARG]...";
 function fail(code, msg) { console.error(`check_greedy: ${msg}`); process.exit(code); }
 
 function parseArgs(argv) {
-    const a = {minMargin: 1e-3, threads: DEFAULT_THREADS, timeout: 600, keep: false};
+    const a = {minMargin: 1e-3, threads: DEFAULT_THREADS, timeout: 600, keep: false, ridgeArgs: []};
     for (let i = 0; i < argv.length; i++) {
         const k = argv[i];
         const v = () => { if (i + 1 >= argv.length) fail(2, `${k} needs a value\n${USAGE}`); return argv[++i]; };
@@ -36,6 +36,7 @@ function parseArgs(argv) {
         else if (k === "--threads") a.threads = num(v());
         else if (k === "--timeout") a.timeout = num(v());
         else if (k === "--keep") a.keep = true;
+        else if (k === "--ridge-arg") a.ridgeArgs.push(v());  // passed on to ridge generate
         else fail(2, `unknown argument ${k}\n${USAGE}`);
     }
     if (!a.ridge || !a.model || a.prompt == null || a.n == null) fail(2, `missing arguments\n${USAGE}`);
@@ -46,7 +47,7 @@ function parseArgs(argv) {
 }
 
 function runRidge(a, outPath) {
-    const argv = ["generate", "-m", a.model, "-p", a.prompt, "-n", String(a.n), "--temp", "0", "--ignore-eos", "--dump-json", outPath];
+    const argv = ["generate", "-m", a.model, "-p", a.prompt, "-n", String(a.n), "--temp", "0", "--ignore-eos", "--dump-json", outPath, ...a.ridgeArgs];
     const t0 = performance.now();
     const r = spawnSync(a.ridge, argv, {encoding: "utf8", timeout: a.timeout * 1000, maxBuffer: 64 << 20});
     const secs = (performance.now() - t0) / 1000;

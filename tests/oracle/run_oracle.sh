@@ -111,6 +111,16 @@ for preset in deepseek-v2-lite-tiny deepseek-v3-tiny; do
   done
 done
 check_q4_k_m deepseek-v2-lite-tiny "$tmp/deepseek-v2-lite-tiny-f32.gguf" "${prompts[1]}"
+# The prompts above run in the form --mla-prefill auto chooses (expanded for float
+# weights with an f16 cache, absorbed for these short prompts on quantized attn_k_b);
+# each form forced on others, the absorbed one being what every decode step runs.
+# (V3's tiny on the short prompt off f32: the longer one's near-ties, above.)
+for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expanded:1 \
+           deepseek-v3-tiny-f32:absorbed:1 deepseek-v3-tiny-q4_0:expanded:0; do
+  IFS=: read -r m form pi <<< "$mfp"
+  check "$m $form prompt \"${prompts[$pi]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$tmp/$m.gguf" \
+    --prompt "${prompts[$pi]}" -n 40 --min-margin 0.1 --ridge-arg --mla-prefill --ridge-arg $form
+done
 
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
 # (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
