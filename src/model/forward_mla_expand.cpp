@@ -130,22 +130,22 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
         be_.kv_read(kv_, il, kc);
         be_.copy_rows(kc + R, dk, lat, C, NC, C);
       }
-      // k_nope and v of each head of the group, from the one latent input.
-      if (be_.groups(L.wk_b_t[0]) && be_.groups(L.wv_b[0])) {
-        mla_items_.assign(size_t(2 * gn), {});
-        for (int32_t i = 0; i < gn; ++i) {
-          kernels::GroupedMatmul& a = mla_items_[size_t(2 * i)];
-          a.w = &L.wk_b_t[size_t(h0 + i)], a.x = lat, a.m = NC, a.outs[0] = {nope, kn + i * NC * nope};
-          kernels::GroupedMatmul& v = mla_items_[size_t(2 * i + 1)];
-          v.w = &L.wv_b[size_t(h0 + i)], v.x = lat, v.m = NC, v.outs[0] = {dv, ve + i * NC * dv};
+      // k_nope and v of each head of the group, from the one latent input: the heads of
+      // one matrix in one grouped pass where the backend groups them.
+      auto heads = [&](const std::vector<kernels::WeightView>& w, int64_t n, float* y) {
+        if (be_.groups(w[0])) {
+          mla_items_.assign(size_t(gn), {});
+          for (int32_t i = 0; i < gn; ++i) {
+            kernels::GroupedMatmul& it = mla_items_[size_t(i)];
+            it.w = &w[size_t(h0 + i)], it.x = lat, it.m = NC, it.outs[0] = {n, y + i * NC * n};
+          }
+          be_.matmul_grouped(mla_items_);
+        } else {
+          for (int32_t i = 0; i < gn; ++i) be_.matmul(w[size_t(h0 + i)], lat, NC, y + i * NC * n);
         }
-        be_.matmul_grouped(mla_items_);
-      } else {
-        for (int32_t i = 0; i < gn; ++i) {
-          be_.matmul(L.wk_b_t[size_t(h0 + i)], lat, NC, kn + i * NC * nope);
-          be_.matmul(L.wv_b[size_t(h0 + i)], lat, NC, ve + i * NC * dv);
-        }
-      }
+      };
+      heads(L.wk_b_t, nope, kn);
+      heads(L.wv_b, dv, ve);
       for (int32_t i = 0; i < gn; ++i) {
         be_.copy_rows(kc, dk, kx + i * dqk, int64_t(gn) * dqk, NC, R);  // the one rope key, every head
         be_.copy_rows(kn + i * NC * nope, nope, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);

@@ -48,11 +48,15 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
 void Model::derive_weights() {
   if (!hp_.mla()) return;
   // Each head's wk_b [C][nope] transposed to [nope][C]. f32, f16 and bf16 files keep
-  // their type (a transpose is exact); a quantized file's values go to f16, whose
-  // rounding is far below the quantization's own.
+  // their type (a transpose is exact); a quantized file's values go to q8_0 (blocks of 32
+  // along the rank: a second rounding, at 8 bits well below a 4- to 6-bit file's own), so
+  // the decompression runs in the int8 GEMM as the file's other matrices do. Ranks that
+  // are no multiple of 32 take f16.
   const int64_t C = hp_.n_lora_kv, nope = hp_.head_dim_qk_mla - hp_.rope_dim;
   const DType src = w_.layers.empty() ? DType::F32 : w_.layers[0].wk_b[0].type;
-  const DType t = src == DType::F32 || src == DType::BF16 ? src : DType::F16;
+  const DType t = src == DType::F32 || src == DType::F16 || src == DType::BF16 ? src
+                  : C % 32 == 0                                              ? DType::Q8_0
+                                                                              : DType::F16;
   const int64_t head_bytes = row_bytes(t, C) * nope;
   derived_ = Arena(size_t(head_bytes * hp_.n_head * hp_.n_layer));
   std::vector<float> a(static_cast<size_t>(C * nope)), col(static_cast<size_t>(C));

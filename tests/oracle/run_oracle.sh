@@ -111,9 +111,8 @@ for preset in deepseek-v2-lite-tiny deepseek-v3-tiny; do
   done
 done
 check_q4_k_m deepseek-v2-lite-tiny "$tmp/deepseek-v2-lite-tiny-f32.gguf" "${prompts[1]}"
-# The prompts above run in the form --mla-prefill auto chooses (expanded for float
-# weights with an f16 cache, absorbed for these short prompts on quantized attn_k_b);
-# each form forced on others, the absorbed one being what every decode step runs.
+# The prompts above run in the form --mla-prefill auto chooses (expanded, with an f16
+# cache); each form forced on others, the absorbed one being what every decode step runs.
 # (V3's tiny on the short prompt off f32: the longer one's near-ties, above.)
 for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expanded:1 \
            deepseek-v3-tiny-f32:absorbed:1 deepseek-v3-tiny-q4_0:expanded:0; do

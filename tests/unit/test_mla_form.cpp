@@ -42,13 +42,17 @@ TEST(MlaForm, CostsByHand) {
 TEST(MlaForm, ChoicesOnV2LiteShapes) {
   const HParams h = v2_lite();
   const MlaTypes f16{DType::F16, DType::F16, DType::F16, DType::F16};
-  const MlaTypes q4{DType::Q4_0, DType::Q4_0, DType::F16, DType::F16};
-  const MlaTypes i8{DType::Q4_0, DType::Q4_0, DType::F16, DType::I8};
+  // A q4_0 file: the model makes the transposed attn_k_b in q8_0 (int8 in both forms);
+  // with a rank that is no multiple of 32, in f16 (FMAs expanded, int8 absorbed).
+  const MlaTypes q4{DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::F16};
+  const MlaTypes q4_f16{DType::Q4_0, DType::Q4_0, DType::F16, DType::F16};
+  const MlaTypes i8{DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::I8};
   // Float weights: the decompression costs what the absorption does, so every prompt expands.
   for (int32_t n : {1, 16, 4096}) EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, n), n) << n;
-  // Quantized attn_k_b runs in int8 absorbed, in f16 expanded: short prompts stay absorbed.
-  EXPECT_EQ(mla_expand_until(h, q4, MlaPrefill::Auto, 8), 0);
-  EXPECT_EQ(mla_expand_until(h, q4, MlaPrefill::Auto, 512), 512);
+  for (int32_t n : {1, 16, 4096}) EXPECT_EQ(mla_expand_until(h, q4, MlaPrefill::Auto, n), n) << n;
+  // The decompression on FMAs against the absorption in int8: short prompts stay absorbed.
+  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 8), 0);
+  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 512), 512);
   // An int8 cache: the absorbed form's attention runs in integers.
   EXPECT_EQ(mla_expand_until(h, i8, MlaPrefill::Auto, 4096), 0);
   // Forced, and a model without latent attention.
