@@ -44,6 +44,7 @@ int cmd_perplexity(Args& a) {
   po.batch_tokens = opt.max_num_batched_tokens;
   po.block_size = opt.block_size;
   po.kv_dtype = opt.kv_dtype;
+  po.mla_prefill = opt.mla_prefill;
   po.bos = tok->add_bos() ? tok->bos() : -1;
   if (int64_t(tokens.size()) < 2 * po.n_ctx)
     fail("{} has {} tokens; at least 2 x ctx = {} are needed (use a smaller -c)", *file, tokens.size(), 2 * po.n_ctx);

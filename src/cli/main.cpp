@@ -113,8 +113,8 @@ commands:
               DIR/kernels.json (default $RIDGE_KERNEL_CACHE, else ~/.cache/ridge), which every
               command that runs a model applies at start (and makes, quickly, on first use)
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
---kv-cache-dtype, --block-size, --max-num-batched-tokens and the kernel flags only, roofline
---mla-prefill too):
+--kv-cache-dtype, --block-size, --max-num-batched-tokens, --mla-prefill and the kernel
+flags only):
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),

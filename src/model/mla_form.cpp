@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/model.h"
 #include "perf/op_cost.h"
 
 namespace ridge {
@@ -32,6 +33,12 @@ double mm(int64_t m, int64_t k, int64_t n, DType t) {
 }
 
 }  // namespace
+
+MlaTypes mla_types(const Model& m, DType kv) {
+  if (!m.hparams().mla() || m.weights().layers.empty()) return {DType::F32, DType::F32, DType::F32, kv};
+  const LayerWeights& L = m.weights().layers[0];
+  return {L.wk_b[0].type, L.wv_b[0].type, L.wk_b_t[0].type, kv};
+}
 
 MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt, int32_t chunk) {
   MlaFormCost c;

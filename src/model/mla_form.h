@@ -16,6 +16,8 @@
 
 namespace ridge {
 
+class Model;
+
 enum class MlaPrefill : uint8_t { Auto, Absorbed, Expanded };
 const char* mla_prefill_name(MlaPrefill m);
 
@@ -24,6 +26,9 @@ const char* mla_prefill_name(MlaPrefill m);
 struct MlaTypes {
   DType k_b = DType::F32, v_b = DType::F32, k_b_t = DType::F32, kv = DType::F16;
 };
+
+// The types of a loaded model's latent attention (its first layer's) with cache dtype kv.
+MlaTypes mla_types(const Model& m, DType kv);
 
 // One layer's estimated seconds per unit of fp32 FMA throughput for a prompt of n_prompt
 // tokens run in chunks of `chunk`: the ops that differ between the forms only.

@@ -31,6 +31,9 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
   double nll = 0, nll2 = 0;
   std::vector<float> logits;  // [n_ctx][n_vocab]
   Progress progress("perplexity", r.n_chunks * o.n_ctx, "tokens");
+  // A window is a prompt: latent attention runs it in the form a prompt of its length
+  // would (model/mla_form.h).
+  const int32_t expand = mla_expand_until(h, mla_types(m, o.kv_dtype), o.mla_prefill, int32_t(o.n_ctx));
   for (int64_t c = 0; c < r.n_chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
     if (o.bos >= 0) chunk[0] = o.bos;
@@ -38,7 +41,7 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
     for (int64_t p = 0; p < o.n_ctx; p += o.batch_tokens) {
       const int64_t n = std::min<int64_t>(o.batch_tokens, o.n_ctx - p);
       Batch b;
-      b.add(std::span<const int32_t>(chunk).subspan(size_t(p), size_t(n)), int32_t(p), table, Logits::All);
+      b.add(std::span<const int32_t>(chunk).subspan(size_t(p), size_t(n)), int32_t(p), table, Logits::All, expand);
       const auto lg = fwd.run(b);
       logits.insert(logits.end(), lg.begin(), lg.end());
     }

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
+#include "model/mla_form.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -19,6 +20,7 @@ struct PerplexityOptions {
   int32_t batch_tokens = 512;  // tokens per forward pass within a window
   int32_t block_size = 16;
   DType kv_dtype = DType::F16;
+  MlaPrefill mla_prefill = MlaPrefill::Auto;  // latent attention: the form a window runs in
   int32_t bos = -1;            // replaces each window's first token when >= 0
   // Each scored row's logits [n_vocab] and the token that follows, in order (the
   // KL-divergence report, model/kl_divergence.h).

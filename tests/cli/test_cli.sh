@@ -234,6 +234,8 @@ expect_ok "generate with --kv-cache-dtype int8"            "$RIDGE" generate -m 
 expect_ok "generate with --kv-cache-dtype fp8"             "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0 --kv-cache-dtype fp8
 expect_ok "perplexity with --kv-type fp8_e5m2"             "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-type fp8_e5m2
 expect_ok "perplexity --kl-divergence-base (f16 KV)"       "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kl-divergence-base klbase.bin
+expect_ok "perplexity on deepseek, windows expanded"       "$RIDGE" perplexity -m ds.gguf -f ppl.txt -c 32 --mla-prefill expanded
+expect_ok "perplexity on deepseek, windows absorbed"       "$RIDGE" perplexity -m ds.gguf -f ppl.txt -c 32 --mla-prefill absorbed
 expect_ok "perplexity --kl-divergence (int8 KV)"           "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 32 --kv-cache-dtype int8 --kl-divergence --kl-divergence-base klbase.bin
 if ! grep -q "same top-1" "$TMP/out"; then report "the KL report has top-1 agreement" "no 'same top-1' line"; fi
 expect_error "--kl-divergence at another -c"    "-c 32.*-c 16"               "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 16 --kl-divergence --kl-divergence-base klbase.bin
