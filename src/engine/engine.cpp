@@ -175,7 +175,8 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const RequestParams& p)
   auto s = std::make_unique<Sequence>(id, std::move(prompt), p, n_vocab, arrivals_++);
   if (p.grammar) s->matcher = std::make_unique<grammar::Matcher>(p.grammar, token_trie());
   s->spec_k = spec.method == SpecMethod::None ? 0 : spec.num_speculative_tokens;
-  s->n_expand = mla_expand_until(model_.hparams(), mla_types(model_, cfg_.kv_dtype), cfg_.mla_prefill, s->n_prompt);
+  s->n_expand =
+      mla_expand_until(model_.hparams(), mla_types(model_, cfg_.kv_dtype), cfg_.mla_prefill, s->n_prompt, cfg_.block_size);
   const ThinkingBudget& tb = p.thinking;
   if (tb.budget >= 0) {
     RIDGE_CHECK(!tb.force.empty() && !tb.end.empty(), "a thinking budget needs the tokens that close the thinking");

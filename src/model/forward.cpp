@@ -59,6 +59,11 @@ int64_t Forward::activation_bytes(const HParams& h, int64_t tokens, int64_t rows
                  nh * std::max(C, dv) + nh * dv;
     // the per-head matmuls quantize every head's rows at once
     act_q = std::max(act_q, tokens * std::max<int64_t>({h.n_lora_q, C, nh * dv, nh * std::max<int64_t>(dqk - h.rope_dim, C)}) * 5 / 4);
+    // The expanded form (forward_mla_expand.cpp): a head group's keys and values, within
+    // 256 MiB, and the sequence's latents read back, as many as the step's tokens (a
+    // chunk deep in a long prompt reads more: its whole context).
+    per_token += h.head_dim_k + C;
+    act_q += int64_t(256) << 20;
   }
   return 4 * (tokens * per_token + rows * (E + h.n_vocab)) + act_q;
 }

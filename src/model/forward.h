@@ -140,6 +140,7 @@ class Forward {
   kernels::Activations mla_cn_{be_};      // [T][C] the latent, normed: V and K's latent part
   kernels::Activations mla_kpe_{be_};     // [T][R] the rope key before RoPE
   kernels::Activations mla_hin_{be_};     // [n_head][T][max(nope, C)] a per-head matmul's input, head-major
+                                          // (expanded form: a head group's queries [TX][g][dqk])
   kernels::Activations mla_hout_{be_};    // [n_head][T][max(C, dv)] its output
   kernels::Activations mla_o_{be_};       // [T][n_head][dv] the heads' values, wo's input
   std::vector<kernels::GroupedMatmul> mla_items_;  // [n_head] (expanded form: [2 x heads of a group])
@@ -151,20 +152,21 @@ class Forward {
   std::vector<int32_t> mla_a_rows_, mla_x_rows_;  // token indices, ascending
   std::vector<int32_t> mla_merge_;                // [T] each token's row in [absorbed; expanded] outputs
   std::vector<int32_t> a_seq_, a_pos_, x_seq_, x_pos_, c_seq_real_, c_seq_tmp_, c_pos_;
-  std::vector<int32_t> xt_blocks_;                // scratch blocks, [sum ceil(ctx_j / block_size)]
-  std::vector<std::span<const int32_t>> xt_tables_;  // [expanded seqs]
+  std::vector<int32_t> x_first_, c_first_;        // [expanded seqs + 1] each one's first X and C row
+  std::vector<int32_t> xt_blocks_;                // scratch blocks, [max_j ceil(ctx_j / block_size)]
+  std::vector<std::span<const int32_t>> xt_tables_;  // [expanded seqs] (they run one at a time)
   std::vector<std::pair<int32_t, int32_t>> seq_shape_a_, seq_shape_x_;
   std::unique_ptr<KVCache> mla_xkv_;              // a head group's expanded K/V, one layer (f32)
   int64_t mla_scratch_bytes_ = int64_t(256) << 20;
   kernels::Activations mla_qsub_{be_};    // [TA or TX][n_head][dqk] a form's queries
   kernels::Activations mla_ocat_{be_};    // [T][n_head][dv] absorbed rows' outputs, then expanded rows'
-  kernels::Activations mla_kc_{be_};      // [NC][R + C] the expanded sequences' cached keys
+  kernels::Activations mla_kc_{be_};      // [NC][R + C] an expanded sequence's cached keys (NC: its context)
   kernels::Activations mla_lat_{be_};     // [NC][C] their latents
   kernels::Activations mla_kn_{be_};      // [g][NC][nope] a head group's no-RoPE keys, head-major
   kernels::Activations mla_ve_{be_};      // [g][NC][dv] its values, head-major
   kernels::Activations mla_kx_{be_};      // [NC][g][dqk] the group's keys [k_pe | k_nope], token-major
   kernels::Activations mla_vx_{be_};      // [NC][g][dv]
-  kernels::Activations mla_qg_{be_};      // [TX][g][dqk] the group's queries
+  kernels::Activations mla_qg_{be_};      // [TX][n_head][dqk] the expanded rows' queries [q_pe | q_nope]
   kernels::Activations mla_og_{be_};      // [TX][g][dv] the group's outputs
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab]

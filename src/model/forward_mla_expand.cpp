@@ -16,8 +16,11 @@
 //
 // The keys and values are decompressed from the cache (what the absorbed form reads too),
 // for every position [0, ctx) of the sequence, into a scratch paged cache of one layer,
-// f32, one KV head per query head, where the backend's attention runs over them. Heads go
-// in groups small enough that the scratch stays within mla_scratch_bytes_ at any context.
+// f32, one KV head per query head, where the backend's attention runs over them. The
+// expanded sequences of a step run one at a time, their heads in groups small enough that
+// a group's keys and values stay within mla_scratch_bytes_ (down to one head: a head
+// takes 3.5 KB per position at V2/V3's sizes), beside the sequence's latents (4.4 KB per
+// position): a 32K-token prompt's expanded form holds about 0.3 GB.
 #include <algorithm>
 
 #include "core/error.h"
@@ -29,7 +32,7 @@ namespace ridge {
 void Forward::mla_split(const Batch& b) {
   mla_a_rows_.clear(), mla_x_rows_.clear(), a_seq_.clear(), a_pos_.clear(), x_seq_.clear(), x_pos_.clear();
   c_seq_real_.clear(), c_seq_tmp_.clear(), c_pos_.clear(), xt_blocks_.clear(), xt_tables_.clear();
-  seq_shape_a_.clear(), seq_shape_x_.clear();
+  seq_shape_a_.clear(), seq_shape_x_.clear(), x_first_.assign(1, 0), c_first_.assign(1, 0);
   bool any = false;
   for (const SeqSlice& sl : b.seqs) any = any || sl.expand_until > sl.pos0;
   if (!any) return;
@@ -46,6 +49,7 @@ void Forward::mla_split(const Batch& b) {
       ctx.push_back(sl.pos0 + nx);
       for (int32_t p = 0; p < ctx.back(); ++p) c_seq_real_.push_back(s), c_seq_tmp_.push_back(j), c_pos_.push_back(p);
       seq_shape_x_.emplace_back(sl.pos0, nx);
+      x_first_.push_back(int32_t(mla_x_rows_.size())), c_first_.push_back(int32_t(c_pos_.size()));
     }
     if (nx < sl.n_tokens) {
       for (int32_t i = nx; i < sl.n_tokens; ++i) mla_a_rows_.push_back(t + i), a_seq_.push_back(s), a_pos_.push_back(sl.pos0 + i);
@@ -58,21 +62,17 @@ void Forward::mla_split(const Batch& b) {
   for (size_t i = 0; i < mla_a_rows_.size(); ++i) mla_merge_[size_t(mla_a_rows_[i])] = int32_t(i);
   for (size_t i = 0; i < mla_x_rows_.size(); ++i)
     mla_merge_[size_t(mla_x_rows_[i])] = int32_t(mla_a_rows_.size() + i);
-  // Scratch blocks: sequence j's positions [0, ctx_j) in blocks of its own.
-  std::vector<size_t> first;
-  for (int32_t n : ctx) {
-    first.push_back(xt_blocks_.size());
-    for (int32_t i = 0; i < (n + bs - 1) / bs; ++i) xt_blocks_.push_back(int32_t(xt_blocks_.size()));
-  }
-  for (size_t j = 0; j < ctx.size(); ++j)
-    xt_tables_.push_back(std::span<const int32_t>(xt_blocks_).subspan(first[j], size_t((ctx[j] + bs - 1) / bs)));
+  // Scratch blocks: the sequences run one at a time, each over blocks [0, ctx_j / bs).
+  const int32_t most = *std::max_element(ctx.begin(), ctx.end());
+  for (int32_t i = 0; i < (most + bs - 1) / bs; ++i) xt_blocks_.push_back(i);
+  for (int32_t n : ctx) xt_tables_.push_back(std::span<const int32_t>(xt_blocks_).first(size_t((n + bs - 1) / bs)));
 }
 
 void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int32_t nh = h_.n_head, R = h_.rope_dim, C = h_.n_lora_kv, dqk = h_.head_dim_qk_mla;
   const int32_t nope = dqk - R, dv = h_.head_dim_v_mla, dk = h_.head_dim_k;  // dk = R + C
-  const int64_t TX = int64_t(mla_x_rows_.size()), NC = int64_t(c_pos_.size());
+  const int64_t TX = int64_t(mla_x_rows_.size());
   const int32_t bs = kv_.layout().block_size;
   const kernels::RopeParams no_rope{};
 
@@ -91,81 +91,91 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
        be_.qkv_rope(qa);
      });
 
-  // Head groups: per context position the group holds its keys and values three times
-  // (head-major, token-major, the scratch cache), in f32.
-  const int64_t per_head = NC * (nope + dv + 2 * dqk + 2 * dv) * 4;
-  const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
-  KVLayout xl{1, g, dqk, dv, bs, int32_t(xt_blocks_.size()), DType::F32};
-  if (!mla_xkv_ || mla_xkv_->layout().n_kv_head != g || mla_xkv_->layout().n_blocks < xl.n_blocks ||
-      mla_xkv_->layout().head_dim_k != dqk) {
-    mla_xkv_.reset();
-    xl.n_blocks = std::max(xl.n_blocks, 64);
-    mla_xkv_ = std::make_unique<KVCache>(xl);
-  }
+  // One sequence at a time, so the scratch holds one context.
+  for (size_t j = 0; j + 1 < x_first_.size(); ++j) {
+    const int32_t x0 = x_first_[j], c0 = c_first_[j];
+    const int64_t TXj = x_first_[j + 1] - x0, NC = c_first_[j + 1] - c0;
+    auto sub = [](const std::vector<int32_t>& v, int32_t at, int64_t n) {
+      return std::span<const int32_t>(v).subspan(size_t(at), size_t(n));
+    };
+    const std::span<const std::pair<int32_t, int32_t>> shape(&seq_shape_x_[j], 1);
 
-  // The sequences' cached keys [k_pe | latent] at every context position, and the latents.
-  float* kc = mla_kc_.reserve(NC * dk);
-  float* lat = mla_lat_.reserve(NC * C);
-  float* kn = mla_kn_.reserve(int64_t(g) * NC * nope);
-  float* ve = mla_ve_.reserve(int64_t(g) * NC * dv);
-  float* kx = mla_kx_.reserve(NC * g * dqk);
-  float* vx = mla_vx_.reserve(NC * g * dv);
-  float* og = g < nh ? mla_og_.reserve(TX * g * dv) : ox;
-  float* qg = g < nh ? mla_hin_.reserve(TX * g * dqk) : q;  // a group's queries, contiguous
-  const kernels::StepInfo read{c_pos_, c_seq_real_, c_pos_, tables_, no_rope};
-  const kernels::StepInfo write{c_pos_, c_seq_tmp_, c_pos_, xt_tables_, no_rope};
-  const kernels::StepInfo attend{x_pos_, x_seq_, x_pos_, xt_tables_, no_rope};
+    // Head groups: per context position the group holds its keys and values three times
+    // (head-major, token-major, the scratch cache), in f32.
+    const int64_t per_head = NC * (nope + dv + 2 * dqk + 2 * dv) * 4;
+    const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
+    KVLayout xl{1, g, dqk, dv, bs, int32_t(xt_blocks_.size()), DType::F32};
+    if (!mla_xkv_ || mla_xkv_->layout().n_kv_head != g || mla_xkv_->layout().n_blocks < xl.n_blocks ||
+        mla_xkv_->layout().head_dim_k != dqk) {
+      mla_xkv_.reset();
+      xl.n_blocks = std::max(xl.n_blocks, 64);
+      mla_xkv_ = std::make_unique<KVCache>(xl);
+    }
 
-  for (int32_t h0 = 0; h0 < nh; h0 += g) {
-    const int32_t gn = std::min(g, nh - h0);
-    perf::OpCost cost{};
-    for (int32_t h = h0; h < h0 + gn; ++h)
-      for (const auto* w : {&L.wk_b_t[size_t(h)], &L.wv_b[size_t(h)]}) {
-        const perf::OpCost p = perf::matmul_cost(NC, w->k, w->n_out, w->type);
-        cost.flops += p.flops, cost.bytes += p.bytes;
-      }
-    op(perf::Op::AttnKvB, perf::matmul_class(L.wk_b_t[0].type), il, cost, [&] {
-      if (h0 == 0) {
-        be_.begin_step(read);
-        be_.kv_read(kv_, il, kc);
-        be_.copy_rows(kc + R, dk, lat, C, NC, C);
-      }
-      // k_nope and v of each head of the group, from the one latent input: the heads of
-      // one matrix in one grouped pass where the backend groups them.
-      auto heads = [&](const std::vector<kernels::WeightView>& w, int64_t n, float* y) {
-        if (be_.groups(w[0])) {
-          mla_items_.assign(size_t(gn), {});
-          for (int32_t i = 0; i < gn; ++i) {
-            kernels::GroupedMatmul& it = mla_items_[size_t(i)];
-            it.w = &w[size_t(h0 + i)], it.x = lat, it.m = NC, it.outs[0] = {n, y + i * NC * n};
-          }
-          be_.matmul_grouped(mla_items_);
-        } else {
-          for (int32_t i = 0; i < gn; ++i) be_.matmul(w[size_t(h0 + i)], lat, NC, y + i * NC * n);
+    // The sequence's cached keys [k_pe | latent] at every context position, and the latents.
+    float* kc = mla_kc_.reserve(NC * dk);
+    float* lat = mla_lat_.reserve(NC * C);
+    float* kn = mla_kn_.reserve(int64_t(g) * NC * nope);
+    float* ve = mla_ve_.reserve(int64_t(g) * NC * dv);
+    float* kx = mla_kx_.reserve(NC * g * dqk);
+    float* vx = mla_vx_.reserve(NC * g * dv);
+    float* qj = q + int64_t(x0) * nh * dqk;
+    float* oj = ox + int64_t(x0) * nh * dv;
+    float* og = g < nh ? mla_og_.reserve(TXj * g * dv) : oj;
+    float* qg = g < nh ? mla_hin_.reserve(TXj * g * dqk) : qj;  // a group's queries, contiguous
+    const kernels::StepInfo read{sub(c_pos_, c0, NC), sub(c_seq_real_, c0, NC), sub(c_pos_, c0, NC), tables_, no_rope};
+    const kernels::StepInfo write{sub(c_pos_, c0, NC), sub(c_seq_tmp_, c0, NC), sub(c_pos_, c0, NC), xt_tables_, no_rope};
+    const kernels::StepInfo attend{sub(x_pos_, x0, TXj), sub(x_seq_, x0, TXj), sub(x_pos_, x0, TXj), xt_tables_, no_rope};
+
+    for (int32_t h0 = 0; h0 < nh; h0 += g) {
+      const int32_t gn = std::min(g, nh - h0);
+      perf::OpCost cost{};
+      for (int32_t h = h0; h < h0 + gn; ++h)
+        for (const auto* w : {&L.wk_b_t[size_t(h)], &L.wv_b[size_t(h)]}) {
+          const perf::OpCost p = perf::matmul_cost(NC, w->k, w->n_out, w->type);
+          cost.flops += p.flops, cost.bytes += p.bytes;
         }
-      };
-      heads(L.wk_b_t, nope, kn);
-      heads(L.wv_b, dv, ve);
-      for (int32_t i = 0; i < gn; ++i) {
-        be_.copy_rows(kc, dk, kx + i * dqk, int64_t(gn) * dqk, NC, R);  // the one rope key, every head
-        be_.copy_rows(kn + i * NC * nope, nope, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);
-        be_.copy_rows(ve + i * NC * dv, dv, vx + i * dv, int64_t(gn) * dv, NC, dv);
-      }
-      be_.begin_step(write);
-      kernels::QkvRopeArgs wa{nullptr, kx, vx};
-      wa.n_kv_head = gn, wa.dk = dqk, wa.dv = dv, wa.kv = mla_xkv_.get(), wa.layer = 0;
-      be_.qkv_rope(wa);
-    });
+      op(perf::Op::AttnKvB, perf::matmul_class(L.wk_b_t[0].type), il, cost, [&] {
+        if (h0 == 0) {
+          be_.begin_step(read);
+          be_.kv_read(kv_, il, kc);
+          be_.copy_rows(kc + R, dk, lat, C, NC, C);
+        }
+        // k_nope and v of each head of the group, from the one latent input: the heads of
+        // one matrix in one grouped pass where the backend groups them.
+        auto heads = [&](const std::vector<kernels::WeightView>& w, int64_t n, float* y) {
+          if (be_.groups(w[0])) {
+            mla_items_.assign(size_t(gn), {});
+            for (int32_t i = 0; i < gn; ++i) {
+              kernels::GroupedMatmul& it = mla_items_[size_t(i)];
+              it.w = &w[size_t(h0 + i)], it.x = lat, it.m = NC, it.outs[0] = {n, y + i * NC * n};
+            }
+            be_.matmul_grouped(mla_items_);
+          } else {
+            for (int32_t i = 0; i < gn; ++i) be_.matmul(w[size_t(h0 + i)], lat, NC, y + i * NC * n);
+          }
+        };
+        heads(L.wk_b_t, nope, kn);
+        heads(L.wv_b, dv, ve);
+        for (int32_t i = 0; i < gn; ++i) {
+          be_.copy_rows(kc, dk, kx + i * dqk, int64_t(gn) * dqk, NC, R);  // the one rope key, every head
+          be_.copy_rows(kn + i * NC * nope, nope, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);
+          be_.copy_rows(ve + i * NC * dv, dv, vx + i * dv, int64_t(gn) * dv, NC, dv);
+        }
+        be_.begin_step(write);
+        kernels::QkvRopeArgs wa{nullptr, kx, vx};
+        wa.n_kv_head = gn, wa.dk = dqk, wa.dv = dv, wa.kv = mla_xkv_.get(), wa.layer = 0;
+        be_.qkv_rope(wa);
+      });
 
-    be_.begin_step(attend);
-    const float* qh = q;
-    float* oh = og;
-    if (g < nh) be_.copy_rows(q + int64_t(h0) * dqk, int64_t(nh) * dqk, qg, int64_t(gn) * dqk, TX, int64_t(gn) * dqk), qh = qg;
-    const kernels::AttentionArgs aa{qh, oh, gn, gn, dqk, dv, h_.attn_scale(), mla_xkv_.get(), 0};
-    const perf::AttnShape shape{gn, gn, dqk, dv, R, false};
-    op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(shape, seq_shape_x_, DType::F32),
-       [&] { be_.attention(aa); });
-    if (g < nh) be_.copy_rows(og, int64_t(gn) * dv, ox + int64_t(h0) * dv, int64_t(nh) * dv, TX, int64_t(gn) * dv);
+      be_.begin_step(attend);
+      if (g < nh) be_.copy_rows(qj + int64_t(h0) * dqk, int64_t(nh) * dqk, qg, int64_t(gn) * dqk, TXj, int64_t(gn) * dqk);
+      const kernels::AttentionArgs aa{qg, og, gn, gn, dqk, dv, h_.attn_scale(), mla_xkv_.get(), 0};
+      const perf::AttnShape ashape{gn, gn, dqk, dv, R, false};
+      op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(ashape, shape, DType::F32),
+         [&] { be_.attention(aa); });
+      if (g < nh) be_.copy_rows(og, int64_t(gn) * dv, oj + int64_t(h0) * dv, int64_t(nh) * dv, TXj, int64_t(gn) * dv);
+    }
   }
 }
 

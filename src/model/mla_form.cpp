@@ -59,11 +59,12 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
   return c;
 }
 
-int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt) {
-  if (!h.mla() || mode == MlaPrefill::Absorbed) return 0;
-  if (mode == MlaPrefill::Expanded) return n_prompt;
-  const MlaFormCost c = mla_form_cost(h, t, n_prompt, kMlaNominalChunk);
-  return c.expanded < c.absorbed ? n_prompt : 0;
+int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt, int32_t block_size) {
+  if (!h.mla() || mode == MlaPrefill::Absorbed || n_prompt <= 1) return 0;
+  const int32_t bs = std::max(block_size, 1), until = (n_prompt - 1) / bs * bs;
+  if (mode == MlaPrefill::Expanded) return until;
+  const MlaFormCost c = mla_form_cost(h, t, until, kMlaNominalChunk);
+  return c.expanded < c.absorbed ? until : 0;
 }
 
 }  // namespace ridge

@@ -39,8 +39,12 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
 
 constexpr int32_t kMlaNominalChunk = 2048;
 
-// The positions of the prompt that run expanded: n_prompt or 0 (0 for a model without
-// latent attention).
-int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt);
+// The positions of the prompt that run expanded (0 for a model without latent attention,
+// or when the absorbed form is chosen): the prompt's full blocks of block_size that leave
+// at least its last token out. The rest runs absorbed, so a request whose every full block
+// comes from the prefix cache (which never serves the last token) computes its remaining
+// few tokens absorbed, as a fresh run does, instead of decompressing its whole context
+// for them.
+int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt, int32_t block_size);
 
 }  // namespace ridge

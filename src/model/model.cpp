@@ -188,6 +188,7 @@ void Model::pack_weights() {
 void Model::lock_in_memory() const {
   for (const auto& [p, n] : live_) file_->lock_pages(p, n);
   packed_.lock();
+  if (derived_.size()) derived_.lock();
 }
 
 }  // namespace ridge

@@ -33,7 +33,7 @@ PerplexityResult perplexity(const Model& m, ThreadPool& pool, const std::vector<
   Progress progress("perplexity", r.n_chunks * o.n_ctx, "tokens");
   // A window is a prompt: latent attention runs it in the form a prompt of its length
   // would (model/mla_form.h).
-  const int32_t expand = mla_expand_until(h, mla_types(m, o.kv_dtype), o.mla_prefill, int32_t(o.n_ctx));
+  const int32_t expand = mla_expand_until(h, mla_types(m, o.kv_dtype), o.mla_prefill, int32_t(o.n_ctx), o.block_size);
   for (int64_t c = 0; c < r.n_chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + c * o.n_ctx, tokens.begin() + (c + 1) * o.n_ctx);
     if (o.bos >= 0) chunk[0] = o.bos;

@@ -47,20 +47,26 @@ TEST(MlaForm, ChoicesOnV2LiteShapes) {
   const MlaTypes q4{DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::F16};
   const MlaTypes q4_f16{DType::Q4_0, DType::Q4_0, DType::F16, DType::F16};
   const MlaTypes i8{DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::I8};
-  // Float weights: the decompression costs what the absorption does, so every prompt expands.
-  for (int32_t n : {1, 16, 4096}) EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, n), n) << n;
-  for (int32_t n : {1, 16, 4096}) EXPECT_EQ(mla_expand_until(h, q4, MlaPrefill::Auto, n), n) << n;
+  // Float weights: the decompression costs what the absorption does, so every prompt
+  // expands, its full 16-token blocks short of the last token.
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 4096, 16), 4080);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 4097, 16), 4096);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 17, 16), 16);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 16, 16), 0);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 1, 16), 0);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Auto, 5, 1), 4);
+  for (int32_t n : {17, 4097}) EXPECT_EQ(mla_expand_until(h, q4, MlaPrefill::Auto, n, 16), n - 1) << n;
   // The decompression on FMAs against the absorption in int8: short prompts stay absorbed.
-  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 8), 0);
-  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 512), 512);
+  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 9, 1), 0);
+  EXPECT_EQ(mla_expand_until(h, q4_f16, MlaPrefill::Auto, 513, 16), 512);
   // An int8 cache: the absorbed form's attention runs in integers.
-  EXPECT_EQ(mla_expand_until(h, i8, MlaPrefill::Auto, 4096), 0);
+  EXPECT_EQ(mla_expand_until(h, i8, MlaPrefill::Auto, 4097, 16), 0);
   // Forced, and a model without latent attention.
-  EXPECT_EQ(mla_expand_until(h, i8, MlaPrefill::Expanded, 7), 7);
-  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Absorbed, 4096), 0);
+  EXPECT_EQ(mla_expand_until(h, i8, MlaPrefill::Expanded, 40, 16), 32);
+  EXPECT_EQ(mla_expand_until(h, f16, MlaPrefill::Absorbed, 4097, 16), 0);
   HParams dense;
   dense.n_head = 4;
-  EXPECT_EQ(mla_expand_until(dense, f16, MlaPrefill::Expanded, 9), 0);
+  EXPECT_EQ(mla_expand_until(dense, f16, MlaPrefill::Expanded, 40, 16), 0);
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8 + values_from_keys_floats(l);
 }
 
+bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa::Avx512 && !l.scaled(); }
+
 // v_in_k, AVX-512: a tile's values transposed out of its K tiles, [tile blocks][block_size]
 // [head_dim_v] f32 at the scratch's end, 64-byte aligned.
 int64_t values_from_keys_floats(const KVLayout& l) {
@@ -130,7 +132,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
                     std::is_sorted(a.row_ctx.begin(), a.row_ctx.end()),
                 "attention: row contexts must be {} ascending counts ending at {}", group, a.n_ctx);
-    if (isa != Isa::Avx512 || l.scaled()) {  // only AVX-512's unscaled kernel shares tiles among positions
+    if (!attention_shares_positions(l)) {
       AttnArgs one = a;
       one.row_ctx = {};
       for (int32_t h = 0; h < n_heads; ++h)

@@ -28,9 +28,16 @@ struct AttnArgs {
   // A block of one sequence's consecutive prompt positions in one call: row i of every
   // head attends to [0, row_ctx[i]) (ascending; the last is n_ctx), so each K/V tile is
   // read once for all of them (prefill without shared query heads: multi-head attention).
-  // A row's bits are those of a lone row with n_ctx = row_ctx[i]. Empty: every row n_ctx.
+  // A row's bits are those of a lone row with n_ctx = row_ctx[i] (while the cache holds
+  // finite values: a later position's Inf or NaN value, weighted by a probability of 0,
+  // would reach the earlier rows of its block). Empty: every row n_ctx.
   std::span<const int32_t> row_ctx;
 };
+
+// Whether a call with AttnArgs::row_ctx shares each tile among its rows on the active
+// ISA (AVX-512, unscaled dtypes); elsewhere it runs row by row, and callers do better
+// with their own per-row tasks.
+bool attention_shares_positions(const KVLayout& l);
 
 // Floats of scratch one call with n_q query rows needs (any ISA).
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);

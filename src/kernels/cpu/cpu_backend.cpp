@@ -215,7 +215,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int64_t T = int64_t(step_.tokens.size());
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
-  if (group == 1 && position_blocks(a)) return;
+  if (group == 1 && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
   // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
   // heads; MLA's one): the query heads of a group split among the threads too, each part
