@@ -1,7 +1,7 @@
-// A mixture of experts' decode: the 8 active experts' gate+up of Qwen3-30B-A3B (each
-// [2 x 768][2048], q4_0, packed) for one token, run as one grouped matmul (what the
-// forward does) against one matrix of the same bytes ([8 x 1536][2048]) and against
-// the same 8 experts one matmul each. Both read every byte once from DRAM: a ring of
+// A mixture of experts' decode: the 8 active experts of Qwen3-30B-A3B for one token,
+// their gate+up (each [2 x 768][2048], q4_0, packed; Arg 0) or down ([2048][768]; Arg
+// 1), run as one grouped matmul (what the forward does) against one matrix of the same
+// bytes ([8 x rows][k]) and against the same 8 experts one matmul each. Both read every byte once from DRAM: a ring of
 // copies larger than the last-level cache, one copy per call. If grouped runs below the
 // single matrix, the experts' structure (separate regions, short streams, task
 // boundaries) costs bandwidth; if they match, the experts stream as well as any matrix
@@ -24,17 +24,18 @@
 namespace ridge::kernels {
 namespace {
 
-constexpr int64_t kK = 2048, kRows = 1536, kExperts = 8;
+constexpr int64_t kExperts = 8;
 constexpr int64_t kRing = int64_t(768) << 20;  // > any LLC here
 
 struct Data {
+  int64_t kK, kRows;
   int64_t expert_bytes = 0, copies = 0;
   Arena ring;
   std::vector<float> x, y;
-  Data() {
+  Data(int64_t k, int64_t n) : kK(k), kRows(n) {
     const DType t = DType::Q4_0;
     if (!gemm_available(t)) return;
-    std::vector<uint8_t> rows(size_t(row_bytes(t, kK) * kRows));
+    std::vector<uint8_t> rows(static_cast<size_t>(row_bytes(t, kK) * kRows));
     std::mt19937_64 rng(5);
     for (auto& b : rows) b = uint8_t(rng());
     for (int64_t r = 0; r < int64_t(rows.size()) / 18; ++r) rows[size_t(r * 18)] = 0, rows[size_t(r * 18 + 1)] = 0x20;
@@ -50,15 +51,16 @@ struct Data {
   }
   const uint8_t* set(int64_t c) const { return ring.data() + c * kExperts * expert_bytes; }
 };
-Data& data() {
-  static Data d;
-  return d;
+Data& data(int64_t shape) {
+  static Data gate_up(2048, 1536), down(768, 2048);
+  return shape == 0 ? gate_up : down;
 }
 
 enum class Mode { Grouped, OneMatrix, OneByOne };
 
 void run(benchmark::State& st, Mode mode) {
-  Data& d = data();
+  Data& d = data(st.range(0));
+  const int64_t kK = d.kK, kRows = d.kRows;
   if (d.copies == 0) return st.SkipWithError("no packed q4_0 GEMM on this CPU");
   ThreadPool pool(2);
   Matmul mm;
@@ -90,9 +92,9 @@ void BM_ExpertsGrouped(benchmark::State& st) { run(st, Mode::Grouped); }
 void BM_ExpertsOneMatrix(benchmark::State& st) { run(st, Mode::OneMatrix); }
 void BM_ExpertsOneByOne(benchmark::State& st) { run(st, Mode::OneByOne); }
 
-BENCHMARK(BM_ExpertsGrouped)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_ExpertsOneMatrix)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_ExpertsOneByOne)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertsGrouped)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertsOneMatrix)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertsOneByOne)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ridge

@@ -136,6 +136,10 @@ class Backend {
   // k[t][n_kv_head * head_dim_k] = every step token's cached K vectors (all KV heads), in
   // f32: what attention would read at (its sequence, its position) of `layer`.
   virtual void kv_read(const KVView& kv, int32_t layer, float* k) = 0;
+  // Every step token's K and V of KV heads [0, n_heads) into its cache slot of `layer`:
+  // k[T][n_heads * head_dim_k], v[T][n_heads * head_dim_v] (what qkv_rope stores, without
+  // its biases, norms and RoPE).
+  virtual void kv_write(const KVView& kv, int32_t layer, int32_t n_heads, const float* k, const float* v) = 0;
 
   // x[n] readable on the host until the next op (the logits the engine samples).
   virtual std::span<const float> to_host(const float* x, int64_t n) = 0;

@@ -163,7 +163,8 @@ class Forward {
   kernels::Activations mla_kc_{be_};      // [NC][R + C] an expanded sequence's cached keys (NC: its context)
   kernels::Activations mla_lat_{be_};     // [NC][C] their latents
   kernels::Activations mla_kn_{be_};      // [g][NC][nope] a head group's no-RoPE keys, head-major
-  kernels::Activations mla_ve_{be_};      // [g][NC][dv] its values, head-major
+                                          // (all heads at once: token-major [NC][n_head][nope])
+  kernels::Activations mla_ve_{be_};      // [g][NC][dv] its values, head-major (or [NC][n_head][dv])
   kernels::Activations mla_kx_{be_};      // [NC][g][dqk] the group's keys [k_pe | k_nope], token-major
   kernels::Activations mla_vx_{be_};      // [NC][g][dv]
   kernels::Activations mla_qg_{be_};      // [TX][n_head][dqk] the expanded rows' queries [q_pe | q_nope]

@@ -107,8 +107,11 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
     KVLayout xl{1, g, dqk, dv, bs, int32_t(xt_blocks_.size()), DType::F32};
     if (!mla_xkv_ || mla_xkv_->layout().n_kv_head != g || mla_xkv_->layout().n_blocks < xl.n_blocks ||
         mla_xkv_->layout().head_dim_k != dqk) {
+      // Twice what is needed: pages are committed as they are first written, so the
+      // spare room costs address space only, and a growing prompt does not fault in a
+      // fresh scratch at every chunk.
       mla_xkv_.reset();
-      xl.n_blocks = std::max(xl.n_blocks, 64);
+      xl.n_blocks = std::max(2 * xl.n_blocks, 64);
       mla_xkv_ = std::make_unique<KVCache>(xl);
     }
 
@@ -155,17 +158,30 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
             for (int32_t i = 0; i < gn; ++i) be_.matmul(w[size_t(h0 + i)], lat, NC, y + i * NC * n);
           }
         };
-        heads(L.wk_b_t, nope, kn);
-        heads(L.wv_b, dv, ve);
+        // All heads at once: one GEMM per matrix over the heads' rows back to back,
+        // token-major [NC][nh][n] (a GEMM as wide as a layer's projections, where per
+        // head it would be 128 outputs deep in K = rank).
+        const bool all = gn == nh && be_.fuses(L.wk_b_t_all) && be_.fuses(L.wv_b_all);
+        if (all) {
+          be_.matmul_fused(L.wk_b_t_all, lat, NC, {{int64_t(nh) * nope, kn}});
+          be_.matmul_fused(L.wv_b_all, lat, NC, {{int64_t(nh) * dv, ve}});
+        } else {
+          heads(L.wk_b_t, nope, kn);
+          heads(L.wv_b, dv, ve);
+        }
+        // kn, ve: token-major rows of all heads, or head-major [gn][NC][n].
+        const int64_t ldk = all ? int64_t(nh) * nope : nope, ldv = all ? int64_t(nh) * dv : dv;
+        const int64_t hk = all ? nope : NC * nope, hv = all ? dv : NC * dv;
         for (int32_t i = 0; i < gn; ++i) {
           be_.copy_rows(kc, dk, kx + i * dqk, int64_t(gn) * dqk, NC, R);  // the one rope key, every head
-          be_.copy_rows(kn + i * NC * nope, nope, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);
-          be_.copy_rows(ve + i * NC * dv, dv, vx + i * dv, int64_t(gn) * dv, NC, dv);
+          be_.copy_rows(kn + i * hk, ldk, kx + i * dqk + R, int64_t(gn) * dqk, NC, nope);
+          be_.copy_rows(ve + i * hv, ldv, vx + i * dv, int64_t(gn) * dv, NC, dv);
         }
+      });
+      // Into the scratch cache's tiles, as rope_kv writes a step's K/V (no RoPE here).
+      op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, {0.0, 2.0 * 4.0 * double(NC) * gn * (dqk + dv)}, [&] {
         be_.begin_step(write);
-        kernels::QkvRopeArgs wa{nullptr, kx, vx};
-        wa.n_kv_head = gn, wa.dk = dqk, wa.dv = dv, wa.kv = mla_xkv_.get(), wa.layer = 0;
-        be_.qkv_rope(wa);
+        be_.kv_write(*mla_xkv_, 0, gn, kx, vx);
       });
 
       be_.begin_step(attend);

@@ -112,8 +112,12 @@ void Model::pack_weights() {
     if (L.wkv_c.data) {  // latent attention: q (or q_a), the latent and the rope key read one input
       groups.push_back({{L.wq_a.data ? &L.wq_a : &L.wq, &L.wkv_c, &L.wk_pe}, &L.wqkv});
       if (L.wq_b.data) groups.push_back({{&L.wq_b}, nullptr});
-      for (auto* heads : {&L.wk_b, &L.wv_b, &L.wk_b_t})
-        for (auto& v : *heads) groups.push_back({{&v}, nullptr});
+      for (auto& v : L.wk_b) groups.push_back({{&v}, nullptr});
+      for (auto [heads, all] : {std::pair{&L.wv_b, &L.wv_b_all}, std::pair{&L.wk_b_t, &L.wk_b_t_all}}) {
+        Group g{{}, all};
+        for (auto& v : *heads) g.parts.push_back(&v);
+        groups.push_back(g);
+      }
     } else {
       groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
     }

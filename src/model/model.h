@@ -44,6 +44,9 @@ struct LayerWeights {
   // cached latent into the head's no-RoPE key (k_nope = Wkb c). No GGUF holds it (the
   // file's rows are k_nope wide), so the model makes it at load (Model::derive_weights).
   std::vector<kernels::WeightView> wk_b_t;         // [n_head]
+  // Packed-only: every head's wk_b_t (wv_b) rows as one matrix [n_head x qk_nope (x
+  // head_dim_v_mla)][n_lora_kv], so the expanded form decompresses all heads in one GEMM.
+  kernels::WeightView wk_b_t_all, wv_b_all;
   // Packed-only fusions (no GGUF rows: data is null), set when the parts share a type and
   // panel boundaries: [n_q + n_kv_k + n_kv_v][n_embd] and [2 n_ff][n_embd].
   kernels::WeightView wqkv, w_gate_up;

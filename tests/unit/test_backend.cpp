@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -267,6 +268,45 @@ void ref_rope(const RopeParams& p, int32_t pos, std::vector<double>& x) {
 
 // qkv_rope then attention over two sequences (a prefill chunk after a cached prefix, and a
 // decode row), both against the reference: K/V read back from the cache, softmax in double.
+// kv_write stores what write_k / write_v store, slot by slot, and kv_read reads back what
+// read_k does: every dtype, a value kept in the key (latent attention), KV heads of which
+// the step writes a prefix, runs crossing blocks, two sequences.
+TEST_P(BackendOps, KvWriteAndReadMatchTheView) {
+  const int32_t nkv = 3, bs = 16;
+  for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8_E4M3}) {
+    for (const bool v_in_k : {false, true}) {
+      if (v_in_k && is_scaled_kv_dtype(t)) continue;
+      const int32_t dk = v_in_k ? 48 : 40, dv = v_in_k ? 32 : 24;
+      KVLayout l{2, nkv, dk, dv, bs, 12, t, v_in_k};
+      std::vector<uint8_t> a(size_t(KVView(l, nullptr).total_bytes())), b(a.size());
+      KVView ka(l, a.data()), kb(l, b.data());
+      step(37, 5, 9, 14, bs);  // sequence 0 at 5..41 (three blocks), sequence 1 at 14..22
+      const int64_t T = int64_t(tokens_.size());
+      const int32_t heads = 2;  // of 3
+      const auto k0 = randn(T * heads * dk, 31), v0 = randn(T * heads * dv, 32);
+      be_->kv_write(ka, 1, heads, k0.data(), v0.data());
+      for (int64_t i = 0; i < T; ++i) {
+        const auto& table = seq_[size_t(i)] == 0 ? table0_ : table1_;
+        const int32_t p = pos_[size_t(i)];
+        for (int32_t h = 0; h < heads; ++h) {
+          kb.write_k(1, table[size_t(p / bs)], h, p % bs, k0.data() + (i * heads + h) * dk);
+          kb.write_v(1, table[size_t(p / bs)], h, p % bs, v0.data() + (i * heads + h) * dv);
+        }
+      }
+      const std::string what = std::string(dtype_name(t)) + (v_in_k ? " v_in_k" : "");
+      EXPECT_EQ(a, b) << what << ": kv_write stored other bytes than write_k / write_v";
+      std::vector<float> got(size_t(T * nkv * dk)), want(got.size());
+      be_->kv_read(ka, 1, got.data());
+      for (int64_t i = 0; i < T; ++i) {
+        const auto& table = seq_[size_t(i)] == 0 ? table0_ : table1_;
+        const int32_t p = pos_[size_t(i)];
+        for (int32_t h = 0; h < nkv; ++h) ka.read_k(1, table[size_t(p / bs)], h, p % bs, want.data() + (i * nkv + h) * dk);
+      }
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << what << ": kv_read differs from read_k";
+    }
+  }
+}
+
 TEST_P(BackendOps, QkvRopeAndAttention) {
   const int32_t nh = 4, nkv = 2, dk = 64, dv = 64, bs = 16, group = nh / nkv;
   for (const bool neox : {false, true}) {

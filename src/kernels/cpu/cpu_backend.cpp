@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -111,16 +112,8 @@ class CpuBackend final : public Backend {
   // Multi-head attention over runs of consecutive positions; false (nothing done) when
   // the step has no such run (decode).
   bool position_blocks(const AttentionArgs& a);
-  void kv_read(const KVView& kv, int32_t layer, float* k) override {
-    const KVLayout& kl = kv.layout();
-    const int64_t nk = int64_t(kl.n_kv_head) * kl.head_dim_k;
-    rows(int64_t(step_.tokens.size()), [&](int64_t t) {
-      const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
-      const int32_t pos = step_.pos[size_t(t)], block = table[size_t(pos / kl.block_size)];
-      for (int32_t h = 0; h < kl.n_kv_head; ++h)
-        kv.read_k(layer, block, h, pos % kl.block_size, k + t * nk + int64_t(h) * kl.head_dim_k);
-    });
-  }
+  void kv_read(const KVView& kv, int32_t layer, float* k) override;
+  void kv_write(const KVView& kv, int32_t layer, int32_t n_heads, const float* k, const float* v) override;
 
   std::span<const float> to_host(const float* x, int64_t n) override { return {x, size_t(n)}; }
 
@@ -140,6 +133,10 @@ class CpuBackend final : public Backend {
   std::vector<float> attn_scratch_;  // [threads][attention_scratch_floats(kv, run * group)]
   std::vector<std::pair<int64_t, int32_t>> pos_blocks_;  // (first token, rows) per position block
   std::vector<int32_t> row_ctx_;     // [T] each token's position + 1
+  std::vector<std::pair<int64_t, int32_t>> runs_;  // kv_read / kv_write: (first token, count) per block run
+  std::vector<float> kv_tmp_;        // [threads][head_dim * block_size] a tile's rows in f32
+  // The step's tokens in runs of consecutive positions of one sequence inside one block.
+  void block_runs(int32_t bs);
 };
 
 void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
@@ -171,6 +168,85 @@ void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
       a.kv->write_k(a.layer, block, hh, slot, k + hh * dk);
       a.kv->write_v(a.layer, block, hh, slot, v + hh * dv);
     }
+  });
+}
+
+void CpuBackend::block_runs(int32_t bs) {
+  runs_.clear();
+  for (int64_t t = 0; t < int64_t(step_.tokens.size()); ++t) {
+    const int32_t p = step_.pos[size_t(t)];
+    const bool cont = t > 0 && step_.seq[size_t(t)] == step_.seq[size_t(t - 1)] && p == step_.pos[size_t(t - 1)] + 1 &&
+                      p % bs != 0;
+    if (cont) ++runs_.back().second;
+    else runs_.emplace_back(t, 1);
+  }
+}
+
+void CpuBackend::kv_read(const KVView& kv, int32_t layer, float* k) {
+  const KVLayout& kl = kv.layout();
+  const int64_t dk = kl.head_dim_k, nk = int64_t(kl.n_kv_head) * dk, bs = kl.block_size;
+  if (kl.scaled()) {  // codes and their scales: the view converts a slot at a time
+    rows(int64_t(step_.tokens.size()), [&](int64_t t) {
+      const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
+      const int32_t pos = step_.pos[size_t(t)], block = table[size_t(pos / kl.block_size)];
+      for (int32_t h = 0; h < kl.n_kv_head; ++h)
+        kv.read_k(layer, block, h, pos % kl.block_size, k + t * nk + int64_t(h) * dk);
+    });
+    return;
+  }
+  // A K tile is [dk][block_size]: each dimension's run of slots converts as one row, then
+  // the run's tokens take their columns.
+  block_runs(kl.block_size);
+  const int64_t esz = int64_t(dtype_info(kl.dtype).type_size);
+  kv_tmp_.resize(size_t(pool_.size() * dk * bs));
+  pool_.run(int64_t(runs_.size()) * kl.n_kv_head, [&](int64_t task, int thread) {
+    const auto [t0, n] = runs_[size_t(task / kl.n_kv_head)];
+    const int32_t h = int32_t(task % kl.n_kv_head), pos0 = step_.pos[size_t(t0)];
+    const int32_t block = step_.block_tables[size_t(step_.seq[size_t(t0)])][size_t(pos0 / bs)], slot0 = int32_t(pos0 % bs);
+    const uint8_t* tile = kv.k_tile(layer, block, h);
+    float* tmp = kv_tmp_.data() + thread * dk * bs;
+    for (int64_t d = 0; d < dk; ++d) to_f32(kl.dtype, tile + (d * bs + slot0) * esz, tmp + d * n, n);
+    for (int32_t s = 0; s < n; ++s) {
+      float* o = k + (t0 + s) * nk + int64_t(h) * dk;
+      for (int64_t d = 0; d < dk; ++d) o[d] = tmp[d * n + s];
+    }
+  });
+}
+
+void CpuBackend::kv_write(const KVView& kv, int32_t layer, int32_t n_heads, const float* k, const float* v) {
+  const KVLayout& kl = kv.layout();
+  const int64_t dk = kl.head_dim_k, dv = kl.head_dim_v, nk = int64_t(n_heads) * dk, nv = int64_t(n_heads) * dv;
+  const int64_t bs = kl.block_size;
+  if (kl.scaled()) {  // each slot's scale comes from its own vector
+    rows(int64_t(step_.tokens.size()), [&](int64_t t) {
+      const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
+      const int32_t pos = step_.pos[size_t(t)], block = table[size_t(pos / kl.block_size)];
+      for (int32_t h = 0; h < n_heads; ++h) {
+        kv.write_k(layer, block, h, pos % kl.block_size, k + t * nk + int64_t(h) * dk);
+        kv.write_v(layer, block, h, pos % kl.block_size, v + t * nv + int64_t(h) * dv);
+      }
+    });
+    return;
+  }
+  // A run's keys gathered dimension by dimension, each converted as one row of the tile;
+  // values are rows already. The same conversion per element as write_k and write_v.
+  block_runs(kl.block_size);
+  const int64_t esz = int64_t(dtype_info(kl.dtype).type_size);
+  kv_tmp_.resize(size_t(pool_.size() * dk * bs));
+  pool_.run(int64_t(runs_.size()) * n_heads, [&](int64_t task, int thread) {
+    const auto [t0, n] = runs_[size_t(task / n_heads)];
+    const int32_t h = int32_t(task % n_heads), pos0 = step_.pos[size_t(t0)];
+    const int32_t block = step_.block_tables[size_t(step_.seq[size_t(t0)])][size_t(pos0 / bs)], slot0 = int32_t(pos0 % bs);
+    float* tmp = kv_tmp_.data() + thread * dk * bs;
+    for (int32_t s = 0; s < n; ++s) {
+      const float* x = k + (t0 + s) * nk + int64_t(h) * dk;
+      for (int64_t d = 0; d < dk; ++d) tmp[d * n + s] = x[d];
+    }
+    uint8_t* tile = kv.k_tile(layer, block, h);
+    for (int64_t d = 0; d < dk; ++d) from_f32(kl.dtype, tmp + d * n, tile + (d * bs + slot0) * esz, n);
+    if (kl.v_in_k) return;
+    uint8_t* vt = kv.v_tile(layer, block, h);
+    for (int32_t s = 0; s < n; ++s) from_f32(kl.dtype, v + (t0 + s) * nv + int64_t(h) * dv, vt + (slot0 + s) * dv * esz, dv);
   });
 }
 
