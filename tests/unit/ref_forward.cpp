@@ -480,4 +480,16 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
   return logits;
 }
 
+double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - ref[i]);
+    if (!std::isfinite(d)) return INFINITY;
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(ref[i]));
+  }
+  return num / den;
+}
+
 }  // namespace ridge::test

@@ -15,4 +15,8 @@ namespace ridge::test {
 // token_embd.weight). Throws std::runtime_error for a file it does not understand.
 std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens);
 
+// The metric the forward is held to: max|got - ref| / max|ref| over all logits (INFINITY
+// for a size mismatch or a non-finite difference).
+double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref);
+
 }  // namespace ridge::test

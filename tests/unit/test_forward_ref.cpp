@@ -125,18 +125,6 @@ std::string bitwise_diff(const std::vector<float>& a, const std::vector<float>& 
   return "";
 }
 
-double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
-  if (got.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - ref[i]);
-    if (!std::isfinite(d)) return INFINITY;
-    num = std::max(num, d);
-    den = std::max(den, std::fabs(ref[i]));
-  }
-  return num / den;
-}
-
 std::vector<Isa> isas_to_test() {
   std::vector<Isa> v;
   for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
@@ -187,7 +175,7 @@ void check_model(const std::string& name, const std::string& path, DType kv_dtyp
     set_isa(isa);
     const std::string isa_s(isa_name(isa));
     const std::vector<float> pre = r.prefill(toks);
-    const double err = max_rel_err(pre, ref);
+    const double err = test::max_rel_err(pre, ref);
     std::printf("[ForwardRef] %-26s isa=%-6s kv=%-3s max_rel_err=%.3e (tol %.0e)\n", name.c_str(), isa_s.c_str(),
                 kv.c_str(), err, tol);
     ::testing::Test::RecordProperty(name + "_" + isa_s + "_kv_" + kv, std::to_string(err));

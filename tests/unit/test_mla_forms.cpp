@@ -57,18 +57,6 @@ std::string write_model(const std::string& name, const char* preset, DType dtype
   return path;
 }
 
-double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
-  if (got.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - ref[i]);
-    if (!std::isfinite(d)) return INFINITY;
-    num = std::max(num, d);
-    den = std::max(den, std::fabs(ref[i]));
-  }
-  return num / den;
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -152,9 +140,9 @@ void check_forms(const std::string& name, const std::string& path, DType kv, dou
     const std::string what = name + " kv=" + std::string(dtype_name(kv)) + " isa=" + std::string(isa_name(isa));
     Runner r(path, kv);
     const std::vector<float> absorbed = r.chunks(toks, {n}, 0), expanded = r.chunks(toks, {n}, n);
-    const double ea = max_rel_err(absorbed, ref), ex = max_rel_err(expanded, ref);
+    const double ea = test::max_rel_err(absorbed, ref), ex = test::max_rel_err(expanded, ref);
     std::vector<double> absorbed_d(absorbed.begin(), absorbed.end());
-    const double exa = max_rel_err(expanded, absorbed_d);
+    const double exa = test::max_rel_err(expanded, absorbed_d);
     std::printf("[MlaForms] %-40s absorbed %.3e expanded %.3e apart %.3e (tol %.0e)\n", what.c_str(), ea, ex, exa, tol);
     EXPECT_LE(ea, tol) << what;
     EXPECT_LE(ex, tol) << what;
@@ -172,7 +160,7 @@ void check_forms(const std::string& name, const std::string& path, DType kv, dou
     for (int32_t i = 14; i <= n; ++i) decode_cuts.push_back(i);
     EXPECT_TRUE(same_bits(split, r.chunks(toks, {7, 20, n}, 13))) << what << ": split at 13, chunks 7/13/4";
     EXPECT_TRUE(same_bits(split, r.chunks(toks, decode_cuts, 13))) << what << ": split at 13, then decodes";
-    EXPECT_LE(max_rel_err(split, ref), tol) << what;
+    EXPECT_LE(test::max_rel_err(split, ref), tol) << what;
 
     // Heads in groups of one and of three (the scratch budget forces them): same bits.
     for (int64_t budget : {int64_t(1), int64_t(3) * n * (32 + 32 + 2 * 48 + 2 * 32) * 4}) {
