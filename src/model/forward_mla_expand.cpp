@@ -91,6 +91,23 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
        be_.qkv_rope(qa);
      });
 
+  // Head groups, one size for the step (the longest context's): per context position a
+  // group holds its keys and values three times (head-major, token-major, the scratch
+  // cache), in f32. The group size changes no bits (each head's arithmetic is its own).
+  int64_t nc_max = 0;
+  for (size_t j = 0; j + 1 < c_first_.size(); ++j) nc_max = std::max<int64_t>(nc_max, c_first_[j + 1] - c_first_[j]);
+  const int64_t per_head = nc_max * (nope + dv + 2 * dqk + 2 * dv) * 4;
+  const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
+  const int32_t need = int32_t(xt_blocks_.size());
+  if (!mla_xkv_ || mla_xkv_->layout().n_kv_head < g || mla_xkv_->layout().n_blocks < need ||
+      mla_xkv_->layout().head_dim_k != dqk) {
+    // Twice the blocks needed: pages are committed as they are first written, so the
+    // spare room costs address space only, and a growing prompt does not fault in a
+    // fresh scratch at every chunk. (A scratch with more heads than a group serves too.)
+    mla_xkv_.reset();
+    mla_xkv_ = std::make_unique<KVCache>(KVLayout{1, g, dqk, dv, bs, std::max(2 * need, 64), DType::F32});
+  }
+
   // One sequence at a time, so the scratch holds one context.
   for (size_t j = 0; j + 1 < x_first_.size(); ++j) {
     const int32_t x0 = x_first_[j], c0 = c_first_[j];
@@ -99,21 +116,6 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
       return std::span<const int32_t>(v).subspan(size_t(at), size_t(n));
     };
     const std::span<const std::pair<int32_t, int32_t>> shape(&seq_shape_x_[j], 1);
-
-    // Head groups: per context position the group holds its keys and values three times
-    // (head-major, token-major, the scratch cache), in f32.
-    const int64_t per_head = NC * (nope + dv + 2 * dqk + 2 * dv) * 4;
-    const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
-    KVLayout xl{1, g, dqk, dv, bs, int32_t(xt_blocks_.size()), DType::F32};
-    if (!mla_xkv_ || mla_xkv_->layout().n_kv_head != g || mla_xkv_->layout().n_blocks < xl.n_blocks ||
-        mla_xkv_->layout().head_dim_k != dqk) {
-      // Twice what is needed: pages are committed as they are first written, so the
-      // spare room costs address space only, and a growing prompt does not fault in a
-      // fresh scratch at every chunk.
-      mla_xkv_.reset();
-      xl.n_blocks = std::max(2 * xl.n_blocks, 64);
-      mla_xkv_ = std::make_unique<KVCache>(xl);
-    }
 
     // The sequence's cached keys [k_pe | latent] at every context position, and the latents.
     float* kc = mla_kc_.reserve(NC * dk);

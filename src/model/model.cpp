@@ -192,7 +192,9 @@ void Model::pack_weights() {
 void Model::lock_in_memory() const {
   for (const auto& [p, n] : live_) file_->lock_pages(p, n);
   packed_.lock();
-  if (derived_.size()) derived_.lock();
+  // The derived matrices are read from derived_ only where they were not packed.
+  if (derived_.size() && !w_.layers.empty() && !w_.layers[0].wk_b_t.empty() && !w_.layers[0].wk_b_t[0].packed)
+    derived_.lock();
 }
 
 }  // namespace ridge

@@ -266,8 +266,6 @@ void ref_rope(const RopeParams& p, int32_t pos, std::vector<double>& x) {
   }
 }
 
-// qkv_rope then attention over two sequences (a prefill chunk after a cached prefix, and a
-// decode row), both against the reference: K/V read back from the cache, softmax in double.
 // kv_write stores what write_k / write_v store, slot by slot, and kv_read reads back what
 // read_k does: every dtype, a value kept in the key (latent attention), KV heads of which
 // the step writes a prefix, runs crossing blocks, two sequences.
@@ -307,6 +305,8 @@ TEST_P(BackendOps, KvWriteAndReadMatchTheView) {
   }
 }
 
+// qkv_rope then attention over two sequences (a prefill chunk after a cached prefix, and a
+// decode row), both against the reference: K/V read back from the cache, softmax in double.
 TEST_P(BackendOps, QkvRopeAndAttention) {
   const int32_t nh = 4, nkv = 2, dk = 64, dv = 64, bs = 16, group = nh / nkv;
   for (const bool neox : {false, true}) {

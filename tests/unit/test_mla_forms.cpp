@@ -203,7 +203,7 @@ TEST(MlaForms, LowRankQueryGroupedSigmoid) {
 }
 
 TEST(MlaForms, QuantizedWeights) {
-  // q8_0 attn_k_b: the expanded form's transposed copy holds its values in f16.
+  // q8_0 attn_k_b: the expanded form's transposed copy is q8_0 too (a second rounding).
   const std::string p = write_model("v2l_q8", "deepseek-v2-lite-tiny", DType::Q8_0);
   check_forms("deepseek-v2-lite-tiny q8_0", p, DType::F16, kTolQuant);
   std::filesystem::remove(p);
