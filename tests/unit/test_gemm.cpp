@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -106,16 +107,21 @@ struct Shape {
   int64_t k, n_out;
 };
 
-class GemmTest : public ::testing::TestWithParam<DType> {
+// Each test runs on every CPU path with a packed GEMM (AVX-512, AVX2) that this CPU has.
+class GemmTest : public ::testing::TestWithParam<std::tuple<DType, Isa>> {
  protected:
+  DType type() const { return std::get<0>(GetParam()); }
   void SetUp() override {
-    set_isa(best_isa());
-    if (!gemm_available(GetParam())) GTEST_SKIP() << "no packed GEMM on this CPU (needs AVX-512 VNNI)";
+    const Isa isa = std::get<1>(GetParam());
+    if (isa > best_isa()) GTEST_SKIP() << "this CPU has no " << isa_name(isa);
+    set_isa(isa);
+    if (!gemm_available(type())) GTEST_SKIP() << "no packed GEMM for " << dtype_name(type()) << " on " << isa_name(isa);
   }
+  void TearDown() override { set_isa(best_isa()); }
 };
 
 TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
-  const DType t = GetParam();
+  const DType t = type();
   std::vector<Shape> shapes{{32, 1}, {64, 17}, {96, 33}, {320, 100}, {544, 48}, {1024, 31}};
   if (!is_int8(t)) shapes.insert(shapes.end(), {{7, 5}, {300, 19}, {513, 16}});
   if (is_kquant(t)) shapes = {{256, 1}, {256, 17}, {512, 33}, {768, 100}, {1024, 31}};
@@ -146,7 +152,7 @@ TEST_P(GemmTest, MatchesDoubleReferenceOnOddShapes) {
 }
 
 TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
-  const DType t = GetParam();
+  const DType t = type();
   // k long enough that a batch splits each reduction into several passes where it still
   // runs in passes (gemm_avx512.cpp: 256 float columns, 2 super-blocks of Q6_K) while a
   // single row runs it in one. 5, 6, 9, 23 and 48 rows are one row chunk, a decode
@@ -181,7 +187,7 @@ TEST_P(GemmTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
 }
 
 TEST_P(GemmTest, AgreesWithThePerRowDots) {
-  const DType t = GetParam();
+  const DType t = type();
   const int64_t k = 1024, n_out = 70, m = 9;
   const Mat w = make(t, k, n_out, 5);
   // The per-row dots take f32 activations: give them the ones the GEMM rounds to (bf16
@@ -206,7 +212,7 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
 // A RowSource's rows give the bits of the same rows passed in (run and run_fused), on 1
 // and 2 threads, decode batches and prefill chunks; the source is called once per row.
 TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
-  const DType t = GetParam();
+  const DType t = type();
   const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 96;
   const WeightView v{t, k, n_out, nullptr, nullptr};
   const Mat w = make(t, k, n_out, 21);
@@ -243,7 +249,7 @@ TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
 // bits it gets alone: items of 0, 1, 3 and 61 rows, a fused item split in two outputs, and
 // items whose rows are silu(gate) * up, on 1 and 2 threads.
 TEST_P(GemmTest, GroupedMatmulGivesEachItemsBits) {
-  const DType t = GetParam();
+  const DType t = type();
   const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 96;
   if (!is_int8(t) || !Matmul::takes_rows(make(t, k, n_out, 1).view(true))) return;
   std::vector<Mat> ws;
@@ -307,7 +313,7 @@ TEST_P(GemmTest, GroupedMatmulGivesEachItemsBits) {
 // enough for tasks of 16 panels on one thread and 8 on two, and leave one panel after
 // decode's groups of 4 or 2 streams.
 TEST_P(GemmTest, EveryTuningCandidateGivesTheDefaultsBits) {
-  const DType t = GetParam();
+  const DType t = type();
   const int64_t k = is_kquant(t) ? 512 : is_fp8(t) ? 384 : 320, n_out = 1034;
   const Mat w = make(t, k, n_out, 5);
   ThreadPool p1(1), p2(2);
@@ -348,10 +354,38 @@ TEST(KernelTuning, RejectsValuesOutsideTheCandidates) {
   EXPECT_EQ(find_tunable("no_such"), nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GemmTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K, DType::F8_E4M3_B128),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
+                                                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
+                                                              DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128),
+                                            ::testing::Values(Isa::Avx512, Isa::Avx2)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+                                  std::string(isa_name(std::get<1>(info.param)));
+                         });
+
+// The AVX2 kernels give the AVX-512 kernels' bits (the same integers and the same float
+// operations per lane: gemm_avx2.cpp), for decode, decode batches and prefill chunks,
+// a partial last panel included. Needs a CPU with both.
+TEST(GemmIsas, Avx2GivesAvx512Bits) {
+  if (best_isa() != Isa::Avx512 || !cpu_features().avx512vnni) GTEST_SKIP() << "needs AVX-512 VNNI to compare against";
+  ThreadPool pool(2);
+  for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1}) {
+    const int64_t k = 576, n_out = 1034;  // k: 2 float chunks and a part; 65 panels, the last of 10 rows
+    const Mat w = make(t, k, n_out, 11);
+    for (const int64_t m : {1, 3, 16, 61}) {
+      const auto x = acts(m, k, uint32_t(70 + m));
+      set_isa(Isa::Avx512);
+      const auto want = run(pool, w, x, m, true);
+      set_isa(Isa::Avx2);
+      ASSERT_TRUE(gemm_available(t));
+      const auto got = run(pool, w, x, m, true);
+      set_isa(best_isa());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << dtype_name(t) << " m = " << m;
+    }
+  }
+}
 
 // FP8 weights holding every finite E4M3 code (subnormals, the extremes, both zeros) in
 // every lane position, on both paths the CPU has: the value is within f32 accumulation

@@ -12,6 +12,7 @@ namespace ridge::kernels {
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n) {
   RIDGE_CHECK(n % 32 == 0, "activation row of {} elements is not a multiple of 32", n);
   if (active_isa() == Isa::Avx512) return detail::quantize_act_gemm_avx512(x, y, n);
+  if (active_isa() == Isa::Avx2) return detail::quantize_act_gemm_avx2(x, y, n);
   // The scalar path is the dot kernels' quantizer (one rounding rule in one place) plus
   // the integer half-sums the GEMM's offset correction needs.
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
@@ -26,14 +27,31 @@ void quantize_act_gemm(const float* x, ActQ8* y, int64_t n) {
   }
 }
 
-bool gemm_available(DType t) {
-  if (!can_pack(t) || active_isa() != Isa::Avx512) return false;
-  return quant::act_kind(t) == quant::ActKind::F32 || cpu_features().avx512vnni;
+namespace {
+
+// Which kernels run a type: the AVX-512 ones where the CPU path has them (the int8 formats
+// need VNNI), else the AVX2 ones (an AVX2-only CPU, or AVX-512 without VNNI), else none.
+enum class GemmPath { None, Avx512, Avx2 };
+
+GemmPath gemm_path(DType t) {
+  if (!can_pack(t)) return GemmPath::None;
+  const Isa isa = active_isa();
+  if (isa == Isa::Avx512 && (quant::act_kind(t) == quant::ActKind::F32 || cpu_features().avx512vnni))
+    return GemmPath::Avx512;
+  if (isa >= Isa::Avx2 && detail::gemm_avx2_has(t)) return GemmPath::Avx2;
+  return GemmPath::None;
 }
 
+}  // namespace
+
+bool gemm_available(DType t) { return gemm_path(t) != GemmPath::None; }
+
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  RIDGE_CHECK(gemm_available(g.type), "no packed GEMM for {} on this CPU path", dtype_name(g.type));
-  detail::gemm_panels_avx512(g, m0, m1, p0, p1);
+  switch (gemm_path(g.type)) {
+    case GemmPath::Avx512: return detail::gemm_panels_avx512(g, m0, m1, p0, p1);
+    case GemmPath::Avx2: return detail::gemm_panels_avx2(g, m0, m1, p0, p1);
+    case GemmPath::None: fail("no packed GEMM for {} on this CPU path", dtype_name(g.type));
+  }
 }
 
 }  // namespace ridge::kernels

@@ -39,7 +39,7 @@ struct ActQ8 {
 static_assert(sizeof(ActQ8) == 40);
 
 // Same rounding as quant::quantize_act_q8a (d = amax / 127, codes by lrintf); the
-// AVX-512 version (used when that path is active) gives the same bits.
+// AVX-512 and AVX2 versions (used when that path is active) give the same bits.
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
 
 // Whether the packed path runs for weight type t on the active ISA.
@@ -80,6 +80,9 @@ namespace detail {
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n);
 void round_bf16_avx512(const float* x, uint16_t* y, int64_t n);  // core/fp16.h f32_to_bf16's bits
+bool gemm_avx2_has(DType t);  // the float types and the 32-block int8 formats
+void gemm_panels_avx2(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void quantize_act_gemm_avx2(const float* x, ActQ8* y, int64_t n);
 }
 
 }  // namespace ridge::kernels

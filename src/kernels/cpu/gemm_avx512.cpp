@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_avx512_common.h"
+#include "kernels/cpu/gemm_formats.h"
 #include "kernels/cpu/gemm_kquant_avx512.h"
 #include "kernels/cpu/packed.h"
 #include "quant/blocks.h"
@@ -197,20 +198,6 @@ __attribute__((target("avx512bf16,avx512vbmi"))) void kern_fp8_bf16(const uint8_
     fp8_block_end<MR, NP>(acc, w + off, ps, b == 0, _mm512_set1_ps(1.0f), y, ldy, last);
   }
 }
-
-// The 32-element block formats with an int8 kernel (packed.h for the layouts).
-enum class Fmt { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 };
-
-// The block layout of a 32-block format (packed.h).
-template <Fmt F>
-struct FmtInfo {
-  static constexpr bool kNibbles = F != Fmt::Q8_0, kMin = F == Fmt::Q4_1 || F == Fmt::Q5_1;
-  static constexpr bool kHigh = F == Fmt::Q5_0 || F == Fmt::Q5_1;
-  static constexpr int64_t kBlockBytes = 16 * (F == Fmt::Q8_0 ? 34 : 18 + (kMin ? 2 : 0) + (kHigh ? 4 : 0));
-  static constexpr int64_t kCodes = kMin ? 64 : 32;  // nibbles (or Q8_0's codes) past d (and m)
-  // What the unsigned codes carry on top of the value (the _1 types have none: m does it).
-  static constexpr int32_t kOffset = F == Fmt::Q8_0 ? 128 : F == Fmt::Q4_0 ? 8 : F == Fmt::Q5_0 ? 16 : 0;
-};
 
 // The exact int32 sums of block b for MR activation rows x NP panels: Q8_0's 8 groups of
 // (q + 128), or the others' 4 groups of nibble pairs with a fifth bit from the block's h
