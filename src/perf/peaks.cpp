@@ -485,7 +485,8 @@ Peaks measure_peaks(const PeaksOptions& opt) {
       p.fp16_fma = measure_compute(pd::fp16_fma_avx512, pd::kFp16Avx512Ops, p.threads, opt.quick);
   } else if (isa == Isa::Avx2) {
     p.fp32_fma = measure_compute(pd::fp32_fma_avx2, pd::kFp32Avx2Ops, p.threads, opt.quick);
-    if (f.avxvnni) p.int8_vnni = measure_compute(pd::int8_vnni_avxvnni, pd::kInt8AvxVnniOps, p.threads, opt.quick);
+    p.int8_vnni = f.avxvnni ? measure_compute(pd::int8_vnni_avxvnni, pd::kInt8AvxVnniOps, p.threads, opt.quick)
+                            : measure_compute(pd::int8_maddubs_avx2, pd::kInt8Avx2Ops, p.threads, opt.quick);
   } else {
     p.fp32_fma = measure_compute(fp32_fma_scalar, 8 * 2, p.threads, opt.quick);
   }

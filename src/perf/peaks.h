@@ -27,7 +27,9 @@
 //                                         // best of 3 runs of ~0.1 s each
 //       "fp32_fma":  {"per_core_gflops": 150.0, "all_gflops": 300.0},   // 2 FLOP per FMA lane
 //       "bf16_dot":  {...} | null,        // vdpbf16ps: 2 FLOP per bf16 product
-//       "int8_vnni": {...} | null,        // vpdpbusd: 2 OP per u8*s8 product (GOP/s)
+//       "int8_vnni": {...} | null,        // the int8 dot: 2 OP per u8*s8 product (GOP/s),
+//                                         // vpdpbusd, or AVX2's vpmaddubsw + vpaddw
+//                                         // on a CPU without VNNI (the key keeps its name)
 //       "fp16_fma":  {...} | null         // AVX512-FP16 vfmadd*ph; null when absent
 //     },
 //     "quick": false,                     // true: the short test mode, not a ceiling
@@ -117,12 +119,14 @@ double int8_vnni_avx512(int64_t iters, float seed);
 double fp16_fma_avx512(int64_t iters, float seed);
 double fp32_fma_avx2(int64_t iters, float seed);
 double int8_vnni_avxvnni(int64_t iters, float seed);
+double int8_maddubs_avx2(int64_t iters, float seed);
 inline constexpr double kFp32Avx512Ops = 16 * 16 * 2;   // 16 chains x 16 lanes x 2
 inline constexpr double kBf16Avx512Ops = 16 * 32 * 2;   // 16 chains x 32 products x 2
 inline constexpr double kInt8Avx512Ops = 16 * 64 * 2;   // 16 chains x 64 products x 2
 inline constexpr double kFp16Avx512Ops = 16 * 32 * 2;   // 16 chains x 32 lanes x 2
 inline constexpr double kFp32Avx2Ops = 12 * 8 * 2;      // 12 chains x 8 lanes x 2
 inline constexpr double kInt8AvxVnniOps = 12 * 32 * 2;  // 12 chains x 32 products x 2
+inline constexpr double kInt8Avx2Ops = 12 * 32 * 2;     // 12 chains x 32 products x 2
 }  // namespace peaks_detail
 
 }  // namespace ridge

@@ -76,6 +76,32 @@ double fp32_fma_avx2(int64_t iters, float seed) {
   return double(hsum(s));
 }
 
+// Without VNNI the int8 product is vpmaddubsw (32 u8 x s8 products into 16 int16 pair
+// sums), and the AVX2 GEMM adds those up in int16 (gemm_avx2.cpp): a step of a chain is
+// maddubs + paddw, fed by the chain itself so nothing is loop-invariant (the values
+// saturate and wrap harmlessly).
+double int8_maddubs_avx2(int64_t iters, float seed) {
+  const int k = 1 + int(seed * 100.0f) % 100;
+  const __m256i s8 = _mm256_set1_epi8(char(k / 2));
+#define RIDGE_INIT(i) __m256i c##i = _mm256_set1_epi16(int16_t(i + k));
+#define RIDGE_STEP(i) c##i = _mm256_add_epi16(_mm256_maddubs_epi16(c##i, s8), s8);
+#define RIDGE_SUM(i) s = _mm256_add_epi16(s, c##i);
+  RIDGE_CHAINS12(RIDGE_INIT)
+  for (int64_t it = 0; it < iters; ++it) {
+    RIDGE_CHAINS12(RIDGE_STEP)
+  }
+  __m256i s = _mm256_setzero_si256();
+  RIDGE_CHAINS12(RIDGE_SUM)
+#undef RIDGE_INIT
+#undef RIDGE_STEP
+#undef RIDGE_SUM
+  alignas(32) int16_t l[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), s);
+  double t = 0;
+  for (int16_t v : l) t += v;
+  return t;
+}
+
 __attribute__((target("avxvnni"))) double int8_vnni_avxvnni(int64_t iters, float seed) {
   const int k = 1 + int(seed * 100.0f) % 100;
   const __m256i u = _mm256_set1_epi8(char(k)), s8 = _mm256_set1_epi8(char(k / 2));

@@ -347,7 +347,7 @@ mkdir -p kcbad && printf '{"cpus": 5}' >kcbad/kernels.json
 expect_ok "generate with a corrupt kernel cache"       "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcbad
 grep -q 'kernel cache unusable.*kcbad/kernels.json' "$TMP/err" && why="" || why="no warning naming kcbad/kernels.json"
 report "a corrupt kernel cache is named, and the defaults run" "$why"
-if grep -q avx512_vnni /proc/cpuinfo; then
+if grep -qw avx2 /proc/cpuinfo; then
   expect_ok "tune-kernels --types q4_0 (a short run)" "$RIDGE" tune-kernels --types q4_0 --rounds 3 --ring 32M -t 2 --kernel-cache kc
   grep -q '"q4_0"' kc/kernels.json 2>/dev/null && grep -q 'decode_ahead' "$TMP/out" && why="" ||
     why="no q4_0 entry in kc/kernels.json or no decode_ahead row in the report"
@@ -366,7 +366,7 @@ if grep -q avx512_vnni /proc/cpuinfo; then
   grep -q 'first use' "$TMP/err" && why="tuned again" || why=""
   report "the second use does not tune again" "$why"
 else
-  echo "SKIP  tune-kernels and the first-use tuning (no AVX-512 VNNI: no packed kernels to tune)"
+  echo "SKIP  tune-kernels and the first-use tuning (no AVX2: no packed kernels to tune)"
 fi
 
 echo "cli: $passed passed, $failed failed"

@@ -348,7 +348,8 @@ TEST(KernelTuning, RejectsValuesOutsideTheCandidates) {
   EXPECT_EQ(&std::as_const(tn).of(DType::Q8_K).decode_ahead, &std::as_const(tn).of(DType::I8).decode_ahead);
   for (const TunableParam& p : tunable_params())
     EXPECT_TRUE(valid_value(p, default_tuning().of(DType::Q8_0).*p.field)) << p.name;
-  EXPECT_TRUE(tunable_for(*find_tunable("batch_even"), DType::Q4_0));
+  EXPECT_EQ(tunable_for(*find_tunable("batch_even"), DType::Q4_0), !gemm_on_avx2(DType::Q4_0));
+  EXPECT_TRUE(tunable_for(*find_tunable("decode_ahead"), DType::Q4_0));
   EXPECT_FALSE(tunable_for(*find_tunable("batch_even"), DType::Q4_K));
   EXPECT_FALSE(tunable_for(*find_tunable("batch_ahead"), DType::F16));
   EXPECT_EQ(find_tunable("no_such"), nullptr);

@@ -45,6 +45,7 @@ GemmPath gemm_path(DType t) {
 }  // namespace
 
 bool gemm_available(DType t) { return gemm_path(t) != GemmPath::None; }
+bool gemm_on_avx2(DType t) { return gemm_path(t) == GemmPath::Avx2; }
 
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   switch (gemm_path(g.type)) {

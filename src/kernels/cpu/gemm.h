@@ -42,8 +42,10 @@ static_assert(sizeof(ActQ8) == 40);
 // AVX-512 and AVX2 versions (used when that path is active) give the same bits.
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
 
-// Whether the packed path runs for weight type t on the active ISA.
+// Whether the packed path runs for weight type t on the active ISA, and whether it runs
+// on the AVX2 kernels (an AVX2-only CPU, or the int8 formats on AVX-512 without VNNI).
 bool gemm_available(DType t);
+bool gemm_on_avx2(DType t);
 
 // Rows [0, m) x output panels [p0, p1) of y (row stride ldy; columns past n_out are not
 // written). act: f32 rows [m][k] (stride lda floats) for float and FP8 weights, ActQ8 rows

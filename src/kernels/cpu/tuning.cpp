@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cpu/gemm.h"
 
 namespace ridge::kernels {
 namespace {
@@ -52,6 +53,9 @@ const TunableParam* find_tunable(std::string_view name) {
 }
 
 bool tunable_for(const TunableParam& p, DType t) {
+  // The AVX2 kernels (gemm_avx2.cpp) read only decode's stream parameters; the task size is
+  // Matmul's, on any path.
+  if (gemm_on_avx2(t) && p.name != "decode_ahead" && p.name != "decode_streams" && p.name != "task_panels") return false;
   const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
   const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   if (p.name == "batch_ahead" || p.name == "batch_streams") return batch;

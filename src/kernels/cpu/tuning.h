@@ -71,8 +71,9 @@ struct TunableParam {
 };
 const std::vector<TunableParam>& tunable_params();
 const TunableParam* find_tunable(std::string_view name);
-// Whether p changes anything for weight type t (batch_ahead: the types with decode-batch
-// kernels; batch_even: the 32-block ones).
+// Whether p changes anything for weight type t on the active CPU path (batch_ahead: the
+// types with decode-batch kernels; batch_even: the 32-block ones; on the AVX2 kernels only
+// decode's streams and the task size).
 bool tunable_for(const TunableParam& p, DType t);
 
 // Whether v is one of p's candidates (the cache is checked against these).
