@@ -34,7 +34,16 @@ namespace ridge::kernels::detail {
 namespace {
 
 constexpr int kUnit = 8;  // rows of a unit: one ymm of f32 or int32 lanes
-constexpr int kTileRows = 4;  // activation rows of a prefill / decode-batch tile
+// Activation rows of a prefill / decode-batch tile: the int8 tiles' 4 int16 sums, 4 float
+// sums, 2 code vectors and their broadcasts fill the 16 registers; the float tiles' 6 x 2
+// FMA chains (12 registers) cover the FMA latency at 2 per cycle.
+constexpr int kTileRows = 4;
+constexpr int kFloatTileRows = 6;
+
+// Keeps a running sum where it is: without it GCC reassociated a block's int16 / int32
+// adds into a tree, computed all of the block's products first and spilled most of them
+// to the stack (an integer sum's order changes no result; only the registers it needs).
+inline __attribute__((always_inline)) void pin(__m256i& v) { __asm__("" : "+x"(v)); }
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -52,6 +61,27 @@ inline void put_unit(float* y, __m256 v, int64_t lanes, bool add) {
   alignas(32) float t[kUnit];
   _mm256_store_ps(t, v);
   for (int64_t l = 0; l < lanes; ++l) y[l] = add ? y[l] + t[l] : t[l];
+}
+
+// An MR x NP tile's sums into y (put_unit per unit). Through a scratch, so that the
+// accumulators are only ever read as values: with the unit stores taking them directly,
+// GCC kept the array in memory and stored every accumulator in every iteration of the
+// reduction loop (the store port became the bound).
+template <int MR, int NP>
+inline __attribute__((always_inline)) void put_tile(const __m256 (&acc)[MR][NP][2], float* y, int64_t ldy,
+                                                    int64_t lanes, bool add) {
+  alignas(32) float out[MR][NP][2][kUnit];
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) {
+      _mm256_store_ps(out[i][p][0], acc[i][p][0]);
+      _mm256_store_ps(out[i][p][1], acc[i][p][1]);
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) {
+      const int64_t n = p == NP - 1 ? lanes : 16;
+      if (n > 0) put_unit(y + i * ldy + 16 * p, _mm256_load_ps(out[i][p][0]), n, add);
+      if (n > kUnit) put_unit(y + i * ldy + 16 * p + kUnit, _mm256_load_ps(out[i][p][1]), n - kUnit, add);
+    }
 }
 
 // Prefetches the lines `dist` past [off, off + bytes) of NP panels at stride ps (decode's
@@ -110,12 +140,7 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
         }
       }
     }
-    for (int i = 0; i < MR; ++i)
-      for (int p = 0; p < NP; ++p) {
-        const int64_t n = p == NP - 1 ? lanes : 16;
-        if (n > 0) put_unit(y + i * ldy + 16 * p, acc[i][p][0], n, k0 > 0);
-        if (n > kUnit) put_unit(y + i * ldy + 16 * p + kUnit, acc[i][p][1], n - kUnit, k0 > 0);
-      }
+    put_tile<MR, NP>(acc, y, ldy, lanes, k0 > 0);
   }
 }
 
@@ -137,6 +162,7 @@ inline __attribute__((always_inline)) void unit_isums(const uint8_t* c, int h, c
       for (int i = 0; i < MR; ++i) {
         const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(bcast4(ab[i * lda].qs + 4 * g), q));
         s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(p, ones));
+        if constexpr (MR == 1) pin(s[i]);  // decode; the tiles measured faster unpinned
       }
     }
   } else {
@@ -165,6 +191,7 @@ inline __attribute__((always_inline)) void unit_isums(const uint8_t* c, int h, c
         const int8_t* q = ab[i * lda].qs;
         t[i] = _mm256_add_epi16(t[i], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q + 4 * g)),
                                                        _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * g))));
+        pin(t[i]);
       }
       if (I::kHigh && g == 1)  // 4 products of 5-bit codes: widen before the int16 sums could overflow
         for (int i = 0; i < MR; ++i) {
@@ -229,11 +256,14 @@ void int8_tile(const uint8_t* w, int h, const ActQ8* a, int64_t lda, int64_t nb,
 
 // ---- the call: rows [m0, m1) x panels [p0, p1) ---------------------------------------
 
-template <class Fn>
+// f(R, r) over rows [0, rows) in tiles of kR, then the rest as one smaller tile.
+template <int kR, class Fn>
 inline void row_tiles(int64_t rows, Fn&& f) {
   int64_t r = 0;
-  for (; r + kTileRows <= rows; r += kTileRows) f(std::integral_constant<int, kTileRows>{}, r);
+  for (; r + kR <= rows; r += kR) f(std::integral_constant<int, kR>{}, r);
   switch (rows - r) {
+    case 5: if constexpr (kR > 5) f(std::integral_constant<int, 5>{}, r); return;
+    case 4: if constexpr (kR > 4) f(std::integral_constant<int, 4>{}, r); return;
     case 3: return f(std::integral_constant<int, 3>{}, r);
     case 2: return f(std::integral_constant<int, 2>{}, r);
     case 1: return f(std::integral_constant<int, 1>{}, r);
@@ -260,7 +290,7 @@ void float_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t
     return;
   }
   for (int64_t p = p0; p < p1; ++p)
-    row_tiles(m1 - m0, [&](auto R, int64_t r) {
+    row_tiles<kFloatTileRows>(m1 - m0, [&](auto R, int64_t r) {
       const int64_t m = m0 + r;
       kern_float<decltype(R)::value, 1, false, L>(g.packed + p * ps, ps, x + m * g.lda, g.lda, g.k,
                                                    g.y + m * g.ldy + 16 * p, g.ldy, lanes(p + 1), 0);
@@ -286,7 +316,7 @@ void int8_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     for (int h = 0; h < 2; ++h) {
       const int64_t n = std::min<int64_t>(kUnit, lanes(p + 1) - kUnit * h);
       if (n <= 0) continue;
-      row_tiles(m1 - m0, [&](auto R, int64_t r) {
+      row_tiles<kTileRows>(m1 - m0, [&](auto R, int64_t r) {
         const int64_t m = m0 + r;
         int8_tile<decltype(R)::value, F>(g.packed + p * ps, h, a + m * g.lda, g.lda, nb, g.y + m * g.ldy + 16 * p + kUnit * h,
                                          g.ldy, n);
