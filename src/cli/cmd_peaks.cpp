@@ -52,8 +52,11 @@ void print_table(const Peaks& p) {
   };
   row("fp32 FMA", p.fp32_fma, "GFLOP/s");
   row("bf16 dot", p.bf16_dot, "GFLOP/s");
-  // The int8 roof: vpdpbusd where the CPU has VNNI, else AVX2's vpmaddubsw (peaks.h).
-  row(cpu_features().avx512vnni || cpu_features().avxvnni ? "int8 VNNI" : "int8 dot", p.int8_vnni, "GOP/s");
+  // The int8 roof: vpdpbusd where the measured path has VNNI, else AVX2's vpmaddubsw
+  // (peaks.cpp measures on the active path).
+  const bool vnni = active_isa() == Isa::Avx512 ? cpu_features().avx512vnni
+                                                : active_isa() == Isa::Avx2 && cpu_features().avxvnni;
+  row(vnni ? "int8 VNNI" : "int8 dot", p.int8_vnni, "GOP/s");
   row("fp16 FMA", p.fp16_fma, "GFLOP/s");
   // The ridge point: the arithmetic intensity where a kernel stops being bandwidth-bound.
   if (p.fp32_fma && p.dram_read_gbs_max > 0)

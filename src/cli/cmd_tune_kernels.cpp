@@ -40,7 +40,7 @@ int cmd_tune_kernels(Args& a) {
   if (save && dir.empty()) fail("the kernel cache is off (--kernel-cache off or RIDGE_KERNEL_CACHE=off): pass --no-save");
   if (save) check_cache_dir(dir);
   if (!kernels::gemm_available(DType::Q8_0))
-    std::fprintf(stderr, "tune-kernels: this CPU path has no packed kernels (needs AVX-512 VNNI); nothing to tune\n");
+    std::fprintf(stderr, "tune-kernels: this CPU path has no packed kernels (needs AVX2, FMA and F16C); nothing to tune\n");
   const std::string cpu = kernel_cpu_id();
   std::fprintf(stderr, "tune-kernels: %s\n", cpu.c_str());
   const TuneResult r = tune_kernels(o);

@@ -81,7 +81,8 @@ std::string kernel_cpu_id() {
   const unsigned family = ((a >> 8) & 0xF) + (((a >> 8) & 0xF) == 0xF ? (a >> 20) & 0xFF : 0);
   const unsigned model = ((a >> 4) & 0xF) | (((a >> 8) & 0xF) >= 6 ? ((a >> 16) & 0xF) << 4 : 0);
   const auto& f = cpu_features();
-  std::string feats = std::string(isa_name(best_isa()));
+  // The path the kernels run on (RIDGE_ISA may force a lower one): its tuned values are its own.
+  std::string feats = std::string(isa_name(active_isa()));
   if (f.avx512vnni) feats += " vnni";
   if (f.avx512bf16) feats += " bf16";
   if (f.avx512fp16) feats += " fp16";

@@ -29,15 +29,15 @@ void quantize_act_gemm(const float* x, ActQ8* y, int64_t n) {
 
 namespace {
 
-// Which kernels run a type: the AVX-512 ones where the CPU path has them (the int8 formats
-// need VNNI), else the AVX2 ones (an AVX2-only CPU, or AVX-512 without VNNI), else none.
+// Which kernels run a type: the AVX-512 ones on the AVX-512 path (which core/cpu.h takes
+// only with VNNI, so a CPU with AVX-512 but no VNNI runs the AVX2 path), else the AVX2
+// ones for the types they have, else none.
 enum class GemmPath { None, Avx512, Avx2 };
 
 GemmPath gemm_path(DType t) {
   if (!can_pack(t)) return GemmPath::None;
   const Isa isa = active_isa();
-  if (isa == Isa::Avx512 && (quant::act_kind(t) == quant::ActKind::F32 || cpu_features().avx512vnni))
-    return GemmPath::Avx512;
+  if (isa == Isa::Avx512) return GemmPath::Avx512;
   if (isa >= Isa::Avx2 && detail::gemm_avx2_has(t)) return GemmPath::Avx2;
   return GemmPath::None;
 }

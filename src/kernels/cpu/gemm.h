@@ -43,7 +43,7 @@ static_assert(sizeof(ActQ8) == 40);
 void quantize_act_gemm(const float* x, ActQ8* y, int64_t n);
 
 // Whether the packed path runs for weight type t on the active ISA, and whether it runs
-// on the AVX2 kernels (an AVX2-only CPU, or the int8 formats on AVX-512 without VNNI).
+// on the AVX2 kernels (the AVX2 path: a CPU without AVX-512 VNNI, or RIDGE_ISA=avx2).
 bool gemm_available(DType t);
 bool gemm_on_avx2(DType t);
 

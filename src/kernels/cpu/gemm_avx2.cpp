@@ -1,5 +1,5 @@
-// AVX2 micro-kernels over the 16-row panels (packed.h), for CPUs without AVX-512 (or
-// without VNNI, for the int8 formats): the float types and the 32-block int8 formats; the
+// AVX2 micro-kernels over the 16-row panels (packed.h), for the AVX2 path (CPUs without
+// AVX-512 VNNI, core/cpu.h): the float types and the 32-block int8 formats; the
 // K-quants and FP8 keep the per-row dots there. gemm.h's contract holds lane for lane as
 // in gemm_avx512.cpp: an output element's int32 block sums are the same exact integers
 // and its float operations the same ones in the same order, so every row has the AVX-512
