@@ -372,8 +372,9 @@ TEST(GemmIsas, Avx2GivesAvx512Bits) {
   if (best_isa() != Isa::Avx512) GTEST_SKIP() << "needs the AVX-512 path to compare against";
   ThreadPool pool(2);
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1}) {
-    const int64_t k = 576, n_out = 1034;  // k: 2 float chunks and a part; 65 panels, the last of 10 rows
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    // k: 2 float chunks and a part (the K-quants: 2 super-blocks); 65 panels, the last of 10 rows
+    const int64_t k = is_kquant(t) ? 512 : 576, n_out = 1034;
     const Mat w = make(t, k, n_out, 11);
     for (const int64_t m : {1, 3, 16, 61}) {
       const auto x = acts(m, k, uint32_t(70 + m));

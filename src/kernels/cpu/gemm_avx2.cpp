@@ -1,6 +1,6 @@
 // AVX2 micro-kernels over the 16-row panels (packed.h), for the AVX2 path (CPUs without
-// AVX-512 VNNI, core/cpu.h): the float types and the 32-block int8 formats; the
-// K-quants and FP8 keep the per-row dots there. gemm.h's contract holds lane for lane as
+// AVX-512 VNNI, core/cpu.h): the float types, the 32-block int8 formats and the K-quants;
+// FP8 keeps the per-row dots there. gemm.h's contract holds lane for lane as
 // in gemm_avx512.cpp: an output element's int32 block sums are the same exact integers
 // and its float operations the same ones in the same order, so every row has the AVX-512
 // kernels' bits (tested) and keeps them in a batch of any size.
@@ -254,6 +254,122 @@ void int8_tile(const uint8_t* w, int h, const ActQ8* a, int64_t lda, int64_t nb,
   for (int i = 0; i < MR; ++i) put_unit(y + i * ldy, acc[i], lanes, false);
 }
 
+// ---- K-quant super-blocks (packed_kquant.cpp) -------------------------------------
+// 32-block b of a super-block is sub-block b (Q6_K: sub-blocks 2b, 2b + 1), so one
+// activation block meets one (scale, min) pair per row, in gemm_kquant_avx512.h's order:
+//   Q4_K / Q5_K: acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma(dmin m_b, d_a sum_a, acc)
+//   Q6_K:        acc = fma(float(isum_h - 32 sum16_h), (d sc_{2b+h}) d_a, acc), h = 0, 1
+enum class KFmt { Q4_K, Q5_K, Q6_K };
+template <KFmt K>
+inline constexpr int64_t kSuperBytes = K == KFmt::Q4_K ? 16 * 148 : K == KFmt::Q5_K ? 16 * 180 : 16 * 210;
+
+// 8 bytes at p widened to floats, unsigned or signed.
+inline __m256 u8x8_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8x8_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 f16x8_ps(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// The top 2 bits of group g's Q6_K codes (packed_kquant.cpp) at bits 4..5 of each byte
+// (16-bit shifts: what crosses a byte lands outside the mask).
+inline __m256i q6_high(__m256i hb, int g) {
+  const __m256i m = _mm256_set1_epi8(0x30);
+  switch (g) {
+    case 0: return _mm256_and_si256(_mm256_slli_epi16(hb, 4), m);
+    case 1: return _mm256_and_si256(_mm256_slli_epi16(hb, 2), m);
+    case 2: return _mm256_and_si256(hb, m);
+    default: return _mm256_and_si256(_mm256_srli_epi16(hb, 2), m);
+  }
+}
+
+// Sub-block b of super-block sb (one panel) into the float sums of MR rows x unit u.
+template <int MR, KFmt K>
+inline __attribute__((always_inline)) void kq_block(const uint8_t* sb, int u, int b, const ActQ8* ab, int64_t lda,
+                                                    __m256 (&acc)[MR]) {
+  if constexpr (K != KFmt::Q6_K) {
+    constexpr bool kQ5 = K == KFmt::Q5_K;
+    __m256i s[MR];  // the codes as Q4_1's / Q5_1's (no offset: the min does it)
+    unit_isums<MR, kQ5 ? Fmt::Q5_1 : Fmt::Q4_1>(sb + 320 + b * (kQ5 ? 320 : 256), u, ab, lda, s);
+    const __m256 scf = _mm256_mul_ps(u8x8_ps(sb + 64 + b * 16 + kUnit * u), f16x8_ps(sb + 16 * u));
+    const __m256 mf = _mm256_mul_ps(u8x8_ps(sb + 192 + b * 16 + kUnit * u), f16x8_ps(sb + 32 + 16 * u));
+    for (int i = 0; i < MR; ++i) {
+      const ActQ8& q = ab[i * lda];
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(scf, _mm256_set1_ps(q.d)), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(mf, _mm256_set1_ps(q.d * float(q.sum())), acc[i]);
+    }
+  } else {
+    // Codes 0..63: a pair is at most 2 x 63 x 127, so the int16 sums widen every 2 groups.
+    const uint8_t* bp = sb + 288 + b * 384;
+    const __m256i hb0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 256 + 32 * u));
+    const __m256i hb1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 320 + 32 * u));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256i s0[MR], s1[MR], t0[MR], t1[MR];
+    for (int i = 0; i < MR; ++i) {
+      s0[i] = _mm256_set1_epi32(-32 * ab[i * lda].sum16[0]);
+      s1[i] = _mm256_set1_epi32(-32 * ab[i * lda].sum16[1]);
+      t0[i] = t1[i] = _mm256_setzero_si256();
+    }
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + g * 64 + 32 * u));
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), q6_high(hb0, g));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q6_high(hb1, g));
+      for (int i = 0; i < MR; ++i) {
+        const int8_t* q = ab[i * lda].qs;
+        t0[i] = _mm256_add_epi16(t0[i], _mm256_maddubs_epi16(lo, bcast4(q + 4 * g)));
+        t1[i] = _mm256_add_epi16(t1[i], _mm256_maddubs_epi16(hi, bcast4(q + 16 + 4 * g)));
+        pin(t0[i]);
+        pin(t1[i]);
+      }
+      if (g % 2 == 1)
+        for (int i = 0; i < MR; ++i) {
+          s0[i] = _mm256_add_epi32(s0[i], _mm256_madd_epi16(t0[i], ones));
+          s1[i] = _mm256_add_epi32(s1[i], _mm256_madd_epi16(t1[i], ones));
+          t0[i] = t1[i] = _mm256_setzero_si256();
+        }
+    }
+    const __m256 dv = f16x8_ps(sb + 16 * u);
+    const __m256 sc0 = _mm256_mul_ps(i8x8_ps(sb + 32 + 2 * b * 16 + kUnit * u), dv);
+    const __m256 sc1 = _mm256_mul_ps(i8x8_ps(sb + 32 + (2 * b + 1) * 16 + kUnit * u), dv);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 da = _mm256_set1_ps(ab[i * lda].d);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0[i]), _mm256_mul_ps(sc0, da), acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1[i]), _mm256_mul_ps(sc1, da), acc[i]);
+    }
+  }
+}
+
+// Decode: one row x NP panels, as int8_decode.
+template <int NP, KFmt K>
+void kq_decode(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t ns, float* y, int64_t lanes, int64_t ahead) {
+  constexpr int64_t kSB = kSuperBytes<K>;
+  __m256 acc[NP][2][1];
+  for (int p = 0; p < NP; ++p) acc[p][0][0] = acc[p][1][0] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s)
+    for (int b = 0; b < 8; ++b) {
+      stream_ahead<NP>(w, ps, s * kSB + b * (kSB / 8), kSB / 8, ahead);
+      for (int p = 0; p < NP; ++p) {
+        kq_block<1, K>(w + p * ps + s * kSB, 0, b, a + s * 8 + b, 0, acc[p][0]);
+        kq_block<1, K>(w + p * ps + s * kSB, 1, b, a + s * 8 + b, 0, acc[p][1]);
+      }
+    }
+  for (int p = 0; p < NP; ++p) {
+    const int64_t n = p == NP - 1 ? lanes : 16;
+    if (n > 0) put_unit(y + 16 * p, acc[p][0][0], n, false);
+    if (n > kUnit) put_unit(y + 16 * p + kUnit, acc[p][1][0], n - kUnit, false);
+  }
+}
+
+template <int MR, KFmt K>
+void kq_tile(const uint8_t* w, int u, const ActQ8* a, int64_t lda, int64_t ns, float* y, int64_t ldy, int64_t lanes) {
+  __m256 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s)
+    for (int b = 0; b < 8; ++b) kq_block<MR, K>(w + s * kSuperBytes<K>, u, b, a + s * 8 + b, lda, acc);
+  for (int i = 0; i < MR; ++i) put_unit(y + i * ldy, acc[i], lanes, false);
+}
+
 // ---- the call: rows [m0, m1) x panels [p0, p1) ---------------------------------------
 
 // f(R, r) over rows [0, rows) in tiles of kR, then the rest as one smaller tile.
@@ -324,6 +440,35 @@ void int8_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     }
 }
 
+
+// Q6_K's tiles take 2 rows: two int16 and two int32 sums per row would spill at 4.
+template <KFmt K>
+void kq_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int64_t ps = panel_bytes(g.type, g.k), ns = g.k / 256;
+  const auto* a = static_cast<const ActQ8*>(g.act);
+  auto lanes = [&](int64_t p_end) { return std::min<int64_t>(16, g.n_out - (p_end - 1) * kPanelRows); };
+  if (m1 - m0 == 1) {
+    int64_t p = p0;
+    const ActQ8* ar = a + m0 * g.lda;
+    float* yr = g.y + m0 * g.ldy;
+    if (g.streams >= 4)
+      for (; p + 4 <= p1; p += 4) kq_decode<4, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 4), g.ahead);
+    for (; p + 2 <= p1; p += 2) kq_decode<2, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 2), g.ahead);
+    for (; p < p1; ++p) kq_decode<1, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 1), g.ahead);
+    return;
+  }
+  constexpr int kR = K == KFmt::Q6_K ? 2 : kTileRows;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int u = 0; u < 2; ++u) {
+      const int64_t n = std::min<int64_t>(kUnit, lanes(p + 1) - kUnit * u);
+      if (n <= 0) continue;
+      row_tiles<kR>(m1 - m0, [&](auto R, int64_t r) {
+        const int64_t m = m0 + r;
+        kq_tile<decltype(R)::value, K>(g.packed + p * ps, u, a + m * g.lda, g.lda, ns, g.y + m * g.ldy + 16 * p + kUnit * u,
+                                       g.ldy, n);
+      });
+    }
+}
 }  // namespace
 
 bool gemm_avx2_has(DType t) {
@@ -335,7 +480,10 @@ bool gemm_avx2_has(DType t) {
     case DType::Q4_0:
     case DType::Q4_1:
     case DType::Q5_0:
-    case DType::Q5_1: return true;
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return true;
     default: return false;
   }
 }
@@ -350,6 +498,9 @@ void gemm_panels_avx2(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int
     case DType::Q4_1: return int8_panels<Fmt::Q4_1>(g, m0, m1, p0, p1);
     case DType::Q5_0: return int8_panels<Fmt::Q5_0>(g, m0, m1, p0, p1);
     case DType::Q5_1: return int8_panels<Fmt::Q5_1>(g, m0, m1, p0, p1);
+    case DType::Q4_K: return kq_panels<KFmt::Q4_K>(g, m0, m1, p0, p1);
+    case DType::Q5_K: return kq_panels<KFmt::Q5_K>(g, m0, m1, p0, p1);
+    case DType::Q6_K: return kq_panels<KFmt::Q6_K>(g, m0, m1, p0, p1);
     default: return;
   }
 }
