@@ -82,7 +82,7 @@ namespace detail {
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n);
 void round_bf16_avx512(const float* x, uint16_t* y, int64_t n);  // core/fp16.h f32_to_bf16's bits
-bool gemm_avx2_has(DType t);  // the float types and the 32-block int8 formats
+bool gemm_avx2_has(DType t);  // every packed type but FP8
 void gemm_panels_avx2(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void quantize_act_gemm_avx2(const float* x, ActQ8* y, int64_t n);
 }
