@@ -17,7 +17,8 @@
 // (quantize_act_gemm), so:
 //   nibble codes (0..15; 0..31 with the Q5 types' fifth bit) give pairs of at most
 //     2 x 31 x 127; a block's 8 products sum in int16 for the Q4 types (8 x 3810 = 30480),
-//     4 at a time for the Q5 types (4 x 7874 = 31496), then widen: exact;
+//     4 at a time for the Q5 types (4 x 7874 = 31496), then widen: exact (Q6_K's 6-bit
+//     codes: 2 at a time, 2 x 16002 = 32004, in kq_block);
 //   Q8_0's stored codes q + 128 (up to 255) would saturate a pair, so they go back to q,
 //     multiplied as |q| x (a with q's sign) (pairs <= 2 x 128 x 127), the per-row dots'
 //     way; the sum is q . a directly, the same integer as the offset form's.
