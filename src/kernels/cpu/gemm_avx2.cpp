@@ -414,9 +414,13 @@ void float_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t
     });
 }
 
-template <Fmt F>
-void int8_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  const int64_t ps = panel_bytes(g.type, g.k), nb = g.k / 32;
+// What the block formats' calls share: decode in groups of 4 (g.streams), 2 and 1
+// panels, otherwise each 8-row unit of each panel in row tiles of kR.
+//   decode(NP, w: first panel, ps, a: the row's ActQ8, y, lanes of the last panel)
+//   tile(MR, w: the panel, u: its unit, a: the tile's first row, y, lanes of the unit)
+template <int kR, class Decode, class Tile>
+void block_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1, Decode&& decode, Tile&& tile) {
+  const int64_t ps = panel_bytes(g.type, g.k);
   const auto* a = static_cast<const ActQ8*>(g.act);
   auto lanes = [&](int64_t p_end) { return std::min<int64_t>(16, g.n_out - (p_end - 1) * kPanelRows); };
   if (m1 - m0 == 1) {
@@ -424,51 +428,47 @@ void int8_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     const ActQ8* ar = a + m0 * g.lda;
     float* yr = g.y + m0 * g.ldy;
     if (g.streams >= 4)
-      for (; p + 4 <= p1; p += 4) int8_decode<4, F>(g.packed + p * ps, ps, ar, nb, yr + 16 * p, lanes(p + 4), g.ahead);
-    for (; p + 2 <= p1; p += 2) int8_decode<2, F>(g.packed + p * ps, ps, ar, nb, yr + 16 * p, lanes(p + 2), g.ahead);
-    for (; p < p1; ++p) int8_decode<1, F>(g.packed + p * ps, ps, ar, nb, yr + 16 * p, lanes(p + 1), g.ahead);
+      for (; p + 4 <= p1; p += 4) decode(std::integral_constant<int, 4>{}, g.packed + p * ps, ps, ar, yr + 16 * p, lanes(p + 4));
+    for (; p + 2 <= p1; p += 2) decode(std::integral_constant<int, 2>{}, g.packed + p * ps, ps, ar, yr + 16 * p, lanes(p + 2));
+    for (; p < p1; ++p) decode(std::integral_constant<int, 1>{}, g.packed + p * ps, ps, ar, yr + 16 * p, lanes(p + 1));
     return;
   }
-  for (int64_t p = p0; p < p1; ++p)
-    for (int h = 0; h < 2; ++h) {
-      const int64_t n = std::min<int64_t>(kUnit, lanes(p + 1) - kUnit * h);
-      if (n <= 0) continue;
-      row_tiles<kTileRows>(m1 - m0, [&](auto R, int64_t r) {
-        const int64_t m = m0 + r;
-        int8_tile<decltype(R)::value, F>(g.packed + p * ps, h, a + m * g.lda, g.lda, nb, g.y + m * g.ldy + 16 * p + kUnit * h,
-                                         g.ldy, n);
-      });
-    }
-}
-
-
-// Q6_K's tiles take 2 rows: two int16 and two int32 sums per row would spill at 4.
-template <KFmt K>
-void kq_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  const int64_t ps = panel_bytes(g.type, g.k), ns = g.k / 256;
-  const auto* a = static_cast<const ActQ8*>(g.act);
-  auto lanes = [&](int64_t p_end) { return std::min<int64_t>(16, g.n_out - (p_end - 1) * kPanelRows); };
-  if (m1 - m0 == 1) {
-    int64_t p = p0;
-    const ActQ8* ar = a + m0 * g.lda;
-    float* yr = g.y + m0 * g.ldy;
-    if (g.streams >= 4)
-      for (; p + 4 <= p1; p += 4) kq_decode<4, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 4), g.ahead);
-    for (; p + 2 <= p1; p += 2) kq_decode<2, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 2), g.ahead);
-    for (; p < p1; ++p) kq_decode<1, K>(g.packed + p * ps, ps, ar, ns, yr + 16 * p, lanes(p + 1), g.ahead);
-    return;
-  }
-  constexpr int kR = K == KFmt::Q6_K ? 2 : kTileRows;
   for (int64_t p = p0; p < p1; ++p)
     for (int u = 0; u < 2; ++u) {
       const int64_t n = std::min<int64_t>(kUnit, lanes(p + 1) - kUnit * u);
       if (n <= 0) continue;
       row_tiles<kR>(m1 - m0, [&](auto R, int64_t r) {
         const int64_t m = m0 + r;
-        kq_tile<decltype(R)::value, K>(g.packed + p * ps, u, a + m * g.lda, g.lda, ns, g.y + m * g.ldy + 16 * p + kUnit * u,
-                                       g.ldy, n);
+        tile(R, g.packed + p * ps, u, a + m * g.lda, g.y + m * g.ldy + 16 * p + kUnit * u, n);
       });
     }
+}
+
+template <Fmt F>
+void int8_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int64_t nb = g.k / 32;
+  block_panels<kTileRows>(
+      g, m0, m1, p0, p1,
+      [&](auto NP, const uint8_t* w, int64_t ps, const ActQ8* a, float* y, int64_t lanes) {
+        int8_decode<decltype(NP)::value, F>(w, ps, a, nb, y, lanes, g.ahead);
+      },
+      [&](auto MR, const uint8_t* w, int u, const ActQ8* a, float* y, int64_t lanes) {
+        int8_tile<decltype(MR)::value, F>(w, u, a, g.lda, nb, y, g.ldy, lanes);
+      });
+}
+
+// Q6_K's tiles take 2 rows: two int16 and two int32 sums per row would spill at 4.
+template <KFmt K>
+void kq_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int64_t ns = g.k / 256;
+  block_panels<K == KFmt::Q6_K ? 2 : kTileRows>(
+      g, m0, m1, p0, p1,
+      [&](auto NP, const uint8_t* w, int64_t ps, const ActQ8* a, float* y, int64_t lanes) {
+        kq_decode<decltype(NP)::value, K>(w, ps, a, ns, y, lanes, g.ahead);
+      },
+      [&](auto MR, const uint8_t* w, int u, const ActQ8* a, float* y, int64_t lanes) {
+        kq_tile<decltype(MR)::value, K>(w, u, a, g.lda, ns, y, g.ldy, lanes);
+      });
 }
 }  // namespace
 
