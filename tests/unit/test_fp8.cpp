@@ -129,19 +129,24 @@ TEST(Fp8, WeightRowsQuantizeAndDequantize) {
   EXPECT_FALSE(quant::fp8_scale_ok(NAN));
 }
 
-// The AVX-512 attention kernel's conversion of the cache's codes, every code.
+// The attention kernels' conversions of the cache's codes, every code, on each SIMD path
+// the CPU has.
 TEST(Fp8, VectorConversionOfEveryCode) {
-  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (int(best_isa()) < int(Isa::Avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   std::vector<uint8_t> codes(256);
   for (int c = 0; c < 256; ++c) codes[size_t(c)] = uint8_t(c);
-  for (DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2}) {
-    std::vector<float> simd(256), scalar(256);
-    kernels::detail::kv_codes_to_f32_avx512(t, codes.data(), simd.data(), 256);
-    kernels::to_f32(t, codes.data(), scalar.data(), 256);
-    for (int c = 0; c < 256; ++c)
-      EXPECT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)])) << dtype_name(t) << " code " << c << ": "
-                                                                    << scalar[size_t(c)] << " vs " << simd[size_t(c)];
-  }
+  for (DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2})
+    for (const bool avx512 : {false, true}) {
+      if (avx512 && best_isa() != Isa::Avx512) continue;
+      std::vector<float> simd(256), scalar(256);
+      if (avx512) kernels::detail::kv_codes_to_f32_avx512(t, codes.data(), simd.data(), 256);
+      else kernels::detail::kv_codes_to_f32_avx2(t, codes.data(), simd.data(), 256);
+      kernels::to_f32(t, codes.data(), scalar.data(), 256);
+      for (int c = 0; c < 256; ++c)
+        EXPECT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)]))
+            << dtype_name(t) << (avx512 ? " avx512" : " avx2") << " code " << c << ": " << scalar[size_t(c)] << " vs "
+            << simd[size_t(c)];
+    }
 }
 
 // A head vector so small that its scale is subnormal (1 / scale overflows) reads back as

@@ -144,9 +144,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
       return;
     }
   }
-  // The 8-bit dtypes and values kept in the keys have an AVX-512 kernel; on AVX2 they run
-  // the portable path.
-  if (isa == Isa::Scalar || (isa == Isa::Avx2 && (l.scaled() || l.v_in_k))) {
+  // Values kept in the keys have an AVX-512 kernel; on AVX2 they run the portable path.
+  if (isa == Isa::Scalar || (isa == Isa::Avx2 && l.v_in_k)) {
     for (int32_t h = 0; h < n_heads; ++h)
       attention_group_scalar(a, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
                              scratch);

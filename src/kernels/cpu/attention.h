@@ -114,6 +114,8 @@ void attention_group_avx2(const AttnView& v, int32_t n_q, const float* q, int64_
 // The AVX-512 path's conversion of 8-bit codes (I8, F8_E4M3, F8_E5M2) to their values,
 // over an array (for tests: every code against the scalar definition).
 void kv_codes_to_f32_avx512(DType t, const uint8_t* src, float* dst, int64_t n);
+// The AVX2 path's, in the codes' values (its kernel keeps E4M3's in units of 2^-8).
+void kv_codes_to_f32_avx2(DType t, const uint8_t* src, float* dst, int64_t n);
 
 // The vector exp the SIMD paths use for the softmax, over an array (for tests).
 void exp_avx512(const float* x, float* y, int64_t n);

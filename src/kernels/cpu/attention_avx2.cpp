@@ -2,10 +2,13 @@
 // attention_group after a CPU check). Same linkage rule as attention_avx512.cpp: nothing
 // here may be an inline function of a shared header.
 //
-// Per block: the K and V tiles converted to f32 once, then per query row the scores 8
-// keys to a vector (K's dimension-major tile puts 8 keys of one dimension in one load),
-// a vector exp, p.V accumulated over head_dim. Nothing a row computes depends on the
-// other rows.
+// Per block: the K and V tiles converted to f32 once, then the scores of up to four
+// query rows at a time, 8 keys to a vector (K's dimension-major tile puts 8 keys of one
+// dimension in one load, which the rows share), a vector exp, p.V accumulated over
+// head_dim. The 8-bit dtypes convert their codes unscaled (int8's interleaved tiles
+// transposed on the way): a key's scale multiplies its dot product and a value's its
+// probability, once per tile, as on the AVX-512 path. Each row's arithmetic is that of
+// the row alone, whatever rows share the call.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -21,7 +24,7 @@ namespace {
 #define ATTN_INLINE inline __attribute__((always_inline))
 
 constexpr float kNegInf = -__builtin_inff();
-constexpr int32_t kPrefetchTiles = 2;  // how far ahead prefetch_tile runs
+constexpr int32_t kPrefetchTiles = 8;  // how far ahead prefetch_tile runs
 
 ATTN_INLINE __m256i first_lanes(int32_t k) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -58,12 +61,43 @@ ATTN_INLINE float bf16(uint16_t h) {
   return f;
 }
 
-// Converts n contiguous cache elements to f32.
+template <DType T>
+constexpr bool kScaled = T == DType::I8 || T == DType::F8_E4M3 || T == DType::F8_E5M2;
+
+// A scaled dtype's codes come out of the conversions in units of kCodeUnit: E4M3's as
+// halves 2^-8 of their value (the conversion below), so 2^8 goes onto their scales.
+template <DType T>
+constexpr float kCodeUnit = T == DType::F8_E4M3 ? 256.f : 1.f;
+
+// 8 FP8 codes to f32 in kCodeUnit: E5M2 is the top byte of a half; E4M3's seven low bits
+// shifted into a half's exponent and mantissa are its value times 2^-8 (subnormals
+// included), and S.1111.111 is NaN.
+template <DType T>
+ATTN_INLINE __m256 fp8x8(const uint8_t* src) {
+  const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  if constexpr (T == DType::F8_E5M2) return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+  const __m128i mag = _mm_and_si128(w, _mm_set1_epi16(0x7F));
+  const __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F))));
+  return _mm256_blendv_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+
+ATTN_INLINE float fp8_one(DType t, uint8_t c) {
+  alignas(8) uint8_t b[8] = {c};
+  float f[8];
+  _mm256_storeu_ps(f, t == DType::F8_E5M2 ? fp8x8<DType::F8_E5M2>(b) : fp8x8<DType::F8_E4M3>(b));
+  return f[0];
+}
+
+// Converts n contiguous cache elements to f32 (the 8-bit FP codes in kCodeUnit; int8's
+// tiles go through the transposing conversions below).
 template <DType T>
 void to_f32_n(const uint8_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    if constexpr (T == DType::F16) {
+    if constexpr (T == DType::F8_E4M3 || T == DType::F8_E5M2) {
+      _mm256_storeu_ps(dst + i, fp8x8<T>(src + i));
+    } else if constexpr (T == DType::F16) {
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
     } else if constexpr (T == DType::BF16) {
       const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
@@ -73,13 +107,69 @@ void to_f32_n(const uint8_t* src, float* dst, int64_t n) {
     }
   }
   for (; i < n; ++i) {
-    if constexpr (T == DType::F32) {
+    if constexpr (T == DType::F8_E4M3 || T == DType::F8_E5M2) {
+      dst[i] = fp8_one(T, src[i]);
+    } else if constexpr (T == DType::F32) {
       std::memcpy(dst + i, src + 4 * i, 4);
     } else {
       uint16_t h;
       std::memcpy(&h, src + 2 * i, 2);
       dst[i] = T == DType::F16 ? _cvtsh_ss(h) : bf16(h);
     }
+  }
+}
+
+// int8 tiles hold 4x4 byte squares (four dimensions of four slots for K, four slots of
+// four dimensions for V: kv_view.h): a 32-byte load is two squares side by side. Each
+// square transposed in its lane, then the lanes' 32-bit quarters interleaved, gives four
+// runs of 8 bytes: the 8 columns of one row each.
+ATTN_INLINE void i8_quads(const uint8_t* src, __m128i out[4]) {
+  const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2,
+                                      6, 10, 14, 3, 7, 11, 15);
+  const __m256i x = _mm256_permutevar8x32_epi32(
+      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), tr),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+  out[0] = lo;
+  out[1] = _mm_unpackhi_epi64(lo, lo);
+  out[2] = hi;
+  out[3] = _mm_unpackhi_epi64(hi, hi);
+}
+
+ATTN_INLINE __m256 i8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
+
+// An int8 K tile [ceil(dk / 4)][bs][4] -> kf[4 ceil(dk / 4)][bs], every slot.
+void i8_k_tile(const uint8_t* src, float* kf, int32_t bs, int32_t dk) {
+  const auto* c = reinterpret_cast<const int8_t*>(src);
+  for (int32_t d4 = 0; d4 < (dk + 3) / 4; ++d4) {
+    const int64_t in = int64_t(d4) * bs * 4;
+    float* row = kf + int64_t(4 * d4) * bs;  // rows 4 d4 .. 4 d4 + 3
+    int32_t j = 0;
+    for (; j + 8 <= bs; j += 8) {
+      __m128i b[4];
+      i8_quads(src + in + 4 * j, b);
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(row + k * bs + j, i8x8(b[k]));
+    }
+    for (; j < bs; ++j)
+      for (int k = 0; k < 4; ++k) row[k * bs + j] = float(c[in + 4 * j + k]);
+  }
+}
+
+// An int8 V tile [ceil(bs / 4)][dv][4] -> vf[n][dv], slots [0, n).
+void i8_v_tile(const uint8_t* src, float* vf, int32_t n, int32_t dv) {
+  const auto* c = reinterpret_cast<const int8_t*>(src);
+  for (int32_t j4 = 0; j4 < (n + 3) / 4; ++j4) {
+    const int64_t in = int64_t(j4) * dv * 4;
+    float* row = vf + int64_t(4 * j4) * dv;  // slots 4 j4 .. 4 j4 + 3
+    const int32_t slots = n - 4 * j4 < 4 ? n - 4 * j4 : 4;
+    int32_t d = 0;
+    for (; slots == 4 && d + 8 <= dv; d += 8) {
+      __m128i b[4];
+      i8_quads(src + in + 4 * d, b);
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(row + k * dv + d, i8x8(b[k]));
+    }
+    for (; d < dv; ++d)
+      for (int k = 0; k < slots; ++k) row[k * dv + d] = float(c[in + 4 * d + k]);
   }
 }
 
@@ -97,64 +187,114 @@ ATTN_INLINE float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// s[8g, 8g + 8) = (q . k_j) * scale for the keys of groups g0..g0+G-1 of an f32 K tile
-// kf[dk][bs] (key j in lane j % 8 of group j / 8; one fma chain per key over d = 0..dk-1).
-// Lanes past the tile's keys read whatever follows in the scratch and are overwritten.
-template <int G>
-ATTN_INLINE void scores8(const float* q, const float* kf, int32_t bs, int32_t dk, int32_t g0, int32_t n, __m256 scale,
-                         float* s) {
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+// Row r's s[8g, 8g + 8) = (q_r . k_j) * scale for rows r < R and the keys of groups
+// g0..g0+G-1 of an f32 K tile kf[dk][bs] (key j in lane j % 8 of group j / 8; one fma
+// chain per row and key over d = 0..dk-1, the rows sharing each load of K). A scaled
+// dtype's dot products are times their keys' scales (ks, in the codes' unit) first.
+// Lanes past the tile's keys are -inf.
+template <int R, int G, bool Scaled>
+ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs, int32_t dk, int32_t g0, int32_t n,
+                        const float* ks, __m256 unit, __m256 scale, float* s, int64_t lds) {
+  __m256 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm256_setzero_ps();
   for (int32_t d = 0; d < dk; ++d) {
-    const __m256 qd = _mm256_broadcast_ss(q + d);
     const float* row = kf + int64_t(d) * bs + 8 * g0;
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(row + 8 * g), acc[g]);
+    __m256 kv[G];
+    for (int g = 0; g < G; ++g) kv[g] = _mm256_loadu_ps(row + 8 * g);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qd = _mm256_broadcast_ss(q + r * ldq + d);
+      for (int g = 0; g < G; ++g) acc[r][g] = _mm256_fmadd_ps(qd, kv[g], acc[r][g]);
+    }
   }
-  for (int g = 0; g < G; ++g)
-    _mm256_storeu_ps(s + 8 * (g0 + g), _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_mul_ps(acc[g], scale),
-                                                         _mm256_castsi256_ps(first_lanes(n - 8 * (g0 + g)))));
+  __m256i live[G];
+  __m256 ksv[G];
+  for (int g = 0; g < G; ++g) {
+    live[g] = first_lanes(n - 8 * (g0 + g));
+    if constexpr (Scaled) ksv[g] = _mm256_mul_ps(_mm256_maskload_ps(ks + 8 * (g0 + g), live[g]), unit);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) {
+      __m256 x = acc[r][g];
+      if constexpr (Scaled) x = _mm256_mul_ps(x, ksv[g]);
+      _mm256_storeu_ps(s + r * lds + 8 * (g0 + g),
+                       _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_mul_ps(x, scale), _mm256_castsi256_ps(live[g])));
+    }
 }
 
-// o[d0, d0 + 8 NC) = o * corr + sum_j p[j] v_j; with Tail the last chunk is partial
-// (lanes past dv masked off).
-template <int NC, bool Tail>
-ATTN_INLINE void pv(const float* v, int64_t ldv, const float* p, int32_t n, __m256 corr, float* o, int32_t d0, int32_t dv) {
-  const __m256i lm = first_lanes(dv - d0 - 8 * (NC - 1));
-  auto load = [&](const float* x, int c) { return Tail && c == NC - 1 ? _mm256_maskload_ps(x, lm) : _mm256_loadu_ps(x); };
-  __m256 acc[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm256_mul_ps(load(o + d0 + 8 * c, c), corr);
-  for (int32_t j = 0; j < n; ++j) {
-    const __m256 pj = _mm256_broadcast_ss(p + j);
-    const float* vr = v + j * ldv + d0;
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_fmadd_ps(pj, load(vr + 8 * c, c), acc[c]);
-  }
-  for (int c = 0; c < NC; ++c) {
-    if (Tail && c == NC - 1) _mm256_maskstore_ps(o + d0 + 8 * c, lm, acc[c]);
-    else _mm256_storeu_ps(o + d0 + 8 * c, acc[c]);
-  }
-}
-
-template <int NC>
-ATTN_INLINE void pv_tail(const float* v, int64_t ldv, const float* p, int32_t n, __m256 corr, float* o, int32_t d0, int32_t dv) {
-  if (dv - d0 < 8 * NC) pv<NC, true>(v, ldv, p, n, corr, o, d0, dv);
-  else pv<NC, false>(v, ldv, p, n, corr, o, d0, dv);
-}
-
-// Up to 8 column chunks at a time: accumulators stay in registers over the whole tile.
-void pv_row(const float* v, int64_t ldv, const float* p, int32_t n, __m256 corr, float* o, int32_t dv) {
-  const int32_t chunks = (dv + 7) / 8;
-  int32_t c = 0;
-  for (; c + 8 <= chunks; c += 8) pv_tail<8>(v, ldv, p, n, corr, o, 8 * c, dv);
-  switch (chunks - c) {
-    case 1: pv_tail<1>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 2: pv_tail<2>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 3: pv_tail<3>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 4: pv_tail<4>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 5: pv_tail<5>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 6: pv_tail<6>(v, ldv, p, n, corr, o, 8 * c, dv); break;
-    case 7: pv_tail<7>(v, ldv, p, n, corr, o, 8 * c, dv); break;
+// The scores of rows [0, n_q) over groups [g0, g0 + G): four rows at a time.
+template <int G, bool Scaled>
+ATTN_INLINE void scores_rows(const float* q, int64_t ldq, int32_t n_q, const float* kf, int32_t bs, int32_t dk, int32_t g0,
+                             int32_t n, const float* ks, __m256 unit, __m256 scale, float* s, int64_t lds) {
+  int32_t i = 0;
+  for (; i + 4 <= n_q; i += 4) scores<4, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds);
+  switch (n_q - i) {
+    case 1: scores<1, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
+    case 2: scores<2, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
+    case 3: scores<3, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
     default: break;
   }
+}
+
+// For rows r < R: o_r[d0, d0 + 8 NC) = o_r * corr_r + sum_j p_r[j] v_j, one chain per
+// element over j in order (the rows share each load of V); with Tail the last chunk is
+// partial (lanes past dv masked off). p_r = p + r * ldp, o_r = o + r * ldo.
+template <int R, int NC, bool Tail>
+ATTN_INLINE void pv(const float* v, int64_t ldv, const float* p, int64_t ldp, int32_t n, const float* corr, float* o,
+                    int64_t ldo, int32_t d0, int32_t dv) {
+  const __m256i lm = first_lanes(dv - d0 - 8 * (NC - 1));
+  auto load = [&](const float* x, int c) { return Tail && c == NC - 1 ? _mm256_maskload_ps(x, lm) : _mm256_loadu_ps(x); };
+  __m256 acc[R][NC];
+  for (int r = 0; r < R; ++r) {
+    const __m256 cr = _mm256_broadcast_ss(corr + r);
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_mul_ps(load(o + r * ldo + d0 + 8 * c, c), cr);
+  }
+  for (int32_t j = 0; j < n; ++j) {
+    const float* vr = v + j * ldv + d0;
+    __m256 pj[R];
+    for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p + r * ldp + j);
+    for (int c = 0; c < NC; ++c) {
+      const __m256 x = load(vr + 8 * c, c);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(pj[r], x, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NC; ++c) {
+      if (Tail && c == NC - 1) _mm256_maskstore_ps(o + r * ldo + d0 + 8 * c, lm, acc[r][c]);
+      else _mm256_storeu_ps(o + r * ldo + d0 + 8 * c, acc[r][c]);
+    }
+}
+
+template <int R, int NC>
+ATTN_INLINE void pv_tail(const float* v, int64_t ldv, const float* p, int64_t ldp, int32_t n, const float* corr, float* o,
+                         int64_t ldo, int32_t d0, int32_t dv) {
+  if (dv - d0 < 8 * NC) pv<R, NC, true>(v, ldv, p, ldp, n, corr, o, ldo, d0, dv);
+  else pv<R, NC, false>(v, ldv, p, ldp, n, corr, o, ldo, d0, dv);
+}
+
+// R rows over all of dv: 4 column chunks at a time (R x 4 accumulators stay in
+// registers over the whole tile).
+template <int R>
+void pv_rows(const float* v, int64_t ldv, const float* p, int64_t ldp, int32_t n, const float* corr, float* o,
+             int64_t ldo, int32_t dv) {
+  const int32_t chunks = (dv + 7) / 8;
+  int32_t c = 0;
+  for (; c + 4 <= chunks; c += 4) pv_tail<R, 4>(v, ldv, p, ldp, n, corr, o, ldo, 8 * c, dv);
+  switch (chunks - c) {
+    case 1: pv_tail<R, 1>(v, ldv, p, ldp, n, corr, o, ldo, 8 * c, dv); break;
+    case 2: pv_tail<R, 2>(v, ldv, p, ldp, n, corr, o, ldo, 8 * c, dv); break;
+    case 3: pv_tail<R, 3>(v, ldv, p, ldp, n, corr, o, ldo, 8 * c, dv); break;
+    default: break;
+  }
+}
+
+// Rows [0, n_q), three at a time.
+void pv_all(const float* v, int64_t ldv, const float* p, int64_t ldp, int32_t n_q, int32_t n, const float* corr, float* o,
+            int64_t ldo, int32_t dv) {
+  int32_t i = 0;
+  for (; i + 3 <= n_q; i += 3) pv_rows<3>(v, ldv, p + i * ldp, ldp, n, corr + i, o + i * ldo, ldo, dv);
+  if (n_q - i == 2) pv_rows<2>(v, ldv, p + i * ldp, ldp, n, corr + i, o + i * ldo, ldo, dv);
+  if (n_q - i == 1) pv_rows<1>(v, ldv, p + i * ldp, ldp, n, corr + i, o + i * ldo, ldo, dv);
 }
 
 // o[0, dv) *= x, lanes past dv untouched.
@@ -196,11 +336,13 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     l[i] = 0.f;
     for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] = 0.f;
   }
-  const __m256 scale = _mm256_set1_ps(a.scale);
+  const __m256 scale = _mm256_set1_ps(a.scale), unit = _mm256_set1_ps(kCodeUnit<T>);
 
   const int32_t n_tiles = (a.n_ctx + bs - 1) / bs;
-  constexpr int64_t esz = T == DType::F32 ? 4 : 2;
-  const int64_t k_tile_bytes = int64_t(bs) * dk * esz, v_tile_bytes = int64_t(bs) * dv * esz;
+  constexpr int64_t esz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
+  // Codes and (scaled dtypes) the slots' scales after them.
+  const int64_t k_tile_bytes = kScaled<T> ? a.k_scales_off + 4 * int64_t(bs) : int64_t(bs) * dk * esz;
+  const int64_t v_tile_bytes = kScaled<T> ? a.v_scales_off + 4 * int64_t(bs) : int64_t(bs) * dv * esz;
   for (int32_t t = 0; t < kPrefetchTiles; ++t) prefetch_tile(a, t, n_tiles, k_tile_bytes, v_tile_bytes);
   for (int32_t t = 0; t < n_tiles; ++t) {
     const int32_t rest = a.n_ctx - t * bs, n = rest < bs ? rest : bs;
@@ -208,20 +350,19 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     prefetch_tile(a, t + kPrefetchTiles, n_tiles, k_tile_bytes, v_tile_bytes);
     const uint8_t* kb = a.k0 + a.blocks[t] * a.k_block_stride;
     const uint8_t* vb = a.v0 + a.blocks[t] * a.v_block_stride;
-    to_f32_n<T>(kb, kf, int64_t(bs) * dk);  // [dk][bs], slots past n too (never used)
+    const float* ks = reinterpret_cast<const float*>(kb + a.k_scales_off);  // [bs], scaled dtypes
+    const float* vs = reinterpret_cast<const float*>(vb + a.v_scales_off);
+    // [dk][bs], slots past n too (never used)
+    if constexpr (T == DType::I8) i8_k_tile(kb, kf, bs, dk);
+    else to_f32_n<T>(kb, kf, int64_t(bs) * dk);
     const float* vt = T == DType::F32 ? reinterpret_cast<const float*>(vb) : vf;
-    if (T != DType::F32) to_f32_n<T>(vb, vf, int64_t(n) * dv);
+    if constexpr (T == DType::I8) i8_v_tile(vb, vf, n, dv);
+    else if constexpr (T != DType::F32) to_f32_n<T>(vb, vf, int64_t(n) * dv);
 
     // Each step over all rows before the next, as in attention_avx512.cpp.
-    for (int32_t i = 0; i < n_q; ++i) {
-      const float* qi = q + i * ldq;
-      float* si = sc + int64_t(i) * bsp;
-      for (int32_t g = 0; g < ng; g += 4) switch (ng - g) {
-          case 1: scores8<1>(qi, kf, bs, dk, g, n, scale, si); break;
-          case 2: scores8<2>(qi, kf, bs, dk, g, n, scale, si); break;
-          case 3: scores8<3>(qi, kf, bs, dk, g, n, scale, si); break;
-          default: scores8<4>(qi, kf, bs, dk, g, n, scale, si); break;
-        }
+    for (int32_t g = 0; g < ng; g += 2) {
+      if (ng - g >= 2) scores_rows<2, kScaled<T>>(q, ldq, n_q, kf, bs, dk, g, n, ks, unit, scale, sc, bsp);
+      else scores_rows<1, kScaled<T>>(q, ldq, n_q, kf, bs, dk, g, n, ks, unit, scale, sc, bsp);
     }
     for (int32_t i = 0; i < n_q; ++i) {
       float* si = sc + int64_t(i) * bsp;
@@ -234,14 +375,17 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       cr[i] = _mm256_cvtss_f32(exp8(_mm256_set1_ps(m[i] - m_new)));
       __m256 psum = _mm256_setzero_ps();
       for (int32_t g = 0; g < ng; ++g) {
-        const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(si + 8 * g), mv));
-        _mm256_storeu_ps(si + 8 * g, p);
+        __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(si + 8 * g), mv));
         psum = _mm256_add_ps(psum, p);
+        // P.V weighs a scaled dtype's codes by the probabilities times the values' scales.
+        if constexpr (kScaled<T>)
+          p = _mm256_mul_ps(p, _mm256_mul_ps(_mm256_maskload_ps(vs + 8 * g, first_lanes(n - 8 * g)), unit));
+        _mm256_storeu_ps(si + 8 * g, p);
       }
       l[i] = l[i] * cr[i] + hsum(psum);
       m[i] = m_new;
     }
-    for (int32_t i = 0; i < n_q; ++i) pv_row(vt, dv, sc + int64_t(i) * bsp, n, _mm256_set1_ps(cr[i]), out + i * ldo, dv);
+    pv_all(vt, dv, sc, bsp, n_q, n, cr, out, ldo, dv);
   }
   for (int32_t i = 0; i < n_q; ++i) scale_row(out + i * ldo, dv, _mm256_set1_ps(l[i] > 0.f ? 1.f / l[i] : 0.f));
 }
@@ -251,10 +395,24 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
 void attention_group_avx2(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
                           float* scratch) {
   switch (v.dtype) {
+    case DType::I8: return group<DType::I8>(v, n_q, q, ldq, out, ldo, scratch);
+    case DType::F8_E4M3: return group<DType::F8_E4M3>(v, n_q, q, ldq, out, ldo, scratch);
+    case DType::F8_E5M2: return group<DType::F8_E5M2>(v, n_q, q, ldq, out, ldo, scratch);
     case DType::F16: return group<DType::F16>(v, n_q, q, ldq, out, ldo, scratch);
     case DType::BF16: return group<DType::BF16>(v, n_q, q, ldq, out, ldo, scratch);
     default: return group<DType::F32>(v, n_q, q, ldq, out, ldo, scratch);
   }
+}
+
+void kv_codes_to_f32_avx2(DType t, const uint8_t* src, float* dst, int64_t n) {
+  if (t == DType::I8) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(int8_t(src[i]));
+    return;
+  }
+  if (t == DType::F8_E4M3) to_f32_n<DType::F8_E4M3>(src, dst, n);
+  else to_f32_n<DType::F8_E5M2>(src, dst, n);
+  const float unit = t == DType::F8_E4M3 ? kCodeUnit<DType::F8_E4M3> : 1.f;
+  for (int64_t i = 0; i < n; ++i) dst[i] *= unit;
 }
 
 void exp_avx2(const float* x, float* y, int64_t n) {
