@@ -1,7 +1,7 @@
 // Decode attention: 16 sequences x 4096 cached tokens, TinyLlama's heads (32 query heads
 // over 4 KV heads, head_dim 64), f16 KV, one layer. One decode step reads every cached
 // K/V byte once: 16 * 4096 * 4 * 64 * 2 (K and V) * 2 bytes = 128 MiB, reported as
-// bytes/s. Tasks are (sequence, KV head), 64 of them, over the ThreadPool (forward.cpp
+// bytes/s. Cached256 reads each sequence's first 256 positions only (in cache). Tasks are (sequence, KV head), 64 of them, over the ThreadPool (forward.cpp
 // now gives a task a run of KV heads: `ridge bench kernels` measures that split);
 // PerHead is the split before GQA grouping (one task per query head, each reading its
 // K/V again), for comparison.
@@ -63,7 +63,7 @@ const Data& data() {
   return d;
 }
 
-void BM_Attention(benchmark::State& state, Isa isa, int threads, bool per_head) {
+void BM_Attention(benchmark::State& state, Isa isa, int threads, bool per_head, int32_t ctx) {
   if (int(isa) > int(best_isa())) {
     state.SkipWithError("path not available on this CPU");
     return;
@@ -82,7 +82,7 @@ void BM_Attention(benchmark::State& state, Isa isa, int threads, bool per_head) 
     pool.run(tasks, [&](int64_t task, int thread) {
       const int32_t s = int32_t(task / (kHeads / heads_per_task));
       const int32_t h0 = int32_t(task % (kHeads / heads_per_task)) * int32_t(heads_per_task);
-      const AttnArgs a{d.kv.get(), 0, d.tables[size_t(s)], kCtx, 0.125f};
+      const AttnArgs a{d.kv.get(), 0, d.tables[size_t(s)], ctx, 0.125f};
       const int64_t off = (int64_t(s) * kHeads + h0) * kDim;
       attention_group(a, h0 / kGroup, n_q, d.q.data() + off, kDim, out.data() + off, kDim,
                       scratch.data() + thread * per);
@@ -91,7 +91,7 @@ void BM_Attention(benchmark::State& state, Isa isa, int threads, bool per_head) 
   }
   set_isa(saved);
   // Bytes of K/V one decode step must read (the per-head split reads them 8 times).
-  state.SetBytesProcessed(int64_t(state.iterations()) * kSeqs * kCtx * kKvHeads * kDim * 2 * 2);
+  state.SetBytesProcessed(int64_t(state.iterations()) * kSeqs * ctx * kKvHeads * kDim * 2 * 2);
 }
 
 void register_all() {
@@ -101,9 +101,16 @@ void register_all() {
         benchmark::RegisterBenchmark((std::string(per_head ? "AttentionDecode/PerHead/" : "AttentionDecode/Grouped/") +
                                       std::string(isa_name(isa)) + "/threads:" + std::to_string(threads))
                                          .c_str(),
-                                     BM_Attention, isa, threads, per_head)
+                                     BM_Attention, isa, threads, per_head, kCtx)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
+  // The first 256 positions of each sequence (4 MiB, in the last-level cache): the
+  // kernel's arithmetic without the DRAM stream.
+  for (Isa isa : {Isa::Avx2, Isa::Avx512})
+    benchmark::RegisterBenchmark(("AttentionDecode/Cached256/" + std::string(isa_name(isa)) + "/threads:1").c_str(),
+                                 BM_Attention, isa, 1, false, 256)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
 }
 
 const int kRegistered = (register_all(), 0);

@@ -20,11 +20,13 @@ int32_t detail::attention_tile_lanes(int32_t block_size) {
 
 // Floats of scratch, for whichever path runs, with bsp = block_size and dkp = head_dim_k
 // rounded up to 16, and 16 floats of room to align the start to 64 bytes:
-//   kf [bsp * dkp]                   one K tile in f32 (scalar and AVX2 paths)
-//   vf [vn, to 16]                   one V tile in f32 (same): vn = block_size * dv, or a
+//   kf [max(bsp, tile lanes) * dkp]  one K tile in f32 (scalar path: a block; AVX2: a
+//                                    tile of attention_tile_blocks blocks)
+//   vf [tile blocks][vn, to 16]      its V tiles in f32 (same): vn = block_size * dv, or a
 //                                    scaled dtype's V codes (their padding included)
 //   sc [n_q][max(bsp, tile lanes)]   each row's scores, then its probabilities
 //   m, l, cr [n_q]                   per row: running max, sum of exp, this tile's rescale
+//   [2][tile lanes]                  AVX2, scaled dtypes: the tile's K and V scales
 //   [n_q][dk4], [n_q], [n_q]         int8, AVX-512: the query rows' codes (dk4 = head_dim_k
 //                                    rounded up to 4, over 4), their corrections and scales,
 //   [n_q][tile lanes / 4],           and a tile's 8-bit weights (probabilities times the
@@ -35,7 +37,9 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t lanes = detail::attention_tile_lanes(l.block_size), row = std::max<int64_t>(bsp, lanes);
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
-  return 16 + bsp * dkp + (vn + 15) / 16 * 16 + int64_t(n_q) * row + 3 * int64_t(n_q) + i8 + values_from_keys_floats(l);
+  const int64_t tb = detail::attention_tile_blocks(l.block_size);
+  return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 +
+         values_from_keys_floats(l);
 }
 
 bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa::Avx512 && !l.scaled(); }

@@ -24,7 +24,6 @@ namespace {
 #define ATTN_INLINE inline __attribute__((always_inline))
 
 constexpr float kNegInf = -__builtin_inff();
-constexpr int32_t kPrefetchTiles = 8;  // how far ahead prefetch_tile runs
 
 ATTN_INLINE __m256i first_lanes(int32_t k) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -94,6 +93,21 @@ ATTN_INLINE float fp8_one(DType t, uint8_t c) {
 template <DType T>
 void to_f32_n(const uint8_t* src, float* dst, int64_t n) {
   int64_t i = 0;
+  if constexpr (T == DType::F8_E4M3 || T == DType::F8_E5M2) {  // 16 at a time, as fp8x8 does 8
+    for (; i + 16 <= n; i += 16) {
+      const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      __m256i h;
+      if constexpr (T == DType::F8_E5M2) {
+        h = _mm256_slli_epi16(w, 8);
+      } else {
+        const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+        h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
+        h = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00), _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)));  // NaN
+      }
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+      _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+    }
+  }
   for (; i + 8 <= n; i += 8) {
     if constexpr (T == DType::F8_E4M3 || T == DType::F8_E5M2) {
       _mm256_storeu_ps(dst + i, fp8x8<T>(src + i));
@@ -138,20 +152,20 @@ ATTN_INLINE void i8_quads(const uint8_t* src, __m128i out[4]) {
 
 ATTN_INLINE __m256 i8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
 
-// An int8 K tile [ceil(dk / 4)][bs][4] -> kf[4 ceil(dk / 4)][bs], every slot.
-void i8_k_tile(const uint8_t* src, float* kf, int32_t bs, int32_t dk) {
+// An int8 K tile [ceil(dk / 4)][bs][4] -> kf[4 ceil(dk / 4)][ldk] columns [0, bs), every slot.
+void i8_k_tile(const uint8_t* src, float* kf, int64_t ldk, int32_t bs, int32_t dk) {
   const auto* c = reinterpret_cast<const int8_t*>(src);
   for (int32_t d4 = 0; d4 < (dk + 3) / 4; ++d4) {
     const int64_t in = int64_t(d4) * bs * 4;
-    float* row = kf + int64_t(4 * d4) * bs;  // rows 4 d4 .. 4 d4 + 3
+    float* row = kf + 4 * d4 * ldk;  // rows 4 d4 .. 4 d4 + 3
     int32_t j = 0;
     for (; j + 8 <= bs; j += 8) {
       __m128i b[4];
       i8_quads(src + in + 4 * j, b);
-      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(row + k * bs + j, i8x8(b[k]));
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(row + k * ldk + j, i8x8(b[k]));
     }
     for (; j < bs; ++j)
-      for (int k = 0; k < 4; ++k) row[k * bs + j] = float(c[in + 4 * j + k]);
+      for (int k = 0; k < 4; ++k) row[k * ldk + j] = float(c[in + 4 * j + k]);
   }
 }
 
@@ -194,7 +208,7 @@ ATTN_INLINE float hmax(__m256 v) {
 // Lanes past the tile's keys are -inf.
 template <int R, int G, bool Scaled>
 ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs, int32_t dk, int32_t g0, int32_t n,
-                        const float* ks, __m256 unit, __m256 scale, float* s, int64_t lds) {
+                        const float* ks, __m256 scale, float* s, int64_t lds) {
   __m256 acc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm256_setzero_ps();
@@ -211,7 +225,7 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs
   __m256 ksv[G];
   for (int g = 0; g < G; ++g) {
     live[g] = first_lanes(n - 8 * (g0 + g));
-    if constexpr (Scaled) ksv[g] = _mm256_mul_ps(_mm256_maskload_ps(ks + 8 * (g0 + g), live[g]), unit);
+    if constexpr (Scaled) ksv[g] = _mm256_maskload_ps(ks + 8 * (g0 + g), live[g]);
   }
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) {
@@ -225,13 +239,13 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs
 // The scores of rows [0, n_q) over groups [g0, g0 + G): four rows at a time.
 template <int G, bool Scaled>
 ATTN_INLINE void scores_rows(const float* q, int64_t ldq, int32_t n_q, const float* kf, int32_t bs, int32_t dk, int32_t g0,
-                             int32_t n, const float* ks, __m256 unit, __m256 scale, float* s, int64_t lds) {
+                             int32_t n, const float* ks, __m256 scale, float* s, int64_t lds) {
   int32_t i = 0;
-  for (; i + 4 <= n_q; i += 4) scores<4, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds);
+  for (; i + 4 <= n_q; i += 4) scores<4, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds);
   switch (n_q - i) {
-    case 1: scores<1, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
-    case 2: scores<2, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
-    case 3: scores<3, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, unit, scale, s + i * lds, lds); break;
+    case 1: scores<1, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
+    case 2: scores<2, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
+    case 3: scores<3, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
     default: break;
   }
 }
@@ -307,85 +321,126 @@ void scale_row(float* o, int32_t dv, __m256 x) {
   }
 }
 
-// Asks for the K/V of tile t (if any) ahead of its use: blocks lie scattered in the pool,
-// so the hardware prefetchers, which follow one stream within a page, cannot guess them
-// (two tiles ahead: measurably faster on bench_attention's decode, 1 and 2 threads).
-ATTN_INLINE void prefetch_tile(const AttnView& a, int32_t t, int32_t n_tiles, int64_t k_bytes, int64_t v_bytes) {
-  if (t >= n_tiles) return;
+// Asks for the K/V of block table entry t (if any) ahead of its use: blocks lie scattered
+// in the pool, so the hardware prefetchers, which follow one stream within a page, cannot
+// guess them.
+ATTN_INLINE void prefetch_block(const AttnView& a, int32_t t, int32_t n_blocks, int64_t k_bytes, int64_t v_bytes) {
+  if (t >= n_blocks) return;
   const char* kb = reinterpret_cast<const char*>(a.k0 + a.blocks[t] * a.k_block_stride);
   const char* vb = reinterpret_cast<const char*>(a.v0 + a.blocks[t] * a.v_block_stride);
   for (int64_t x = 0; x < k_bytes; x += 64) _mm_prefetch(kb + x, _MM_HINT_T0);
   for (int64_t x = 0; x < v_bytes; x += 64) _mm_prefetch(vb + x, _MM_HINT_T0);
 }
 
+// One block's K tile [dk][bs] (int8: [dk / 4][bs][4]) into columns [0, bs) of kf, rows
+// ldk floats apart, every slot.
+template <DType T>
+ATTN_INLINE void k_block_f32(const uint8_t* kb, float* kf, int64_t ldk, int32_t bs, int32_t dk) {
+  constexpr int64_t esz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
+  if constexpr (T == DType::I8) {
+    i8_k_tile(kb, kf, ldk, bs, dk);
+  } else if (ldk == bs) {
+    to_f32_n<T>(kb, kf, int64_t(bs) * dk);
+  } else {
+    for (int32_t d = 0; d < dk; ++d) to_f32_n<T>(kb + int64_t(d) * bs * esz, kf + d * ldk, bs);
+  }
+}
+
+// One block's first n V rows into vf[n][dv].
+template <DType T>
+ATTN_INLINE void v_block_f32(const uint8_t* vb, float* vf, int32_t n, int32_t dv) {
+  if constexpr (T == DType::I8) i8_v_tile(vb, vf, n, dv);
+  else to_f32_n<T>(vb, vf, int64_t(n) * dv);
+}
+
+// A tile is attention_tile_blocks consecutive blocks of the table (about kTileKeys keys,
+// as on the AVX-512 path), so the online softmax's per-row work (max, rescale, sums, the
+// output's load and store) is paid once per tile, not per block. Tiles are aligned to
+// absolute positions, which keeps a row's arithmetic that of the row alone.
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   const int32_t dk = a.dk, dv = a.dv, bs = a.block_size;
-  // The scratch layout of attention_scratch_floats (sized for 16-key groups).
-  const int32_t bsp = (bs + 15) / 16 * 16, dkp = (dk + 15) / 16 * 16;
+  const int32_t tb = attention_tile_blocks(bs), lanes = attention_tile_lanes(bs);
+  const int32_t tk = tb * bs;  // a whole tile's keys, key j of block b in column b * bs + j
+  // The scratch layout of attention_scratch_floats.
+  const int32_t dkp = (dk + 15) / 16 * 16;
   float* kf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-  //                                         [dk][bs] K tile in f32 (room for bsp * dkp)
-  float* vf = kf + int64_t(bsp) * dkp;    // [bs][dv] V tile in f32
-  float* sc = vf + (int64_t(bs) * dv + 15) / 16 * 16;  // [n_q][bsp] scores, then probabilities
-  float* m = sc + int64_t(n_q) * bsp;     // [n_q] running max
-  float* l = m + n_q;                     // [n_q] running sum of exp
-  float* cr = l + n_q;                    // [n_q] this tile's rescale of the running state
+  //                                       [dk][tk] K tile in f32 (room for lanes * dkp)
+  float* vf = kf + int64_t(lanes) * dkp;  // [tk][dv] V tile in f32
+  float* sc = vf + int64_t(tb) * ((int64_t(bs) * dv + 15) / 16 * 16);  // [n_q][lanes] scores, then probabilities
+  float* m = sc + int64_t(n_q) * lanes;  // [n_q] running max
+  float* l = m + n_q;                    // [n_q] running sum of exp
+  float* cr = l + n_q;                   // [n_q] this tile's rescale of the running state
+  float* ks = cr + n_q;                  // [lanes] scaled dtypes: the keys' scales in the codes' unit
+  float* vs = ks + lanes;                // [lanes] and the values'
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
     l[i] = 0.f;
     for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] = 0.f;
   }
-  const __m256 scale = _mm256_set1_ps(a.scale), unit = _mm256_set1_ps(kCodeUnit<T>);
+  const __m256 scale = _mm256_set1_ps(a.scale);
 
-  const int32_t n_tiles = (a.n_ctx + bs - 1) / bs;
+  const int32_t n_blocks = (a.n_ctx + bs - 1) / bs;
   constexpr int64_t esz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
   // Codes and (scaled dtypes) the slots' scales after them.
-  const int64_t k_tile_bytes = kScaled<T> ? a.k_scales_off + 4 * int64_t(bs) : int64_t(bs) * dk * esz;
-  const int64_t v_tile_bytes = kScaled<T> ? a.v_scales_off + 4 * int64_t(bs) : int64_t(bs) * dv * esz;
-  for (int32_t t = 0; t < kPrefetchTiles; ++t) prefetch_tile(a, t, n_tiles, k_tile_bytes, v_tile_bytes);
-  for (int32_t t = 0; t < n_tiles; ++t) {
-    const int32_t rest = a.n_ctx - t * bs, n = rest < bs ? rest : bs;
-    const int32_t ng = (n + 7) / 8;  // groups of 8 keys
-    prefetch_tile(a, t + kPrefetchTiles, n_tiles, k_tile_bytes, v_tile_bytes);
-    const uint8_t* kb = a.k0 + a.blocks[t] * a.k_block_stride;
-    const uint8_t* vb = a.v0 + a.blocks[t] * a.v_block_stride;
-    const float* ks = reinterpret_cast<const float*>(kb + a.k_scales_off);  // [bs], scaled dtypes
-    const float* vs = reinterpret_cast<const float*>(vb + a.v_scales_off);
-    // [dk][bs], slots past n too (never used)
-    if constexpr (T == DType::I8) i8_k_tile(kb, kf, bs, dk);
-    else to_f32_n<T>(kb, kf, int64_t(bs) * dk);
-    const float* vt = T == DType::F32 ? reinterpret_cast<const float*>(vb) : vf;
-    if constexpr (T == DType::I8) i8_v_tile(vb, vf, n, dv);
-    else if constexpr (T != DType::F32) to_f32_n<T>(vb, vf, int64_t(n) * dv);
+  const int64_t k_bytes = kScaled<T> ? a.k_scales_off + 4 * int64_t(bs) : int64_t(bs) * dk * esz;
+  const int64_t v_bytes = kScaled<T> ? a.v_scales_off + 4 * int64_t(bs) : int64_t(bs) * dv * esz;
+  // A tile ahead, at least two blocks (two tiles were no faster on bench_attention).
+  const int32_t ahead = tb > 2 ? tb : 2;
+  for (int32_t t = 0; t < ahead; ++t) prefetch_block(a, t, n_blocks, k_bytes, v_bytes);
+  for (int32_t b0 = 0; b0 < n_blocks; b0 += tb) {
+    const int32_t nb = n_blocks - b0 < tb ? n_blocks - b0 : tb;
+    const int32_t rest = a.n_ctx - b0 * bs, n = rest < tk ? rest : tk;  // keys in this tile
+    const int32_t ng = (n + 7) / 8;                                       // groups of 8 keys
+    for (int32_t b = 0; b < nb; ++b) {
+      prefetch_block(a, b0 + ahead + b, n_blocks, k_bytes, v_bytes);
+      const uint8_t* kb = a.k0 + a.blocks[b0 + b] * a.k_block_stride;
+      const uint8_t* vb = a.v0 + a.blocks[b0 + b] * a.v_block_stride;
+      const int32_t nv = n - b * bs < bs ? n - b * bs : bs;  // this block's keys
+      k_block_f32<T>(kb, kf + b * bs, tk, bs, dk);           // slots past n too (never used)
+      v_block_f32<T>(vb, vf + int64_t(b) * bs * dv, nv, dv);
+      if constexpr (kScaled<T>) {
+        const float* sk = reinterpret_cast<const float*>(kb + a.k_scales_off);  // [bs]
+        const float* sv = reinterpret_cast<const float*>(vb + a.v_scales_off);
+        for (int32_t j = 0; j < nv; ++j) ks[b * bs + j] = sk[j] * kCodeUnit<T>, vs[b * bs + j] = sv[j] * kCodeUnit<T>;
+      }
+    }
 
     // Each step over all rows before the next, as in attention_avx512.cpp.
     for (int32_t g = 0; g < ng; g += 2) {
-      if (ng - g >= 2) scores_rows<2, kScaled<T>>(q, ldq, n_q, kf, bs, dk, g, n, ks, unit, scale, sc, bsp);
-      else scores_rows<1, kScaled<T>>(q, ldq, n_q, kf, bs, dk, g, n, ks, unit, scale, sc, bsp);
+      if (ng - g >= 2) scores_rows<2, kScaled<T>>(q, ldq, n_q, kf, tk, dk, g, n, ks, scale, sc, lanes);
+      else scores_rows<1, kScaled<T>>(q, ldq, n_q, kf, tk, dk, g, n, ks, scale, sc, lanes);
     }
-    for (int32_t i = 0; i < n_q; ++i) {
-      float* si = sc + int64_t(i) * bsp;
+    for (int32_t i = 0; i < n_q; ++i) {  // cr: the new running max, for now
+      const float* si = sc + int64_t(i) * lanes;
       __m256 vmax = _mm256_loadu_ps(si);
       for (int32_t g = 1; g < ng; ++g) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(si + 8 * g));
       const float tile_max = hmax(vmax);
-      const float m_new = m[i] > tile_max ? m[i] : tile_max;
-      const __m256 mv = _mm256_set1_ps(m_new);
+      cr[i] = m[i] > tile_max ? m[i] : tile_max;
+    }
+    for (int32_t i = 0; i < n_q; i += 8) {  // eight rows' rescales in one vector exp
+      alignas(32) float mo[8] = {}, mn[8] = {}, e[8];
+      const int32_t k = n_q - i < 8 ? n_q - i : 8;
+      for (int32_t r = 0; r < k; ++r) mo[r] = m[i + r], mn[r] = cr[i + r];
       // 0 on the first tile (m = -inf).
-      cr[i] = _mm256_cvtss_f32(exp8(_mm256_set1_ps(m[i] - m_new)));
+      _mm256_store_ps(e, exp8(_mm256_sub_ps(_mm256_load_ps(mo), _mm256_load_ps(mn))));
+      for (int32_t r = 0; r < k; ++r) m[i + r] = mn[r], cr[i + r] = e[r];
+    }
+    for (int32_t i = 0; i < n_q; ++i) {
+      float* si = sc + int64_t(i) * lanes;
+      const __m256 mv = _mm256_set1_ps(m[i]);
       __m256 psum = _mm256_setzero_ps();
       for (int32_t g = 0; g < ng; ++g) {
         __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(si + 8 * g), mv));
         psum = _mm256_add_ps(psum, p);
         // P.V weighs a scaled dtype's codes by the probabilities times the values' scales.
-        if constexpr (kScaled<T>)
-          p = _mm256_mul_ps(p, _mm256_mul_ps(_mm256_maskload_ps(vs + 8 * g, first_lanes(n - 8 * g)), unit));
+        if constexpr (kScaled<T>) p = _mm256_mul_ps(p, _mm256_maskload_ps(vs + 8 * g, first_lanes(n - 8 * g)));
         _mm256_storeu_ps(si + 8 * g, p);
       }
       l[i] = l[i] * cr[i] + hsum(psum);
-      m[i] = m_new;
     }
-    pv_all(vt, dv, sc, bsp, n_q, n, cr, out, ldo, dv);
+    pv_all(vf, dv, sc, lanes, n_q, n, cr, out, ldo, dv);
   }
   for (int32_t i = 0; i < n_q; ++i) scale_row(out + i * ldo, dv, _mm256_set1_ps(l[i] > 0.f ? 1.f / l[i] : 0.f));
 }
