@@ -17,9 +17,9 @@
 namespace ridge {
 
 namespace {
-const std::array<const ArchSpec*, 5>& all_archs() {
-  static const std::array<const ArchSpec*, 5> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
-                                                &arch_deepseek2()};
+const std::array<const ArchSpec*, 6>& all_archs() {
+  static const std::array<const ArchSpec*, 6> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
+                                                &arch_deepseek2(), &arch_phi3()};
   return a;
 }
 }  // namespace

@@ -66,6 +66,10 @@ struct ArchSpec {
   void (*read_hparams)(const gguf::File& f, HParams& h) = nullptr;
   // Takes rope.scaling.type yarn (its loader folds the factors into rope_freqs).
   bool yarn = false;
+  // The file holds q, k and v as one attn_qkv tensor, and the gate's and up's rows as one
+  // ffn_up (what mkmodel writes; the loader cuts them into views).
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
@@ -89,6 +93,7 @@ const ArchSpec& arch_qwen2();
 const ArchSpec& arch_qwen3();
 const ArchSpec& arch_qwen3moe();
 const ArchSpec& arch_deepseek2();
+const ArchSpec& arch_phi3();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 std::string arch_names();                          // "llama, qwen2, qwen3, ..."
 

@@ -45,6 +45,8 @@ constexpr Preset kPresets[] = {
     {"llama3.2-1b", "llama", 128256, 131072, 2048, 16, 32, 8, 64, 8192, 500000.f, 1e-5f, true, true},
     {"qwen2.5-0.5b", "qwen2", 151936, 32768, 896, 24, 14, 2, 64, 4864, 1000000.f, 1e-6f, true, false},
     {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
+    // Phi-3-mini-4k: fused projections (arch phi3), no LongRoPE.
+    {"phi-3-mini", "phi3", 32064, 4096, 3072, 32, 32, 32, 96, 8192, 10000.f, 1e-5f, false, false},
     // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
     {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
@@ -325,9 +327,13 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       matrix(b + "ffn_down_shexp.weight", Fs, E, 1.0);
       continue;
     }
-    matrix(b + "attn_q.weight", E, nq, 1.0);
-    matrix(b + "attn_k.weight", E, nkv, 1.0);
-    matrix(b + "attn_v.weight", E, nkv, 1.0);
+    if (arch->fused_qkv) {
+      matrix(b + "attn_qkv.weight", E, nq + 2 * nkv, 1.0);
+    } else {
+      matrix(b + "attn_q.weight", E, nq, 1.0);
+      matrix(b + "attn_k.weight", E, nkv, 1.0);
+      matrix(b + "attn_v.weight", E, nkv, 1.0);
+    }
     matrix(b + "attn_output.weight", nq, E, 1.0);
     if (arch->qkv_bias) {
       vec(b + "attn_q.bias", nq, 0.0, 0.1);
@@ -348,8 +354,12 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       matrix_as(b + "ffn_down_exps.weight", opt.dtype, p.n_ff_exp, E, p.n_expert, 1.0);
       continue;
     }
-    matrix(b + "ffn_gate.weight", E, p.n_ff, 1.0);
-    matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
+    if (arch->fused_gate_up) {
+      matrix(b + "ffn_up.weight", E, 2 * int64_t(p.n_ff), 1.0);  // the gate's rows, then up's
+    } else {
+      matrix(b + "ffn_gate.weight", E, p.n_ff, 1.0);
+      matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
+    }
     matrix(b + "ffn_down.weight", p.n_ff, E, 1.0);
   }
   w.write(out_path);

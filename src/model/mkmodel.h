@@ -10,8 +10,8 @@
 namespace ridge {
 
 struct MkModelOptions {
-  std::string arch;            // llama, qwen2, qwen3; empty: the preset's own
-  std::string preset = "tiny"; // tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b
+  std::string arch;            // llama, qwen2, qwen3, phi3, ...; empty: the preset's own
+  std::string preset = "tiny"; // tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini, ...
   DType dtype = DType::F32;    // matrices; norms and biases stay f32
   uint64_t seed = 42;
   std::string vocab_path;      // copy tokenizer.* from this GGUF; empty: synthetic SPM vocab

@@ -63,7 +63,7 @@ std::string load_error(const std::string& path) {
 }
 
 TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
-  for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3"}) {
     auto m = Model::load(made(name));
     EXPECT_STREQ(m->arch().name, name);
     EXPECT_EQ(&m->arch(), find_arch(name));
@@ -75,7 +75,54 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
   EXPECT_EQ(find_arch("gpt2"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3");
+}
+
+// phi3's fused tensors become views of their row ranges: q, k, v one after another in
+// attn_qkv, the gate's rows before up's in ffn_up. LongRoPE files are refused by name.
+TEST(Arch, Phi3CutsItsFusedTensorsIntoViews) {
+  const std::string path = made("phi3");
+  auto m = Model::load(path);
+  const HParams& h = m->hparams();
+  auto f = gguf::File::open(path);
+  for (int32_t il = 0; il < h.n_layer; ++il) {
+    const LayerWeights& L = m->weights().layers[size_t(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const gguf::TensorInfo* qkv = f->find_tensor(p + "attn_qkv.weight");
+    const gguf::TensorInfo* up = f->find_tensor(p + "ffn_up.weight");
+    ASSERT_TRUE(qkv && up);
+    const int64_t row = int64_t(h.n_embd) * 4;  // f32
+    ASSERT_EQ(L.wq.n_out, h.n_q());
+    ASSERT_EQ(L.wk.n_out, h.n_kv_k());
+    ASSERT_EQ(L.wv.n_out, h.n_kv_v());
+    // The same bytes as the file's rows (the model maps the file: compare contents).
+    EXPECT_EQ(std::memcmp(L.wq.data, qkv->data, size_t(h.n_q() * row)), 0);
+    EXPECT_EQ(std::memcmp(L.wk.data, qkv->data + h.n_q() * row, size_t(h.n_kv_k() * row)), 0);
+    EXPECT_EQ(std::memcmp(L.wv.data, qkv->data + (h.n_q() + h.n_kv_k()) * row, size_t(h.n_kv_v() * row)), 0);
+    EXPECT_EQ(std::memcmp(L.w_gate.data, up->data, size_t(h.n_ff * row)), 0);
+    EXPECT_EQ(std::memcmp(L.w_up.data, up->data + h.n_ff * row, size_t(h.n_ff * row)), 0);
+  }
+  for (const char* t : {"blk.1.attn_qkv.weight", "blk.0.ffn_up.weight"}) {
+    const std::string msg = load_error(without(path, t));
+    EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
+  }
+  {  // LongRoPE's factors: refused, naming the tensor
+    gguf::Writer w;
+    for (const auto& [k, v] : f->kv())
+      if (k != "general.alignment") w.set_value(k, v);
+    for (const auto& t : f->tensors()) {
+      const gguf::TensorInfo* src = &t;
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                   [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
+    }
+    w.add_tensor("rope_factors_long.weight", DType::F32, {int64_t(h.rope_dim / 2)},
+                 std::vector<uint8_t>(size_t(h.rope_dim / 2) * 4, 0));
+    const std::string out = path + ".longrope.gguf";
+    w.write(out);
+    const std::string msg = load_error(out);
+    EXPECT_NE(msg.find("LongRoPE"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rope_factors_long.weight"), std::string::npos) << msg;
+  }
 }
 
 // deepseek2 reads latent attention's tensors in place of q/k/v, a dense FFN in its leading

@@ -2,10 +2,10 @@
 // attention_group after a CPU check). Same linkage rule as attention_avx512.cpp: nothing
 // here may be an inline function of a shared header.
 //
-// Per block: the K and V tiles converted to f32 once, then the scores of up to four
-// query rows at a time, 8 keys to a vector (K's dimension-major tile puts 8 keys of one
-// dimension in one load, which the rows share), a vector exp, p.V accumulated over
-// head_dim. The 8-bit dtypes convert their codes unscaled (int8's interleaved tiles
+// Per tile of about 64 keys (whole blocks, as on the AVX-512 path): the blocks' K and V
+// converted to f32 once, then the scores of up to four query rows at a time, 8 keys to
+// a vector (K's dimension-major tile puts 8 keys of one dimension in one load, which the
+// rows share), a vector exp, p.V of three rows at a time accumulated over head_dim. The 8-bit dtypes convert their codes unscaled (int8's interleaved tiles
 // transposed on the way): a key's scale multiplies its dot product and a value's its
 // probability, once per tile, as on the AVX-512 path. Each row's arithmetic is that of
 // the row alone, whatever rows share the call.
@@ -202,18 +202,18 @@ ATTN_INLINE float hmax(__m256 v) {
 }
 
 // Row r's s[8g, 8g + 8) = (q_r . k_j) * scale for rows r < R and the keys of groups
-// g0..g0+G-1 of an f32 K tile kf[dk][bs] (key j in lane j % 8 of group j / 8; one fma
+// g0..g0+G-1 of an f32 K tile kf[dk][ldk] (key j in lane j % 8 of group j / 8; one fma
 // chain per row and key over d = 0..dk-1, the rows sharing each load of K). A scaled
 // dtype's dot products are times their keys' scales (ks, in the codes' unit) first.
 // Lanes past the tile's keys are -inf.
 template <int R, int G, bool Scaled>
-ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs, int32_t dk, int32_t g0, int32_t n,
+ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t ldk, int32_t dk, int32_t g0, int32_t n,
                         const float* ks, __m256 scale, float* s, int64_t lds) {
   __m256 acc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm256_setzero_ps();
   for (int32_t d = 0; d < dk; ++d) {
-    const float* row = kf + int64_t(d) * bs + 8 * g0;
+    const float* row = kf + int64_t(d) * ldk + 8 * g0;
     __m256 kv[G];
     for (int g = 0; g < G; ++g) kv[g] = _mm256_loadu_ps(row + 8 * g);
     for (int r = 0; r < R; ++r) {
@@ -238,14 +238,14 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const float* kf, int32_t bs
 
 // The scores of rows [0, n_q) over groups [g0, g0 + G): four rows at a time.
 template <int G, bool Scaled>
-ATTN_INLINE void scores_rows(const float* q, int64_t ldq, int32_t n_q, const float* kf, int32_t bs, int32_t dk, int32_t g0,
+ATTN_INLINE void scores_rows(const float* q, int64_t ldq, int32_t n_q, const float* kf, int32_t ldk, int32_t dk, int32_t g0,
                              int32_t n, const float* ks, __m256 scale, float* s, int64_t lds) {
   int32_t i = 0;
-  for (; i + 4 <= n_q; i += 4) scores<4, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds);
+  for (; i + 4 <= n_q; i += 4) scores<4, G, Scaled>(q + i * ldq, ldq, kf, ldk, dk, g0, n, ks, scale, s + i * lds, lds);
   switch (n_q - i) {
-    case 1: scores<1, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
-    case 2: scores<2, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
-    case 3: scores<3, G, Scaled>(q + i * ldq, ldq, kf, bs, dk, g0, n, ks, scale, s + i * lds, lds); break;
+    case 1: scores<1, G, Scaled>(q + i * ldq, ldq, kf, ldk, dk, g0, n, ks, scale, s + i * lds, lds); break;
+    case 2: scores<2, G, Scaled>(q + i * ldq, ldq, kf, ldk, dk, g0, n, ks, scale, s + i * lds, lds); break;
+    case 3: scores<3, G, Scaled>(q + i * ldq, ldq, kf, ldk, dk, g0, n, ks, scale, s + i * lds, lds); break;
     default: break;
   }
 }
