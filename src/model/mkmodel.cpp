@@ -90,7 +90,9 @@ const Preset& find_preset(const std::string& name) {
 }
 
 
-void synthetic_vocab(gguf::Writer& w, int32_t n_vocab) {
+// with_endoftext: the last token is the control token <|endoftext|>, which llama.cpp
+// looks up by text in any vocabulary of a model named like Phi-3.
+void synthetic_vocab(gguf::Writer& w, int32_t n_vocab, bool with_endoftext) {
   RIDGE_CHECK(n_vocab >= 259 + 26, "a synthetic vocabulary needs at least 285 tokens, preset asks for {}", n_vocab);
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -108,6 +110,7 @@ void synthetic_vocab(gguf::Writer& w, int32_t n_vocab) {
     toks.push_back(k % 2 ? s : sp + s);
   }
   types.resize(toks.size(), 1);
+  if (with_endoftext) toks.back() = "<|endoftext|>", types.back() = 3;
   std::vector<float> scores(toks.size(), 0.f);
   for (size_t i = 259; i < toks.size(); ++i) scores[i] = -float(i - 259);
   w.set_str("tokenizer.ggml.model", "llama");
@@ -238,7 +241,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     for (const auto& [key, val] : vocab->kv())
       if (key.substr(0, 10) == "tokenizer.") w.set_value(key, val);
   } else {
-    synthetic_vocab(w, n_vocab);
+    synthetic_vocab(w, n_vocab, arch_name == "phi3");
   }
   w.set_u32(a + "vocab_size", uint32_t(n_vocab));
 
