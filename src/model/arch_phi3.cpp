@@ -4,6 +4,16 @@
 // (separate attn_q/k/v are read too, as llama.cpp does), and ffn_up holds the gate's rows
 // then up's. The fused tensors become views of their row ranges, which the CPU backend
 // packs as it packs separate matrices.
+//
+// LongRoPE (the 128k-context models): rope_factors_long / rope_factors_short divide each
+// rotation pair's frequency, long where the context runs past the one the short factors
+// were trained for (rope.scaling.original_context_length), as llama.cpp chooses them by
+// its context per sequence. ridge's context is the file's context_length, so a file whose
+// context_length is past the original always runs the long factors, at every position.
+// rope.scaling.attn_factor scales the rotated q and k alike (llama.cpp multiplies cos and
+// sin by it): the scores by its square, which kq_scale takes.
+#include <cmath>
+
 #include "core/error.h"
 #include "model/arch.h"
 #include "model/model.h"
@@ -11,12 +21,38 @@
 namespace ridge {
 namespace {
 
+void read_hparams(const gguf::File& f, HParams& h) {
+  const std::string a = h.arch + ".";
+  if (auto v = f.get_uint(a + "rope.scaling.original_context_length")) {
+    if (*v == 0 || *v > (1u << 24))
+      fail("{}: {}rope.scaling.original_context_length {} is out of range (1..2^24)", f.name(), a, *v);
+    h.longrope_orig_ctx = int32_t(*v);
+  }
+  if (auto af = f.get_float(a + "rope.scaling.attn_factor")) {
+    if (!(*af > 0 && *af < 16)) fail("{}: {}rope.scaling.attn_factor {} is out of range (0, 16)", f.name(), a, *af);
+    if (*af != 1.0 && h.rope_dim != h.head_dim_k)
+      fail("{}: {}rope.scaling.attn_factor with a partial rotation (rope.dimension_count {} of {}) is not supported",
+           f.name(), a, h.rope_dim, h.head_dim_k);
+    h.rope_attn_factor = float(*af);
+    h.kq_scale = h.rope_attn_factor * h.rope_attn_factor / std::sqrt(float(h.head_dim_k));
+  }
+}
+
 void load(TensorLoader& ld, const HParams& h, Weights& w) {
-  // LongRoPE (the 128k-context models): per-dimension factors, long or short by context,
-  // and an attention factor. Not read yet: refused rather than run with plain RoPE.
-  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
-    if (ld.find(name)) fail("{}: phi3 LongRoPE scaling ('{}') is not supported yet", ld.file().name(), name);
   if (h.moe()) fail("{}: {}.expert_count is {}, but phi3 has no mixture of experts", ld.file().name(), h.arch, h.n_expert);
+  const bool has_long = ld.find("rope_factors_long.weight"), has_short = ld.find("rope_factors_short.weight");
+  if (has_long || has_short) {
+    if (!(has_long && has_short))
+      fail("{}: phi3 LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; '{}' is missing",
+           ld.file().name(), has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    if (h.longrope_orig_ctx == 0)
+      fail("{}: phi3 LongRoPE factors without {}.rope.scaling.original_context_length", ld.file().name(), h.arch);
+    auto f_long = ld.vec("rope_factors_long.weight", h.rope_dim / 2);
+    auto f_short = ld.vec("rope_factors_short.weight", h.rope_dim / 2);
+    w.rope_freqs = h.n_ctx_train > h.longrope_orig_ctx ? std::move(f_long) : std::move(f_short);
+    for (float x : w.rope_freqs)
+      if (!(x > 0) || !std::isfinite(x)) fail("{}: a phi3 LongRoPE factor is {} (factors must be finite and positive)", ld.file().name(), x);
+  }
   load_embeddings(ld, h, w);
   for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {
     L.attn_norm = ld.vec(p + "attn_norm.weight", h.n_embd);
@@ -44,6 +80,7 @@ const ArchSpec& arch_phi3() {
                           .qkv_bias = false,
                           .qk_norm = false,
                           .load = load,
+                          .read_hparams = read_hparams,
                           .fused_qkv = true,
                           .fused_gate_up = true};
   return s;

@@ -59,6 +59,11 @@ struct HParams {
   float yarn_factor = 0.f;
   int32_t yarn_orig_ctx = 0;
   float yarn_log_mul = 0.f;
+  // LongRoPE (phi3): the context its short factors were trained for
+  // (rope.scaling.original_context_length; 0: none) and the factor both q's and k's
+  // rotations are scaled by (rope.scaling.attn_factor), folded into kq_scale.
+  int32_t longrope_orig_ctx = 0;
+  float rope_attn_factor = 1.f;
 
   int32_t n_q() const { return n_head * head_dim_k; }     // width of q
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }

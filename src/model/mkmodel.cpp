@@ -34,6 +34,8 @@ struct Preset {
   float yarn_factor = 0.f;
   int32_t yarn_orig_ctx = 0;
   float yarn_mscale_all_dim = 0.f;
+  // phi3 LongRoPE: rope_factors_long/short and the original context (0: none).
+  int32_t longrope_orig_ctx = 0;
 };
 
 // Shapes of the real models (config.json of each), vocabulary sizes included.
@@ -47,6 +49,10 @@ constexpr Preset kPresets[] = {
     {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
     // Phi-3-mini-4k: fused projections (arch phi3), no LongRoPE.
     {"phi-3-mini", "phi3", 32064, 4096, 3072, 32, 32, 32, 96, 8192, 10000.f, 1e-5f, false, false},
+    // tiny phi3 with LongRoPE: a context (256) past the original (32) runs the long factors.
+    {.name = "phi3-longrope-tiny", .arch = "phi3", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
+     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-5f, .tied = false,
+     .llama3_rope = false, .longrope_orig_ctx = 32},
     // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
     {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
@@ -294,6 +300,24 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     std::vector<uint8_t> bytes(f.size() * 4);
     std::memcpy(bytes.data(), f.data(), bytes.size());
     w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())}, std::move(bytes));
+  }
+  if (p.longrope_orig_ctx > 0) {
+    // Factors as the 128k models have them: near 1 for the fast pairs, growing for the
+    // slow ones (long up to 8, short up to 1.5); attn_factor as Phi-3's converter computes
+    // it from the context's growth.
+    const int32_t ctx = opt.ctx > 0 ? opt.ctx : p.n_ctx, half = head_dim / 2;
+    for (const auto& [name, top] : {std::pair{"rope_factors_long.weight", 8.0}, std::pair{"rope_factors_short.weight", 1.5}}) {
+      std::vector<uint8_t> bytes(size_t(half) * 4);
+      for (int32_t i = 0; i < half; ++i) {
+        const float x = float(1.0 + (top - 1.0) * double(i) / double(half - 1));
+        std::memcpy(bytes.data() + 4 * i, &x, 4);
+      }
+      w.add_tensor(name, DType::F32, {int64_t(half)}, std::move(bytes));
+    }
+    const double scale = double(ctx) / p.longrope_orig_ctx;
+    w.set_u32(a + "rope.scaling.original_context_length", uint32_t(p.longrope_orig_ctx));
+    w.set_f32(a + "rope.scaling.attn_factor",
+              scale <= 1.0 ? 1.f : float(std::sqrt(1.0 + std::log(scale) / std::log(double(p.longrope_orig_ctx)))));
   }
   for (int32_t il = 0; il < n_layer; ++il) {
     const std::string b = fmt::format("blk.{}.", il);

@@ -41,7 +41,7 @@ else
 fi
 
 prompts=("hello world" "the quick brown fox jumps over the lazy dog" "a")
-for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny llama:tiny-llama3; do
+for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny phi3:phi3-longrope-tiny llama:tiny-llama3; do
   arch=${spec%%:*}
   preset=${spec##*:}
   for dtype in f32 f16 bf16 q8_0 q4_0; do

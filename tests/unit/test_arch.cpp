@@ -2,6 +2,7 @@
 // name) and the forward asks the architecture where it differs, not which weights exist.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -106,25 +107,40 @@ TEST(Arch, Phi3CutsItsFusedTensorsIntoViews) {
     const std::string msg = load_error(without(path, t));
     EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
   }
-  {  // LongRoPE's factors: refused, naming the tensor
-    gguf::Writer w;
-    for (const auto& [k, v] : f->kv())
-      if (k != "general.alignment") w.set_value(k, v);
-    for (const auto& t : f->tensors()) {
-      const gguf::TensorInfo* src = &t;
-      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
-                   [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
-    }
-    w.add_tensor("rope_factors_long.weight", DType::F32, {int64_t(h.rope_dim / 2)},
-                 std::vector<uint8_t>(size_t(h.rope_dim / 2) * 4, 0));
-    const std::string out = path + ".longrope.gguf";
-    w.write(out);
-    const std::string msg = load_error(out);
-    EXPECT_NE(msg.find("LongRoPE"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("rope_factors_long.weight"), std::string::npos) << msg;
-  }
 }
 
+// phi3's LongRoPE: the long factors where the file's context is past the original one,
+// the short ones otherwise; attn_factor squared in the score scale; an incomplete set
+// refused by name.
+TEST(Arch, Phi3LongRopeChoosesItsFactorsByContext) {
+  const std::string path = testing::TempDir() + "/arch-phi3-longrope.gguf";
+  make_model({"", "phi3-longrope-tiny", DType::F32, 11, "", 0, 2}, path);
+  auto f = gguf::File::open(path);
+  auto factors = [&](const char* name) {
+    const gguf::TensorInfo* t = f->find_tensor(name);
+    EXPECT_TRUE(t);
+    return std::vector<float>(reinterpret_cast<const float*>(t->data), reinterpret_cast<const float*>(t->data) + t->ne[0]);
+  };
+  {
+    auto m = Model::load(path);  // context 256, original 32: long
+    EXPECT_EQ(m->weights().rope_freqs, factors("rope_factors_long.weight"));
+    const HParams& h = m->hparams();
+    EXPECT_EQ(h.longrope_orig_ctx, 32);
+    const float af = float(std::sqrt(1.0 + std::log(8.0) / std::log(32.0)));
+    EXPECT_NEAR(h.rope_attn_factor, af, 1e-6);
+    EXPECT_NEAR(h.attn_scale(), af * af / std::sqrt(float(h.head_dim_k)), 1e-6);
+  }
+  {
+    auto m = Model::load(with_u32(path, "phi3.rope.scaling.original_context_length", 256));  // not past it: short
+    EXPECT_EQ(m->weights().rope_freqs, factors("rope_factors_short.weight"));
+  }
+  for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    const std::string msg = load_error(without(path, t));
+    EXPECT_NE(msg.find(std::string("'") + t + "' is missing"), std::string::npos) << msg;
+  }
+  const std::string msg = load_error(with_u32(path, "phi3.rope.scaling.original_context_length", -1));
+  EXPECT_NE(msg.find("original_context_length"), std::string::npos) << msg;
+}
 // deepseek2 reads latent attention's tensors in place of q/k/v, a dense FFN in its leading
 // layers, and shared experts and the routing bias in the others.
 TEST(Arch, DeepSeekLoadsLatentAttentionAndSharedExperts) {
