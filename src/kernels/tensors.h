@@ -62,6 +62,9 @@ struct RopeParams {
   float freq_scale = 1.f;  // linear position scaling (1 = none)
   bool neox = false;
   const float* freq_factors = nullptr;  // [rope_dim/2] or null
+  // Multiplies cos and sin (llama.cpp's attn_factor: phi3 LongRoPE), so the rotated
+  // dimensions of q and k are scaled by it and the rest are not.
+  float attn_factor = 1.f;
 };
 
 }  // namespace ridge::kernels

@@ -10,8 +10,9 @@
 // were trained for (rope.scaling.original_context_length), as llama.cpp chooses them by
 // its context per sequence. ridge's context is the file's context_length, so a file whose
 // context_length is past the original always runs the long factors, at every position.
-// rope.scaling.attn_factor scales the rotated q and k alike (llama.cpp multiplies cos and
-// sin by it): the scores by its square, which kq_scale takes.
+// rope.scaling.attn_factor scales the rotated dimensions of q and k alike: llama.cpp
+// multiplies cos and sin by it, and so does RopeParams::attn_factor (exact with a partial
+// rotation too, as Phi-4-mini's 96 of 128).
 #include <cmath>
 
 #include "core/error.h"
@@ -30,15 +31,13 @@ void read_hparams(const gguf::File& f, HParams& h) {
   }
   if (auto af = f.get_float(a + "rope.scaling.attn_factor")) {
     if (!(*af > 0 && *af < 16)) fail("{}: {}rope.scaling.attn_factor {} is out of range (0, 16)", f.name(), a, *af);
-    if (*af != 1.0 && h.rope_dim != h.head_dim_k)
-      fail("{}: {}rope.scaling.attn_factor with a partial rotation (rope.dimension_count {} of {}) is not supported",
-           f.name(), a, h.rope_dim, h.head_dim_k);
     h.rope_attn_factor = float(*af);
-    h.kq_scale = h.rope_attn_factor * h.rope_attn_factor / std::sqrt(float(h.head_dim_k));
   }
 }
 
 void load(TensorLoader& ld, const HParams& h, Weights& w) {
+  if (ld.find("rope_freqs.weight"))
+    fail("{}: rope_freqs.weight is Llama 3's scaling; phi3 scales by rope_factors_long/short", ld.file().name());
   if (h.moe()) fail("{}: {}.expert_count is {}, but phi3 has no mixture of experts", ld.file().name(), h.arch, h.n_expert);
   const bool has_long = ld.find("rope_factors_long.weight"), has_short = ld.find("rope_factors_short.weight");
   if (has_long || has_short) {
@@ -51,7 +50,8 @@ void load(TensorLoader& ld, const HParams& h, Weights& w) {
     auto f_short = ld.vec("rope_factors_short.weight", h.rope_dim / 2);
     w.rope_freqs = h.n_ctx_train > h.longrope_orig_ctx ? std::move(f_long) : std::move(f_short);
     for (float x : w.rope_freqs)
-      if (!(x > 0) || !std::isfinite(x)) fail("{}: a phi3 LongRoPE factor is {} (factors must be finite and positive)", ld.file().name(), x);
+      if (!(x > 0) || !std::isfinite(x))
+        fail("{}: a phi3 LongRoPE factor is {} (factors must be finite and positive)", ld.file().name(), x);
   }
   load_embeddings(ld, h, w);
   for_each_layer(h, w, [&](LayerWeights& L, const std::string& p) {

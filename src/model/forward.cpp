@@ -22,6 +22,7 @@ Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend)
   rope_.freq_scale = h_.rope_freq_scale;
   rope_.neox = model.arch().rope_neox;
   rope_.freq_factors = model.weights().rope_freqs.empty() ? nullptr : model.weights().rope_freqs.data();
+  rope_.attn_factor = h_.rope_attn_factor;
 }
 
 void Forward::validate(const Batch& b) const {

@@ -10,7 +10,7 @@
 namespace ridge {
 
 struct HParams {
-  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2
+  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2, phi3
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
   int32_t n_embd = 0;
@@ -60,8 +60,8 @@ struct HParams {
   int32_t yarn_orig_ctx = 0;
   float yarn_log_mul = 0.f;
   // LongRoPE (phi3): the context its short factors were trained for
-  // (rope.scaling.original_context_length; 0: none) and the factor both q's and k's
-  // rotations are scaled by (rope.scaling.attn_factor), folded into kq_scale.
+  // (rope.scaling.original_context_length; 0: none) and the factor q's and k's rotated
+  // dimensions are scaled by (rope.scaling.attn_factor: RopeParams::attn_factor).
   int32_t longrope_orig_ctx = 0;
   float rope_attn_factor = 1.f;
 

@@ -49,10 +49,11 @@ constexpr Preset kPresets[] = {
     {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
     // Phi-3-mini-4k: fused projections (arch phi3), no LongRoPE.
     {"phi-3-mini", "phi3", 32064, 4096, 3072, 32, 32, 32, 96, 8192, 10000.f, 1e-5f, false, false},
-    // tiny phi3 with LongRoPE: a context (256) past the original (32) runs the long factors.
+    // tiny phi3 with LongRoPE: a context (256) past the original (32) runs the long factors;
+    // 24 of 32 dimensions rotated, as Phi-4-mini rotates 96 of 128.
     {.name = "phi3-longrope-tiny", .arch = "phi3", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
      .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-5f, .tied = false,
-     .llama3_rope = false, .longrope_orig_ctx = 32},
+     .llama3_rope = false, .rope_dim = 24, .longrope_orig_ctx = 32},
     // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
     {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
@@ -203,6 +204,11 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     fail("architecture {} is a mixture of experts: use a preset with experts (qwen3moe-tiny, qwen3-30b-a3b)", arch_name);
   if (p.n_expert > 0 && arch_name != p.arch)
     fail("preset {} is a mixture of experts: its architecture is {}, not {}", p.name, p.arch, arch_name);
+  // Rope scalings are an architecture's own: another's loader would ignore the tensors.
+  if ((p.longrope_orig_ctx > 0 || p.rope_dim > 0) && arch_name != p.arch)
+    fail("preset {} has {}'s rope scaling: its architecture is {}, not {}", p.name, p.arch, p.arch, arch_name);
+  if (p.llama3_rope && arch_name == "phi3")
+    fail("preset {} has Llama 3's rope scaling (rope_freqs.weight), which phi3 does not take", p.name);
   RIDGE_CHECK(quant::can_quantize(opt.dtype), "mkmodel cannot write dtype {}", dtype_name(opt.dtype));
 
   int32_t n_vocab = p.n_vocab, head_dim = p.head_dim;
@@ -227,7 +233,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
     w.set_u32(a + "attention.key_length", uint32_t(head_dim));
     w.set_u32(a + "attention.value_length", uint32_t(head_dim));
-    w.set_u32(a + "rope.dimension_count", uint32_t(head_dim));
+    w.set_u32(a + "rope.dimension_count", uint32_t(p.rope_dim > 0 ? p.rope_dim : head_dim));
   }
   w.set_f32(a + "rope.freq_base", p.rope_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
@@ -305,7 +311,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     // Factors as the 128k models have them: near 1 for the fast pairs, growing for the
     // slow ones (long up to 8, short up to 1.5); attn_factor as Phi-3's converter computes
     // it from the context's growth.
-    const int32_t ctx = opt.ctx > 0 ? opt.ctx : p.n_ctx, half = head_dim / 2;
+    const int32_t ctx = opt.ctx > 0 ? opt.ctx : p.n_ctx, half = (p.rope_dim > 0 ? p.rope_dim : head_dim) / 2;
     for (const auto& [name, top] : {std::pair{"rope_factors_long.weight", 8.0}, std::pair{"rope_factors_short.weight", 1.5}}) {
       std::vector<uint8_t> bytes(size_t(half) * 4);
       for (int32_t i = 0; i < half; ++i) {

@@ -80,7 +80,7 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
 }
 
 // phi3's fused tensors become views of their row ranges: q, k, v one after another in
-// attn_qkv, the gate's rows before up's in ffn_up. LongRoPE files are refused by name.
+// attn_qkv, the gate's rows before up's in ffn_up.
 TEST(Arch, Phi3CutsItsFusedTensorsIntoViews) {
   const std::string path = made("phi3");
   auto m = Model::load(path);
@@ -110,8 +110,8 @@ TEST(Arch, Phi3CutsItsFusedTensorsIntoViews) {
 }
 
 // phi3's LongRoPE: the long factors where the file's context is past the original one,
-// the short ones otherwise; attn_factor squared in the score scale; an incomplete set
-// refused by name.
+// the short ones otherwise; attn_factor on the rotation (the scores' scale unchanged); an
+// incomplete set refused by name, as are the presets' scalings on another architecture.
 TEST(Arch, Phi3LongRopeChoosesItsFactorsByContext) {
   const std::string path = testing::TempDir() + "/arch-phi3-longrope.gguf";
   make_model({"", "phi3-longrope-tiny", DType::F32, 11, "", 0, 2}, path);
@@ -128,7 +128,8 @@ TEST(Arch, Phi3LongRopeChoosesItsFactorsByContext) {
     EXPECT_EQ(h.longrope_orig_ctx, 32);
     const float af = float(std::sqrt(1.0 + std::log(8.0) / std::log(32.0)));
     EXPECT_NEAR(h.rope_attn_factor, af, 1e-6);
-    EXPECT_NEAR(h.attn_scale(), af * af / std::sqrt(float(h.head_dim_k)), 1e-6);
+    EXPECT_EQ(h.attn_scale(), 1.f / std::sqrt(float(h.head_dim_k)));
+    EXPECT_EQ(h.rope_dim, 24);  // a partial rotation, as Phi-4-mini's
   }
   {
     auto m = Model::load(with_u32(path, "phi3.rope.scaling.original_context_length", 256));  // not past it: short
@@ -140,6 +141,9 @@ TEST(Arch, Phi3LongRopeChoosesItsFactorsByContext) {
   }
   const std::string msg = load_error(with_u32(path, "phi3.rope.scaling.original_context_length", -1));
   EXPECT_NE(msg.find("original_context_length"), std::string::npos) << msg;
+  const std::string other = testing::TempDir() + "/arch-phi3-other.gguf";
+  EXPECT_THROW(make_model({"llama", "phi3-longrope-tiny", DType::F32, 11, "", 0, 2}, other), Error);
+  EXPECT_THROW(make_model({"phi3", "tiny-llama3", DType::F32, 11, "", 0, 2}, other), Error);
 }
 // deepseek2 reads latent attention's tensors in place of q/k/v, a dense FFN in its leading
 // layers, and shared experts and the routing bias in the others.

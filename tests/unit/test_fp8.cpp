@@ -138,14 +138,18 @@ TEST(Fp8, VectorConversionOfEveryCode) {
   for (DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2})
     for (const bool avx512 : {false, true}) {
       if (avx512 && best_isa() != Isa::Avx512) continue;
-      std::vector<float> simd(256), scalar(256);
-      if (avx512) kernels::detail::kv_codes_to_f32_avx512(t, codes.data(), simd.data(), 256);
-      else kernels::detail::kv_codes_to_f32_avx2(t, codes.data(), simd.data(), 256);
-      kernels::to_f32(t, codes.data(), scalar.data(), 256);
-      for (int c = 0; c < 256; ++c)
-        EXPECT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)]))
-            << dtype_name(t) << (avx512 ? " avx512" : " avx2") << " code " << c << ": " << scalar[size_t(c)] << " vs "
-            << simd[size_t(c)];
+      // Whole runs and each tail width (the 16-, 8- and 1-wide loops), from every offset.
+      for (int64_t n : {256, 8 + 3, 1})
+        for (int64_t off = 0; off + n <= 256; off += n) {
+          std::vector<float> simd(static_cast<size_t>(n)), scalar(static_cast<size_t>(n));
+          if (avx512) kernels::detail::kv_codes_to_f32_avx512(t, codes.data() + off, simd.data(), n);
+          else kernels::detail::kv_codes_to_f32_avx2(t, codes.data() + off, simd.data(), n);
+          kernels::to_f32(t, codes.data() + off, scalar.data(), n);
+          for (int64_t c = 0; c < n; ++c)
+            ASSERT_TRUE(same(double(scalar[size_t(c)]), simd[size_t(c)]))
+                << dtype_name(t) << (avx512 ? " avx512" : " avx2") << " code " << off + c << " (n = " << n
+                << "): " << scalar[size_t(c)] << " vs " << simd[size_t(c)];
+        }
     }
 }
 

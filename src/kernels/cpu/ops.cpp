@@ -35,6 +35,7 @@ void rope_cache(const RopeParams& p, int32_t pos, float* cs) {
     if (p.freq_factors) theta /= double(p.freq_factors[i]);
     cs[2 * i] = float(std::cos(theta));
     cs[2 * i + 1] = float(std::sin(theta));
+    if (p.attn_factor != 1.f) cs[2 * i] *= p.attn_factor, cs[2 * i + 1] *= p.attn_factor;
   }
 }
 
