@@ -118,6 +118,10 @@ int cmd_generate(Args& a) {
     r.margins = dump.has_value();  // only the oracle's --dump-json reads them
     r.grammar = grammar;
     reqs.push_back(std::move(r));
+    // Rotary positions run past the training context (worse, but defined); learned ones end.
+    if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train && model->arch().learned_pos)
+      fail("prompt {} ({} tokens) + {} new tokens is past the {} positions {} learned", i, reqs.back().prompt.size(),
+           n_predict, h.n_ctx_train, h.arch);
     if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train)
       std::fprintf(stderr, "warning: prompt %zu (%zu tokens) + %d new tokens exceeds the model's training context (%d)\n",
                    i, reqs.back().prompt.size(), n_predict, h.n_ctx_train);

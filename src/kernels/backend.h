@@ -89,10 +89,23 @@ class Backend {
   // y[i][n] = rms_norm(x[rows[i]][n]) * w: the rows that need logits.
   virtual void rms_norm_rows(const float* x, std::span<const int32_t> rows, const float* w, float* y, int64_t n,
                              float eps) = 0;
+  // y[m][n] = layer_norm(x[m][n]) * w + b (GPT-2's norm, with its bias).
+  virtual void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t m, int64_t n,
+                          float eps) = 0;
+  // y[i][n] = layer_norm(x[rows[i]][n]) * w + b: the rows that need logits.
+  virtual void layer_norm_rows(const float* x, std::span<const int32_t> rows, const float* w, const float* b, float* y,
+                               int64_t n, float eps) = 0;
+  // x[T][n] += table[pos[t]][n] for each token t of the step: learned absolute positions
+  // (table, host memory as the model holds it, has a row for every position the step has).
+  virtual void add_positions(const float* table, float* x, int64_t n) = 0;
   // x[m][n] += y[m][n].
   virtual void add(float* x, const float* y, int64_t m, int64_t n) = 0;
+  // x[m][n] += b[n]: a matmul's bias.
+  virtual void add_bias(float* x, const float* b, int64_t m, int64_t n) = 0;
   // out[m][n] = silu(gate) * up.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
+  // out[m][n] = gelu(x), the tanh form (kernels/cpu/ops.h). out may be x.
+  virtual void gelu(const float* x, float* out, int64_t m, int64_t n) = 0;
 
   // Mixture of experts. moe_route: per row of logits[m][r.n_expert], the experts chosen
   // as MoeRouting says, into the host arrays ids[m][r.k] and weights[m][r.k] (the

@@ -17,9 +17,9 @@
 namespace ridge {
 
 namespace {
-const std::array<const ArchSpec*, 6>& all_archs() {
-  static const std::array<const ArchSpec*, 6> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
-                                                &arch_deepseek2(), &arch_phi3()};
+const std::array<const ArchSpec*, 7>& all_archs() {
+  static const std::array<const ArchSpec*, 7> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
+                                                &arch_deepseek2(), &arch_phi3(), &arch_gpt2()};
   return a;
 }
 }  // namespace
@@ -107,6 +107,15 @@ std::vector<float> TensorLoader::vec(const std::string& name, int64_t n) {
   quant::dequantize_row(t.type, t.data, out.data(), n);
   f_.release_pages(t.data, t.nbytes);  // converted: the file's copy is not read again
   vec_bytes_ += n * int64_t(sizeof(float));
+  return out;
+}
+
+std::vector<float> TensorLoader::table(const std::string& name, int64_t k, int64_t rows) {
+  const auto& t = need(name, {k, rows});
+  std::vector<float> out(static_cast<size_t>(k * rows));
+  for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t.type, t.data + r * row_bytes(t.type, k), out.data() + r * k, k);
+  f_.release_pages(t.data, t.nbytes);
+  vec_bytes_ += k * rows * int64_t(sizeof(float));
   return out;
 }
 

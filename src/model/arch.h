@@ -40,6 +40,8 @@ class TensorLoader {
   std::vector<kernels::WeightView> row_parts(const std::string& name, int64_t k, std::initializer_list<int64_t> parts);
   // [n] as f32.
   std::vector<float> vec(const std::string& name, int64_t n);
+  // [rows][k] as f32, row after row (a table the forward reads rows of, not multiplies).
+  std::vector<float> table(const std::string& name, int64_t k, int64_t rows);
 
  private:
   const gguf::TensorInfo& need(const std::string& name, std::initializer_list<int64_t> shape);
@@ -49,6 +51,9 @@ class TensorLoader {
   int64_t& bytes_;
   int64_t& vec_bytes_;
 };
+
+// The FFN's form: SwiGLU down(silu(gate x) * up x), or GELU's ungated down(gelu(up x)).
+enum class Ffn : uint8_t { SwiGlu, Gelu };
 
 struct ArchSpec {
   const char* name;
@@ -70,6 +75,14 @@ struct ArchSpec {
   // ffn_up (what mkmodel writes; the loader cuts them into views).
   bool fused_qkv = false;
   bool fused_gate_up = false;
+  // GPT-2's block (gpt2): every norm a LayerNorm with a bias (eps from
+  // attention.layer_norm_epsilon), learned absolute positions added to the embeddings
+  // (position_embd; no RoPE), biases on attention's output and on the FFN's matrices, and
+  // the FFN ungated: down(act(up x)).
+  bool layer_norm = false;
+  bool learned_pos = false;
+  bool proj_bias = false;
+  Ffn ffn = Ffn::SwiGlu;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
@@ -94,6 +107,7 @@ const ArchSpec& arch_qwen3();
 const ArchSpec& arch_qwen3moe();
 const ArchSpec& arch_deepseek2();
 const ArchSpec& arch_phi3();
+const ArchSpec& arch_gpt2();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 std::string arch_names();                          // "llama, qwen2, qwen3, ..."
 

@@ -37,6 +37,8 @@ void Forward::validate(const Batch& b) const {
     for (int64_t i = 0; i < need; ++i)
       RIDGE_CHECK(s.block_table[size_t(i)] >= 0 && s.block_table[size_t(i)] < l.n_blocks, "batch: block id {} out of range",
                   s.block_table[size_t(i)]);
+    if (!m_.weights().pos_embd.empty() && int64_t(s.pos0) + s.n_tokens > h_.n_ctx_train)
+      fail("{} learned {} positions: position {} is past them", h_.arch, h_.n_ctx_train, s.pos0 + s.n_tokens - 1);
     total += s.n_tokens;
   }
   RIDGE_CHECK(total == int64_t(b.tokens.size()), "batch: {} tokens but the slices count {}", b.tokens.size(), total);
@@ -97,8 +99,12 @@ std::span<const float> Forward::run(const Batch& b) {
   profile_.add_tokens(T);
 
   x_.reserve(T * E);
-  op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, perf::embed_cost(T, E, w.tok_embd.type),
-     [&] { be_.embed(w.tok_embd, x_.data()); });
+  perf::OpCost ec = perf::embed_cost(T, E, w.tok_embd.type);
+  if (!w.pos_embd.empty()) ec.flops += double(T * E), ec.bytes += 12.0 * double(T * E);  // a position row added
+  op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, ec, [&] {
+    be_.embed(w.tok_embd, x_.data());
+    if (!w.pos_embd.empty()) be_.add_positions(w.pos_embd.data(), x_.data(), E);
+  });
 
   for (int32_t il = 0; il < h_.n_layer; ++il) {
     attention_block(il);
@@ -109,9 +115,16 @@ std::span<const float> Forward::run(const Batch& b) {
   const int64_t rows = int64_t(logit_rows_.size());
   RIDGE_CHECK(rows == b.n_logit_rows(), "batch: {} logit rows counted, {} expected", rows, b.n_logit_rows());
   result_norm_.reserve(rows * E);
-  op(perf::Op::ResultNorm, perf::ComputeClass::Fp32Fma, -1, perf::rms_norm_cost(rows, E), [&] {
-    be_.rms_norm_rows(x_.data(), logit_rows_, w.output_norm.data(), result_norm_.data(), E, h_.rms_eps);
-  });
+  if (w.output_norm_b.empty()) {
+    op(perf::Op::ResultNorm, perf::ComputeClass::Fp32Fma, -1, perf::rms_norm_cost(rows, E), [&] {
+      be_.rms_norm_rows(x_.data(), logit_rows_, w.output_norm.data(), result_norm_.data(), E, h_.norm_eps);
+    });
+  } else {
+    op(perf::Op::ResultNorm, perf::ComputeClass::Fp32Fma, -1, perf::layer_norm_cost(rows, E), [&] {
+      be_.layer_norm_rows(x_.data(), logit_rows_, w.output_norm.data(), w.output_norm_b.data(), result_norm_.data(), E,
+                          h_.norm_eps);
+    });
+  }
   logits_.reserve(rows * h_.n_vocab);
   op(perf::Op::Output, perf::matmul_class(w.output.type), -1,
      perf::matmul_cost(rows, E, h_.n_vocab, w.output.type),
@@ -135,7 +148,7 @@ void Forward::attention_block(int32_t il) {
   const perf::OpCost kc = perf::matmul_cost(T, E, nk, L.wk.type), vc = perf::matmul_cost(T, E, nv, L.wv.type);
   qkv.flops += kc.flops + vc.flops;
   qkv.bytes += kc.bytes + vc.bytes - 2.0 * 4.0 * double(T) * double(E);
-  norm_matmul(il, perf::Op::AttnNorm, perf::Op::AttnQkv, qkv, L.wq.type, L.attn_norm, L.wqkv,
+  norm_matmul(il, perf::Op::AttnNorm, perf::Op::AttnQkv, qkv, L.wq.type, L.attn_norm, L.attn_norm_b, L.wqkv,
               {{nq, q}, {nk, k}, {nv, v}}, attn_norm_, [&](const float* xn) {
                 be_.matmul(L.wq, xn, T, q);
                 be_.matmul(L.wk, xn, T, k);
@@ -145,7 +158,7 @@ void Forward::attention_block(int32_t il) {
   kernels::QkvRopeArgs qa{q, k, v};
   if (arch.qkv_bias) qa.bq = L.bq.data(), qa.bk = L.bk.data(), qa.bv = L.bv.data();
   if (arch.qk_norm) qa.q_norm = L.q_norm.data(), qa.k_norm = L.k_norm.data();
-  qa.n_head = nh, qa.n_kv_head = nkv, qa.dk = dk, qa.dv = dv, qa.eps = h_.rms_eps, qa.kv = &kv_, qa.layer = il;
+  qa.n_head = nh, qa.n_kv_head = nkv, qa.dk = dk, qa.dv = dv, qa.eps = h_.norm_eps, qa.kv = &kv_, qa.layer = il;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
      perf::rope_kv_cost(h_.attn_shape(), T, arch.qkv_bias, arch.qk_norm, kv_.layout().dtype), [&] { be_.qkv_rope(qa); });
 
@@ -156,15 +169,19 @@ void Forward::attention_block(int32_t il) {
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 
   float* attn_out = attn_out_.reserve(T * E);
-  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, no, E, L.wo.type),
-     [&] { be_.matmul(L.wo, kqv, T, attn_out); });
+  perf::OpCost oc = perf::matmul_cost(T, no, E, L.wo.type);
+  if (!L.bo.empty()) oc += perf::bias_cost(T, E);
+  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, oc, [&] {
+    be_.matmul(L.wo, kqv, T, attn_out);
+    if (!L.bo.empty()) be_.add_bias(attn_out, L.bo.data(), T, E);
+  });
   attn_residual(il, attn_out);
 }
 
 void Forward::attn_residual(int32_t il, const float* attn_out) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd;
-  if (be_.takes_rows(L.w_gate_up)) {
+  if (norm_in_matmul(L.w_gate_up)) {
     residual_ = attn_out;  // ffn_block's norm runs inside gate/up and adds it row by row
   } else {
     op(perf::Op::AttnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E),
@@ -174,6 +191,7 @@ void Forward::attn_residual(int32_t il, const float* attn_out) {
 
 void Forward::ffn_block(int32_t il) {
   if (h_.moe_layer(il)) return moe_ffn_block(il);
+  if (m_.arch().ffn == Ffn::Gelu) return gelu_ffn_block(il);
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
   float* gate = ffn_gate_.reserve(T * F);
@@ -182,7 +200,7 @@ void Forward::ffn_block(int32_t il) {
   const perf::OpCost uc = perf::matmul_cost(T, E, F, L.w_up.type);
   gu.flops += uc.flops;
   gu.bytes += uc.bytes - 4.0 * double(T) * double(E);  // one activation pass for both
-  norm_matmul(il, perf::Op::FfnNorm, perf::Op::FfnGateUp, gu, L.w_gate.type, L.ffn_norm, L.w_gate_up,
+  norm_matmul(il, perf::Op::FfnNorm, perf::Op::FfnGateUp, gu, L.w_gate.type, L.ffn_norm, L.ffn_norm_b, L.w_gate_up,
               {{F, gate}, {F, up}}, ffn_norm_, [&](const float* xn) {
                 be_.matmul(L.w_gate, xn, T, gate);
                 be_.matmul(L.w_up, xn, T, up);
@@ -205,6 +223,30 @@ void Forward::ffn_block(int32_t il) {
   ffn_residual(il, out);
 }
 
+void Forward::gelu_ffn_block(int32_t il) {
+  const LayerWeights& L = m_.weights().layers[size_t(il)];
+  const int64_t T = T_, E = h_.n_embd, F = h_.n_ff;
+  float* up = ffn_up_.reserve(T * F);
+  norm_matmul(il, perf::Op::FfnNorm, perf::Op::FfnGateUp, perf::matmul_cost(T, E, F, L.w_up.type), L.w_up.type, L.ffn_norm, L.ffn_norm_b, L.w_up,
+              {{F, up}}, ffn_norm_, [&](const float* xn) { be_.matmul(L.w_up, xn, T, up); });
+  // up's bias is added where GELU reads the rows anyway.
+  float* act = ffn_act_.reserve(T * F);
+  perf::OpCost ac = perf::gelu_cost(T, F);
+  if (!L.b_up.empty()) ac.flops += double(T * F);
+  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, ac, [&] {
+    if (!L.b_up.empty()) be_.add_bias(up, L.b_up.data(), T, F);
+    be_.gelu(up, act, T, F);
+  });
+  float* out = ffn_out_.reserve(T * E);
+  perf::OpCost dc = perf::matmul_cost(T, F, E, L.w_down.type);
+  if (!L.b_down.empty()) dc += perf::bias_cost(T, E);
+  op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] {
+    be_.matmul(L.w_down, act, T, out);
+    if (!L.b_down.empty()) be_.add_bias(out, L.b_down.data(), T, E);
+  });
+  ffn_residual(il, out);
+}
+
 void Forward::moe_ffn_block(int32_t il) {
   const LayerWeights& L = m_.weights().layers[size_t(il)];
   const int64_t T = T_, E = h_.n_embd, F = h_.n_ff_exp;
@@ -213,7 +255,7 @@ void Forward::moe_ffn_block(int32_t il) {
   RIDGE_CHECK(!residual_, "a residual add was left to a mixture of experts' norm");
   float* xn = ffn_norm_.reserve(T * E);
   op(perf::Op::FfnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, E),
-     [&] { be_.rms_norm(x_.data(), L.ffn_norm.data(), xn, T, E, h_.rms_eps); });
+     [&] { be_.rms_norm(x_.data(), L.ffn_norm.data(), xn, T, E, h_.norm_eps); });
 
   // The router and each token's top-k.
   float* logits = moe_logits_.reserve(T * NE);
@@ -357,7 +399,7 @@ void Forward::shared_experts(int32_t il, const float* xn, float* out) {
 void Forward::ffn_residual(int32_t il, const float* out) {
   const int64_t T = T_, E = h_.n_embd;
   const auto& layers = m_.weights().layers;
-  if (il + 1 < h_.n_layer && be_.takes_rows(layers[size_t(il) + 1].wqkv)) {
+  if (il + 1 < h_.n_layer && norm_in_matmul(layers[size_t(il) + 1].wqkv)) {
     residual_ = out;  // the next layer's attention norm adds it
   } else {
     op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E),

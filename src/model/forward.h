@@ -57,6 +57,11 @@ class Forward {
   // After attention's output projection: the residual add, or left to the FFN's norm.
   void attn_residual(int32_t il, const float* attn_out);
   void ffn_block(int32_t il);
+  // GPT-2's FFN (Ffn::Gelu): down(gelu(up x + b_up)) + b_down.
+  void gelu_ffn_block(int32_t il);
+  // Whether the RMSNorm feeding w runs inside w's matmul (and a residual add may be left
+  // to it): the backend takes its rows, and the architecture's norms are RMSNorms.
+  bool norm_in_matmul(const kernels::WeightView& w) const { return !m_.arch().layer_norm && be_.takes_rows(w); }
   // A mixture of experts in place of the FFN: route each token to its top-k experts, run
   // each active expert once over the rows routed to it (decode reads only the active
   // experts' weights), and weight their outputs back per token, in the token's slot order.
@@ -74,13 +79,14 @@ class Forward {
   }
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
-  // RMSNorm of x_ (weight nw; a residual add left in residual_ goes first) feeding op
-  // mm_op's matmul of the fused weight w into outs: inside the matmul where the backend
-  // takes_rows(w), else as op norm_op into buf, then the matmul (w itself where the
-  // backend fuses(w), else split(buf) running its parts one by one).
+  // The norm of x_ (RMSNorm of weight nw, or LayerNorm where nb, its bias, is not empty;
+  // a residual add left in residual_ goes first) feeding op mm_op's matmul of the fused
+  // weight w into outs: inside the matmul where norm_in_matmul(w), else as op norm_op
+  // into buf, then the matmul (w itself where the backend fuses(w), else split(buf)
+  // running its parts one by one).
   template <typename Split>
   void norm_matmul(int32_t il, perf::Op norm_op, perf::Op mm_op, perf::OpCost cost, DType type,
-                   const std::vector<float>& nw, const kernels::WeightView& w,
+                   const std::vector<float>& nw, const std::vector<float>& nb, const kernels::WeightView& w,
                    std::initializer_list<kernels::MatmulOut> outs, kernels::Activations& buf, Split&& split);
 
   const Model& m_;
@@ -112,7 +118,7 @@ class Forward {
   kernels::Activations ffn_norm_{be_};    // [T][n_embd]
   kernels::Activations ffn_gate_{be_};    // [T][n_ff]
   kernels::Activations ffn_up_{be_};      // [T][n_ff]
-  kernels::Activations ffn_act_{be_};     // [T][n_ff] silu(gate) * up
+  kernels::Activations ffn_act_{be_};     // [T][n_ff] silu(gate) * up (or gelu(up))
   kernels::Activations ffn_out_{be_};     // [T][n_embd]
   // Mixture of experts: R = T x n_expert_used (token, slot) rows, grouped by expert.
   kernels::Activations moe_logits_{be_};  // [T][n_expert] router logits

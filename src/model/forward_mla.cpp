@@ -41,7 +41,7 @@ void Forward::mla_attention_block(int32_t il) {
     const perf::OpCost p = perf::matmul_cost(T, E, w->n_out, w->type);
     first.flops += p.flops, first.bytes += p.bytes - 4.0 * double(T) * double(E);
   }
-  norm_matmul(il, perf::Op::AttnNorm, perf::Op::AttnQkv, first, wq0.type, L.attn_norm, L.wqkv,
+  norm_matmul(il, perf::Op::AttnNorm, perf::Op::AttnQkv, first, wq0.type, L.attn_norm, {}, L.wqkv,
               {{nq0, q0}, {C, c}, {R, kpe}}, attn_norm_, [&](const float* xn) {
                 be_.matmul(wq0, xn, T, q0);
                 be_.matmul(L.wkv_c, xn, T, c);
@@ -54,7 +54,7 @@ void Forward::mla_attention_block(int32_t il) {
     perf::OpCost qb = perf::matmul_cost(T, nq0, int64_t(nh) * dqk, L.wq_b.type);
     qb.flops += perf::rms_norm_cost(T, nq0).flops;
     op(perf::Op::AttnQB, perf::matmul_class(L.wq_b.type), il, qb, [&] {
-      be_.rms_norm(q0, L.q_a_norm.data(), qan, T, nq0, h_.rms_eps);
+      be_.rms_norm(q0, L.q_a_norm.data(), qan, T, nq0, h_.norm_eps);
       be_.matmul(L.wq_b, qan, T, q);
     });
   }
@@ -63,7 +63,7 @@ void Forward::mla_attention_block(int32_t il) {
   float* cn = mla_cn_.reserve(T * C);
   float* K = k_.reserve(T * dk);
   op(perf::Op::AttnNorm, perf::ComputeClass::Fp32Fma, il, perf::rms_norm_cost(T, C), [&] {
-    be_.rms_norm(c, L.kv_a_norm.data(), cn, T, C, h_.rms_eps);
+    be_.rms_norm(c, L.kv_a_norm.data(), cn, T, C, h_.norm_eps);
     be_.copy_rows(kpe, R, K, dk, T, R);
     be_.copy_rows(cn, C, K + R, dk, T, C);
   });
@@ -146,7 +146,7 @@ void Forward::mla_absorbed(int32_t il, const float* q, int64_t Tn, bool write_kv
   });
 
   kernels::QkvRopeArgs qa{Q, write_kv ? k_.data() : nullptr, write_kv ? mla_cn_.data() : nullptr};
-  qa.n_head = nh, qa.n_kv_head = write_kv ? 1 : 0, qa.dk = dk, qa.dv = C, qa.eps = h_.rms_eps, qa.kv = &kv_,
+  qa.n_head = nh, qa.n_kv_head = write_kv ? 1 : 0, qa.dk = dk, qa.dv = C, qa.eps = h_.norm_eps, qa.kv = &kv_,
   qa.layer = il;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
      perf::rope_kv_cost(h_.attn_shape(), T, false, false, kv_.layout().dtype), [&] { be_.qkv_rope(qa); });

@@ -40,7 +40,7 @@ constexpr ArchMap kArchs[] = {{"LlamaForCausalLM", "llama", true},
 struct Config {
   const ArchMap* arch = nullptr;
   int64_t n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ctx = 0;
-  double rms_eps = 1e-6, rope_theta = 10000;
+  double norm_eps = 1e-6, rope_theta = 10000;
   bool tied = false;
   bool fp8 = false;               // quantization_config names FP8 weights
   int64_t fp8_block[2] = {0, 0};  // their scale tiles (weight_block_size, block_structure); 0: per channel or tensor
@@ -136,7 +136,7 @@ Config read_config(const std::string& dir) {
   c.head_dim = num("head_dim", c.n_embd / c.n_head);
   if (c.n_head % c.n_head_kv != 0) fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", path, c.n_head, c.n_head_kv);
   if (c.head_dim % 2 != 0) fail("{}: head_dim {} is odd (rotary pairs)", path, c.head_dim);
-  c.rms_eps = real("rms_norm_eps", 1e-6);
+  c.norm_eps = real("rms_norm_eps", 1e-6);
   c.rope_theta = real("rope_theta", 10000);
   if (const auto t = j.find("tie_word_embeddings"); t != j.end() && !t->is_null()) {
     if (!t->is_boolean()) fail("{}: 'tie_word_embeddings' is not a boolean", path);
@@ -328,7 +328,7 @@ std::unique_ptr<gguf::Writer> hf_to_gguf(const safetensors::Checkpoint& ck, cons
   w->set_u32(a + "attention.value_length", uint32_t(c.head_dim));
   w->set_u32(a + "rope.dimension_count", uint32_t(c.head_dim));
   w->set_f32(a + "rope.freq_base", float(c.rope_theta));
-  w->set_f32(a + "attention.layer_norm_rms_epsilon", float(c.rms_eps));
+  w->set_f32(a + "attention.layer_norm_rms_epsilon", float(c.norm_eps));
   w->set_u32(a + "vocab_size", uint32_t(c.n_vocab));
   if (c.rope_linear > 0) {
     w->set_str(a + "rope.scaling.type", "linear");

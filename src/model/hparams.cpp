@@ -51,8 +51,8 @@ HParams read_hparams(const gguf::File& f) {
     fail("{}: rope.dimension_count {} must be even and at most the head size {}", f.name(), h.rope_dim, h.head_dim_k);
   h.rope_freq_base = float(f.get_float(a + "rope.freq_base").value_or(10000.0));
   if (!(h.rope_freq_base > 0)) fail("{}: {}rope.freq_base must be positive", f.name(), a);
-  h.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  if (!(h.rms_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon must not be negative", f.name(), a);
+  h.norm_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(h.norm_eps >= 0)) fail("{}: {}attention.layer_norm_rms_epsilon must not be negative", f.name(), a);
 
   if (auto ne = f.get_uint(a + "expert_count"); ne && *ne > 0) {
     // llama.cpp's bounds (LLAMA_MAX_EXPERTS); the routing is O(k x experts) per token.

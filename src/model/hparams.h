@@ -10,7 +10,7 @@
 namespace ridge {
 
 struct HParams {
-  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2, phi3
+  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
   int32_t n_embd = 0;
@@ -20,10 +20,12 @@ struct HParams {
   int32_t n_head_kv = 0;
   int32_t head_dim_k = 0;    // {arch}.attention.key_length, else n_embd / n_head
   int32_t head_dim_v = 0;    // {arch}.attention.value_length, else head_dim_k
-  int32_t rope_dim = 0;      // {arch}.rope.dimension_count, else head_dim_k
+  int32_t rope_dim = 0;      // {arch}.rope.dimension_count, else head_dim_k; 0 without RoPE (gpt2)
   float rope_freq_base = 10000.f;
   float rope_freq_scale = 1.f;  // 1 / rope.scaling.factor for linear scaling
-  float rms_eps = 1e-5f;
+  // The norms' epsilon: attention.layer_norm_rms_epsilon for RMSNorm, or
+  // attention.layer_norm_epsilon for an architecture of LayerNorms (ArchSpec::layer_norm).
+  float norm_eps = 1e-5f;
   // Mixture of experts ({arch}.expert_count, expert_used_count, expert_feed_forward_length):
   // 0 experts for a dense model.
   int32_t n_expert = 0, n_expert_used = 0;

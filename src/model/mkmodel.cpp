@@ -20,7 +20,7 @@ struct Preset {
   const char* name;
   const char* arch;
   int32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
-  float rope_base, rms_eps;
+  float rope_base, norm_eps;
   bool tied;
   bool llama3_rope;  // write rope_freqs.weight (Llama 3.1/3.2 scaling)
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // a mixture of experts (0: dense)
@@ -51,8 +51,10 @@ constexpr Preset kPresets[] = {
     {"phi-3-mini", "phi3", 32064, 4096, 3072, 32, 32, 32, 96, 8192, 10000.f, 1e-5f, false, false},
     // tiny phi3 with LongRoPE: a context (256) past the original (32) runs the long factors;
     // 24 of 32 dimensions rotated, as Phi-4-mini rotates 96 of 128.
+    // GPT-2 small as llama.cpp's converter writes it (output.weight a copy of the embeddings).
+    {"gpt2-124m", "gpt2", 50257, 1024, 768, 12, 12, 12, 64, 3072, 10000.f, 1e-5f, false, false},
     {.name = "phi3-longrope-tiny", .arch = "phi3", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
-     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-5f, .tied = false,
+     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 10000.f, .norm_eps = 1e-5f, .tied = false,
      .llama3_rope = false, .rope_dim = 24, .longrope_orig_ctx = 32},
     // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
@@ -65,23 +67,23 @@ constexpr Preset kPresets[] = {
     // YaRN) and V3's (low-rank q, sigmoid routing with a bias in 8 groups, scaled weights)
     // shapes, and a tiny of each for tests (V2-Lite's with YaRN over a 64-token context).
     {.name = "deepseek-v2-lite-tiny", .arch = "deepseek2", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
-     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-6f, .tied = false,
+     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .norm_eps = 1e-6f, .tied = false,
      .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_lora_q = 0, .n_lora_kv = 64,
      .rope_dim = 16, .head_dim_v = 32, .n_expert_shared = 2, .n_dense_lead = 1, .sigmoid = false, .weights_norm = false,
      .weights_scale = 1.f, .yarn_factor = 4.f, .yarn_orig_ctx = 64, .yarn_mscale_all_dim = 0.707f},
     {.name = "deepseek-v3-tiny", .arch = "deepseek2", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 3,
-     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .rms_eps = 1e-6f, .tied = false,
+     .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .norm_eps = 1e-6f, .tied = false,
      .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_lora_q = 64, .n_lora_kv = 64,
      .rope_dim = 16, .head_dim_v = 32, .n_expert_shared = 1, .n_dense_lead = 1, .sigmoid = true, .weights_norm = true,
      .weights_scale = 2.5f, .n_groups = 4, .n_groups_used = 2},
     {.name = "deepseek-v2-lite", .arch = "deepseek2", .n_vocab = 102400, .n_ctx = 163840, .n_embd = 2048,
      .n_layer = 27, .n_head = 16, .n_head_kv = 1, .head_dim = 192, .n_ff = 10944, .rope_base = 10000.f,
-     .rms_eps = 1e-6f, .tied = false, .llama3_rope = false, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408,
+     .norm_eps = 1e-6f, .tied = false, .llama3_rope = false, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408,
      .n_lora_q = 0, .n_lora_kv = 512, .rope_dim = 64, .head_dim_v = 128, .n_expert_shared = 2, .n_dense_lead = 1,
      .sigmoid = false, .weights_norm = false, .weights_scale = 1.f, .yarn_factor = 40.f, .yarn_orig_ctx = 4096,
      .yarn_mscale_all_dim = 0.707f},
     {.name = "deepseek-v3", .arch = "deepseek2", .n_vocab = 129280, .n_ctx = 163840, .n_embd = 7168, .n_layer = 61,
-     .n_head = 128, .n_head_kv = 1, .head_dim = 192, .n_ff = 18432, .rope_base = 10000.f, .rms_eps = 1e-6f,
+     .n_head = 128, .n_head_kv = 1, .head_dim = 192, .n_ff = 18432, .rope_base = 10000.f, .norm_eps = 1e-6f,
      .tied = false, .llama3_rope = false, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 2048, .n_lora_q = 1536,
      .n_lora_kv = 512, .rope_dim = 64, .head_dim_v = 128, .n_expert_shared = 1, .n_dense_lead = 3, .sigmoid = true,
      .weights_norm = true, .weights_scale = 2.5f, .n_groups = 8, .n_groups_used = 4, .yarn_factor = 40.f,
@@ -233,10 +235,10 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
     w.set_u32(a + "attention.key_length", uint32_t(head_dim));
     w.set_u32(a + "attention.value_length", uint32_t(head_dim));
-    w.set_u32(a + "rope.dimension_count", uint32_t(p.rope_dim > 0 ? p.rope_dim : head_dim));
+    if (!arch->learned_pos) w.set_u32(a + "rope.dimension_count", uint32_t(p.rope_dim > 0 ? p.rope_dim : head_dim));
   }
-  w.set_f32(a + "rope.freq_base", p.rope_base);
-  w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+  if (!arch->learned_pos) w.set_f32(a + "rope.freq_base", p.rope_base);
+  w.set_f32(a + (arch->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), p.norm_eps);
   if (p.n_expert > 0) {
     w.set_u32(a + "expert_count", uint32_t(p.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
@@ -298,7 +300,10 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   // Embeddings N(0, 1): with a tied head the logits then spread widely, so greedy
   // choices have clear margins even on random weights.
   matrix("token_embd.weight", E, n_vocab, std::sqrt(double(E)));
+  // Learned positions N(0, 0.5^2), f32 as llama-quantize leaves them.
+  if (arch->learned_pos) matrix_as("position_embd.weight", DType::F32, E, opt.ctx > 0 ? opt.ctx : p.n_ctx, 1, 0.5 * std::sqrt(double(E)));
   vec("output_norm.weight", E, 1.0, 0.1);
+  if (arch->layer_norm) vec("output_norm.bias", E, 0.0, 0.1);
   if (!p.tied) matrix("output.weight", E, n_vocab, 4.0);
   if (p.llama3_rope) {
     // Llama 3.1's: factor 32, low 1, high 4, original context 8192.
@@ -328,6 +333,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   for (int32_t il = 0; il < n_layer; ++il) {
     const std::string b = fmt::format("blk.{}.", il);
     vec(b + "attn_norm.weight", E, 1.0, 0.1);
+    if (arch->layer_norm) vec(b + "attn_norm.bias", E, 0.0, 0.1);
     if (mla) {
       const int64_t C = p.n_lora_kv, R = p.rope_dim, nh = p.n_head;
       if (p.n_lora_q > 0) {
@@ -368,7 +374,10 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       matrix(b + "attn_v.weight", E, nkv, 1.0);
     }
     matrix(b + "attn_output.weight", nq, E, 1.0);
-    if (arch->qkv_bias) {
+    if (arch->proj_bias) vec(b + "attn_output.bias", E, 0.0, 0.1);
+    if (arch->qkv_bias && arch->fused_qkv) {
+      vec(b + "attn_qkv.bias", nq + 2 * nkv, 0.0, 0.1);
+    } else if (arch->qkv_bias) {
       vec(b + "attn_q.bias", nq, 0.0, 0.1);
       vec(b + "attn_k.bias", nkv, 0.0, 0.1);
       vec(b + "attn_v.bias", nkv, 0.0, 0.1);
@@ -378,6 +387,14 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       vec(b + "attn_k_norm.weight", head_dim, 1.0, 0.1);
     }
     vec(b + "ffn_norm.weight", E, 1.0, 0.1);
+    if (arch->layer_norm) vec(b + "ffn_norm.bias", E, 0.0, 0.1);
+    if (arch->ffn == Ffn::Gelu) {
+      matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
+      vec(b + "ffn_up.bias", p.n_ff, 0.0, 0.1);
+      matrix(b + "ffn_down.weight", p.n_ff, E, 1.0);
+      vec(b + "ffn_down.bias", E, 0.0, 0.1);
+      continue;
+    }
     if (p.n_expert > 0) {
       // The router stays f32, as llama.cpp's converter and llama-quantize keep it; each
       // expert tensor is [n_expert][rows][k], an expert's matrix after another's.

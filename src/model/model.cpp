@@ -38,7 +38,10 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
   Weights& w = m->w_;
   arch.load(ld, h, w);
   m->derive_weights();
+  // The embedding tables are gathered a row per token, not streamed.
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
+  if (const gguf::TensorInfo* pos = arch.learned_pos ? ld.find("position_embd.weight") : nullptr)
+    m->streamed_bytes_ -= int64_t(pos->nbytes);
   const char* env = std::getenv("RIDGE_REPACK");
   if (pack && !(env && std::string_view(env) == "0")) m->pack_weights();
   m->note_live_ranges();
@@ -135,10 +138,9 @@ void Model::pack_weights() {
       groups.push_back({{&L.wq, &L.wk, &L.wv}, &L.wqkv});
     }
     groups.push_back({{&L.wo}, nullptr});
-    if (L.w_gate.data) {
-      groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
-      groups.push_back({{&L.w_down}, nullptr});
-    }
+    if (L.w_gate.data) groups.push_back({{&L.w_gate, &L.w_up}, &L.w_gate_up});
+    else if (L.w_up.data) groups.push_back({{&L.w_up}, nullptr});  // an ungated FFN
+    if (L.w_down.data) groups.push_back({{&L.w_down}, nullptr});
     if (L.router.data) groups.push_back({{&L.router}, nullptr});
     if (L.down_shexp.data) {
       groups.push_back({{&L.gate_shexp, &L.up_shexp}, &L.gate_up_shexp});

@@ -16,11 +16,13 @@ namespace ridge {
 
 struct LayerWeights {
   std::vector<float> attn_norm;          // [n_embd]
+  std::vector<float> attn_norm_b, ffn_norm_b;  // [n_embd] LayerNorm's biases (ArchSpec::layer_norm)
+  std::vector<float> bo, b_up, b_down;   // [n_embd], [n_ff], [n_embd] (ArchSpec::proj_bias)
   kernels::WeightView wq, wk, wv, wo;    // [n_q][n_embd], [n_kv_k][n_embd], [n_kv_v][n_embd], [n_embd][n_attn_out]
   std::vector<float> bq, bk, bv;         // qwen2: [n_q], [n_kv_k], [n_kv_v]
   std::vector<float> q_norm, k_norm;     // qwen3: [head_dim_k]
   std::vector<float> ffn_norm;           // [n_embd]
-  kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff]
+  kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff] (no gate: Ffn::Gelu)
   // Mixture of experts (ArchSpec::moe) in place of the three above: the router
   // [n_expert][n_embd] and per expert [n_ff_exp][n_embd], [n_ff_exp][n_embd], [n_embd][n_ff_exp].
   kernels::WeightView router;
@@ -55,6 +57,10 @@ struct LayerWeights {
 struct Weights {
   kernels::WeightView tok_embd;   // [n_vocab][n_embd]
   std::vector<float> output_norm; // [n_embd]
+  std::vector<float> output_norm_b;  // [n_embd] (ArchSpec::layer_norm)
+  // [n_ctx_train][n_embd] learned absolute positions (ArchSpec::learned_pos), f32 whatever
+  // the file's type: a few MB, read a row per token.
+  std::vector<float> pos_embd;
   kernels::WeightView output;     // [n_vocab][n_embd] (token_embd when tied)
   bool tied_output = false;
   std::vector<float> rope_freqs;  // [rope_dim/2] Llama 3.1 factors, or empty

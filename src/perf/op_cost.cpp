@@ -26,7 +26,15 @@ OpCost rms_norm_cost(int64_t rows, int64_t n) {
   return {3.0 * double(rows) * double(n), 4.0 * (2.0 * double(rows) * double(n) + double(n))};
 }
 
+OpCost layer_norm_cost(int64_t rows, int64_t n) {
+  return {6.0 * double(rows) * double(n), 4.0 * (2.0 * double(rows) * double(n) + 2.0 * double(n))};
+}
+
 OpCost residual_cost(int64_t rows, int64_t n) { return {double(rows) * double(n), 12.0 * double(rows) * double(n)}; }
+
+OpCost bias_cost(int64_t rows, int64_t n) { return {double(rows) * double(n), 4.0 * (2.0 * double(rows) * double(n) + double(n))}; }
+
+OpCost gelu_cost(int64_t rows, int64_t n) { return {8.0 * double(rows) * double(n), 8.0 * double(rows) * double(n)}; }
 
 OpCost swiglu_cost(int64_t rows, int64_t n_ff) {
   return {5.0 * double(rows) * double(n_ff), 12.0 * double(rows) * double(n_ff)};

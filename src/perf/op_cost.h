@@ -30,6 +30,10 @@ struct AttnShape {
 struct OpCost {
   double flops = 0;
   double bytes = 0;
+  OpCost& operator+=(const OpCost& o) {
+    flops += o.flops, bytes += o.bytes;
+    return *this;
+  }
 };
 
 // y[m][n] = x[m][k] W^T with W stored as `type`: 2mkn; W's bytes + x (f32) + y (f32).
@@ -41,11 +45,19 @@ ComputeClass matmul_class(DType type);
 // RMSNorm of `rows` rows of width n: 3 ops per element (square-accumulate, scale,
 // weight); the rows in and out plus the weight once.
 OpCost rms_norm_cost(int64_t rows, int64_t n);
+// LayerNorm with a bias: 6 ops per element (sum, centred square-accumulate, subtract,
+// scale, weight, bias); the rows in and out plus the weight and bias once.
+OpCost layer_norm_cost(int64_t rows, int64_t n);
 // x += y over rows x n: 1 op per element; read x and y, write x.
 OpCost residual_cost(int64_t rows, int64_t n);
+// x += b over rows x n (a matmul's bias): 1 op per element; read and write x, b once.
+OpCost bias_cost(int64_t rows, int64_t n);
 // silu(gate) * up over rows x n_ff: 5 ops per element (negate, exp, add, divide,
 // multiply); read gate and up, write the product.
 OpCost swiglu_cost(int64_t rows, int64_t n_ff);
+// gelu(x) (tanh form) over rows x n: 8 ops per element (the cubic, tanh, the products);
+// read x, write the result.
+OpCost gelu_cost(int64_t rows, int64_t n);
 // Per token: optional biases (1 op per q/k/v element), optional q/k norms (3 per element),
 // RoPE on rope_dim of every q and k head (3 per rotated element: two products, one add);
 // read q, k, v, write q and k back and K/V into the cache in kv_type.

@@ -161,6 +161,9 @@ expect_ok    "mkmodel deepseek (latent attention)"                          "$RI
 expect_ok    "generate on deepseek"                                         "$RIDGE" generate -m ds.gguf -p hi -n 8 --temp 0
 expect_ok    "generate on deepseek, prompts expanded"                       "$RIDGE" generate -m ds.gguf -p "a longer prompt for the expanded form" -n 8 --temp 0 --mla-prefill expanded
 expect_ok    "generate on deepseek, prompts absorbed"                       "$RIDGE" generate -m ds.gguf -p "a longer prompt for the absorbed form" -n 8 --temp 0 --mla-prefill absorbed
+expect_ok    "mkmodel gpt2 (learned positions)"                             "$RIDGE" mkmodel --arch gpt2 --preset tiny --ctx 64 --dtype q8_0 -o gpt2.gguf
+expect_ok    "generate on gpt2"                                             "$RIDGE" generate -m gpt2.gguf -p hi -n 8 --temp 0
+expect_error "generate past gpt2's learned positions" "past the 64 positions gpt2 learned" "$RIDGE" generate -m gpt2.gguf -p hi -n 100 --temp 0
 expect_error "an unknown --mla-prefill"        "not one of auto, absorbed, expanded" "$RIDGE" generate -m ds.gguf -p hi -n 2 --mla-prefill sideways
 expect_ok    "info on deepseek"                                             "$RIDGE" info -m ds.gguf
 if grep -q "expanded form (prompts, --mla-prefill): attn_k_b transposed at load" "$TMP/out"; then

@@ -41,7 +41,7 @@ else
 fi
 
 prompts=("hello world" "the quick brown fox jumps over the lazy dog" "a")
-for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny phi3:phi3-longrope-tiny llama:tiny-llama3; do
+for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny phi3:phi3-longrope-tiny gpt2:tiny llama:tiny-llama3; do
   arch=${spec%%:*}
   preset=${spec##*:}
   for dtype in f32 f16 bf16 q8_0 q4_0; do
@@ -121,6 +121,29 @@ for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expan
     --prompt "${prompts[$pi]}" -n 40 --min-margin 0.1 --ridge-arg --mla-prefill --ridge-arg $form
 done
 
+# gpt2 with GPT-2's own byte-level BPE vocabulary (50257 tokens, pre-tokenizer "gpt-2"):
+# the tiny block under the real vocabulary, f16 and q8_0 (its tokenizer is checked against
+# llama.cpp's own vectors in the tokenizer tests).
+if [ -f "$shared/vocab/ggml-vocab-gpt-2.gguf" ]; then
+  for dtype in f16 q8_0; do
+    m="$tmp/gpt2-vocab-$dtype.gguf"
+    margin=1e-3
+    [ $dtype = q8_0 ] && margin=0.1
+    if "$ridge" mkmodel --arch gpt2 --preset tiny --dtype $dtype --seed 11 --vocab "$shared/vocab/ggml-vocab-gpt-2.gguf" \
+         -o "$m" 2>/dev/null; then
+      check "gpt2 (GPT-2 vocabulary)/$dtype \"The quick brown fox, 1234!\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
+        --model "$m" --prompt "The quick brown fox, 1234!" -n 40 --min-margin $margin
+    else
+      echo "FAIL mkmodel gpt2 with the GPT-2 vocabulary $dtype"; failn=$((failn + 1))
+    fi
+  done
+elif [ "${CI:-}" = true ]; then
+  echo "FAIL: $shared/vocab/ggml-vocab-gpt-2.gguf is missing (required under CI=true)"
+  failn=$((failn + 1))
+else
+  echo "SKIP: $shared/vocab/ggml-vocab-gpt-2.gguf not found"
+fi
+
 # Hugging Face checkpoints through `ridge convert`: a tiny model with a real tokenizer.json
 # (llama with Llama 3's, so its Q/K rows move; qwen3 with Qwen3's; llama with the SentencePiece-style
 # llama2 one, which convert writes as llama.cpp's "llama" tokenizer), laid out as Hugging
@@ -151,7 +174,7 @@ check "ridge convert's tokenizers: ridge vs llama.cpp" node "$here/tokenizer_vs_
 # q8_0; the output q8_0). llama.cpp rounds the activations of K matmuls to q8_K blocks
 # (256 wide), ridge to its 32-wide Q8A: the same 0.1 margin as q8_0 / q4_0. One prompt
 # each for q5_k_m / q6_k keeps this block at ~25 s on 2 cores (measured).
-for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny llama:tiny-llama3; do
+for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny gpt2:tiny llama:tiny-llama3; do
   arch=${spec%%:*}
   preset=${spec##*:}
   src="$tmp/$preset-$arch-f32.gguf"

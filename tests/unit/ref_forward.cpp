@@ -85,7 +85,8 @@ struct HP {
 HP read_hp(const gguf::File& f) {
   HP h;
   h.arch = std::string(f.require_str("general.architecture"));
-  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "deepseek2")
+  if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "deepseek2" &&
+      h.arch != "gpt2")
     bad("unknown architecture " + h.arch);
   const std::string a = h.arch + ".";
   auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
@@ -98,7 +99,8 @@ HP read_hp(const gguf::File& f) {
   h.head_dim_v = int64_t(f.get_uint(a + "attention.value_length").value_or(uint64_t(h.head_dim)));
   h.rope_dim = int64_t(f.get_uint(a + "rope.dimension_count").value_or(uint64_t(h.head_dim)));
   h.rope_base = f.get_float(a + "rope.freq_base").value_or(10000.0);
-  h.eps = f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  h.eps = h.arch == "gpt2" ? f.require_float(a + "attention.layer_norm_epsilon")
+                           : f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
   h.neox = h.arch != "llama";
   if (auto ne = f.get_uint(a + "expert_count"); ne && *ne > 0) {
     h.n_expert = int64_t(*ne);
@@ -232,6 +234,82 @@ void swiglu_into(double* y, const Mat& g, const Mat& u, const Mat& d, int64_t r0
   }
 }
 
+// GPT-2: token plus learned position embeddings; per layer LayerNorm (weight and bias),
+// the fused q/k/v with its bias, causal attention without RoPE, the output projection
+// with its bias; LayerNorm, up with its bias, GELU (tanh form), down with its bias; a
+// final LayerNorm and the head (tied to token_embd when output.weight is absent).
+std::vector<double> gpt2_logits(const gguf::File& f, const HP& h, const std::vector<int32_t>& tokens) {
+  const int64_t T = int64_t(tokens.size()), E = h.n_embd, dk = h.head_dim, nh = h.n_head, nkv = h.n_head_kv;
+  const int64_t group = nh / nkv;
+  auto layer_norm = [&](const Vec& x, const Vec& w, const Vec& b) {
+    double mean = 0, var = 0;
+    for (double v : x) mean += v;
+    mean /= double(x.size());
+    for (double v : x) var += (v - mean) * (v - mean);
+    const double s = 1.0 / std::sqrt(var / double(x.size()) + h.eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) * s * w[i] + b[i];
+    return y;
+  };
+  auto plus = [](Vec a, const Vec& b) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+    return a;
+  };
+  const Mat tok = load(f, "token_embd.weight"), pos = load(f, "position_embd.weight");
+  if (T > pos.rows) bad("more tokens than learned positions");
+  std::vector<Vec> x(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    if (tokens[size_t(t)] < 0 || tokens[size_t(t)] >= tok.rows) bad("token id out of range");
+    x[size_t(t)].assign(tok.row(tokens[size_t(t)]), tok.row(tokens[size_t(t)]) + E);
+    for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += pos.row(t)[i];
+  }
+  for (int64_t il = 0; il < h.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const Vec an = load_vec(f, p + "attn_norm.weight"), anb = load_vec(f, p + "attn_norm.bias");
+    const Mat wqkv = load(f, p + "attn_qkv.weight");  // [(nh + 2 nkv) dk][E]: q's rows, k's, v's
+    const Vec bqkv = load_vec(f, p + "attn_qkv.bias");
+    const Mat wo = load(f, p + "attn_output.weight");
+    const Vec bo = load_vec(f, p + "attn_output.bias");
+    std::vector<Vec> qkv(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) qkv[size_t(t)] = plus(wqkv.mul(layer_norm(x[size_t(t)], an, anb)), bqkv);
+    for (int64_t t = 0; t < T; ++t) {
+      Vec att(size_t(nh * dk), 0.0);
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const double* q = qkv[size_t(t)].data() + hh * dk;
+        const int64_t ko = nh * dk + (hh / group) * dk, vo = (nh + nkv) * dk + (hh / group) * dk;
+        Vec sc(size_t(t + 1));
+        double mx = -INFINITY;
+        for (int64_t u = 0; u <= t; ++u) {
+          double d = 0;
+          for (int64_t i = 0; i < dk; ++i) d += q[i] * qkv[size_t(u)][size_t(ko + i)];
+          mx = std::max(mx, sc[size_t(u)] = d / std::sqrt(double(dk)));
+        }
+        double sum = 0;
+        for (double& e : sc) sum += (e = std::exp(e - mx));
+        for (int64_t u = 0; u <= t; ++u)
+          for (int64_t i = 0; i < dk; ++i) att[size_t(hh * dk + i)] += sc[size_t(u)] / sum * qkv[size_t(u)][size_t(vo + i)];
+      }
+      x[size_t(t)] = plus(x[size_t(t)], plus(wo.mul(att), bo));
+    }
+    const Vec fn = load_vec(f, p + "ffn_norm.weight"), fnb = load_vec(f, p + "ffn_norm.bias");
+    const Mat up = load(f, p + "ffn_up.weight"), down = load(f, p + "ffn_down.weight");
+    const Vec bu = load_vec(f, p + "ffn_up.bias"), bd = load_vec(f, p + "ffn_down.bias");
+    for (auto& xt : x) {
+      Vec a = plus(up.mul(layer_norm(xt, fn, fnb)), bu);
+      for (double& v : a) v = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+      xt = plus(xt, plus(down.mul(a), bd));
+    }
+  }
+  const Vec on = load_vec(f, "output_norm.weight"), onb = load_vec(f, "output_norm.bias");
+  const Mat out = has(f, "output.weight") ? load(f, "output.weight") : tok;
+  std::vector<double> logits;
+  for (const auto& xt : x) {
+    const Vec l = out.mul(layer_norm(xt, on, onb));
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
 // deepseek2's multi-head latent attention of layer p in the expanded form: every cached
 // token's per-head keys and values decompressed from its latent (the form the paper
 // writes; ridge runs the absorbed one), added into x.
@@ -300,6 +378,7 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
   const auto file = gguf::File::open(gguf_path);
   const gguf::File& f = *file;
   const HP h = read_hp(f);
+  if (h.arch == "gpt2") return gpt2_logits(f, h, tokens);
   const int64_t T = int64_t(tokens.size()), E = h.n_embd, dk = h.head_dim, dv = h.head_dim_v;
   const int64_t group = h.n_head / h.n_head_kv;  // q heads per kv head (GQA)
 

@@ -75,8 +75,62 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(L.gate_exps.size(), m->arch().moe ? 8u : 0u) << name;
     EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
-  EXPECT_EQ(find_arch("gpt2"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3");
+  EXPECT_EQ(find_arch("falcon"), nullptr);
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2");
+}
+
+// gpt2's block: the fused q/k/v and its one bias cut into views and vectors, LayerNorms
+// with their biases, learned positions as an f32 table, no RoPE, an ungated FFN with
+// biases. A missing epsilon, a position table of the wrong shape or a missing bias is
+// refused by name.
+TEST(Arch, Gpt2ReadsItsBlock) {
+  const std::string path = made("gpt2");
+  auto m = Model::load(path);
+  const HParams& h = m->hparams();
+  const ArchSpec& a = m->arch();
+  EXPECT_TRUE(a.layer_norm && a.learned_pos && a.proj_bias && a.qkv_bias && a.ffn == Ffn::Gelu);
+  EXPECT_EQ(h.rope_dim, 0);
+  EXPECT_FLOAT_EQ(h.norm_eps, 1e-5f);
+  auto f = gguf::File::open(path);
+  auto floats = [&](const std::string& name) {
+    const gguf::TensorInfo* t = f->find_tensor(name);
+    EXPECT_TRUE(t && t->type == DType::F32) << name;
+    const float* p = reinterpret_cast<const float*>(t->data);
+    return std::vector<float>(p, p + t->n_elements());
+  };
+  EXPECT_EQ(m->weights().pos_embd, floats("position_embd.weight"));
+  EXPECT_EQ(int64_t(m->weights().pos_embd.size()), int64_t(h.n_ctx_train) * h.n_embd);
+  EXPECT_EQ(m->weights().output_norm_b, floats("output_norm.bias"));
+  for (int32_t il = 0; il < h.n_layer; ++il) {
+    const LayerWeights& L = m->weights().layers[size_t(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const gguf::TensorInfo* qkv = f->find_tensor(p + "attn_qkv.weight");
+    ASSERT_TRUE(qkv);
+    const int64_t row = int64_t(h.n_embd) * 4;  // f32
+    EXPECT_EQ(std::memcmp(L.wq.data, qkv->data, size_t(h.n_q() * row)), 0);
+    EXPECT_EQ(std::memcmp(L.wk.data, qkv->data + h.n_q() * row, size_t(h.n_kv_k() * row)), 0);
+    EXPECT_EQ(std::memcmp(L.wv.data, qkv->data + (h.n_q() + h.n_kv_k()) * row, size_t(h.n_kv_v() * row)), 0);
+    std::vector<float> b = L.bq;
+    b.insert(b.end(), L.bk.begin(), L.bk.end());
+    b.insert(b.end(), L.bv.begin(), L.bv.end());
+    EXPECT_EQ(b, floats(p + "attn_qkv.bias"));
+    EXPECT_EQ(int64_t(L.bq.size()), h.n_q());
+    EXPECT_EQ(L.attn_norm_b, floats(p + "attn_norm.bias"));
+    EXPECT_EQ(L.ffn_norm_b, floats(p + "ffn_norm.bias"));
+    EXPECT_EQ(L.bo, floats(p + "attn_output.bias"));
+    EXPECT_EQ(L.b_up, floats(p + "ffn_up.bias"));
+    EXPECT_EQ(L.b_down, floats(p + "ffn_down.bias"));
+    EXPECT_EQ(L.w_gate.data, nullptr);
+    EXPECT_EQ(L.w_up.n_out, h.n_ff);
+  }
+  std::string msg = load_error(with_u32(path, "gpt2.attention.layer_norm_epsilon", -1));
+  EXPECT_NE(msg.find("'gpt2.attention.layer_norm_epsilon' is missing"), std::string::npos) << msg;
+  msg = load_error(with_u32(path, "gpt2.context_length", 512));  // the table has 256 rows
+  EXPECT_NE(msg.find("'position_embd.weight' has shape"), std::string::npos) << msg;
+  for (const char* t : {"position_embd.weight", "blk.1.attn_qkv.bias", "output_norm.bias", "blk.0.ffn_down.bias"}) {
+    msg = load_error(without(path, t));
+    EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
+  }
 }
 
 // phi3's fused tensors become views of their row ranges: q, k, v one after another in

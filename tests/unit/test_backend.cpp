@@ -184,9 +184,49 @@ TEST_P(BackendOps, RowOps) {
   for (size_t i = 0; i < ref.size(); ++i) ref[i] = x[i] / (1.0 + std::exp(-double(x[i]))) * y[i];
   expect_rel(out.host(*be_), ref, 1e-5, "swiglu");
 
+  be_->gelu(dx.p(), out.p(), m, n);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double v = x[i];
+    ref[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  expect_rel(out.host(*be_), ref, 1e-5, "gelu");
+
+  const auto b = randn(n, 5);
+  be_->layer_norm(dx.p(), w.data(), b.data(), out.p(), m, n, 1e-5f);
+  for (int64_t i = 0; i < m; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) mean += x[size_t(i * n + j)];
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j) var += (x[size_t(i * n + j)] - mean) * (x[size_t(i * n + j)] - mean);
+    const double s = 1.0 / std::sqrt(var / double(n) + 1e-5);
+    for (int64_t j = 0; j < n; ++j) ref[size_t(i * n + j)] = (x[size_t(i * n + j)] - mean) * s * w[size_t(j)] + b[size_t(j)];
+  }
+  expect_rel(out.host(*be_), ref, 1e-5, "layer_norm");
+  be_->layer_norm_rows(dx.p(), rows, w.data(), b.data(), sel.p(), n, 1e-5f);
+  ref_sel.clear();
+  for (int32_t r : rows) ref_sel.insert(ref_sel.end(), ref.begin() + r * n, ref.begin() + (r + 1) * n);
+  expect_rel(sel.host(*be_), ref_sel, 1e-5, "layer_norm_rows");
+
   be_->add(dx.p(), dy.p(), m, n);
   const auto sum = dx.host(*be_);
   for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], x[i] + y[i]) << "add at " << i;
+  be_->add_bias(dx.p(), b.data(), m, n);
+  const auto biased = dx.host(*be_);
+  for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(biased[i], sum[i] + b[i % size_t(n)]) << "add_bias at " << i;
+}
+
+// Each token's row of the position table, by its position, whatever its sequence.
+TEST_P(BackendOps, AddPositionsByEachTokensPosition) {
+  const int64_t n = 40, n_pos = 32;
+  step(5, 3, 4, 20);
+  const int64_t T = int64_t(tokens_.size());
+  const auto table = randn(n_pos * n, 8), x = randn(T * n, 9);
+  Dev dx(*be_, x);
+  be_->add_positions(table.data(), dx.p(), n);
+  const auto got = dx.host(*be_);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[size_t(t * n + i)], x[size_t(t * n + i)] + table[size_t(pos_[size_t(t)] * n + i)]) << t << " " << i;
 }
 
 // Each matmul form against the reference, and row by row against itself (batch invariance).

@@ -203,7 +203,8 @@ std::vector<Case> all_cases() {
   std::vector<Case> v;
   const std::pair<const char*, const char*> models[] = {
       {"tiny", "llama"}, {"tiny", "qwen2"}, {"tiny", "qwen3"}, {"tiny-llama3", "llama"}, {"qwen3moe-tiny", "qwen3moe"},
-      {"mixtral-tiny", "llama"}, {"deepseek-v2-lite-tiny", "deepseek2"}, {"deepseek-v3-tiny", "deepseek2"}};
+      {"mixtral-tiny", "llama"}, {"deepseek-v2-lite-tiny", "deepseek2"}, {"deepseek-v3-tiny", "deepseek2"},
+      {"tiny", "gpt2"}};
   for (auto [preset, arch] : models)
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) v.push_back({preset, arch, t});
   return v;

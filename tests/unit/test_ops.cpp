@@ -75,6 +75,55 @@ TEST(Ops, RmsNormAndAddMatchReference) {
   }
 }
 
+// LayerNorm (scalar: every ISA runs the one loop) against double, on rows with a large
+// common offset (where E[x^2] - mean^2 would cancel) and a constant row (variance 0: eps).
+TEST(Ops, LayerNormMatchesDoubleReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {1, 7, 16, 33, 768}) {
+    for (float offset : {0.f, 1000.f}) {
+      std::vector<float> x(static_cast<size_t>(n)), w(x.size()), b(x.size()), y(x.size());
+      for (auto& v : x) v = offset + nd(rng) * 3.f;
+      for (auto& v : w) v = nd(rng);
+      for (auto& v : b) v = nd(rng);
+      double mean = 0, var = 0;
+      for (float v : x) mean += v;
+      mean /= double(n);
+      for (float v : x) var += (v - mean) * (v - mean);
+      const double scale = 1.0 / std::sqrt(var / double(n) + 1e-5);
+      layer_norm(x.data(), w.data(), b.data(), y.data(), n, 1e-5f);
+      for (int64_t i = 0; i < n; ++i) {
+        const double c = (double(x[size_t(i)]) - mean) * scale, ref = c * w[size_t(i)] + b[size_t(i)];
+        // The float subtraction of the mean (exact to an ulp of x, which the offset makes
+        // 6e-5 of a unit) and three roundings; relative to the row's O(1) values.
+        EXPECT_NEAR(y[size_t(i)], ref, (offset > 0 ? 2e-4 : 1e-6) * (std::abs(c * w[size_t(i)]) + std::abs(b[size_t(i)]) + 1))
+            << "n " << n << " offset " << offset << " i " << i;
+      }
+    }
+  }
+  std::vector<float> flat(64, 2.5f), w(64, 1.f), b(64, 0.25f), y(64);
+  layer_norm(flat.data(), w.data(), b.data(), y.data(), 64, 1e-5f);
+  for (float v : y) EXPECT_EQ(v, 0.25f);  // x - mean is exactly 0: the bias alone
+}
+
+// GELU (tanh form) against its definition in double, over the range where tanh bends and
+// far out, where it is x or 0.
+TEST(Ops, GeluMatchesDoubleReference) {
+  std::vector<float> x;
+  for (int i = -2000; i <= 2000; ++i) x.push_back(float(i) / 200.f);  // [-10, 10]
+  for (float v : {-1e4f, -80.f, -20.f, 20.f, 80.f, 1e4f, 0.f, -0.f, 1e-30f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  gelu(x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], ref = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    // tanhf's few ulp and the products' roundings, relative to |x| (the output's scale
+    // where tanh is near -1 and the result is a difference).
+    EXPECT_NEAR(y[i], ref, 1e-6 * std::abs(v) + 1e-37) << "x " << v;
+  }
+  gelu(x.data(), x.data(), int64_t(x.size()));  // in place
+  EXPECT_EQ(x, y);
+}
+
 // RoPE's SIMD path gives the scalar loop's bits (the same two rounded products and one
 // rounded sum per output), in both pair layouts, with tails of every length.
 TEST(Ops, RopeSimdMatchesScalarBits) {

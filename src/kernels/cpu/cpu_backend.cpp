@@ -53,11 +53,29 @@ class CpuBackend final : public Backend {
     // A handful of rows (one per sequence): less work than a pool round costs.
     for (size_t r = 0; r < rows.size(); ++r) kernels::rms_norm(x + int64_t(rows[r]) * n, w, y + int64_t(r) * n, n, eps);
   }
+  void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t m, int64_t n,
+                  float eps) override {
+    rows(m, [&](int64_t t) { kernels::layer_norm(x + t * n, w, b, y + t * n, n, eps); });
+  }
+  void layer_norm_rows(const float* x, std::span<const int32_t> rows, const float* w, const float* b, float* y,
+                       int64_t n, float eps) override {
+    for (size_t r = 0; r < rows.size(); ++r)
+      kernels::layer_norm(x + int64_t(rows[r]) * n, w, b, y + int64_t(r) * n, n, eps);
+  }
+  void add_positions(const float* table, float* x, int64_t n) override {
+    rows(int64_t(step_.tokens.size()), [&](int64_t t) { add_inplace(x + t * n, table + int64_t(step_.pos[size_t(t)]) * n, n); });
+  }
   void add(float* x, const float* y, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { add_inplace(x + t * n, y + t * n, n); });
   }
+  void add_bias(float* x, const float* b, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { add_inplace(x + t * n, b, n); });
+  }
   void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { kernels::swiglu(gate + t * n, up + t * n, out + t * n, n); });
+  }
+  void gelu(const float* x, float* out, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { kernels::gelu(x + t * n, out + t * n, n); });
   }
 
   void moe_route(const float* logits, int64_t m, const MoeRouting& r, int32_t* ids, float* weights) override {

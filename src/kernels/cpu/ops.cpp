@@ -26,6 +26,16 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
 }
 
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / double(n);
+  double ss = 0;  // the variance around the mean, not E[x^2] - mean^2 (no cancellation)
+  for (int64_t i = 0; i < n; ++i) ss += (double(x[i]) - mean) * (double(x[i]) - mean);
+  const float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps))), m = float(mean);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) * scale * w[i] + b[i];
+}
+
 void rope_cache(const RopeParams& p, int32_t pos, float* cs) {
   // theta_i = pos * base^(-2i/d) / factor_i, computed directly in double (no running
   // product, whose rounding would drift with i).
@@ -64,6 +74,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu(const float* x, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCubic = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.f + std::tanh(kSqrt2OverPi * v * (1.f + kCubic * v * v)));
   }
 }
 

@@ -22,8 +22,16 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 void rope_cache(const RopeParams& p, int32_t pos, float* cs);
 void rope_apply(const RopeParams& p, const float* cs, float* x);
 
+// y[n] = (x[n] - mean(x)) / sqrt(var(x) + eps) * w[n] + b[n]: LayerNorm (GPT-2's), its
+// mean and variance summed in double as rms_norm's square. y may be x.
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t n, float eps);
+
 // out[n] = silu(gate[n]) * up[n]
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[n] = gelu(x[n]) in the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): what
+// GPT-2 ("gelu_new") and Gemma ("gelu_pytorch_tanh") were trained with and llama.cpp's
+// GELU computes. out may be x.
+void gelu(const float* x, float* out, int64_t n);
 
 // x[n] += y[n]
 void add_inplace(float* x, const float* y, int64_t n);
