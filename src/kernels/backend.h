@@ -143,6 +143,8 @@ class Backend {
                                int64_t m, std::initializer_list<MatmulOut> outs) = 0;
   // Only where takes_rows(w): y[m][w.n_out] = (silu(gate) * up)[m][w.k] . W^T.
   virtual void swiglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) = 0;
+  // Only where takes_rows(w): y[m][w.n_out] = gelu(x + b)[m][w.k] . W^T (b [w.k], or null).
+  virtual void gelu_matmul(const WeightView& w, const float* x, const float* b, int64_t m, float* y) = 0;
 
   virtual void qkv_rope(const QkvRopeArgs& a) = 0;
   virtual void attention(const AttentionArgs& a) = 0;

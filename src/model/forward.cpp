@@ -229,19 +229,29 @@ void Forward::gelu_ffn_block(int32_t il) {
   float* up = ffn_up_.reserve(T * F);
   norm_matmul(il, perf::Op::FfnNorm, perf::Op::FfnGateUp, perf::matmul_cost(T, E, F, L.w_up.type), L.w_up.type, L.ffn_norm, L.ffn_norm_b, L.w_up,
               {{F, up}}, ffn_norm_, [&](const float* xn) { be_.matmul(L.w_up, xn, T, up); });
-  // up's bias is added where GELU reads the rows anyway.
-  float* act = ffn_act_.reserve(T * F);
-  perf::OpCost ac = perf::gelu_cost(T, F);
-  if (!L.b_up.empty()) ac.flops += double(T * F);
-  op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, ac, [&] {
-    if (!L.b_up.empty()) be_.add_bias(up, L.b_up.data(), T, F);
-    be_.gelu(up, act, T, F);
-  });
+  // up's bias goes on where GELU reads the rows: inside down's matmul where the backend
+  // takes its rows (as SwiGLU), else in an op of their own.
+  const float* b_up = L.b_up.empty() ? nullptr : L.b_up.data();
   float* out = ffn_out_.reserve(T * E);
   perf::OpCost dc = perf::matmul_cost(T, F, E, L.w_down.type);
   if (!L.b_down.empty()) dc += perf::bias_cost(T, E);
+  perf::OpCost ac = perf::gelu_cost(T, F);
+  if (b_up) ac.flops += double(T * F);
+  const bool act_in_down = be_.takes_rows(L.w_down);
+  float* act = nullptr;
+  if (act_in_down) {
+    dc.flops += ac.flops;
+    dc.bytes += 4.0 * double(T) * double(F);  // up read where the activations were
+  } else {
+    act = ffn_act_.reserve(T * F);
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, ac, [&] {
+      if (b_up) be_.add_bias(up, b_up, T, F);
+      be_.gelu(up, act, T, F);
+    });
+  }
   op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] {
-    be_.matmul(L.w_down, act, T, out);
+    if (act_in_down) be_.gelu_matmul(L.w_down, up, b_up, T, out);
+    else be_.matmul(L.w_down, act, T, out);
     if (!L.b_down.empty()) be_.add_bias(out, L.b_down.data(), T, E);
   });
   ffn_residual(il, out);

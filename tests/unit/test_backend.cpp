@@ -291,6 +291,18 @@ TEST_P(BackendOps, NormAndActivationInsideTheMatmul) {
   for (size_t i = 0; i < act.size(); ++i) act[i] = float(res[i] / (1.0 + std::exp(-double(res[i]))) * up[i]);
   ref_matmul(down, act, m, ref, mag);
   expect_matmul(yd.host(*be_), ref, mag, 1e-2, "swiglu_matmul");
+
+  // GELU of x plus a bias inside down's activation pass, and without a bias.
+  const auto bias = randn(down.k, 13);
+  for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
+    be_->gelu_matmul(down.view(true), dup.p(), b, m, yd.p());
+    for (size_t i = 0; i < act.size(); ++i) {
+      const double v = double(up[i]) + (b ? b[i % size_t(down.k)] : 0.0);
+      act[i] = float(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+    }
+    ref_matmul(down, act, m, ref, mag);
+    expect_matmul(yd.host(*be_), ref, mag, 1e-2, b ? "gelu_matmul with a bias" : "gelu_matmul");
+  }
 }
 
 // RoPE of one head vector in double, as the reference forward defines it.

@@ -107,21 +107,30 @@ TEST(Ops, LayerNormMatchesDoubleReference) {
 }
 
 // GELU (tanh form) against its definition in double, over the range where tanh bends and
-// far out, where it is x or 0.
+// far out, where it is x or 0, on every path and tail length; NaN stays NaN.
 TEST(Ops, GeluMatchesDoubleReference) {
-  std::vector<float> x;
-  for (int i = -2000; i <= 2000; ++i) x.push_back(float(i) / 200.f);  // [-10, 10]
-  for (float v : {-1e4f, -80.f, -20.f, 20.f, 80.f, 1e4f, 0.f, -0.f, 1e-30f}) x.push_back(v);
-  std::vector<float> y(x.size());
-  gelu(x.data(), y.data(), int64_t(x.size()));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double v = x[i], ref = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-    // tanhf's few ulp and the products' roundings, relative to |x| (the output's scale
-    // where tanh is near -1 and the result is a difference).
-    EXPECT_NEAR(y[i], ref, 1e-6 * std::abs(v) + 1e-37) << "x " << v;
+  IsaGuard g;
+  std::vector<float> x0;
+  for (int i = -2000; i <= 2000; ++i) x0.push_back(float(i) / 200.f);  // [-10, 10]
+  for (float v : {-1e4f, -80.f, -20.f, 20.f, 80.f, 1e4f, 0.f, -0.f, 1e-30f}) x0.push_back(v);
+  for (Isa isa : isas()) {
+    set_isa(isa);
+    for (size_t n : {x0.size(), size_t(1), size_t(7), size_t(9), size_t(17)}) {
+      std::vector<float> x(x0.end() - std::ptrdiff_t(n), x0.end()), y(n);
+      gelu(x.data(), y.data(), int64_t(n));
+      for (size_t i = 0; i < n; ++i) {
+        const double v = x[i], ref = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+        // tanhf's (or the vector exp's and reciprocal's) few ulp and the products'
+        // roundings, relative to |x| (the output's scale where the result is a difference).
+        EXPECT_NEAR(y[i], ref, 1e-6 * std::abs(v) + 1e-37) << "isa " << int(isa) << " x " << v;
+      }
+      gelu(x.data(), x.data(), int64_t(n));  // in place
+      EXPECT_EQ(x, y) << "isa " << int(isa);
+    }
+    float nan = std::numeric_limits<float>::quiet_NaN(), out = 0;
+    gelu(&nan, &out, 1);
+    EXPECT_TRUE(std::isnan(out)) << "isa " << int(isa);
   }
-  gelu(x.data(), x.data(), int64_t(x.size()));  // in place
-  EXPECT_EQ(x, y);
 }
 
 // RoPE's SIMD path gives the scalar loop's bits (the same two rounded products and one

@@ -124,6 +124,18 @@ class CpuBackend final : public Backend {
     auto row = [&](int64_t t, float* out) { kernels::swiglu(gate + t * n, up + t * n, out, n); };
     mm_.run(pool_, w, RowSource::of(row), m, y);
   }
+  void gelu_matmul(const WeightView& w, const float* x, const float* b, int64_t m, float* y) override {
+    const int64_t n = w.k;
+    auto row = [&](int64_t t, float* out) {
+      if (b) {
+        for (int64_t i = 0; i < n; ++i) out[i] = x[t * n + i] + b[i];
+        kernels::gelu(out, out, n);
+      } else {
+        kernels::gelu(x + t * n, out, n);
+      }
+    };
+    mm_.run(pool_, w, RowSource::of(row), m, y);
+  }
 
   void qkv_rope(const QkvRopeArgs& a) override;
   void attention(const AttentionArgs& a) override;

@@ -12,6 +12,8 @@ void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, float 
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace_avx512(float* x, const float* y, int64_t n);
 void rope_apply_avx512(const float* cs, float* x, int32_t rope_dim, bool neox);
+void gelu_avx512(const float* x, float* out, int64_t n);
+void gelu_avx2(const float* x, float* out, int64_t n);
 }  // namespace detail
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -78,6 +80,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void gelu(const float* x, float* out, int64_t n) {
+  if (active_isa() == Isa::Avx512) return detail::gelu_avx512(x, out, n);
+  if (active_isa() == Isa::Avx2) return detail::gelu_avx2(x, out, n);
   constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCubic = 0.044715f;
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];

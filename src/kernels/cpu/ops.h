@@ -2,7 +2,7 @@
 // They move a few KB per token, so their roof is DRAM (or cache) bandwidth. RMSNorm,
 // SwiGLU, RoPE and the residual add have AVX-512 paths (ops_avx512.cpp; the roofline report
 // found the baseline loops far under that roof: docs/ROOFLINE.md); the others are plain
-// loops. Each row is computed alone, so a row's result never depends on the batch around
+// loops, except GELU's (AVX-512 and AVX2: ops_avx2.cpp). Each row is computed alone, so a row's result never depends on the batch around
 // it.
 #pragma once
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/ops_simd.h"
 #include "kernels/cpu/vexp_avx512.h"
 
 namespace ridge::kernels::detail {
@@ -48,6 +49,23 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
     r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
     const __m512 sig = _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ), t, r);
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_mul_ps(g, sig), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+void gelu_avx512(const float* x, float* out, int64_t n) {
+  // 0.5 x (1 + tanh(u)) = x sigmoid(2u), 2u = x (a + b x^2): the sigmoid as swiglu's above.
+  const __m512 a = _mm512_set1_ps(kGeluA), b = _mm512_set1_ps(kGeluB);
+  const __m512 one = _mm512_set1_ps(1.f), two = _mm512_set1_ps(2.f), sign = _mm512_set1_ps(-0.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 z = _mm512_mul_ps(v, _mm512_fmadd_ps(b, _mm512_mul_ps(v, v), a));
+    const __m512 t = exp16(_mm512_or_ps(z, sign));  // e^-|z|
+    const __m512 d = _mm512_add_ps(one, t);
+    __m512 r = _mm512_rcp14_ps(d);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
+    const __m512 sig = _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), t, r);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, sig));
   }
 }
 
