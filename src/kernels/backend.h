@@ -57,8 +57,9 @@ struct QkvRopeArgs {
   int32_t layer = 0;
 };
 
-// Every token's query heads over its sequence's K/V at positions [0, its own]: grouped
-// query attention, query head h reading KV head h / (n_head / n_kv_head).
+// Every token's query heads over its sequence's K/V at positions [0, its own] (with a
+// window, its last `window` positions only): grouped query attention, query head h
+// reading KV head h / (n_head / n_kv_head).
 struct AttentionArgs {
   const float* q = nullptr;  // [T][n_head * dk]
   float* out = nullptr;      // [T][n_head * dv]
@@ -66,6 +67,7 @@ struct AttentionArgs {
   float scale = 1.f;
   const KVView* kv = nullptr;
   int32_t layer = 0;
+  int32_t window = 0;  // a sliding window's positions (kernels/cpu/attention.h AttnArgs::window); 0: none
 };
 
 class Backend {

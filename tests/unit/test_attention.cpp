@@ -120,7 +120,21 @@ struct Cache {
     }
   }
 
-  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale, {}}; }
+  // A sliding window of w positions: rows attend to [lo(), n_ctx). The whole blocks before
+  // lo()'s are made NaN (a kernel must not read them); lo()'s own block keeps its keys.
+  int32_t window = 0;
+  int32_t lo() const { return window > 0 ? std::max(0, n_ctx - window) : 0; }
+  void set_window(int32_t w) {
+    window = w;
+    const std::vector<float> nan_k(size_t(l.head_dim_k), std::numeric_limits<float>::quiet_NaN());
+    const std::vector<float> nan_v(size_t(l.head_dim_v), std::numeric_limits<float>::quiet_NaN());
+    for (int32_t p = 0; p < lo() / l.block_size * l.block_size; ++p) {
+      kv->write_k(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_k.data());
+      kv->write_v(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_v.data());
+    }
+  }
+
+  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale, {}, window}; }
 
   // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
   std::vector<float> row(bool is_k, int32_t p) const {
@@ -135,9 +149,9 @@ struct Cache {
 // softmax(q K^T scale) V in double, one row.
 // A row's scores q.k x scale over the context, in double, and their max.
 std::vector<double> scores_of(const Cache& st, const float* q, float scale, double* mx) {
-  std::vector<double> s(size_t(st.n_ctx));
+  std::vector<double> s(size_t(st.n_ctx), -INFINITY);
   *mx = -INFINITY;
-  for (int32_t p = 0; p < st.n_ctx; ++p) {
+  for (int32_t p = st.lo(); p < st.n_ctx; ++p) {
     const std::vector<float> k = st.row(true, p);
     double dot = 0;
     for (int32_t d = 0; d < st.l.head_dim_k; ++d) dot += double(q[d]) * k[size_t(d)];
@@ -153,7 +167,7 @@ std::vector<double> reference(const Cache& st, const float* q, float scale) {
   double mx = 0;
   const std::vector<double> s = scores_of(st, q, scale, &mx);
   double sum = 0;
-  for (int32_t p = 0; p < st.n_ctx; ++p) {
+  for (int32_t p = st.lo(); p < st.n_ctx; ++p) {
     const double e = std::exp(s[size_t(p)] - mx);
     sum += e;
     const std::vector<float> v = st.row(false, p);
@@ -199,7 +213,7 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
 
 double v_scale(const Cache& st) {
   double m = 0;
-  for (int32_t p = 0; p < st.n_ctx; ++p)
+  for (int32_t p = st.lo(); p < st.n_ctx; ++p)
     for (float v : st.row(false, p)) m = std::max(m, double(std::fabs(v)));
   return m;
 }
@@ -237,9 +251,11 @@ std::string case_name(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx
 
 // One shape on every ISA: within kTol of the reference, grouped bits == per-row bits,
 // padding untouched, and the ISAs within kTol of the scalar path.
-void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int32_t n_q, double* worst) {
-  const std::string name = case_name(t, dk, dv, bs, n_ctx, n_q);
-  const Cache st(t, dk, dv, bs, n_ctx, uint32_t(dk * 7919 + n_ctx * 31 + n_q));
+void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int32_t n_q, double* worst,
+                int32_t window = 0) {
+  const std::string name = case_name(t, dk, dv, bs, n_ctx, n_q) + (window ? " window=" + std::to_string(window) : "");
+  Cache st(t, dk, dv, bs, n_ctx, uint32_t(dk * 7919 + n_ctx * 31 + n_q));
+  st.set_window(window);
   const float scale = 1.f / std::sqrt(float(dk));
   // Rows of growing magnitude: the last ones give peaked softmaxes (large score range).
   const int64_t ldq = dk + 5;
@@ -271,7 +287,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const std::string where = name + " isa=" + std::string(isa_name(isa));
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
-    const bool q8 = t == DType::I8 && isa == Isa::Avx512;
+    const bool q8 = t == DType::I8 && isa == Isa::Avx512 && window == 0;  // window calls take the AVX2 kernel
     const auto& want = q8 ? ref_q8 : ref;
     double err = 0;
     for (int32_t i = 0; i < n_q; ++i) {
@@ -314,6 +330,20 @@ TEST(Attention, EveryIsaMatchesDoubleReferenceAndGroupingIsBitwiseInvisible) {
       for (int32_t n_ctx : {1, 15, 16, 17, 100, 300})
         for (int32_t n_q : {1, 4, 8}) check_case(t, hd, hd, 16, n_ctx, n_q, &worst);
   std::printf("[Attention] max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// A sliding window: each row attends to its last `window` positions only, against the
+// double reference over those, on every ISA and dtype; the blocks wholly before the window
+// hold NaN, so a kernel that read them would show it. Windows inside one block, across
+// blocks, wider than the context, and of one position.
+TEST(Attention, SlidingWindowsMatchTheReference) {
+  double worst = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
+    for (auto [bs, n_ctx, window] : {std::tuple{16, 100, 40}, std::tuple{16, 100, 1}, std::tuple{16, 100, 16},
+                                     std::tuple{16, 300, 128}, std::tuple{16, 30, 64}, std::tuple{7, 97, 20},
+                                     std::tuple{32, 200, 33}})
+      for (int32_t n_q : {1, 4}) check_case(t, 64, 64, bs, n_ctx, n_q, &worst, window);
+  std::printf("[Attention] windows: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
 // A query row with an infinite or NaN element gives a non-finite output row on every ISA

@@ -74,9 +74,11 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   }
 
   const int32_t n_tiles = (a.n_ctx + bs - 1) / bs;
-  for (int32_t t = 0; t < n_tiles; ++t) {
+  const int32_t lo = a.window > 0 ? std::max(0, a.n_ctx - a.window) : 0;  // the window's first position
+  for (int32_t t = lo / bs; t < n_tiles; ++t) {
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
+    const int32_t j0 = std::max(0, lo - t * bs);  // keys before it are not attended
     // A head's tiles are contiguous: one conversion each (slots past n too, unread).
     to_f32(l.dtype, a.kv->k_tile(a.layer, block, kv_head), kf, kn);
     if (l.v_in_k) {  // the values are the keys' last dv dimensions
@@ -97,7 +99,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       const float* qi = q + i * ldq;
       float* o = out + i * ldo;
       float tile_max = -std::numeric_limits<float>::infinity();
-      for (int32_t j = 0; j < n; ++j) {
+      for (int32_t j = j0; j < n; ++j) {
         float dot = 0.f;
         for (int32_t d = 0; d < dk; ++d) dot += qi[d] * kf[l.k_element(d, j)];
         s[j] = dot * a.scale;
@@ -107,7 +109,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       const float corr = std::exp(m[i] - m_new);  // 0 on the first tile (m = -inf)
       sum[i] *= corr;
       for (int32_t d = 0; d < dv; ++d) o[d] *= corr;
-      for (int32_t j = 0; j < n; ++j) {
+      for (int32_t j = j0; j < n; ++j) {
         const float p = std::exp(s[j] - m_new);
         sum[i] += p;
         for (int32_t d = 0; d < dv; ++d) o[d] += p * vf[l.v_element(j, d)];
@@ -131,12 +133,14 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
               int64_t(a.block_table.size()) * l.block_size);
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
-  const Isa isa = active_isa();
+  RIDGE_CHECK(a.window >= 0, "attention: window {} is negative", a.window);
+  // The AVX-512 kernel has no window: window calls run the AVX2 one there.
+  const Isa isa = a.window > 0 && active_isa() == Isa::Avx512 ? Isa::Avx2 : active_isa();
   if (!a.row_ctx.empty()) {
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
                     std::is_sorted(a.row_ctx.begin(), a.row_ctx.end()),
                 "attention: row contexts must be {} ascending counts ending at {}", group, a.n_ctx);
-    if (!attention_shares_positions(l)) {
+    if (!attention_shares_positions(l) || a.window > 0) {
       AttnArgs one = a;
       one.row_ctx = {};
       for (int32_t h = 0; h < n_heads; ++h)
@@ -171,6 +175,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.dv = l.head_dim_v;
   v.dtype = l.dtype;
   v.scale = a.scale;
+  v.first = a.window > 0 ? std::max(0, a.n_ctx - a.window) : 0;
   if (l.v_in_k) {
     v.v_dim0 = l.v_dim0();
     const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l);

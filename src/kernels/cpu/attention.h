@@ -32,6 +32,11 @@ struct AttnArgs {
   // finite values: a later position's Inf or NaN value, weighted by a probability of 0,
   // would reach the earlier rows of its block). Empty: every row n_ctx.
   std::span<const int32_t> row_ctx;
+  // A sliding window: a row attends only to its last `window` positions, [max(0, n_ctx -
+  // window), n_ctx) (llama.cpp's standard window: key p0 is masked from query p1 when
+  // p1 - p0 >= window); 0: every position. Window calls run on the scalar or AVX2 path
+  // (AVX-512 CPUs take the AVX2 kernel) and with row_ctx row by row.
+  int32_t window = 0;
 };
 
 // Whether a call with AttnArgs::row_ctx shares each tile among its rows on the active
@@ -95,6 +100,9 @@ struct AttnView {
   float* vt = nullptr;
   // AttnArgs::row_ctx, [rows per head] (unscaled dtypes), or null.
   const int32_t* row_ctx = nullptr;
+  // The first position in the window (AttnArgs::window; AVX2 only): earlier blocks are
+  // not read, earlier keys of its block get probability 0.
+  int32_t first = 0;
 };
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

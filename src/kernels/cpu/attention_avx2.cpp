@@ -365,8 +365,10 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const int64_t v_bytes = kScaled<T> ? a.v_scales_off + 4 * int64_t(bs) : int64_t(bs) * dv * esz;
   // A tile ahead, at least two blocks (two tiles were no faster on bench_attention).
   const int32_t ahead = tb > 2 ? tb : 2;
-  for (int32_t t = 0; t < ahead; ++t) prefetch_block(a, t, n_blocks, k_bytes, v_bytes);
-  for (int32_t b0 = 0; b0 < n_blocks; b0 += tb) {
+  // A window starts the tiles at its first block; the keys before it there are masked.
+  const int32_t first_block = a.first / bs, skip = a.first - first_block * bs;
+  for (int32_t t = 0; t < ahead; ++t) prefetch_block(a, first_block + t, n_blocks, k_bytes, v_bytes);
+  for (int32_t b0 = first_block; b0 < n_blocks; b0 += tb) {
     const int32_t nb = n_blocks - b0 < tb ? n_blocks - b0 : tb;
     const int32_t rest = a.n_ctx - b0 * bs, n = rest < tk ? rest : tk;  // keys in this tile
     const int32_t ng = (n + 7) / 8;                                       // groups of 8 keys
@@ -389,6 +391,9 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       if (ng - g >= 2) scores_rows<2, kScaled<T>>(q, ldq, n_q, kf, tk, dk, g, n, ks, scale, sc, lanes);
       else scores_rows<1, kScaled<T>>(q, ldq, n_q, kf, tk, dk, g, n, ks, scale, sc, lanes);
     }
+    if (b0 == first_block && skip > 0)  // before the window: probability 0
+      for (int32_t i = 0; i < n_q; ++i)
+        for (int32_t j = 0; j < skip; ++j) sc[int64_t(i) * lanes + j] = kNegInf;
     for (int32_t i = 0; i < n_q; ++i) {  // cr: the new running max, for now
       const float* si = sc + int64_t(i) * lanes;
       __m256 vmax = _mm256_loadu_ps(si);
