@@ -38,6 +38,9 @@ struct StepInfo {
   std::span<const int32_t> pos;     // [T] each token's absolute position
   std::span<const std::span<const int32_t>> block_tables;  // [seqs]
   RopeParams rope;
+  // The sliding-window layers' RoPE where it differs (gemma3: another base, no scaling);
+  // rope_dim 0: they rotate as the others.
+  RopeParams rope_swa;
 };
 
 // Per token of the step: q/k/v biases, per-head q/k RMSNorm, RoPE, then K and V into the
@@ -55,6 +58,7 @@ struct QkvRopeArgs {
   float eps = 0;
   const KVView* kv = nullptr;
   int32_t layer = 0;
+  bool rope_swa = false;  // rotate by StepInfo::rope_swa (a sliding-window layer's)
 };
 
 // Every token's query heads over its sequence's K/V at positions [0, its own] (with a
@@ -108,6 +112,12 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
   // out[m][n] = gelu(x), the tanh form (kernels/cpu/ops.h). out may be x.
   virtual void gelu(const float* x, float* out, int64_t m, int64_t n) = 0;
+  // out[m][n] = gelu(gate) * up (GeGLU).
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
+  // x[n] *= s.
+  virtual void scale(float* x, float s, int64_t n) = 0;
+  // x[n] = c tanh(x / c): Gemma's logit cap.
+  virtual void softcap(float* x, float c, int64_t n) = 0;
 
   // Mixture of experts. moe_route: per row of logits[m][r.n_expert], the experts chosen
   // as MoeRouting says, into the host arrays ids[m][r.k] and weights[m][r.k] (the
@@ -145,6 +155,8 @@ class Backend {
                                int64_t m, std::initializer_list<MatmulOut> outs) = 0;
   // Only where takes_rows(w): y[m][w.n_out] = (silu(gate) * up)[m][w.k] . W^T.
   virtual void swiglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) = 0;
+  // Only where takes_rows(w): y[m][w.n_out] = (gelu(gate) * up)[m][w.k] . W^T.
+  virtual void geglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) = 0;
   // Only where takes_rows(w): y[m][w.n_out] = gelu(x + b)[m][w.k] . W^T (b [w.k], or null).
   virtual void gelu_matmul(const WeightView& w, const float* x, const float* b, int64_t m, float* y) = 0;
 

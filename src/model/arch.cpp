@@ -17,9 +17,9 @@
 namespace ridge {
 
 namespace {
-const std::array<const ArchSpec*, 7>& all_archs() {
-  static const std::array<const ArchSpec*, 7> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
-                                                &arch_deepseek2(), &arch_phi3(), &arch_gpt2()};
+const std::array<const ArchSpec*, 8>& all_archs() {
+  static const std::array<const ArchSpec*, 8> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(),    &arch_qwen3moe(),
+                                                &arch_deepseek2(), &arch_phi3(), &arch_gpt2(), &arch_gemma3()};
   return a;
 }
 }  // namespace

@@ -52,8 +52,9 @@ class TensorLoader {
   int64_t& vec_bytes_;
 };
 
-// The FFN's form: SwiGLU down(silu(gate x) * up x), or GELU's ungated down(gelu(up x)).
-enum class Ffn : uint8_t { SwiGlu, Gelu };
+// The FFN's form: SwiGLU down(silu(gate x) * up x), GELU's ungated down(gelu(up x)), or
+// GeGLU down(gelu(gate x) * up x) (Gemma).
+enum class Ffn : uint8_t { SwiGlu, Gelu, GeGlu };
 
 struct ArchSpec {
   const char* name;
@@ -83,6 +84,11 @@ struct ArchSpec {
   bool learned_pos = false;
   bool proj_bias = false;
   Ffn ffn = Ffn::SwiGlu;
+  // Gemma's sandwich: attention's and the FFN's outputs RMS-normed (post_attention_norm,
+  // post_ffw_norm) before their residual adds.
+  bool post_norms = false;
+  // Gemma: the token embeddings scaled by sqrt(n_embd) on the way in (HParams::embd_scale).
+  bool embd_scale_sqrt = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
@@ -108,6 +114,7 @@ const ArchSpec& arch_qwen3moe();
 const ArchSpec& arch_deepseek2();
 const ArchSpec& arch_phi3();
 const ArchSpec& arch_gpt2();
+const ArchSpec& arch_gemma3();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 std::string arch_names();                          // "llama, qwen2, qwen3, ..."
 

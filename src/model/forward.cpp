@@ -23,6 +23,11 @@ Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend)
   rope_.neox = model.arch().rope_neox;
   rope_.freq_factors = model.weights().rope_freqs.empty() ? nullptr : model.weights().rope_freqs.data();
   rope_.attn_factor = h_.rope_attn_factor;
+  if (h_.n_swa > 0) {  // window layers: their own base, no position scaling
+    rope_swa_ = rope_;
+    rope_swa_.freq_base = h_.rope_freq_base_swa;
+    rope_swa_.freq_scale = 1.f;
+  }
 }
 
 void Forward::validate(const Batch& b) const {
@@ -93,7 +98,7 @@ std::span<const float> Forward::run(const Batch& b) {
     tables_.push_back(sl.block_table);
     seq_shape_.emplace_back(sl.pos0, sl.n_tokens);
   }
-  step_ = {b.tokens, tok_seq_, tok_pos_, tables_, rope_};
+  step_ = {b.tokens, tok_seq_, tok_pos_, tables_, rope_, rope_swa_};
   be_.begin_step(step_);
   if (h_.mla()) mla_split(b);
   profile_.add_tokens(T);
@@ -101,9 +106,11 @@ std::span<const float> Forward::run(const Batch& b) {
   x_.reserve(T * E);
   perf::OpCost ec = perf::embed_cost(T, E, w.tok_embd.type);
   if (!w.pos_embd.empty()) ec.flops += double(T * E), ec.bytes += 12.0 * double(T * E);  // a position row added
+  if (h_.embd_scale > 0) ec.flops += double(T * E);
   op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, ec, [&] {
     be_.embed(w.tok_embd, x_.data());
     if (!w.pos_embd.empty()) be_.add_positions(w.pos_embd.data(), x_.data(), E);
+    if (h_.embd_scale > 0) be_.scale(x_.data(), h_.embd_scale, T * E);
   });
 
   for (int32_t il = 0; il < h_.n_layer; ++il) {
@@ -127,8 +134,10 @@ std::span<const float> Forward::run(const Batch& b) {
   }
   logits_.reserve(rows * h_.n_vocab);
   op(perf::Op::Output, perf::matmul_class(w.output.type), -1,
-     perf::matmul_cost(rows, E, h_.n_vocab, w.output.type),
-     [&] { be_.matmul(w.output, result_norm_.data(), rows, logits_.data()); });
+     perf::matmul_cost(rows, E, h_.n_vocab, w.output.type), [&] {
+       be_.matmul(w.output, result_norm_.data(), rows, logits_.data());
+       if (h_.final_softcap > 0) be_.softcap(logits_.data(), h_.final_softcap, rows * h_.n_vocab);
+     });
   return be_.to_host(logits_.data(), rows * h_.n_vocab);
 }
 
@@ -159,21 +168,25 @@ void Forward::attention_block(int32_t il) {
   if (arch.qkv_bias) qa.bq = L.bq.data(), qa.bk = L.bk.data(), qa.bv = L.bv.data();
   if (arch.qk_norm) qa.q_norm = L.q_norm.data(), qa.k_norm = L.k_norm.data();
   qa.n_head = nh, qa.n_kv_head = nkv, qa.dk = dk, qa.dv = dv, qa.eps = h_.norm_eps, qa.kv = &kv_, qa.layer = il;
+  const bool swa = h_.swa_layer(il);
+  qa.rope_swa = swa;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
      perf::rope_kv_cost(h_.attn_shape(), T, arch.qkv_bias, arch.qk_norm, kv_.layout().dtype), [&] { be_.qkv_rope(qa); });
 
   const int64_t no = h_.n_attn_out();
   float* kqv = kqv_.reserve(T * no);
-  const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il};
+  const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il, swa ? h_.n_swa : 0};
   op(perf::Op::Attention, attention_class(), il,
-     perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
+     perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype, aa.window), [&] { be_.attention(aa); });
 
   float* attn_out = attn_out_.reserve(T * E);
   perf::OpCost oc = perf::matmul_cost(T, no, E, L.wo.type);
   if (!L.bo.empty()) oc += perf::bias_cost(T, E);
+  if (!L.post_attn_norm.empty()) oc += perf::rms_norm_cost(T, E);
   op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, oc, [&] {
     be_.matmul(L.wo, kqv, T, attn_out);
     if (!L.bo.empty()) be_.add_bias(attn_out, L.bo.data(), T, E);
+    if (!L.post_attn_norm.empty()) be_.rms_norm(attn_out, L.post_attn_norm.data(), attn_out, T, E, h_.norm_eps);
   });
   attn_residual(il, attn_out);
 }
@@ -205,20 +218,36 @@ void Forward::ffn_block(int32_t il) {
                 be_.matmul(L.w_gate, xn, T, gate);
                 be_.matmul(L.w_up, xn, T, up);
               });
-  // SwiGLU feeds only down: where the backend takes its rows it runs inside down's matmul.
+  // The gated activation (SwiGLU, or GeGLU) feeds only down: where the backend takes its
+  // rows it runs inside down's matmul.
+  const bool geglu = m_.arch().ffn == Ffn::GeGlu;
   float* out = ffn_out_.reserve(T * E);
   perf::OpCost dc = perf::matmul_cost(T, F, E, L.w_down.type);
+  perf::OpCost ac = geglu ? perf::gelu_cost(T, F) : perf::swiglu_cost(T, F);
+  if (geglu) ac.flops += double(T * F), ac.bytes += 4.0 * double(T) * double(F);  // the product with up
+  const bool post = !L.post_ffn_norm.empty();
+  if (post) dc += perf::rms_norm_cost(T, E);
+  auto post_norm = [&] {
+    if (post) be_.rms_norm(out, L.post_ffn_norm.data(), out, T, E, h_.norm_eps);
+  };
   if (be_.takes_rows(L.w_down)) {
-    const perf::OpCost ac = perf::swiglu_cost(T, F);
     dc.flops += ac.flops;
     dc.bytes += 4.0 * double(T) * double(F);  // gate and up read where the activations were
-    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc,
-       [&] { be_.swiglu_matmul(L.w_down, gate, up, T, out); });
+    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] {
+      if (geglu) be_.geglu_matmul(L.w_down, gate, up, T, out);
+      else be_.swiglu_matmul(L.w_down, gate, up, T, out);
+      post_norm();
+    });
   } else {
     float* act = ffn_act_.reserve(T * F);
-    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(T, F),
-       [&] { be_.swiglu(gate, up, act, T, F); });
-    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] { be_.matmul(L.w_down, act, T, out); });
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, ac, [&] {
+      if (geglu) be_.geglu(gate, up, act, T, F);
+      else be_.swiglu(gate, up, act, T, F);
+    });
+    op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] {
+      be_.matmul(L.w_down, act, T, out);
+      post_norm();
+    });
   }
   ffn_residual(il, out);
 }

@@ -94,6 +94,7 @@ class Forward {
   KVCache& kv_;
   kernels::Backend& be_;
   kernels::RopeParams rope_;
+  kernels::RopeParams rope_swa_;  // the sliding-window layers' (rope_dim 0: as rope_)
 
   perf::OpProfile profile_;
   std::vector<std::pair<int32_t, int32_t>> seq_shape_;  // [seqs] (pos0, n_tokens) for the attention cost

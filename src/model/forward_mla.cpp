@@ -83,7 +83,7 @@ void Forward::mla_attention_block(int32_t il) {
     if (TA > 0) {
       float* qa = mla_qsub_.reserve(TA * nh * dqk);
       be_.gather_rows(q, mla_a_rows_, int64_t(nh) * dqk, qa);
-      be_.begin_step({a_pos_, a_seq_, a_pos_, tables_, rope_});
+      be_.begin_step({a_pos_, a_seq_, a_pos_, tables_, rope_, {}});
       std::swap(seq_shape_, seq_shape_a_);
       mla_absorbed(il, qa, TA, false, ocat);
       std::swap(seq_shape_, seq_shape_a_);

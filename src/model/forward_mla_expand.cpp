@@ -79,7 +79,7 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
   // The queries [TX][nh][dqk] as [q_pe | q_nope] (ridge's RoPE turns a head's first R
   // dimensions), roped at their positions.
   float* q = mla_qg_.reserve(TX * nh * dqk);
-  be_.begin_step({x_pos_, x_seq_, x_pos_, xt_tables_, rope_});
+  be_.begin_step({x_pos_, x_seq_, x_pos_, xt_tables_, rope_, {}});
   kernels::QkvRopeArgs qa{q, nullptr, nullptr};
   qa.n_head = nh, qa.dk = dqk, qa.kv = &kv_, qa.layer = il;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, perf::rope_kv_cost(h_.attn_shape(), TX, false, false, DType::F32),
@@ -128,9 +128,9 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
     float* oj = ox + int64_t(x0) * nh * dv;
     float* og = g < nh ? mla_og_.reserve(TXj * g * dv) : oj;
     float* qg = g < nh ? mla_hin_.reserve(TXj * g * dqk) : qj;  // a group's queries, contiguous
-    const kernels::StepInfo read{sub(c_pos_, c0, NC), sub(c_seq_real_, c0, NC), sub(c_pos_, c0, NC), tables_, no_rope};
-    const kernels::StepInfo write{sub(c_pos_, c0, NC), sub(c_seq_tmp_, c0, NC), sub(c_pos_, c0, NC), xt_tables_, no_rope};
-    const kernels::StepInfo attend{sub(x_pos_, x0, TXj), sub(x_seq_, x0, TXj), sub(x_pos_, x0, TXj), xt_tables_, no_rope};
+    const kernels::StepInfo read{sub(c_pos_, c0, NC), sub(c_seq_real_, c0, NC), sub(c_pos_, c0, NC), tables_, no_rope, {}};
+    const kernels::StepInfo write{sub(c_pos_, c0, NC), sub(c_seq_tmp_, c0, NC), sub(c_pos_, c0, NC), xt_tables_, no_rope, {}};
+    const kernels::StepInfo attend{sub(x_pos_, x0, TXj), sub(x_seq_, x0, TXj), sub(x_pos_, x0, TXj), xt_tables_, no_rope, {}};
 
     for (int32_t h0 = 0; h0 < nh; h0 += g) {
       const int32_t gn = std::min(g, nh - h0);

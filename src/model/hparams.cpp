@@ -88,6 +88,7 @@ HParams read_hparams(const gguf::File& f) {
 
   // What only some architectures read (arch_*.cpp); an unknown one is refused at load.
   const ArchSpec* arch = find_arch(h.arch);
+  if (arch && arch->embd_scale_sqrt) h.embd_scale = std::sqrt(float(h.n_embd));
   if (arch && arch->read_hparams) arch->read_hparams(f, h);
   return h;
 }

@@ -10,7 +10,7 @@
 namespace ridge {
 
 struct HParams {
-  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2
+  std::string arch;          // general.architecture: llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2, gemma3
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
   int32_t n_embd = 0;
@@ -66,6 +66,17 @@ struct HParams {
   // dimensions are scaled by (rope.scaling.attn_factor: RopeParams::attn_factor).
   int32_t longrope_orig_ctx = 0;
   float rope_attn_factor = 1.f;
+  // Sliding windows (gemma3): a window layer attends to a query's last n_swa positions
+  // (attention.sliding_window; 0: none) with RoPE of base rope_freq_base_swa and no
+  // scaling; every swa_period-th layer (il % swa_period == swa_period - 1) is global,
+  // with rope_freq_base and rope_freq_scale.
+  int32_t n_swa = 0, swa_period = 0;
+  float rope_freq_base_swa = 10000.f;
+  bool swa_layer(int32_t il) const { return n_swa > 0 && (swa_period <= 1 || il % swa_period < swa_period - 1); }
+  // Gemma: the token embeddings are scaled by sqrt(n_embd) (0: not scaled); the logits
+  // capped to c tanh(l / c) (final_logit_softcapping; 0: none).
+  float embd_scale = 0.f;
+  float final_softcap = 0.f;
 
   int32_t n_q() const { return n_head * head_dim_k; }     // width of q
   int32_t n_kv_k() const { return n_head_kv * head_dim_k; }

@@ -36,6 +36,9 @@ struct Preset {
   float yarn_mscale_all_dim = 0.f;
   // phi3 LongRoPE: rope_factors_long/short and the original context (0: none).
   int32_t longrope_orig_ctx = 0;
+  // gemma3: the sliding window (0: none) and the global layers' linear rope scaling (0: none).
+  int32_t n_swa = 0;
+  float linear_scale = 0.f;
 };
 
 // Shapes of the real models (config.json of each), vocabulary sizes included.
@@ -56,6 +59,17 @@ constexpr Preset kPresets[] = {
     {.name = "phi3-longrope-tiny", .arch = "phi3", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
      .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 10000.f, .norm_eps = 1e-5f, .tied = false,
      .llama3_rope = false, .rope_dim = 24, .longrope_orig_ctx = 32},
+    // Gemma 3: windows of 512 (1B) and 1024 (4B, whose global layers scale positions by 8);
+    // a tiny one of six layers (five windowed, one global) with a window of 8 for tests.
+    {.name = "gemma-3-1b", .arch = "gemma3", .n_vocab = 262144, .n_ctx = 32768, .n_embd = 1152, .n_layer = 26,
+     .n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_ff = 6912, .rope_base = 1000000.f, .norm_eps = 1e-6f,
+     .tied = true, .llama3_rope = false, .n_swa = 512},
+    {.name = "gemma-3-4b", .arch = "gemma3", .n_vocab = 262208, .n_ctx = 131072, .n_embd = 2560, .n_layer = 34,
+     .n_head = 8, .n_head_kv = 4, .head_dim = 256, .n_ff = 10240, .rope_base = 1000000.f, .norm_eps = 1e-6f,
+     .tied = true, .llama3_rope = false, .n_swa = 1024, .linear_scale = 8.f},
+    {.name = "gemma3-tiny", .arch = "gemma3", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 6,
+     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 256, .rope_base = 1000000.f, .norm_eps = 1e-6f,
+     .tied = true, .llama3_rope = false, .n_swa = 8, .linear_scale = 8.f},
     // Mixtures of experts: 8 experts, 2 active, for tests; Qwen3-30B-A3B's shapes.
     {"qwen3moe-tiny", "qwen3moe", 512, 256, 128, 2, 4, 2, 64, 256, 10000.f, 1e-6f, false, false, 8, 2, 64},
     {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 128, 6144, 1000000.f, 1e-6f, false, false, 128, 8,
@@ -207,7 +221,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   if (p.n_expert > 0 && arch_name != p.arch)
     fail("preset {} is a mixture of experts: its architecture is {}, not {}", p.name, p.arch, arch_name);
   // Rope scalings are an architecture's own: another's loader would ignore the tensors.
-  if ((p.longrope_orig_ctx > 0 || p.rope_dim > 0) && arch_name != p.arch)
+  if ((p.longrope_orig_ctx > 0 || p.rope_dim > 0 || p.n_swa > 0) && arch_name != p.arch)
     fail("preset {} has {}'s rope scaling: its architecture is {}, not {}", p.name, p.arch, p.arch, arch_name);
   if (p.llama3_rope && arch_name == "phi3")
     fail("preset {} has Llama 3's rope scaling (rope_freqs.weight), which phi3 does not take", p.name);
@@ -239,6 +253,14 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   }
   if (!arch->learned_pos) w.set_f32(a + "rope.freq_base", p.rope_base);
   w.set_f32(a + (arch->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), p.norm_eps);
+  if (p.n_swa > 0) {
+    w.set_u32(a + "attention.sliding_window", uint32_t(p.n_swa));
+    w.set_f32(a + "rope.freq_base_swa", 10000.f);
+  }
+  if (p.linear_scale > 0) {
+    w.set_str(a + "rope.scaling.type", "linear");
+    w.set_f32(a + "rope.scaling.factor", p.linear_scale);
+  }
   if (p.n_expert > 0) {
     w.set_u32(a + "expert_count", uint32_t(p.n_expert));
     w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
@@ -299,7 +321,9 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   const int64_t E = p.n_embd, nq = int64_t(p.n_head) * head_dim, nkv = int64_t(p.n_head_kv) * head_dim;
   // Embeddings N(0, 1): with a tied head the logits then spread widely, so greedy
   // choices have clear margins even on random weights.
-  matrix("token_embd.weight", E, n_vocab, std::sqrt(double(E)));
+  // (An architecture that scales them by sqrt(n_embd) on the way in gets N(0, 1/n_embd):
+  // N(0, 1) after the scale, as the others, and logits of unit spread through its tied head.)
+  matrix("token_embd.weight", E, n_vocab, arch->embd_scale_sqrt ? 1.0 : std::sqrt(double(E)));
   // Learned positions N(0, 0.5^2), f32 as llama-quantize leaves them.
   if (arch->learned_pos) matrix_as("position_embd.weight", DType::F32, E, opt.ctx > 0 ? opt.ctx : p.n_ctx, 1, 0.5 * std::sqrt(double(E)));
   vec("output_norm.weight", E, 1.0, 0.1);
@@ -383,11 +407,13 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       vec(b + "attn_v.bias", nkv, 0.0, 0.1);
     }
     if (arch->qk_norm) {
-      vec(b + "attn_q_norm.weight", head_dim, 1.0, 0.1);
+      vec(b + "attn_q_norm.weight", head_dim, arch->post_norms ? 3.0 : 1.0, 0.1);
       vec(b + "attn_k_norm.weight", head_dim, 1.0, 0.1);
     }
+    if (arch->post_norms) vec(b + "post_attention_norm.weight", E, 1.0, 0.1);
     vec(b + "ffn_norm.weight", E, 1.0, 0.1);
     if (arch->layer_norm) vec(b + "ffn_norm.bias", E, 0.0, 0.1);
+    if (arch->post_norms) vec(b + "post_ffw_norm.weight", E, 1.0, 0.1);
     if (arch->ffn == Ffn::Gelu) {
       matrix(b + "ffn_up.weight", E, p.n_ff, 1.0);
       vec(b + "ffn_up.bias", p.n_ff, 0.0, 0.1);

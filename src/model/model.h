@@ -21,6 +21,7 @@ struct LayerWeights {
   kernels::WeightView wq, wk, wv, wo;    // [n_q][n_embd], [n_kv_k][n_embd], [n_kv_v][n_embd], [n_embd][n_attn_out]
   std::vector<float> bq, bk, bv;         // qwen2: [n_q], [n_kv_k], [n_kv_v]
   std::vector<float> q_norm, k_norm;     // qwen3: [head_dim_k]
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd] (ArchSpec::post_norms)
   std::vector<float> ffn_norm;           // [n_embd]
   kernels::WeightView w_gate, w_up, w_down;  // [n_ff][n_embd], [n_ff][n_embd], [n_embd][n_ff] (no gate: Ffn::Gelu)
   // Mixture of experts (ArchSpec::moe) in place of the three above: the router

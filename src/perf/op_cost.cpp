@@ -1,5 +1,7 @@
 #include "perf/op_cost.h"
 
+#include <algorithm>
+
 #include "core/cpu.h"
 
 namespace ridge::perf {
@@ -56,15 +58,22 @@ OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm,
   return {t * per_token, bytes};
 }
 
-OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type) {
+OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type,
+                      int32_t window) {
   const double dk = h.head_dim_k, dv = h.head_dim_v, nh = h.n_head, nkv = h.n_head_kv;
   const double kv_elem = double(row_bytes(kv_type, 1)), dv_read = h.v_in_k(kv_type) ? 0.0 : dv;
   double flops = 0, bytes = 0;
   for (auto [pos0, n] : seqs) {
-    // Keys attended, summed over the slice's tokens: (pos0 + 1) + ... + (pos0 + n).
-    const double keys = double(n) * double(pos0) + double(n) * double(n + 1) / 2.0;
+    // Keys attended, summed over the slice's tokens: (pos0 + 1) + ... + (pos0 + n), each
+    // at most the window.
+    double keys = double(n) * double(pos0) + double(n) * double(n + 1) / 2.0;
+    double ctx = double(pos0) + double(n);
+    if (window > 0) {
+      keys = 0;
+      for (int32_t p = pos0; p < pos0 + n; ++p) keys += double(std::min(p + 1, window));
+      ctx = std::min(ctx, double(window) + double(n) - 1.0);
+    }
     flops += nh * keys * (2.0 * dk + 2.0 * dv + 5.0);
-    const double ctx = double(pos0) + double(n);
     bytes += ctx * nkv * ((dk + dv_read) * kv_elem + kv_scale_bytes(kv_type)) +
              double(n) * 4.0 * (double(h.n_q()) + double(h.n_attn_out()));
   }

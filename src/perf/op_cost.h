@@ -66,7 +66,9 @@ OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm,
 // 2 (p + 1) head_dim_k ops for the scores and 2 (p + 1) head_dim_v for P.V (softmax
 // counted as 5 per score). Bytes: each sequence's K and V context once per layer (all
 // tokens and GQA heads of the sequence share it), q in, output out. seqs: (pos0, n_tokens).
-OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type);
+// window > 0: each token attends to its last `window` positions only.
+OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int32_t>> seqs, DType kv_type,
+                      int32_t window = 0);
 // Gathering `tokens` embedding rows of width n stored as `type`: no operations; the rows
 // read, the f32 rows written.
 OpCost embed_cost(int64_t tokens, int64_t n, DType type);

@@ -164,6 +164,9 @@ expect_ok    "generate on deepseek, prompts absorbed"                       "$RI
 expect_ok    "mkmodel gpt2 (learned positions)"                             "$RIDGE" mkmodel --arch gpt2 --preset tiny --ctx 64 --dtype q8_0 -o gpt2.gguf
 expect_ok    "generate on gpt2"                                             "$RIDGE" generate -m gpt2.gguf -p hi -n 8 --temp 0
 expect_error "generate past gpt2's learned positions" "past the 64 positions gpt2 learned" "$RIDGE" generate -m gpt2.gguf -p hi -n 100 --temp 0
+expect_ok    "mkmodel gemma3 (sliding windows)"                             "$RIDGE" mkmodel --preset gemma3-tiny --dtype q4_0 -o gemma3.gguf
+expect_ok    "generate on gemma3 past its window"                           "$RIDGE" generate -m gemma3.gguf -p "a prompt longer than eight tokens of window" -n 16 --temp 0
+expect_error "mkmodel a window on another architecture" "gemma3-tiny.*gemma3, not llama" "$RIDGE" mkmodel --preset gemma3-tiny --arch llama -o x.gguf
 expect_error "an unknown --mla-prefill"        "not one of auto, absorbed, expanded" "$RIDGE" generate -m ds.gguf -p hi -n 2 --mla-prefill sideways
 expect_ok    "info on deepseek"                                             "$RIDGE" info -m ds.gguf
 if grep -q "expanded form (prompts, --mla-prefill): attn_k_b transposed at load" "$TMP/out"; then

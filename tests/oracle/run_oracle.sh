@@ -41,7 +41,7 @@ else
 fi
 
 prompts=("hello world" "the quick brown fox jumps over the lazy dog" "a")
-for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny phi3:phi3-longrope-tiny gpt2:tiny llama:tiny-llama3; do
+for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny phi3:phi3-longrope-tiny gpt2:tiny gemma3:gemma3-tiny llama:tiny-llama3; do
   arch=${spec%%:*}
   preset=${spec##*:}
   for dtype in f32 f16 bf16 q8_0 q4_0; do
@@ -174,7 +174,7 @@ check "ridge convert's tokenizers: ridge vs llama.cpp" node "$here/tokenizer_vs_
 # q8_0; the output q8_0). llama.cpp rounds the activations of K matmuls to q8_K blocks
 # (256 wide), ridge to its 32-wide Q8A: the same 0.1 margin as q8_0 / q4_0. One prompt
 # each for q5_k_m / q6_k keeps this block at ~25 s on 2 cores (measured).
-for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny gpt2:tiny llama:tiny-llama3; do
+for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny gpt2:tiny gemma3:gemma3-tiny llama:tiny-llama3; do
   arch=${spec%%:*}
   preset=${spec##*:}
   src="$tmp/$preset-$arch-f32.gguf"

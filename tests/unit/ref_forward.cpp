@@ -80,13 +80,19 @@ struct HP {
   int64_t dqk = 0, dv_mla = 0, kv_rank = 0, q_rank = 0;
   double kq_scale = 0;
   double yarn_factor = 0, yarn_orig_ctx = 0;
+  double freq_scale = 1.0;  // linear position scaling (gemma3's global layers)
+  // gemma3: the window (0: none) of every layer but each 6th, their rope base, the linear
+  // scaling of the global layers' positions, the final logit cap (0: none).
+  int64_t n_swa = 0;
+  double rope_base_swa = 10000, linear_factor = 1, softcap = 0;
+  bool swa_layer(int64_t il) const { return n_swa > 0 && il % 6 < 5; }
 };
 
 HP read_hp(const gguf::File& f) {
   HP h;
   h.arch = std::string(f.require_str("general.architecture"));
   if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "deepseek2" &&
-      h.arch != "gpt2")
+      h.arch != "gpt2" && h.arch != "gemma3")
     bad("unknown architecture " + h.arch);
   const std::string a = h.arch + ".";
   auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
@@ -129,6 +135,13 @@ HP read_hp(const gguf::File& f) {
     h.kq_scale = mscale * mscale / std::sqrt(double(h.dqk));
     return h;
   }
+  if (h.arch == "gemma3") {
+    h.n_swa = int64_t(f.get_uint(a + "attention.sliding_window").value_or(0));
+    h.rope_base_swa = f.get_float(a + "rope.freq_base_swa").value_or(10000.0);
+    h.softcap = f.get_float(a + "final_logit_softcapping").value_or(0.0);
+    if (auto s = f.get_str(a + "rope.scaling.type"); s && *s == "linear") h.linear_factor = f.require_float(a + "rope.scaling.factor");
+    return h;
+  }
   // Linear / YaRN position scaling is not modelled here: refuse rather than differ.
   if (auto s = f.get_str(a + "rope.scaling.type"); s && *s != "none") bad("rope scaling is not supported");
   if (f.find(a + "rope.scale_linear")) bad("rope scaling is not supported");
@@ -142,7 +155,7 @@ HP read_hp(const gguf::File& f) {
 void rope(double* x, int64_t pos, const HP& h, const Vec& factors) {
   const int64_t half = h.rope_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
-    double theta = double(pos) * std::pow(h.rope_base, -2.0 * double(i) / double(h.rope_dim));
+    double theta = double(pos) * h.freq_scale * std::pow(h.rope_base, -2.0 * double(i) / double(h.rope_dim));
     if (!factors.empty()) theta /= factors[size_t(i)];
     const double c = std::cos(theta), s = std::sin(theta);
     const int64_t i0 = h.neox ? i : 2 * i, i1 = h.neox ? i + half : 2 * i + 1;
@@ -395,6 +408,8 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
     const int32_t id = tokens[size_t(t)];
     if (id < 0 || id >= n_vocab) bad("token id out of range");
     x[size_t(t)].assign(tok_embd.row(id), tok_embd.row(id) + E);
+    if (h.arch == "gemma3")  // Gemma scales the embeddings by sqrt(n_embd)
+      for (double& v : x[size_t(t)]) v *= std::sqrt(double(E));
   }
 
   for (int64_t il = 0; il < h.n_layer; ++il) {
@@ -436,6 +451,12 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
     const Vec bv = bias ? load_vec(f, p + "attn_v.bias") : Vec{};  // [n_head_kv*dv]
     const Vec q_norm = qk_norm ? load_vec(f, p + "attn_q_norm.weight") : Vec{};  // [dk], shared by heads
     const Vec k_norm = qk_norm ? load_vec(f, p + "attn_k_norm.weight") : Vec{};  // [dk]
+    // gemma3: a window layer's own rope base and no scaling; a global layer's scaling.
+    const bool swa = h.swa_layer(il);
+    HP hl = h;
+    if (swa) hl.rope_base = h.rope_base_swa;
+    else hl.freq_scale = 1.0 / h.linear_factor;
+    const bool gemma = h.arch == "gemma3";
 
     // q[t][n_head*dk], k[t][n_head_kv*dk], v[t][n_head_kv*dv]
     std::vector<Vec> q(static_cast<size_t>(T)), k(q.size()), v(q.size());
@@ -452,12 +473,12 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
       for (int64_t hh = 0; hh < h.n_head; ++hh) {
         double* qh = q[size_t(t)].data() + hh * dk;
         if (qk_norm) rms_norm(qh, q_norm, dk, h.eps);
-        rope(qh, t, h, rope_factors);
+        rope(qh, t, hl, rope_factors);
       }
       for (int64_t hh = 0; hh < h.n_head_kv; ++hh) {
         double* kh = k[size_t(t)].data() + hh * dk;
         if (qk_norm) rms_norm(kh, k_norm, dk, h.eps);
-        rope(kh, t, h, rope_factors);
+        rope(kh, t, hl, rope_factors);
       }
     }
 
@@ -467,9 +488,11 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
       for (int64_t hh = 0; hh < h.n_head; ++hh) {
         const int64_t kvh = hh / group;
         const double* qh = q[size_t(t)].data() + hh * dk;
-        Vec s(size_t(t + 1));  // scores over positions 0..t
+        Vec s(size_t(t + 1), -INFINITY);  // scores over positions 0..t
         double mx = -INFINITY;
-        for (int64_t u = 0; u <= t; ++u) {
+        // A window layer: key u is masked from query t when t - u >= n_swa (llama.cpp's).
+        const int64_t u0 = swa ? std::max<int64_t>(0, t - h.n_swa + 1) : 0;
+        for (int64_t u = u0; u <= t; ++u) {
           const double* ku = k[size_t(u)].data() + kvh * dk;
           double d = 0;
           for (int64_t i = 0; i < dk; ++i) d += qh[i] * ku[i];
@@ -478,12 +501,13 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
         }
         double sum = 0;
         for (double& e : s) sum += (e = std::exp(e - mx));
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = u0; u <= t; ++u) {
           const double* vu = v[size_t(u)].data() + kvh * dv;
           for (int64_t i = 0; i < dv; ++i) att[size_t(hh * dv + i)] += s[size_t(u)] / sum * vu[i];
         }
       }
-      const Vec o = wo.mul(att);  // [E]
+      Vec o = wo.mul(att);  // [E]
+      if (gemma) o = rms_norm(o, load_vec(f, p + "post_attention_norm.weight"), h.eps);  // the sandwich
       for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
     }
 
@@ -540,8 +564,13 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
       const Vec hn = rms_norm(x[size_t(t)], ffn_norm, h.eps);
       const Vec g = w_gate.mul(hn), up = w_up.mul(hn);
       Vec a(size_t(h.n_ff));  // [n_ff]
-      for (size_t i = 0; i < a.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
-      const Vec d = w_down.mul(a);  // [E]
+      for (size_t i = 0; i < a.size(); ++i) {
+        // gemma3: GeGLU, GELU's tanh form
+        a[i] = gemma ? 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * up[i]
+                     : g[i] / (1.0 + std::exp(-g[i])) * up[i];
+      }
+      Vec d = w_down.mul(a);  // [E]
+      if (gemma) d = rms_norm(d, load_vec(f, p + "post_ffw_norm.weight"), h.eps);
       for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += d[size_t(i)];
     }
   }
@@ -553,7 +582,9 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
   std::vector<double> logits;  // [T][n_vocab]
   logits.reserve(size_t(T * n_vocab));
   for (int64_t t = 0; t < T; ++t) {
-    const Vec l = out_w.mul(rms_norm(x[size_t(t)], out_norm, h.eps));
+    Vec l = out_w.mul(rms_norm(x[size_t(t)], out_norm, h.eps));
+    if (h.softcap > 0)
+      for (double& v : l) v = h.softcap * std::tanh(v / h.softcap);
     logits.insert(logits.end(), l.begin(), l.end());
   }
   return logits;

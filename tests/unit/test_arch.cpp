@@ -76,7 +76,51 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
   EXPECT_EQ(find_arch("falcon"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2, gemma3");
+}
+
+// gemma3: windows in five of six layers with their own rope base, the global layers'
+// linear scaling, sandwich norms, q/k norms, the embedding scale and Gemma's score scale;
+// a missing sandwich norm or a per-layer pattern array is refused by name; without a
+// window every layer is global.
+TEST(Arch, Gemma3ReadsWindowsAndItsSandwich) {
+  const std::string path = testing::TempDir() + "/arch-gemma3.gguf";
+  make_model({"", "gemma3-tiny", DType::F32, 11, "", 0, 0}, path);
+  {
+    auto m = Model::load(path);
+    const HParams& h = m->hparams();
+    EXPECT_EQ(h.n_swa, 8);
+    EXPECT_EQ(h.swa_period, 6);
+    for (int32_t il = 0; il < h.n_layer; ++il) EXPECT_EQ(h.swa_layer(il), il != 5) << il;
+    EXPECT_EQ(h.rope_freq_base_swa, 10000.f);
+    EXPECT_EQ(h.rope_freq_base, 1000000.f);
+    EXPECT_FLOAT_EQ(h.rope_freq_scale, 1.f / 8.f);
+    EXPECT_FLOAT_EQ(h.embd_scale, std::sqrt(128.f));
+    EXPECT_FLOAT_EQ(h.attn_scale(), 1.f / std::sqrt(32.f));
+    EXPECT_EQ(h.final_softcap, 0.f);
+    const LayerWeights& L = m->weights().layers[3];
+    EXPECT_EQ(L.post_attn_norm.size(), 128u);
+    EXPECT_EQ(L.post_ffn_norm.size(), 128u);
+    EXPECT_EQ(L.q_norm.size(), 32u);
+    EXPECT_TRUE(m->weights().tied_output);
+    EXPECT_EQ(m->arch().ffn, Ffn::GeGlu);
+  }
+  {
+    auto m = Model::load(with_u32(path, "gemma3.attention.sliding_window", -1));
+    EXPECT_EQ(m->hparams().n_swa, 0);
+    EXPECT_FALSE(m->hparams().swa_layer(0));
+  }
+  {
+    auto m = Model::load(with_u32(path, "gemma3.attention.sliding_window_pattern", 2));
+    EXPECT_TRUE(m->hparams().swa_layer(0));
+    EXPECT_FALSE(m->hparams().swa_layer(1));
+  }
+  std::string msg = load_error(with_u32(path, "gemma3.attention.sliding_window_pattern", 0));
+  EXPECT_NE(msg.find("sliding_window_pattern 0 is out of range"), std::string::npos) << msg;
+  for (const char* t : {"blk.2.post_attention_norm.weight", "blk.5.post_ffw_norm.weight", "blk.0.attn_k_norm.weight"}) {
+    msg = load_error(without(path, t));
+    EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
+  }
 }
 
 // gpt2's block: the fused q/k/v and its one bias cut into views and vectors, LayerNorms

@@ -128,7 +128,7 @@ class BackendOps : public ::testing::TestWithParam<size_t> {
     for (int32_t b = 0; b < nb0; ++b) table0_.push_back(nb0 - 1 - b);
     for (int32_t b = 0; b < nb1; ++b) table1_.push_back(nb0 + b);
     tables_ = {table0_, table1_};
-    StepInfo s{tokens_, seq_, pos_, tables_, rope_};
+    StepInfo s{tokens_, seq_, pos_, tables_, rope_, {}};
     be_->begin_step(s);
   }
 

@@ -128,13 +128,15 @@ TEST_P(BatchInvariance, EightPromptsAloneTogetherChunkedAndThreaded) {
   const std::string path = testing::TempDir() + "/inv-" + arch + "-" + std::string(dtype_name(dtype)) + ".gguf";
   // "mixtral": the llama architecture with experts (mixtral-tiny); "deepseek2" V3's tiny
   // (low-rank q, grouped sigmoid routing), "deepseek2lite" V2-Lite's (direct q, YaRN),
-  // "phi3" fused projections with LongRoPE; "gpt2" learned positions, LayerNorms, GELU.
+  // "phi3" fused projections with LongRoPE; "gpt2" learned positions, LayerNorms, GELU;
+  // "gemma3" windows of 8 positions (the prompts run to 39) in five of its six layers.
   const bool mixtral = arch == "mixtral", ds = arch.rfind("deepseek2", 0) == 0;
   const char* preset = mixtral                  ? "mixtral-tiny"
                        : arch == "qwen3moe"     ? "qwen3moe-tiny"
                        : arch == "deepseek2"    ? "deepseek-v3-tiny"
                        : arch == "deepseek2lite" ? "deepseek-v2-lite-tiny"
                        : arch == "phi3"          ? "phi3-longrope-tiny"
+                       : arch == "gemma3"        ? "gemma3-tiny"
                                                 : "tiny";
   make_model({mixtral ? "llama" : ds ? "deepseek2" : arch, preset, dtype, 7, "", 0, 2}, path);
   auto m = Model::load(path);
@@ -156,7 +158,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvariance,
                                          std::make_tuple("qwen3moe", DType::Q8_0), std::make_tuple("mixtral", DType::F16),
                                          std::make_tuple("deepseek2", DType::Q8_0),
                                          std::make_tuple("deepseek2lite", DType::F16),
-                                         std::make_tuple("phi3", DType::Q4_0), std::make_tuple("gpt2", DType::Q8_0)),
+                                         std::make_tuple("phi3", DType::Q4_0), std::make_tuple("gpt2", DType::Q8_0),
+                                         std::make_tuple("gemma3", DType::F16)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param)));
                          });

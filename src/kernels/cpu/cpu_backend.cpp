@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 #include <vector>
@@ -32,9 +33,11 @@ class CpuBackend final : public Backend {
 
   void begin_step(const StepInfo& s) override {
     step_ = s;
-    const int64_t T = int64_t(s.tokens.size()), rd = s.rope.rope_dim;
+    const int64_t T = int64_t(s.tokens.size()), rd = s.rope.rope_dim, rds = s.rope_swa.rope_dim;
     rope_cs_.resize(size_t(T * rd));  // [T][rope_dim] (cos, sin) pairs
     for (int64_t t = 0; t < T; ++t) rope_cache(s.rope, s.pos[size_t(t)], rope_cs_.data() + t * rd);
+    rope_cs_swa_.resize(size_t(T * rds));
+    for (int64_t t = 0; t < T; ++t) rope_cache(s.rope_swa, s.pos[size_t(t)], rope_cs_swa_.data() + t * rds);
   }
 
   void embed(const WeightView& table, float* x) override {
@@ -76,6 +79,15 @@ class CpuBackend final : public Backend {
   }
   void gelu(const float* x, float* out, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { kernels::gelu(x + t * n, out + t * n, n); });
+  }
+  void geglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { kernels::geglu(gate + t * n, up + t * n, out + t * n, n); });
+  }
+  void scale(float* x, float s, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+  void softcap(float* x, float c, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
   }
 
   void moe_route(const float* logits, int64_t m, const MoeRouting& r, int32_t* ids, float* weights) override {
@@ -124,6 +136,11 @@ class CpuBackend final : public Backend {
     auto row = [&](int64_t t, float* out) { kernels::swiglu(gate + t * n, up + t * n, out, n); };
     mm_.run(pool_, w, RowSource::of(row), m, y);
   }
+  void geglu_matmul(const WeightView& w, const float* gate, const float* up, int64_t m, float* y) override {
+    const int64_t n = w.k;
+    auto row = [&](int64_t t, float* out) { kernels::geglu(gate + t * n, up + t * n, out, n); };
+    mm_.run(pool_, w, RowSource::of(row), m, y);
+  }
   void gelu_matmul(const WeightView& w, const float* x, const float* b, int64_t m, float* y) override {
     const int64_t n = w.k;
     auto row = [&](int64_t t, float* out) {
@@ -160,6 +177,7 @@ class CpuBackend final : public Backend {
   Matmul mm_;
   StepInfo step_;
   std::vector<float> rope_cs_;       // [T][rope_dim] (cos, sin) pairs of the step's positions
+  std::vector<float> rope_cs_swa_;   // [T][rope_swa.rope_dim] the same for StepInfo::rope_swa
   std::vector<float> attn_scratch_;  // [threads][attention_scratch_floats(kv, run * group)]
   std::vector<std::pair<int64_t, int32_t>> pos_blocks_;  // (first token, rows) per position block
   std::vector<int32_t> row_ctx_;     // [T] each token's position + 1
@@ -174,7 +192,10 @@ void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
   const KVLayout& kl = a.kv->layout();
   const int32_t dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, nk = int64_t(a.n_kv_head) * dk, nv = int64_t(a.n_kv_head) * dv;
-  const int32_t rd = step_.rope.rope_dim;
+  const bool swa = a.rope_swa && step_.rope_swa.rope_dim > 0;
+  const RopeParams& rp = swa ? step_.rope_swa : step_.rope;
+  const int32_t rd = rp.rope_dim;
+  const float* cs_all = swa ? rope_cs_swa_.data() : rope_cs_.data();
   rows(int64_t(step_.tokens.size()), [&](int64_t t) {
     float* q = a.q + t * nq;
     float* k = a.k + t * nk;
@@ -184,17 +205,17 @@ void CpuBackend::qkv_rope(const QkvRopeArgs& a) {
       add_inplace(k, a.bk, nk);
       add_inplace(v, a.bv, nv);
     }
-    const float* cs = rope_cs_.data() + t * rd;
+    const float* cs = cs_all + t * rd;
     for (int32_t hh = 0; hh < a.n_head; ++hh) {
       if (a.q_norm) kernels::rms_norm(q + hh * dk, a.q_norm, q + hh * dk, dk, a.eps);
-      rope_apply(step_.rope, cs, q + hh * dk);
+      rope_apply(rp, cs, q + hh * dk);
     }
     const std::span<const int32_t> table = step_.block_tables[size_t(step_.seq[size_t(t)])];
     const int32_t pos = step_.pos[size_t(t)];
     const int32_t block = table[size_t(pos / kl.block_size)], slot = pos % kl.block_size;
     for (int32_t hh = 0; hh < a.n_kv_head; ++hh) {
       if (a.k_norm) kernels::rms_norm(k + hh * dk, a.k_norm, k + hh * dk, dk, a.eps);
-      rope_apply(step_.rope, cs, k + hh * dk);
+      rope_apply(rp, cs, k + hh * dk);
       a.kv->write_k(a.layer, block, hh, slot, k + hh * dk);
       a.kv->write_v(a.layer, block, hh, slot, v + hh * dv);
     }

@@ -89,6 +89,11 @@ void gelu(const float* x, float* out, int64_t n) {
   }
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  gelu(gate, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] *= up[i];
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   if (active_isa() == Isa::Avx512) return detail::add_inplace_avx512(x, y, n);
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];

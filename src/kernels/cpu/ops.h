@@ -32,6 +32,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // GPT-2 ("gelu_new") and Gemma ("gelu_pytorch_tanh") were trained with and llama.cpp's
 // GELU computes. out may be x.
 void gelu(const float* x, float* out, int64_t n);
+// out[n] = gelu(gate[n]) * up[n] (GeGLU): gelu's value, then one rounded product.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 
 // x[n] += y[n]
 void add_inplace(float* x, const float* y, int64_t n);
