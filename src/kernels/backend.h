@@ -72,6 +72,7 @@ struct AttentionArgs {
   const KVView* kv = nullptr;
   int32_t layer = 0;
   int32_t window = 0;  // a sliding window's positions (kernels/cpu/attention.h AttnArgs::window); 0: none
+  const float* sinks = nullptr;  // [n_head] attention sinks (AttnArgs::sinks), or null
 };
 
 class Backend {

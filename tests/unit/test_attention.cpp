@@ -134,7 +134,12 @@ struct Cache {
     }
   }
 
-  AttnArgs args(float scale) const { return {kv.get(), kLayer, table, n_ctx, scale, {}, window}; }
+  // Attention sinks, one per query row of a call (empty: none).
+  std::vector<float> sinks;
+
+  AttnArgs args(float scale, int32_t row0 = 0) const {
+    return {kv.get(), kLayer, table, n_ctx, scale, {}, window, sinks.empty() ? nullptr : sinks.data() + row0};
+  }
 
   // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
   std::vector<float> row(bool is_k, int32_t p) const {
@@ -161,12 +166,13 @@ std::vector<double> scores_of(const Cache& st, const float* q, float scale, doub
   return s;
 }
 
-std::vector<double> reference(const Cache& st, const float* q, float scale) {
+std::vector<double> reference(const Cache& st, const float* q, float scale, double sink = -INFINITY) {
   const int32_t dv = st.l.head_dim_v;
   std::vector<double> out(size_t(dv), 0.0);
   double mx = 0;
   const std::vector<double> s = scores_of(st, q, scale, &mx);
-  double sum = 0;
+  mx = std::max(mx, sink);
+  double sum = std::exp(sink - mx);  // a sink: a key without a value (0 without one)
   for (int32_t p = st.lo(); p < st.n_ctx; ++p) {
     const double e = std::exp(s[size_t(p)] - mx);
     sum += e;
@@ -240,7 +246,7 @@ Result run_rows(const Cache& st, const std::vector<float>& q, int64_t ldq, int32
   r.out.assign(size_t(n_q * r.ldo), 0.f);
   std::vector<float> scratch(size_t(attention_scratch_floats(st.l, 1)), std::numeric_limits<float>::quiet_NaN());
   for (int32_t i = 0; i < n_q; ++i)
-    attention_row(st.args(scale), kKvHead, q.data() + i * ldq, r.out.data() + i * r.ldo, scratch.data());
+    attention_row(st.args(scale, i), kKvHead, q.data() + i * ldq, r.out.data() + i * r.ldo, scratch.data());
   return r;
 }
 
@@ -252,10 +258,13 @@ std::string case_name(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx
 // One shape on every ISA: within kTol of the reference, grouped bits == per-row bits,
 // padding untouched, and the ISAs within kTol of the scalar path.
 void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int32_t n_q, double* worst,
-                int32_t window = 0) {
-  const std::string name = case_name(t, dk, dv, bs, n_ctx, n_q) + (window ? " window=" + std::to_string(window) : "");
+                int32_t window = 0, bool sinks = false) {
+  const std::string name = case_name(t, dk, dv, bs, n_ctx, n_q) + (window ? " window=" + std::to_string(window) : "") +
+                           (sinks ? " sinks" : "");
   Cache st(t, dk, dv, bs, n_ctx, uint32_t(dk * 7919 + n_ctx * 31 + n_q));
   st.set_window(window);
+  // Sinks below, around and far above the scores (the last row's takes nearly all weight).
+  for (int32_t i = 0; sinks && i < n_q; ++i) st.sinks.push_back(i + 1 == n_q && n_q > 1 ? 30.f : float(i % 3) * 2.f - 2.f);
   const float scale = 1.f / std::sqrt(float(dk));
   // Rows of growing magnitude: the last ones give peaked softmaxes (large score range).
   const int64_t ldq = dk + 5;
@@ -266,7 +275,8 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     for (int32_t d = 0; d < dk; ++d) q[size_t(i * ldq + d)] = g(rng) * (1.f + 0.5f * float(i));
 
   std::vector<std::vector<double>> ref, ref_q8, bound_q8;
-  for (int32_t i = 0; i < n_q; ++i) ref.push_back(reference(st, q.data() + i * ldq, scale));
+  for (int32_t i = 0; i < n_q; ++i)
+    ref.push_back(reference(st, q.data() + i * ldq, scale, st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)])));
   // The rows as the AVX-512 int8-key path quantizes them.
   for (int32_t i = 0; i < n_q && t == DType::I8; ++i) {
     const float* x = q.data() + i * ldq;
@@ -287,7 +297,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const std::string where = name + " isa=" + std::string(isa_name(isa));
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
-    const bool q8 = t == DType::I8 && isa == Isa::Avx512 && window == 0;  // window calls take the AVX2 kernel
+    const bool q8 = t == DType::I8 && isa == Isa::Avx512 && window == 0 && !sinks;  // those take the AVX2 kernel
     const auto& want = q8 ? ref_q8 : ref;
     double err = 0;
     for (int32_t i = 0; i < n_q; ++i) {
@@ -344,6 +354,17 @@ TEST(Attention, SlidingWindowsMatchTheReference) {
                                      std::tuple{32, 200, 33}})
       for (int32_t n_q : {1, 4}) check_case(t, 64, 64, bs, n_ctx, n_q, &worst, window);
   std::printf("[Attention] windows: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// Attention sinks (gpt-oss): a per-row logit in the softmax's denominator, with and
+// without a window, on every ISA and dtype, against the double reference.
+TEST(Attention, SinksMatchTheReference) {
+  double worst = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
+    for (auto [bs, n_ctx, window] : {std::tuple{16, 1, 0}, std::tuple{16, 100, 0}, std::tuple{16, 100, 40},
+                                     std::tuple{7, 97, 20}})
+      for (int32_t n_q : {1, 4}) check_case(t, 64, 64, bs, n_ctx, n_q, &worst, window, true);
+  std::printf("[Attention] sinks: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
 // A query row with an infinite or NaN element gives a non-finite output row on every ISA

@@ -416,37 +416,46 @@ TEST_P(BackendOps, QkvRopeAndAttention) {
     }
     expect_rel(q.host(*be_), qref, 1e-5, neox ? "q (neox)" : "q");
 
-    Dev out(*be_, T * nh * dv);
-    const float scale = 1.f / std::sqrt(float(dk));
-    be_->attention({q.p(), out.p(), nh, nkv, dk, dv, scale, &kv, 0});
-    const auto got = out.host(*be_), qq = q.host(*be_);
-    std::vector<double> ref(got.size());
-    double vmax = 0;
-    std::vector<float> kr(static_cast<size_t>(dk)), vr(static_cast<size_t>(dv));
-    for (int64_t t = 0; t < T; ++t) {
-      const auto& table = seq_[size_t(t)] == 0 ? table0_ : table1_;
-      for (int32_t h = 0; h < nh; ++h) {
-        const int32_t kh = h / group, n_ctx = pos_[size_t(t)] + 1;
-        std::vector<double> sc(static_cast<size_t>(n_ctx));
-        double mx = -1e300, sum = 0;
-        for (int32_t p = 0; p < n_ctx; ++p) {
-          kv.read_k(0, table[size_t(p / bs)], kh, p % bs, kr.data());
-          double dot = 0;
-          for (int32_t d = 0; d < dk; ++d) dot += double(qq[size_t((t * nh + h) * dk + d)]) * kr[size_t(d)];
-          sc[size_t(p)] = dot * scale;
-          mx = std::max(mx, sc[size_t(p)]);
-        }
-        for (auto& s : sc) sum += (s = std::exp(s - mx));
-        for (int32_t p = 0; p < n_ctx; ++p) {
-          kv.read_v(0, table[size_t(p / bs)], kh, p % bs, vr.data());
-          for (int32_t d = 0; d < dv; ++d) {
-            ref[size_t((t * nh + h) * dv + d)] += sc[size_t(p)] / sum * vr[size_t(d)];
-            vmax = std::max(vmax, std::fabs(double(vr[size_t(d)])));
+    // Plain, then with a window of 3 positions and a sink per query head (their offsets
+    // into the head runs and splits of the tasks).
+    std::vector<float> sinks(static_cast<size_t>(nh));
+    for (int32_t h = 0; h < nh; ++h) sinks[size_t(h)] = float(h % 4) - 1.5f;
+    for (const bool extra : {false, true}) {
+      const int32_t window = extra ? 3 : 0;
+      Dev out(*be_, T * nh * dv);
+      const float scale = 1.f / std::sqrt(float(dk));
+      be_->attention({q.p(), out.p(), nh, nkv, dk, dv, scale, &kv, 0, window, extra ? sinks.data() : nullptr});
+      const auto got = out.host(*be_), qq = q.host(*be_);
+      std::vector<double> ref(got.size());
+      double vmax = 0;
+      std::vector<float> kr(static_cast<size_t>(dk)), vr(static_cast<size_t>(dv));
+      for (int64_t t = 0; t < T; ++t) {
+        const auto& table = seq_[size_t(t)] == 0 ? table0_ : table1_;
+        for (int32_t h = 0; h < nh; ++h) {
+          const int32_t kh = h / group, n_ctx = pos_[size_t(t)] + 1, lo = window ? std::max(0, n_ctx - window) : 0;
+          std::vector<double> sc(static_cast<size_t>(n_ctx), -INFINITY);
+          double mx = extra ? double(sinks[size_t(h)]) : -1e300, sum = 0;
+          for (int32_t p = lo; p < n_ctx; ++p) {
+            kv.read_k(0, table[size_t(p / bs)], kh, p % bs, kr.data());
+            double dot = 0;
+            for (int32_t d = 0; d < dk; ++d) dot += double(qq[size_t((t * nh + h) * dk + d)]) * kr[size_t(d)];
+            sc[size_t(p)] = dot * scale;
+            mx = std::max(mx, sc[size_t(p)]);
+          }
+          for (auto& s : sc) sum += (s = std::exp(s - mx));
+          if (extra) sum += std::exp(double(sinks[size_t(h)]) - mx);
+          for (int32_t p = lo; p < n_ctx; ++p) {
+            kv.read_v(0, table[size_t(p / bs)], kh, p % bs, vr.data());
+            for (int32_t d = 0; d < dv; ++d) {
+              ref[size_t((t * nh + h) * dv + d)] += sc[size_t(p)] / sum * vr[size_t(d)];
+              vmax = std::max(vmax, std::fabs(double(vr[size_t(d)])));
+            }
           }
         }
       }
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(got[i], ref[i], 1e-5 * vmax) << "attention at " << i << (extra ? " (window and sinks)" : "");
     }
-    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-5 * vmax) << "attention at " << i;
   }
 }
 

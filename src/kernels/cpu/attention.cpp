@@ -118,7 +118,11 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     }
   }
   for (int32_t i = 0; i < n_q; ++i) {
-    const float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
+    float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
+    if (a.sinks) {  // the sink's term in the denominator, all taken relative to the larger max
+      const float mx = std::max(m[i], a.sinks[i]), c = std::exp(m[i] - mx);
+      inv = c / (sum[i] * c + std::exp(a.sinks[i] - mx));
+    }
     for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] *= inv;
   }
 }
@@ -134,19 +138,21 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   RIDGE_CHECK(a.window >= 0, "attention: window {} is negative", a.window);
-  // The AVX-512 kernel has no window: window calls run the AVX2 one there.
-  const Isa isa = a.window > 0 && active_isa() == Isa::Avx512 ? Isa::Avx2 : active_isa();
+  // The AVX-512 kernel has no window or sinks: such calls run the AVX2 one there.
+  const bool plain = a.window == 0 && !a.sinks;
+  const Isa isa = !plain && active_isa() == Isa::Avx512 ? Isa::Avx2 : active_isa();
   if (!a.row_ctx.empty()) {
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
                     std::is_sorted(a.row_ctx.begin(), a.row_ctx.end()),
                 "attention: row contexts must be {} ascending counts ending at {}", group, a.n_ctx);
-    if (!attention_shares_positions(l) || a.window > 0) {
+    if (!attention_shares_positions(l) || !plain) {
       AttnArgs one = a;
       one.row_ctx = {};
       for (int32_t h = 0; h < n_heads; ++h)
         for (int32_t i = 0; i < group; ++i) {
           one.n_ctx = a.row_ctx[size_t(i)];
           const int64_t r = int64_t(h) * group + i;
+          if (a.sinks) one.sinks = a.sinks + r;
           attention_heads(one, kv_head + h, 1, 1, q + r * ldq, ldq, out + r * ldo, ldo, scratch);
         }
       return;
@@ -154,9 +160,12 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   }
   // Values kept in the keys have an AVX-512 kernel; on AVX2 they run the portable path.
   if (isa == Isa::Scalar || (isa == Isa::Avx2 && l.v_in_k)) {
-    for (int32_t h = 0; h < n_heads; ++h)
-      attention_group_scalar(a, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
-                             scratch);
+    for (int32_t h = 0; h < n_heads; ++h) {
+      AttnArgs ah = a;
+      if (a.sinks) ah.sinks = a.sinks + int64_t(h) * group;
+      attention_group_scalar(ah, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo,
+                             ldo, scratch);
+    }
     return;
   }
   detail::AttnView v;
@@ -187,6 +196,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }
   for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2
+    v.sinks = a.sinks ? a.sinks + int64_t(h) * group : nullptr;
     detail::attention_group_avx2(v, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
                                  scratch);
     v.k0 += v.k_head_stride;

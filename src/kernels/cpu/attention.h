@@ -37,6 +37,11 @@ struct AttnArgs {
   // p1 - p0 >= window); 0: every position. Window calls run on the scalar or AVX2 path
   // (AVX-512 CPUs take the AVX2 kernel) and with row_ctx row by row.
   int32_t window = 0;
+  // Attention sinks (gpt-oss): a learned logit per query head, a key without a value in
+  // every row's softmax: out = sum_j e^(s_j - M) v_j / (sum_j e^(s_j - M) + e^(sink - M)),
+  // M the larger of the row's max score and its sink (the sink is not scaled). [rows of
+  // the call, in q's order] or null. Sink calls run as window calls do (scalar or AVX2).
+  const float* sinks = nullptr;
 };
 
 // Whether a call with AttnArgs::row_ctx shares each tile among its rows on the active
@@ -103,6 +108,7 @@ struct AttnView {
   // The first position in the window (AttnArgs::window; AVX2 only): earlier blocks are
   // not read, earlier keys of its block get probability 0.
   int32_t first = 0;
+  const float* sinks = nullptr;  // AttnArgs::sinks, [n_q] (AVX2 only)
 };
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

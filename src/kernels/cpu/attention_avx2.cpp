@@ -424,7 +424,14 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     }
     pv_all(vf, dv, sc, lanes, n_q, n, cr, out, ldo, dv);
   }
-  for (int32_t i = 0; i < n_q; ++i) scale_row(out + i * ldo, dv, _mm256_set1_ps(l[i] > 0.f ? 1.f / l[i] : 0.f));
+  for (int32_t i = 0; i < n_q; ++i) {
+    float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
+      const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
+      inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
+    }
+    scale_row(out + i * ldo, dv, _mm256_set1_ps(inv));
+  }
 }
 
 }  // namespace

@@ -342,7 +342,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int64_t T = int64_t(step_.tokens.size());
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
-  if (group == 1 && a.window == 0 && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
+  if (group == 1 && a.window == 0 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
   // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
   // heads; MLA's one): the query heads of a group split among the threads too, each part
@@ -359,11 +359,12 @@ void CpuBackend::attention(const AttentionArgs& a) {
     const int32_t part = int32_t(task % qsplit);
     const int64_t t = task / qsplit / hr.splits;
     const int32_t h0 = int32_t(task / qsplit % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
-    const AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1,
-                        a.scale, {}, a.window};
+    AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1,
+                  a.scale, {}, a.window, a.sinks ? a.sinks + int64_t(h0) * group : nullptr};
     if (qsplit > 1) {  // one KV head h0, query heads [part * qg, +rows) of its group
       const int32_t r0 = part * qg, rows = std::min(qg, group - r0);
       if (rows <= 0) return;
+      if (args.sinks) args.sinks += r0;
       attention_heads(args, h0, 1, rows, a.q + t * nq + (int64_t(h0) * group + r0) * dk, dk,
                       a.out + t * no + (int64_t(h0) * group + r0) * dv, dv, attn_scratch_.data() + thread * scratch_per);
       return;
