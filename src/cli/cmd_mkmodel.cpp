@@ -19,8 +19,8 @@ int cmd_mkmodel(Args& a) {
   const std::string dt = a.str({"--dtype"}, "f32");
   auto t = dtype_from_name(dt);
   if (!t || !(*t == DType::F32 || *t == DType::F16 || *t == DType::BF16 || *t == DType::Q8_0 || *t == DType::Q4_0 ||
-              *t == DType::Q4_1 || *t == DType::Q5_0 || *t == DType::Q5_1))
-    fail("--dtype {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1", dt);
+              *t == DType::Q4_1 || *t == DType::Q5_0 || *t == DType::Q5_1 || *t == DType::MXFP4))
+    fail("--dtype {} is not one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4", dt);
   o.dtype = *t;
   o.seed = uint64_t(a.integer({"--seed"}, 42, 0, INT64_MAX));
   o.vocab_path = a.str({"--vocab"}, "");

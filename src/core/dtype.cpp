@@ -17,7 +17,7 @@ struct Entry {
 // Layouts from GGUF / ggml: Q4_0 {f16 d; u8 qs[16]}, Q8_0 {f16 d; i8 qs[32]}, the K
 // types are 256-element super-blocks.
 constexpr uint32_t kOwn = 1000;  // ids from here on are ridge's, not GGUF's
-constexpr std::array<Entry, 23> kTypes{{
+constexpr std::array<Entry, 24> kTypes{{
     {0, {"f32", 1, 4, true}},     {1, {"f16", 1, 2, true}},
     {2, {"q4_0", 32, 18, true}},  {3, {"q4_1", 32, 20, true}},
     {6, {"q5_0", 32, 22, true}},  {7, {"q5_1", 32, 24, true}},
@@ -28,6 +28,7 @@ constexpr std::array<Entry, 23> kTypes{{
     {24, {"i8", 1, 1, false}},    {25, {"i16", 1, 2, false}},
     {26, {"i32", 1, 4, false}},   {27, {"i64", 1, 8, false}},
     {28, {"f64", 1, 8, false}},   {30, {"bf16", 1, 2, true}},
+    {39, {"mxfp4", 32, 17, true}},
     {1000, {"fp8_e4m3", 1, 1, false}}, {1001, {"fp8_e5m2", 1, 1, false}},
     {1002, {"fp8", 128, 132, true}},
 }};

@@ -12,6 +12,8 @@ enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  // OCP MX FP4 as ggml stores it (quant/blocks.h BlockMxfp4): 32 E2M1 codes, an E8M0 scale.
+  MXFP4 = 39,
   // ridge's own, not GGUF's (GGUF has no 8-bit float): OCP FP8 (quant/fp8.h). The KV
   // cache stores I8 and these with a scale per token and head (kernels/kv_view.h).
   F8_E4M3 = 1000, F8_E5M2 = 1001,

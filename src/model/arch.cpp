@@ -50,9 +50,10 @@ const gguf::TensorInfo& TensorLoader::need(const std::string& name, std::initial
   }
   if (!dtype_info(t->type).supported)
     fail("{}: tensor '{}' has type {}, which ridge cannot compute with (supported: f32, f16, bf16, q4_0, q4_1, "
-         "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, fp8)",
+         "q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, mxfp4, fp8)",
          f_.name(), name, dtype_name(t->type));
   if (t->type == DType::F8_E4M3_B128) check_fp8(*t);
+  if (t->type == DType::MXFP4) check_mxfp4(*t);
   bytes_ += int64_t(t->nbytes);
   return *t;
 }
@@ -71,6 +72,14 @@ void TensorLoader::check_fp8(const gguf::TensorInfo& t) const {
       fail("{}: tensor '{}' holds an FP8 NaN code (0x{:02x}) at element {}: not a weight", f_.name(), t.name,
            b.qs[j], i * quant::kQF8 + j);
   }
+}
+
+// An MXFP4 scale of 0xFF is the OCP format's NaN (ggml would read it as 2^127): no weight.
+void TensorLoader::check_mxfp4(const gguf::TensorInfo& t) const {
+  const int64_t nb = int64_t(t.nbytes / sizeof(quant::BlockMxfp4));
+  for (int64_t i = 0; i < nb; ++i)
+    if (t.data[i * int64_t(sizeof(quant::BlockMxfp4))] == quant::kMxfp4NanScale)
+      fail("{}: tensor '{}' has an MXFP4 block scale of 0xff (the format's NaN) in block {}", f_.name(), t.name, i);
 }
 
 kernels::WeightView TensorLoader::matrix(const std::string& name, int64_t k, int64_t n_out) {

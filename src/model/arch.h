@@ -46,6 +46,7 @@ class TensorLoader {
  private:
   const gguf::TensorInfo& need(const std::string& name, std::initializer_list<int64_t> shape);
   void check_fp8(const gguf::TensorInfo& t) const;
+  void check_mxfp4(const gguf::TensorInfo& t) const;
 
   const gguf::File& f_;
   int64_t& bytes_;

@@ -193,6 +193,7 @@ uint32_t gguf_file_type(DType t) {
     case DType::Q5_K: return 16;
     case DType::Q6_K: return 18;
     case DType::BF16: return 32;
+    case DType::MXFP4: return 38;  // llama.cpp's MXFP4_MOE
     // llama.cpp names no FP8 file type: its "guessed" value rather than all-f32's 0.
     case DType::F8_E4M3_B128: return 1024;
     default: return 0;

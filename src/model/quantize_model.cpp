@@ -36,7 +36,8 @@ constexpr MixName kMixes[] = {
 };
 // Plain targets in the order usage lists them (q6_k is a mix, see the header).
 constexpr DType kPlain[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::F8_E4M3_B128};
+                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::MXFP4,
+                            DType::F8_E4M3_B128};
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 

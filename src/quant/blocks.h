@@ -21,6 +21,20 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// OCP MX FP4 (ggml's block_mxfp4, gpt-oss's expert weights): value = kMxfp4Values[code] x
+// 2^(e - 128), codes as Q4_0's nibbles (element j < 16 the low nibble of qs[j], j + 16 the
+// high). The table holds E2M1's values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives, times 2) so that they are integers; the scale is halved to match: an E8M0
+// byte e is 2^(e - 127), halved 2^(e - 128). e = 0xFF is NaN in the OCP format: ridge
+// refuses a file that holds one (model/arch.cpp).
+struct BlockMxfp4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockMxfp4) == 17);
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr uint8_t kMxfp4NanScale = 0xFF;
+
 // value = d * q + m, nibbles as in Q4_0.
 struct BlockQ4_1 {
   uint16_t d, m;

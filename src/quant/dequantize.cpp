@@ -121,6 +121,13 @@ void deq_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
 
 }  // namespace
 
+float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  return d;
+}
+
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   const auto& info = dtype_info(t);
   RIDGE_CHECK(info.supported, "tensor type {} is not supported", info.name);
@@ -147,6 +154,17 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: return deq_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
     case DType::Q5_K: return deq_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::Q6_K: return deq_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case DType::MXFP4: {
+      const auto* b = static_cast<const BlockMxfp4*>(src);
+      for (int64_t i = 0; i < nb; ++i, dst += kQK) {
+        const float d = mxfp4_scale(b[i].e);
+        for (int j = 0; j < kQK / 2; ++j) {
+          dst[j] = float(kMxfp4Values[b[i].qs[j] & 0x0F]) * d;
+          dst[j + kQK / 2] = float(kMxfp4Values[b[i].qs[j] >> 4]) * d;
+        }
+      }
+      return;
+    }
     case DType::F8_E4M3_B128: {
       const auto* b = static_cast<const BlockFp8*>(src);
       for (int64_t i = 0; i < nb; ++i, dst += kQF8)

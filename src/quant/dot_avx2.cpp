@@ -155,6 +155,23 @@ float dot_q4_0(const void* w, const void* act, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// MXFP4: the nibbles looked up in the doubled E2M1 table (pshufb), then a signed dot;
+// the scale's bits built here as mxfp4_scale builds them.
+float dot_mxfp4(const void* w, const void* act, int64_t n) {
+  const auto* x = static_cast<const BlockMxfp4*>(w);
+  const auto* y = static_cast<const BlockQ8A*>(act);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const uint32_t e = x[i].e, bits = e < 2 ? uint32_t(0x00200000) << e : (e - 1) << 23;
+    float d;
+    std::memcpy(&d, &bits, 4);
+    const __m256i s = idot_s8(_mm256_shuffle_epi8(table, unpack_q4(x[i].qs)), load32(y[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * y[i].d), acc);
+  }
+  return hsum(acc);
+}
+
 // Unsigned codes (0..31 or 0..63) times activations: the 8 int32 partial sums of
 // (q - offset) . a. maddubs takes q as is (unsigned); the offset is a second maddubs.
 // Pair sums stay below 2 * 63 * 127 < 32767: no saturation.
@@ -211,6 +228,7 @@ DotFn avx2_dot(DType t) {
     case DType::Q5_0: return dot_legacy<BlockQ5_0, 16, true, false>;
     case DType::Q5_1: return dot_legacy<BlockQ5_1, 0, true, true>;
     case DType::F8_E4M3_B128: return dot_fp8;
+    case DType::MXFP4: return dot_mxfp4;
     default: return avx2_kquant_dot(t);
   }
 }

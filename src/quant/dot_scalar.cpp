@@ -141,6 +141,21 @@ float dot_q8_0(const void* w, const void* act, int64_t n) {
   return acc;
 }
 
+// MXFP4: the doubled E2M1 values are integers, so a block is one integer dot times its
+// scale and the activation's.
+float dot_mxfp4(const void* w, const void* act, int64_t n) {
+  const auto* x = static_cast<const BlockMxfp4*>(w);
+  const auto* y = static_cast<const BlockQ8A*>(act);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int s = 0;
+    for (int j = 0; j < kQK / 2; ++j)
+      s += kMxfp4Values[x[i].qs[j] & 0x0F] * y[i].qs[j] + kMxfp4Values[x[i].qs[j] >> 4] * y[i].qs[j + kQK / 2];
+    acc += mxfp4_scale(x[i].e) * y[i].d * float(s);
+  }
+  return acc;
+}
+
 // K-quants with 8 sub-blocks of 32: sub-block j lines up with activation block j, so
 // value = d sc_j q - dmin m_j gives d sc_j a_d sum(q a_q) - dmin m_j s per sub-block.
 template <typename Block, typename Unpack>
@@ -230,6 +245,7 @@ DotFn scalar_dot(DType t) {
     case DType::Q5_K: return dot_q5_k;
     case DType::Q6_K: return dot_q6_k;
     case DType::F8_E4M3_B128: return dot_fp8;
+    case DType::MXFP4: return dot_mxfp4;
     default: return nullptr;
   }
 }

@@ -39,6 +39,10 @@ void prepare_act(DType t, const float* x, void* act, int64_t n);
 // number of blocks.
 int64_t whole_blocks(DType t, int64_t n);
 
+// An MXFP4 block's scale, 2^(e - 128) (BlockMxfp4), as ggml's e8m0_to_fp32_half: e < 2 are
+// its denormals. The OCP NaN code 0xFF reads as 2^127 here; loading refuses it.
+float mxfp4_scale(uint8_t e);
+
 // Weight rows (GGUF layouts). n must be a multiple of the type's block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Implemented for f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; other

@@ -145,13 +145,39 @@ void quant_fp8(const float* x, BlockFp8* y, int64_t nb) {
   }
 }
 
+// ggml's quantize_row_mxfp4_ref: e from the block's largest magnitude (its top value,
+// 12 x 2^(e-128), is at least amax), each element to the nearest of the 16 codes (the
+// first of equals). A block of magnitudes below 2^-125 (where ggml's cast of a negative
+// exponent is undefined) takes e = 0.
+void quant_mxfp4(const float* x, BlockMxfp4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    check_finite(x, i);
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float ef = amax > 0.0f ? std::floor(std::log2(amax)) - 2 + 127 : 0.0f;
+    const uint8_t e = uint8_t(std::clamp(ef, 0.0f, 254.0f));
+    const float d = mxfp4_scale(e);
+    auto best = [&](float v) {
+      int bi = 0;
+      float be = std::fabs(float(kMxfp4Values[0]) * d - v);
+      for (int c = 1; c < 16; ++c) {
+        const float err = std::fabs(float(kMxfp4Values[c]) * d - v);
+        if (err < be) bi = c, be = err;
+      }
+      return uint8_t(bi);
+    };
+    y[i].e = e;
+    for (int j = 0; j < kQK / 2; ++j) y[i].qs[j] = uint8_t(best(x[j]) | best(x[j + kQK / 2]) << 4);
+  }
+}
+
 }  // namespace
 
 bool can_quantize(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3_B128:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::F8_E4M3_B128: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -191,6 +217,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q8_0: return quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return quantize_row_k(t, src, dst, nb);
     case DType::F8_E4M3_B128: return quant_fp8(src, static_cast<BlockFp8*>(dst), nb);
+    case DType::MXFP4: return quant_mxfp4(src, static_cast<BlockMxfp4*>(dst), nb);
     default: break;
   }
   fail("quantizing to tensor type {} is not supported", info.name);

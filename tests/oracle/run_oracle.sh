@@ -121,6 +121,27 @@ for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expan
     --prompt "${prompts[$pi]}" -n 40 --min-margin 0.1 --ridge-arg --mla-prefill --ridge-arg $form
 done
 
+# MXFP4 weights (llama.cpp's type 39, gpt-oss's experts' format) written by mkmodel and by
+# ridge quantize from the f32 files above; llama.cpp reads them as its own. It rounds the
+# activations to q8_0 as for q4_0: the 0.1 margin.
+for spec in llama:tiny qwen3:tiny gemma3:gemma3-tiny; do
+  arch=${spec%%:*}
+  preset=${spec##*:}
+  m="$tmp/$preset-$arch-mxfp4.gguf"
+  if "$ridge" mkmodel --arch "$arch" --preset "$preset" --dtype mxfp4 --seed 11 -o "$m" 2>/dev/null; then
+    check "$preset/$arch/mxfp4 \"${prompts[1]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" \
+      --prompt "${prompts[1]}" -n 40 --min-margin 0.1
+  else
+    echo "FAIL mkmodel $arch $preset mxfp4"; failn=$((failn + 1))
+  fi
+done
+if "$ridge" quantize "$tmp/tiny-qwen2-f32.gguf" "$tmp/tiny-qwen2-mxfp4.gguf" --type mxfp4 2>/dev/null; then
+  check "tiny/qwen2/mxfp4 (ridge quantize) \"${prompts[0]}\"" node "$here/check_greedy.mjs" --ridge "$ridge" \
+    --model "$tmp/tiny-qwen2-mxfp4.gguf" --prompt "${prompts[0]}" -n 40 --min-margin 0.1
+else
+  echo "FAIL ridge quantize qwen2 mxfp4"; failn=$((failn + 1))
+fi
+
 # gpt2 with GPT-2's own byte-level BPE vocabulary (50257 tokens, pre-tokenizer "gpt-2"):
 # the tiny block under the real vocabulary, f16 and q8_0 (its tokenizer is checked against
 # llama.cpp's own vectors in the tokenizer tests).

@@ -123,6 +123,34 @@ TEST(Arch, Gemma3ReadsWindowsAndItsSandwich) {
   }
 }
 
+// An MXFP4 file (llama.cpp's type 39) loads and runs; a block scale of 0xff, the format's
+// NaN, is refused naming the tensor and the block.
+TEST(Arch, Mxfp4WeightsLoadAndANanScaleIsRefused) {
+  const std::string path = testing::TempDir() + "/arch-mxfp4.gguf";
+  make_model({"llama", "tiny", DType::MXFP4, 11, "", 0, 2}, path);
+  {
+    auto m = Model::load(path);
+    EXPECT_EQ(m->weights().layers[1].wq.type, DType::MXFP4);
+  }
+  auto f = gguf::File::open(path);
+  gguf::Writer w;
+  for (const auto& [k, v] : f->kv())
+    if (k != "general.alignment") w.set_value(k, v);
+  for (const auto& t : f->tensors()) {
+    const gguf::TensorInfo* src = &t;
+    const bool poison = t.name == "blk.1.ffn_up.weight";
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), [src, poison](uint8_t* dst) {
+      std::memcpy(dst, src->data, src->nbytes);
+      if (poison) dst[3 * 17] = 0xFF;  // block 3's scale
+    });
+  }
+  const std::string bad = path + ".nan.gguf";
+  w.write(bad);
+  const std::string msg = load_error(bad);
+  EXPECT_NE(msg.find("tensor 'blk.1.ffn_up.weight' has an MXFP4 block scale of 0xff"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("block 3"), std::string::npos) << msg;
+}
+
 // gpt2's block: the fused q/k/v and its one bias cut into views and vectors, LayerNorms
 // with their biases, learned positions as an f32 table, no RoPE, an ungated FFN with
 // biases. A missing epsilon, a position table of the wrong shape or a missing bias is

@@ -39,7 +39,7 @@ constexpr double kDotTol = 1e-5;
 
 const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128};
+                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128, DType::MXFP4};
 const DType kQuantizable[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1};
 
@@ -121,6 +121,13 @@ Decoded decode_ref(DType t, const std::vector<uint8_t>& row, int64_t n) {
       case DType::Q8_0:  // d@0 qs@2
         v = scale_part = float(int8_t(b[2 + j])) * half_ref(rd16(b));
         break;
+      case DType::MXFP4: {  // e@0 qs@1: E2M1 x 2^(e-127), E2M1 = (-1)^s 2^(E-1) (1 + M/2), or M/2 at E = 0
+        const int code = j < 16 ? (b[1 + j] & 15) : (b[1 + j - 16] >> 4);
+        const int sgn = code >> 3, E = (code >> 1) & 3, M = code & 1;
+        const double e2m1 = (E == 0 ? M * 0.5 : std::ldexp(1.0 + M * 0.5, E - 1)) * (sgn ? -1 : 1);
+        v = scale_part = float(e2m1 * std::ldexp(1.0, int(b[0]) - 127));
+        break;
+      }
       case DType::F8_E4M3_B128: {  // d@0 (f32) qs@4
         const uint32_t d = rd32(b);
         float df;
@@ -194,6 +201,7 @@ std::vector<uint8_t> random_row(DType t, int64_t n, std::mt19937& rng) {
         wr16(b + 2, rand_scale(rng, 0.001f, 0.1f));  // m / dmin
         break;
       case DType::Q6_K: wr16(b + 208, rand_scale(rng, 0.001f, 0.1f)); break;
+      case DType::MXFP4: b[0] = uint8_t(118 + rng() % 8); break;  // scales 2^-9 .. 2^-2
       case DType::F8_E4M3_B128: {  // an f32 scale, no NaN codes
         const float d = std::uniform_real_distribution<float>(0.001f, 0.1f)(rng);
         std::memcpy(b, &d, 4);
@@ -252,9 +260,61 @@ TEST(QuantLayout, BlockSizesMatchDtypeTable) {
   EXPECT_EQ(dtype_info(DType::Q4_K).type_size, int64_t(sizeof(BlockQ4_K)));
   EXPECT_EQ(dtype_info(DType::Q5_K).type_size, int64_t(sizeof(BlockQ5_K)));
   EXPECT_EQ(dtype_info(DType::Q6_K).type_size, int64_t(sizeof(BlockQ6_K)));
+  EXPECT_EQ(dtype_info(DType::MXFP4).type_size, int64_t(sizeof(BlockMxfp4)));
   EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
   EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+}
+
+// MXFP4, every scale byte but the NaN one with every code in both nibble positions,
+// against the OCP definition (E2M1 value x 2^(e - 127)) computed here with ldexp, rounded
+// to f32 (the top scales' 6 x 2^127 is past it: inf, as in ggml); ggml's two denormal
+// scales (e < 2) included. Then the dot of each such block with a unit
+// activation on every path, exact (every term an integer times a power of two).
+TEST(QuantDequant, Mxfp4EveryScaleAndCode) {
+  const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (int e = 0; e < 255; ++e) {
+    BlockMxfp4 b;
+    b.e = uint8_t(e);
+    for (int j = 0; j < 16; ++j) b.qs[j] = uint8_t(j | (15 - j) << 4);
+    float y[32];
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    for (int j = 0; j < 32; ++j) {
+      const int code = j < 16 ? j : 15 - (j - 16);
+      const double want = e2m1[code & 7] * (code & 8 ? -1 : 1) * std::ldexp(1.0, e - 127);
+      ASSERT_EQ(y[j], float(want)) << "e " << e << " element " << j << " code " << code;  // inf past f32's range
+    }
+    if (e > 250) continue;  // sums past f32's range
+    BlockQ8A a{1.0f, 0.0f, {}};
+    for (int j = 0; j < 32; ++j) a.qs[j] = int8_t(j % 2 ? 1 : -1);
+    double want = 0;
+    for (int j = 0; j < 32; ++j) want += double(y[j]) * a.qs[j];
+    for (Isa isa : isas())
+      ASSERT_EQ(double(dot_fn(DType::MXFP4, isa)(&b, &a, 32)), want) << "e " << e << " " << isa_name(isa);
+  }
+}
+
+// ggml's quantizer: the scale from the block's largest magnitude, each value to the
+// nearest code (the first of two equally near); values that are codes come back exactly.
+TEST(QuantQuantize, Mxfp4MatchesGgmlRounding) {
+  const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  float x[32];
+  for (int j = 0; j < 32; ++j) x[j] = (j % 16 < 8 ? 1.f : -1.f) * e2m1[j % 8] * 0.25f;
+  BlockMxfp4 b;
+  quantize_row(DType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 125);  // amax 1.5: floor(log2 1.5) - 2 + 127; codes step 2^(125 - 128)
+  float y[32];
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]) << j;
+  // amax 0.625: e 124, codes x 2^-4 = 0.5 (code 6) and 0.75 (code 7) equally near: 6.
+  float tie[32] = {0.625f, -0.625f};
+  quantize_row(DType::MXFP4, tie, &b, 32);
+  EXPECT_EQ(b.e, 124);
+  EXPECT_EQ(b.qs[0] & 15, 6);
+  EXPECT_EQ(b.qs[1] & 15, 14);  // -0.5
+  float zero[32] = {};
+  quantize_row(DType::MXFP4, zero, &b, 32);
+  EXPECT_EQ(b.e, 0);
 }
 
 TEST(QuantDequant, Q4_0KnownBlock) {
