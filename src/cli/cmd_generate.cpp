@@ -119,7 +119,8 @@ int cmd_generate(Args& a) {
     r.grammar = grammar;
     reqs.push_back(std::move(r));
     // Rotary positions run past the training context (worse, but defined); learned ones end.
-    if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train && model->arch().learned_pos)
+    // The last token sampled is never fed back: positions up to prompt + n_predict - 2.
+    if (int64_t(reqs.back().prompt.size()) + n_predict - 1 > h.n_ctx_train && model->arch().learned_pos)
       fail("prompt {} ({} tokens) + {} new tokens is past the {} positions {} learned", i, reqs.back().prompt.size(),
            n_predict, h.n_ctx_train, h.arch);
     if (int64_t(reqs.back().prompt.size()) + n_predict > h.n_ctx_train)

@@ -68,11 +68,12 @@ struct HParams {
   float rope_attn_factor = 1.f;
   // Sliding windows (gemma3): a window layer attends to a query's last n_swa positions
   // (attention.sliding_window; 0: none) with RoPE of base rope_freq_base_swa and no
-  // scaling; every swa_period-th layer (il % swa_period == swa_period - 1) is global,
-  // with rope_freq_base and rope_freq_scale.
+  // scaling; with a period p, every p-th layer (il % p == p - 1) is global, with
+  // rope_freq_base and rope_freq_scale (p = 1: all, as llama.cpp's pattern 1); p = 0:
+  // every layer is a window layer.
   int32_t n_swa = 0, swa_period = 0;
   float rope_freq_base_swa = 10000.f;
-  bool swa_layer(int32_t il) const { return n_swa > 0 && (swa_period <= 1 || il % swa_period < swa_period - 1); }
+  bool swa_layer(int32_t il) const { return n_swa > 0 && (swa_period == 0 || il % swa_period < swa_period - 1); }
   // Gemma: the token embeddings are scaled by sqrt(n_embd) (0: not scaled); the logits
   // capped to c tanh(l / c) (final_logit_softcapping; 0: none).
   float embd_scale = 0.f;

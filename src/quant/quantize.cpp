@@ -145,9 +145,9 @@ void quant_fp8(const float* x, BlockFp8* y, int64_t nb) {
   }
 }
 
-// ggml's quantize_row_mxfp4_ref: e from the block's largest magnitude (its top value,
-// 12 x 2^(e-128), is at least amax), each element to the nearest of the 16 codes (the
-// first of equals). A block of magnitudes below 2^-125 (where ggml's cast of a negative
+// ggml's quantize_row_mxfp4_ref: e from the block's largest magnitude, floor(log2 amax) +
+// 125, so the top code 12 x 2^(e-128) is 1.5 x 2^floor(log2 amax) (larger magnitudes clip
+// to it, as in ggml); each element to the nearest of the 16 codes (the first of equals). A block of magnitudes below 2^-125 (where ggml's cast of a negative
 // exponent is undefined) takes e = 0.
 void quant_mxfp4(const float* x, BlockMxfp4* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {

@@ -115,6 +115,10 @@ TEST(Arch, Gemma3ReadsWindowsAndItsSandwich) {
     EXPECT_TRUE(m->hparams().swa_layer(0));
     EXPECT_FALSE(m->hparams().swa_layer(1));
   }
+  {
+    auto m = Model::load(with_u32(path, "gemma3.attention.sliding_window_pattern", 1));  // llama.cpp: all global
+    for (int32_t il = 0; il < m->hparams().n_layer; ++il) EXPECT_FALSE(m->hparams().swa_layer(il)) << il;
+  }
   std::string msg = load_error(with_u32(path, "gemma3.attention.sliding_window_pattern", 0));
   EXPECT_NE(msg.find("sliding_window_pattern 0 is out of range"), std::string::npos) << msg;
   for (const char* t : {"blk.2.post_attention_norm.weight", "blk.5.post_ffw_norm.weight", "blk.0.attn_k_norm.weight"}) {

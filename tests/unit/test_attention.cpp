@@ -120,15 +120,16 @@ struct Cache {
     }
   }
 
-  // A sliding window of w positions: rows attend to [lo(), n_ctx). The whole blocks before
-  // lo()'s are made NaN (a kernel must not read them); lo()'s own block keeps its keys.
+  // A sliding window of w positions: rows attend to [lo(), n_ctx). Every position before
+  // lo() is made NaN: a kernel must not read the whole blocks before lo()'s, nor let the
+  // keys and values of lo()'s own block before it reach the output.
   int32_t window = 0;
   int32_t lo() const { return window > 0 ? std::max(0, n_ctx - window) : 0; }
   void set_window(int32_t w) {
     window = w;
     const std::vector<float> nan_k(size_t(l.head_dim_k), std::numeric_limits<float>::quiet_NaN());
     const std::vector<float> nan_v(size_t(l.head_dim_v), std::numeric_limits<float>::quiet_NaN());
-    for (int32_t p = 0; p < lo() / l.block_size * l.block_size; ++p) {
+    for (int32_t p = 0; p < lo(); ++p) {
       kv->write_k(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_k.data());
       kv->write_v(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_v.data());
     }

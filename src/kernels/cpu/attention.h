@@ -1,8 +1,9 @@
 // Attention of query rows over a sequence's paged K/V, tiled by KV block with an online
 // softmax (FlashAttention-style: no score row longer than a block is ever held).
-// Tiles are the cache blocks themselves, aligned to absolute positions, and the query
-// reads exactly positions [0, n_ctx): a prefill row and a decode row at the same position
-// run the same arithmetic in the same order, bit for bit.
+// Tiles are the cache blocks themselves, aligned to absolute positions (a window's start
+// from its first block), and the query reads exactly positions [0, n_ctx) (or its
+// window's): a prefill row and a decode row at the same position run the same arithmetic
+// in the same order, bit for bit.
 //
 // The query heads of one GQA group share a call, so each K/V tile is read from the cache
 // and converted to f32 once for all of them. A row's arithmetic never depends on how many

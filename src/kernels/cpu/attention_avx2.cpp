@@ -333,7 +333,8 @@ ATTN_INLINE void v_block_f32(const uint8_t* vb, float* vf, int32_t n, int32_t dv
 // A tile is attention_tile_blocks consecutive blocks of the table (about kTileKeys keys,
 // as on the AVX-512 path), so the online softmax's per-row work (max, rescale, sums, the
 // output's load and store) is paid once per tile, not per block. Tiles are aligned to
-// absolute positions, which keeps a row's arithmetic that of the row alone.
+// absolute positions (with a window, to its first block, the same for every row of the
+// call), which keeps a row's arithmetic that of the row alone.
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   const int32_t dk = a.dk, dv = a.dv, bs = a.block_size;
@@ -384,6 +385,13 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         const float* sv = reinterpret_cast<const float*>(vb + a.v_scales_off);
         for (int32_t j = 0; j < nv; ++j) ks[b * bs + j] = sk[j] * kCodeUnit<T>, vs[b * bs + j] = sv[j] * kCodeUnit<T>;
       }
+    }
+    // Values before the window weigh 0 in P.V: zeroed, so that a non-finite one there
+    // cannot make 0 x Inf (the scalar path skips those keys).
+    if (b0 == first_block && skip > 0) {
+      for (int64_t x = 0; x < int64_t(skip) * dv; ++x) vf[x] = 0.f;
+      if constexpr (kScaled<T>)
+        for (int32_t j = 0; j < skip; ++j) vs[j] = 0.f;
     }
 
     // Each step over all rows before the next, as in attention_avx512.cpp.
