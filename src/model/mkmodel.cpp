@@ -327,7 +327,9 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   matrix("token_embd.weight", E, n_vocab, arch->embd_scale_sqrt ? 1.0 : std::sqrt(double(E)));
   // Learned positions N(0, 0.5^2), f32 as llama-quantize leaves them.
   if (arch->learned_pos) matrix_as("position_embd.weight", DType::F32, E, opt.ctx > 0 ? opt.ctx : p.n_ctx, 1, 0.5 * std::sqrt(double(E)));
-  vec("output_norm.weight", E, 1.0, 0.1);
+  // (With embeddings scaled on the way in, the tied head's logits spread ~1 only: the final
+  // norm's weights around 3 widen the top-2 gaps past the oracle's margins.)
+  vec("output_norm.weight", E, arch->embd_scale_sqrt ? 3.0 : 1.0, 0.1);
   if (arch->layer_norm) vec("output_norm.bias", E, 0.0, 0.1);
   if (!p.tied) matrix("output.weight", E, n_vocab, 4.0);
   if (p.llama3_rope) {
