@@ -121,15 +121,17 @@ struct Cache {
   }
 
   // A sliding window of w positions: rows attend to [lo(), n_ctx). Every position before
-  // lo() is made NaN: a kernel must not read the whole blocks before lo()'s, nor let the
-  // keys and values of lo()'s own block before it reach the output.
+  // lo() (or nan_before, when >= 0) is made NaN: a kernel must not read the whole blocks
+  // before lo()'s, nor let the keys and values of lo()'s own block before it reach the
+  // output.
   int32_t window = 0;
   int32_t lo() const { return window > 0 ? std::max(0, n_ctx - window) : 0; }
-  void set_window(int32_t w) {
+  void set_window(int32_t w, int32_t nan_before = -1) {
     window = w;
+    if (nan_before < 0) nan_before = lo();
     const std::vector<float> nan_k(size_t(l.head_dim_k), std::numeric_limits<float>::quiet_NaN());
     const std::vector<float> nan_v(size_t(l.head_dim_v), std::numeric_limits<float>::quiet_NaN());
-    for (int32_t p = 0; p < lo(); ++p) {
+    for (int32_t p = 0; p < nan_before; ++p) {
       kv->write_k(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_k.data());
       kv->write_v(kLayer, table[size_t(p / l.block_size)], kKvHead, p % l.block_size, nan_v.data());
     }
@@ -190,7 +192,7 @@ std::vector<double> reference(const Cache& st, const float* q, float scale, doub
 // max w / 255, so output element d moves by at most sum over chunks of step / 2 x
 // sum_j |code_jd|, over the sum of the p_j (all taken relative to the row's final max
 // score, which scales every term alike). Per element, for a row q as the kernel scores it.
-std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale) {
+std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale, double sink = -INFINITY) {
   const int32_t dv = st.l.head_dim_v, bs = st.l.block_size;
   const int32_t tile = detail::attention_tile_blocks(bs) * bs, lpb = (bs + 15) / 16 * 16;
   const auto chunk_of = [&](int32_t p) {  // (tile, chunk) as one number
@@ -199,8 +201,9 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
   std::vector<double> bound(size_t(dv), 0.0);
   double mx = 0, sum = 0;
   const std::vector<double> s = scores_of(st, q, scale, &mx);
-  for (int32_t p = 0; p < st.n_ctx; ++p) sum += std::exp(s[size_t(p)] - mx);
-  for (int32_t p0 = 0; p0 < st.n_ctx;) {  // positions of one chunk are consecutive
+  for (int32_t p = st.lo(); p < st.n_ctx; ++p) sum += std::exp(s[size_t(p)] - mx);
+  sum += std::exp(sink - mx);  // the sink's share of the denominator (0 without one)
+  for (int32_t p0 = st.lo(); p0 < st.n_ctx;) {  // positions of one chunk are consecutive
     int32_t p1 = p0;
     while (p1 < st.n_ctx && chunk_of(p1) == chunk_of(p0)) ++p1;
     double wmax = 0;
@@ -286,8 +289,9 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const float inv = 127.f / amax, sq = amax / 127.f;
     std::vector<float> xq(static_cast<size_t>(dk));
     for (int32_t d = 0; d < dk; ++d) xq[size_t(d)] = std::nearbyint(x[d] * inv) * sq;
-    ref_q8.push_back(reference(st, xq.data(), scale));
-    bound_q8.push_back(i8_weight_bound(st, xq.data(), scale));
+    const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
+    ref_q8.push_back(reference(st, xq.data(), scale, sink));
+    bound_q8.push_back(i8_weight_bound(st, xq.data(), scale, sink));
   }
   const double vs = v_scale(st);
 
@@ -298,7 +302,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const std::string where = name + " isa=" + std::string(isa_name(isa));
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
-    const bool q8 = t == DType::I8 && isa == Isa::Avx512 && window == 0 && !sinks;  // those take the AVX2 kernel
+    const bool q8 = t == DType::I8 && isa == Isa::Avx512;
     const auto& want = q8 ? ref_q8 : ref;
     double err = 0;
     for (int32_t i = 0; i < n_q; ++i) {
@@ -518,27 +522,35 @@ TEST(Attention, PositionBlockRowsHaveTheirLoneBits) {
   IsaGuard guard;
   for (Isa isa : isas()) {
     set_isa(isa);
-    for (const Shape& sh : shapes) {
-      const Cache c(sh.t, sh.dk, sh.dv, sh.bs, sh.n_ctx, 11);
-      std::vector<float> q(size_t(sh.rows * sh.dk)), block(size_t(sh.rows * sh.dv)), lone(size_t(sh.dv));
-      std::mt19937 rng(13);
-      std::normal_distribution<float> g(0.f, 2.f);
-      for (auto& x : q) x = g(rng);
-      std::vector<int32_t> ctx;
-      for (int32_t i = 0; i < sh.rows; ++i) ctx.push_back(sh.n_ctx - sh.rows + 1 + i);
-      std::vector<float> scratch(size_t(attention_scratch_floats(c.l, sh.rows)));
-      AttnArgs a = c.args(0.125f);
-      a.row_ctx = ctx;
-      attention_heads(a, kKvHead, 1, sh.rows, q.data(), sh.dk, block.data(), sh.dv, scratch.data());
-      for (int32_t i = 0; i < sh.rows; ++i) {
-        AttnArgs one = c.args(0.125f);
-        one.n_ctx = ctx[size_t(i)];
-        attention_row(one, kKvHead, q.data() + i * sh.dk, lone.data(), scratch.data());
-        EXPECT_EQ(std::memcmp(lone.data(), block.data() + i * sh.dv, size_t(sh.dv) * 4), 0)
-            << isa_name(isa) << " " << dtype_name(sh.t) << " bs " << sh.bs << " row " << i << " (n_ctx " << ctx[size_t(i)]
-            << ")";
-      }
-    }
+    for (const Shape& sh : shapes)
+      // Windows: none, shorter than the rows' spread (rows start in different tiles and
+      // blocks), one position, and wider than a tile; with and without sinks.
+      for (int32_t window : {0, 5, 1, 70})
+        for (bool sinks : {false, true}) {
+          Cache c(sh.t, sh.dk, sh.dv, sh.bs, sh.n_ctx, 11);
+          std::vector<float> q(size_t(sh.rows * sh.dk)), block(size_t(sh.rows * sh.dv)), lone(size_t(sh.dv));
+          std::mt19937 rng(13);
+          std::normal_distribution<float> g(0.f, 2.f);
+          for (auto& x : q) x = g(rng);
+          std::vector<int32_t> ctx;
+          for (int32_t i = 0; i < sh.rows; ++i) ctx.push_back(sh.n_ctx - sh.rows + 1 + i);
+          // NaN before the first row's window: no row may read there.
+          c.set_window(window, window > 0 ? std::max(0, ctx[0] - window) : 0);
+          for (int32_t i = 0; sinks && i < sh.rows; ++i) c.sinks.push_back(float(i % 5) - 2.f);
+          std::vector<float> scratch(size_t(attention_scratch_floats(c.l, sh.rows)));
+          AttnArgs a = c.args(0.125f);
+          a.row_ctx = ctx;
+          attention_heads(a, kKvHead, 1, sh.rows, q.data(), sh.dk, block.data(), sh.dv, scratch.data());
+          for (int32_t i = 0; i < sh.rows; ++i) {
+            AttnArgs one = c.args(0.125f, i);
+            one.n_ctx = ctx[size_t(i)];
+            attention_row(one, kKvHead, q.data() + i * sh.dk, lone.data(), scratch.data());
+            for (int32_t d = 0; d < sh.dv; ++d) ASSERT_TRUE(std::isfinite(lone[size_t(d)])) << isa_name(isa) << " row " << i;
+            EXPECT_EQ(std::memcmp(lone.data(), block.data() + i * sh.dv, size_t(sh.dv) * 4), 0)
+                << isa_name(isa) << " " << dtype_name(sh.t) << " bs " << sh.bs << " window " << window
+                << (sinks ? " sinks" : "") << " row " << i << " (n_ctx " << ctx[size_t(i)] << ")";
+          }
+        }
   }
 }
 

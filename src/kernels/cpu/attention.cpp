@@ -138,14 +138,12 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   RIDGE_CHECK(a.window >= 0, "attention: window {} is negative", a.window);
-  // The AVX-512 kernel has no window or sinks: such calls run the AVX2 one there.
-  const bool plain = a.window == 0 && !a.sinks;
-  const Isa isa = !plain && active_isa() == Isa::Avx512 ? Isa::Avx2 : active_isa();
+  const Isa isa = active_isa();
   if (!a.row_ctx.empty()) {
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
                     std::is_sorted(a.row_ctx.begin(), a.row_ctx.end()),
                 "attention: row contexts must be {} ascending counts ending at {}", group, a.n_ctx);
-    if (!attention_shares_positions(l) || !plain) {
+    if (!attention_shares_positions(l)) {
       AttnArgs one = a;
       one.row_ctx = {};
       for (int32_t h = 0; h < n_heads; ++h)
@@ -185,6 +183,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.dtype = l.dtype;
   v.scale = a.scale;
   v.first = a.window > 0 ? std::max(0, a.n_ctx - a.window) : 0;
+  v.window = a.window;
   if (l.v_in_k) {
     v.v_dim0 = l.v_dim0();
     const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l);
@@ -193,6 +192,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   if (isa == Isa::Avx512) {
     v.n_heads = n_heads;
     v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
+    v.sinks = a.sinks;
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }
   for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2

@@ -35,13 +35,15 @@ struct AttnArgs {
   std::span<const int32_t> row_ctx;
   // A sliding window: a row attends only to its last `window` positions, [max(0, n_ctx -
   // window), n_ctx) (llama.cpp's standard window: key p0 is masked from query p1 when
-  // p1 - p0 >= window); 0: every position. Window calls run on the scalar or AVX2 path
-  // (AVX-512 CPUs take the AVX2 kernel) and with row_ctx row by row.
+  // p1 - p0 >= window); 0: every position. With row_ctx each row has its own window
+  // (AVX-512; elsewhere such calls run row by row). A row's bits are those of its lone
+  // call while the cache holds finite values (the rows sharing a tile read the keys of
+  // the earliest window among them, weighted 0 for the later ones).
   int32_t window = 0;
   // Attention sinks (gpt-oss): a learned logit per query head, a key without a value in
   // every row's softmax: out = sum_j e^(s_j - M) v_j / (sum_j e^(s_j - M) + e^(sink - M)),
   // M the larger of the row's max score and its sink (the sink is not scaled). [rows of
-  // the call, in q's order] or null. Sink calls run as window calls do (scalar or AVX2).
+  // the call, in q's order] or null.
   const float* sinks = nullptr;
 };
 
@@ -104,12 +106,13 @@ struct AttnView {
   // [tile blocks][block_size][dv] f32 scratch to transpose a tile's into; else -1.
   int32_t v_dim0 = -1;
   float* vt = nullptr;
-  // AttnArgs::row_ctx, [rows per head] (unscaled dtypes), or null.
+  // AttnArgs::row_ctx, [rows per head] (unscaled dtypes, AVX-512), or null.
   const int32_t* row_ctx = nullptr;
-  // The first position in the window (AttnArgs::window; AVX2 only): earlier blocks are
-  // not read, earlier keys of its block get probability 0.
+  int32_t window = 0;  // AttnArgs::window (AVX-512: each row's own, from its n_ctx or row_ctx)
+  // The first position in the window (AVX2, one row context): earlier blocks are not
+  // read, earlier keys of its block get probability 0.
   int32_t first = 0;
-  const float* sinks = nullptr;  // AttnArgs::sinks, [n_q] (AVX2 only)
+  const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
 };
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

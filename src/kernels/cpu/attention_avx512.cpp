@@ -120,6 +120,16 @@ struct Tile {
   const uint8_t* v[kMaxTileBlocks];
   int32_t keys[kMaxTileBlocks];
   int32_t n_blocks = 0;
+  int32_t bs = 0;
+  // The first key any of the tile's rows attends to, counted from the tile's first
+  // position (a window's start; 0 without one): the blocks and keys before it are never
+  // read, and their score lanes hold -inf.
+  int32_t live = 0;
+  // Whether key j of block b (its lane's 16-key group g = j / 16) is before `live`.
+  ATTN_INLINE __mmask16 dead_lanes(int32_t b, int32_t g) const {
+    const int32_t k = live - b * bs - 16 * g;
+    return k >= 16 ? __mmask16(0xFFFF) : k <= 0 ? __mmask16(0) : __mmask16((1u << k) - 1);
+  }
 };
 
 // One 16-lane group of a tile's scores: dimension 0 of its 16 K columns, which of them
@@ -389,8 +399,8 @@ void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int
 // probability in lane b * lpb + j. V comes straight from the cache, each converted vector
 // serving all R rows, 2R accumulators in registers.
 template <int R, DType T>
-void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o, int64_t ldo, int32_t d0,
-        int32_t dv, int64_t voff, Prefetcher& pf) {
+void pv(const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, const float* cr, float* o, int64_t ldo,
+        int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
   constexpr int64_t esz = kEsz<T>;
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   __m512 acc[R][2];
@@ -400,10 +410,10 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
     acc[r][1] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, o + r * ldo + d0 + 16), c);
   }
   Prefetcher::Cursor c = pf.cur;
-  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+  for (int32_t b = live / tl.bs; b < tl.n_blocks; ++b) {
     const uint8_t* vb = tl.v[b] + voff + d0 * esz;
     const float* pb = p + b * lpb;
-    for (int32_t j = 0; j < tl.keys[b]; ++j) {
+    for (int32_t j = b == live / tl.bs ? live % tl.bs : 0; j < tl.keys[b]; ++j) {
       pf.step(c);
       const uint8_t* vj = vb + int64_t(j) * dv * esz;
       const __m512 v0 = load16<T>(vj, 0, m0), v1 = load16<T>(vj, 16, m1);
@@ -423,19 +433,19 @@ void pv(const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* c
 
 
 template <DType T>
-void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, const float* p, int64_t ldp, const float* cr, float* o,
-             int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
-  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
+void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, const float* cr,
+             float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
+  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, live, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
 }
 
 // A scaled value's scale goes with its probability (kv_view.h): p[r][lane of key j] x
 // sv_j for rows [r0, r0 + n) of one head, whose V scales lie vsoff past its tiles, over
 // the tile's keys. After the softmax's sums, which are of the probabilities themselves.
 void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int32_t n, int64_t vsoff) {
-  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+  for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {
     const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
     for (int32_t g = 0; g < gpb && 16 * g < tl.keys[b]; ++g) {
-      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g);
+      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // dead lanes stay 0
       const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
       for (int32_t r = 0; r < n; ++r) {
         float* pr = p + r * ldp + (b * gpb + g) * 16;
@@ -472,7 +482,7 @@ ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, 
   for (int32_t b = 0; b < tl.n_blocks; ++b) {
     const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
     for (int32_t g = 0; g < gpb; ++g) {
-      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g);
+      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // 0 past the keys and before live
       const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
       ATTN_UNROLL for (int r = 0; r < R; ++r) {
         float* pr = p + r * ldp + (b * gpb + g) * 16;
@@ -515,7 +525,7 @@ ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, in
   __m512i acc[R][2];
   static_for<R>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_si512(); });
   Prefetcher::Cursor c = pf.cur;
-  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+  for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {  // blocks before live: codes 0, unread
     // The block's keys whose lanes lie in the chunk (a chunk starts on a block or, in a
     // tile of one block, on a multiple of kChunkLanes: a whole quad either way).
     const int32_t j0 = c0 - b * lpb > 0 ? c0 - b * lpb : 0;
@@ -647,19 +657,37 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // A block's K tiles of the call's heads are one piece, and so are its V tiles (with
   // their scales).
   const int64_t k_bytes = int64_t(nh) * a.k_head_stride, v_bytes = int64_t(nh) * a.v_head_stride;
-  pf.start(a, 0, kPrefetchTiles * tb < n_blk ? kPrefetchTiles * tb : n_blk, k_bytes, v_bytes);
-  pf.finish();
-  Tile tl;
-  Group gr[kMaxTileBlocks * 4];
   const int32_t* rc = a.row_ctx;  // null: every row attends to [0, n_ctx)
-  for (int32_t t = 0; t < n_tiles; ++t) {
+  // Row i of a head attends to [row_first(i), row_end(i)); both ascend with i.
+  const auto row_end = [&](int32_t i) { return rc ? rc[i] : a.n_ctx; };
+  const auto row_first = [&](int32_t i) {
+    const int32_t f = row_end(i) - a.window;
+    return a.window > 0 && f > 0 ? f : 0;
+  };
+  // Tiles stay aligned to absolute positions with a window too (a row's tiles, and so its
+  // bits, are those of its lone call): the first is the one holding the earliest window's
+  // start, and the blocks of a tile before its rows' windows are not read.
+  const int32_t t0 = row_first(0) / bs / tb;
+  const auto prefetch_from = [&](int32_t t, int32_t lo) {
+    const int32_t p0 = t * tb, live = row_first(lo) / bs, b = p0 > live ? p0 : live;
+    pf.start(a, b < n_blk ? b : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_bytes, v_bytes);
+  };
+  for (int32_t t = t0; t < t0 + kPrefetchTiles && t < n_tiles; ++t) prefetch_from(t, 0), pf.finish();
+  Tile tl;
+  tl.bs = bs;
+  Group gr[kMaxTileBlocks * 4];
+  for (int32_t t = t0; t < n_tiles; ++t) {
     const int32_t b0 = t * tb, b1 = b0 + tb < n_blk ? b0 + tb : n_blk;
     tl.n_blocks = b1 - b0;
-    // Row contexts: the rows of a head whose context ended before this tile are done (a
-    // lone row would have stopped), so the tile runs rows [lo, grp) of each head.
-    int32_t lo = 0;
+    // The rows of each head this tile runs, [lo, hi): those whose context ended before it
+    // are done (a lone row would have stopped), those whose window starts after it have
+    // not begun (their state stays empty; a lone row's first tile is a later one).
+    int32_t lo = 0, hi = grp;
     if (rc)
       while (lo < grp && rc[lo] <= b0 * bs) ++lo;
+    while (hi > lo && row_first(hi - 1) >= b1 * bs) --hi;
+    if (lo == hi) continue;
+    tl.live = row_first(lo) > b0 * bs ? row_first(lo) - b0 * bs : 0;
     int32_t ng = 0;
     for (int32_t b = b0; b < b1; ++b) {
       const int32_t i = b - b0, keys = a.n_ctx - b * bs < bs ? a.n_ctx - b * bs : bs;
@@ -667,22 +695,25 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       tl.v[i] = a.v0 + a.blocks[b] * a.v_block_stride;
       tl.keys[i] = keys;
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
-        gr[ng++] = Group{tl.k[i] + 16 * g * (T == DType::I8 ? 4 : esz), first_lanes(bs - 16 * g),
-                         first_lanes(keys - 16 * g), (i * gpb + g) * 16, tl.k[i] + a.k_scales_off + 16 * g * 4};
+        if (tl.live < i * bs + 16 * g + (keys - 16 * g < 16 ? keys - 16 * g : 16))  // a group with a live key
+          gr[ng++] = Group{tl.k[i] + 16 * g * (T == DType::I8 ? 4 : esz), first_lanes(bs - 16 * g),
+                           first_lanes(keys - 16 * g), (i * gpb + g) * 16, tl.k[i] + a.k_scales_off + 16 * g * 4};
     }
-    // Score lanes in use: the groups', then -inf up to the whole 16-lane groups the
-    // softmax reads (a last block with fewer keys than slots leaves some).
+    // Score lanes in use: the groups', then -inf in the dead groups before them and up to
+    // the whole 16-lane groups the softmax reads (a last block with fewer keys than
+    // slots leaves some).
     const int32_t lanes = tl.n_blocks * gpb * 16;
-    for (int32_t i = 0; i < n_q; ++i)
+    for (int32_t i = 0; i < n_q; ++i) {
+      for (int32_t x = 0; x < gr[0].lane; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
       for (int32_t x = gr[ng - 1].lane + 16; x < lanes; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
+    }
     // The tile kPrefetchTiles ahead, spread over this tile's inner iterations.
-    const int32_t p0 = b0 + kPrefetchTiles * tb;
-    pf.start(a, p0 < n_blk ? p0 : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_bytes, v_bytes);
+    prefetch_from(t + kPrefetchTiles, lo);
 
     // Row units never straddle two heads (their K/V tiles differ).
     for (int32_t h = 0; h < nh; ++h)
-      for (int32_t i = lo; i < grp; i += kRows) {
-        const int32_t r0 = h * grp + i, rows = grp - i < kRows ? grp - i : kRows;
+      for (int32_t i = lo; i < hi; i += kRows) {
+        const int32_t r0 = h * grp + i, rows = hi - i < kRows ? hi - i : kRows;
         if constexpr (T == DType::I8)
           with_rows(rows, [&](auto R) {
             scores_i8_tile<decltype(R)::value>(qr, r0, gr, ng, 4 * int64_t(bs), sc + int64_t(r0) * lds, lds,
@@ -692,27 +723,34 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
           scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
                          h * a.k_head_stride, pf);
       }
-    if (rc) {
-      // A row's keys past its context score -inf here, as the partial last block of a
-      // lone row's call does; the extra -inf lanes then add exact zeros to its sums.
-      for (int32_t i = lo; i < grp && rc[i] < a.n_ctx; ++i)
-        for (int32_t p = rc[i] > b0 * bs ? rc[i] : b0 * bs; p < b1 * bs && p < a.n_ctx; ++p)
-          for (int32_t h = 0; h < nh; ++h) sc[int64_t(h * grp + i) * lds + ((p / bs - b0) * gpb) * 16 + p % bs] = kNegInf;
-      for (int32_t h = 0; h < nh; ++h)
-        for (int32_t i = lo; i < grp; i += kStatRows) {
-          const int32_t r0 = h * grp + i;
-          softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, grp - i < kStatRows ? grp - i : kStatRows, m + r0, l + r0,
-                       cr + r0);
-        }
-    } else {
+    // A row's keys outside [row_first, row_end) score -inf here, as a lone row's call
+    // leaves them (the partial last block, the keys of its first block before the
+    // window); the extra -inf lanes then add exact zeros to its sums.
+    const int32_t tp0 = b0 * bs, tp1 = b1 * bs < a.n_ctx ? b1 * bs : a.n_ctx;
+    const auto mask = [&](int32_t i, int32_t p0, int32_t p1) {  // row i's positions [p0, p1) of the tile
+      for (int32_t p = p0 > tp0 ? p0 : tp0; p < p1 && p < tp1; ++p)
+        for (int32_t h = 0; h < nh; ++h) sc[int64_t(h * grp + i) * lds + ((p / bs - b0) * gpb) * 16 + p % bs] = kNegInf;
+    };
+    for (int32_t i = lo; i < hi && (rc || a.window > 0); ++i) mask(i, tp0, row_first(i)), mask(i, row_end(i), tp1);
+    if (lo == 0 && hi == grp) {  // every row: units of kStatRows across heads
       for (int32_t r0 = 0; r0 < n_q; r0 += kStatRows)
-        softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0, l + r0,
-                     cr + r0);
+        softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, n_q - r0 < kStatRows ? n_q - r0 : kStatRows, m + r0,
+                     l + r0, cr + r0);
+    } else {
+      for (int32_t h = 0; h < nh; ++h)
+        for (int32_t i = lo; i < hi; i += kStatRows) {
+          const int32_t r0 = h * grp + i;
+          softmax_rows(sc + int64_t(r0) * lds, lds, lanes / 16, hi - i < kStatRows ? hi - i : kStatRows, m + r0,
+                       l + r0, cr + r0);
+        }
     }
+    // P.V of a unit of rows starts at its first row's first key (a later row of the unit
+    // weighs the keys before its own window by 0).
+    const auto unit_live = [&](int32_t i) { return row_first(i) > tp0 ? row_first(i) - tp0 : 0; };
     if constexpr (T == DType::I8) {
       for (int32_t h = 0; h < nh; ++h)
-        for (int32_t i = 0; i < grp; i += kRows)
-          with_rows(grp - i < kRows ? grp - i : kRows, [&](auto R) {
+        for (int32_t i = lo; i < hi; i += kRows)
+          with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
             constexpr int Rn = decltype(R)::value;
             const int32_t r0 = h * grp + i;
             weights_i8<Rn>(tl, gpb, sc + int64_t(r0) * lds, lds, h * a.v_head_stride + a.v_scales_off,
@@ -726,21 +764,21 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     }
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
-        scale_probabilities(tl, gpb, sc + int64_t(h) * grp * lds, lds, grp, h * a.v_head_stride + a.v_scales_off);
+        scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo, h * a.v_head_stride + a.v_scales_off);
     if constexpr (!kScaled<T>) {
       if (a.v_dim0 >= 0) {  // values out of each head's K tiles, transposed once for its rows
         for (int32_t h = 0; h < nh; ++h) {
           Tile tv = tl;
-          for (int32_t i = 0; i < tl.n_blocks; ++i) {
+          for (int32_t i = tl.live / bs; i < tl.n_blocks; ++i) {
             float* vt = a.vt + int64_t(i) * bs * dv;
             values_from_keys<T>(tl.k[i] + h * a.k_head_stride + int64_t(a.v_dim0) * bs * esz, bs, tl.keys[i], dv, vt);
             tv.v[i] = reinterpret_cast<const uint8_t*>(vt);
           }
-          for (int32_t i = lo; i < grp; i += kRows) {
+          for (int32_t i = lo; i < hi; i += kRows) {
             const int32_t r0 = h * grp + i;
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
-              pv_rows<DType::F32>(grp - i < kRows ? grp - i : kRows, tv, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
-                                  out + r0 * ldo, ldo, d0, dv, 0, pf);
+              pv_rows<DType::F32>(hi - i < kRows ? hi - i : kRows, tv, gpb * 16, unit_live(i), sc + int64_t(r0) * lds,
+                                  lds, cr + r0, out + r0 * ldo, ldo, d0, dv, 0, pf);
           }
         }
         pf.finish();
@@ -748,20 +786,25 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       }
     }
     for (int32_t h = 0; h < nh; ++h)
-      for (int32_t i = lo; i < grp; i += kRows) {
+      for (int32_t i = lo; i < hi; i += kRows) {
         const int32_t r0 = h * grp + i;
         for (int32_t d0 = 0; d0 < dv; d0 += 32)
-          pv_rows<T>(grp - i < kRows ? grp - i : kRows, tl, gpb * 16, sc + int64_t(r0) * lds, lds, cr + r0,
+          pv_rows<T>(hi - i < kRows ? hi - i : kRows, tl, gpb * 16, unit_live(i), sc + int64_t(r0) * lds, lds, cr + r0,
                      out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
       }
     pf.finish();
   }
   for (int32_t i = 0; i < n_q; ++i) {
-    const __m512 inv = _mm512_set1_ps(l[i] > 0.f ? 1.f / l[i] : 0.f);
+    float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
+      const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
+      inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
+    }
+    const __m512 vinv = _mm512_set1_ps(inv);
     float* o = out + i * ldo;
     for (int32_t d = 0; d < dv; d += 16) {
       const __mmask16 mk = first_lanes(dv - d);
-      _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), inv));
+      _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), vinv));
     }
   }
 }

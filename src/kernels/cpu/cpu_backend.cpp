@@ -326,7 +326,7 @@ bool CpuBackend::position_blocks(const AttentionArgs& a) {
     const auto [t0, m] = pos_blocks_[size_t(task / a.n_kv_head)];
     const int32_t h = int32_t(task % a.n_kv_head);
     const std::span<const int32_t> ctx = std::span<const int32_t>(row_ctx_).subspan(size_t(t0), size_t(m));
-    AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t0)])], ctx.back(), a.scale, {}};
+    AttnArgs args{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t0)])], ctx.back(), a.scale, {}, a.window};
     if (m > 1) args.row_ctx = ctx;
     attention_heads(args, h, 1, m, a.q + t0 * nq + int64_t(h) * a.dk, nq, a.out + t0 * no + int64_t(h) * a.dv, no,
                     attn_scratch_.data() + thread * scratch_per);
@@ -342,7 +342,8 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int64_t T = int64_t(step_.tokens.size());
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   const int64_t nq = int64_t(a.n_head) * dk, no = int64_t(a.n_head) * dv;
-  if (group == 1 && a.window == 0 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
+  // (Sinks are per query head: a block of one head's positions would need them per row.)
+  if (group == 1 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
   // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
   // heads; MLA's one): the query heads of a group split among the threads too, each part
