@@ -33,10 +33,10 @@ commands:
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named
-  mkmodel     --arch llama|qwen2|qwen3|qwen3moe|phi3|gpt2|gemma3 --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|mxfp4
+  mkmodel     --arch llama|qwen2|qwen3|qwen3moe|phi3|gpt2|gemma3|gpt-oss --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|mxfp4
               [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini,
-              phi3-longrope-tiny, gpt2-124m, gemma-3-1b, gemma-3-4b, gemma3-tiny; qwen3moe-tiny, qwen3-30b-a3b, mixtral-tiny, mixtral-8x7b (mixtures of experts)
+              phi3-longrope-tiny, gpt2-124m, gemma-3-1b, gemma-3-4b, gemma3-tiny; qwen3moe-tiny, qwen3-30b-a3b, mixtral-tiny, mixtral-8x7b, gpt-oss-tiny, gpt-oss-20b (mixtures of experts)
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|mxfp4
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
               [--layers N (keep the first N blocks: a layer-truncated draft model)]

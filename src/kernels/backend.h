@@ -111,6 +111,8 @@ class Backend {
   virtual void add_bias(float* x, const float* b, int64_t m, int64_t n) = 0;
   // out[m][n] = silu(gate) * up.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
+  // out[m][n] = gpt-oss's clamped SwiGLU of gate and up (kernels/cpu/ops.h swiglu_oai).
+  virtual void swiglu_oai(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
   // out[m][n] = gelu(x), the tanh form (kernels/cpu/ops.h). out may be x.
   virtual void gelu(const float* x, float* out, int64_t m, int64_t n) = 0;
   // out[m][n] = gelu(gate) * up (GeGLU).

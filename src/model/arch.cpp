@@ -17,9 +17,10 @@
 namespace ridge {
 
 namespace {
-const std::array<const ArchSpec*, 8>& all_archs() {
-  static const std::array<const ArchSpec*, 8> a{&arch_llama(), &arch_qwen2(), &arch_qwen3(),    &arch_qwen3moe(),
-                                                &arch_deepseek2(), &arch_phi3(), &arch_gpt2(), &arch_gemma3()};
+const std::array<const ArchSpec*, 9>& all_archs() {
+  static const std::array<const ArchSpec*, 9> a{&arch_llama(),     &arch_qwen2(), &arch_qwen3(), &arch_qwen3moe(),
+                                                &arch_deepseek2(), &arch_phi3(),  &arch_gpt2(),  &arch_gemma3(),
+                                                &arch_gpt_oss()};
   return a;
 }
 }  // namespace

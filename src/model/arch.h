@@ -53,9 +53,10 @@ class TensorLoader {
   int64_t& vec_bytes_;
 };
 
-// The FFN's form: SwiGLU down(silu(gate x) * up x), GELU's ungated down(gelu(up x)), or
-// GeGLU down(gelu(gate x) * up x) (Gemma).
-enum class Ffn : uint8_t { SwiGlu, Gelu, GeGlu };
+// The FFN's form: SwiGLU down(silu(gate x) * up x), GELU's ungated down(gelu(up x)),
+// GeGLU down(gelu(gate x) * up x) (Gemma), or gpt-oss's mixture of experts with biases on
+// the router and every expert matrix and the clamped SwiGLU (kernels/cpu/ops.h swiglu_oai).
+enum class Ffn : uint8_t { SwiGlu, Gelu, GeGlu, SwiGluOai };
 
 struct ArchSpec {
   const char* name;
@@ -90,6 +91,8 @@ struct ArchSpec {
   bool post_norms = false;
   // Gemma: the token embeddings scaled by sqrt(n_embd) on the way in (HParams::embd_scale).
   bool embd_scale_sqrt = false;
+  // gpt-oss: a learned sink logit per query head in attention's softmax (attn_sinks).
+  bool sinks = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,
@@ -116,6 +119,7 @@ const ArchSpec& arch_deepseek2();
 const ArchSpec& arch_phi3();
 const ArchSpec& arch_gpt2();
 const ArchSpec& arch_gemma3();
+const ArchSpec& arch_gpt_oss();
 const ArchSpec* find_arch(std::string_view name);  // nullptr if unsupported
 std::string arch_names();                          // "llama, qwen2, qwen3, ..."
 

@@ -175,7 +175,8 @@ void Forward::attention_block(int32_t il) {
 
   const int64_t no = h_.n_attn_out();
   float* kqv = kqv_.reserve(T * no);
-  const kernels::AttentionArgs aa{q, kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il, swa ? h_.n_swa : 0};
+  const kernels::AttentionArgs aa{q,   kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il, swa ? h_.n_swa : 0,
+                                  L.attn_sinks.empty() ? nullptr : L.attn_sinks.data()};
   op(perf::Op::Attention, attention_class(), il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype, aa.window), [&] { be_.attention(aa); });
 
@@ -302,6 +303,7 @@ void Forward::moe_ffn_block(int32_t il) {
   moe_w_.resize(size_t(R));
   op(perf::Op::FfnRouter, perf::matmul_class(L.router.type), il, perf::matmul_cost(T, E, NE, L.router.type), [&] {
     be_.matmul(L.router, xn, T, logits);
+    if (!L.router_b.empty()) be_.add_bias(logits, L.router_b.data(), T, NE);
     kernels::MoeRouting r{NE, K, h_.gating_sigmoid, L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data(),
                           h_.n_expert_groups, h_.n_group_used, h_.expert_weights_norm, h_.expert_weights_scale};
     be_.moe_route(logits, T, r, moe_ids_.data(), moe_w_.data());
@@ -347,8 +349,11 @@ void Forward::moe_ffn_block(int32_t il) {
   const DType wt = L.gate_exps[0].type;
   // Where the backend groups them, all active experts' matmuls run in one pass each for
   // gate/up and for down (the same bits; a decode's 8 experts are 16 small matrices).
+  // gpt-oss's experts (biases on each matrix, the clamped SwiGLU) run expert by expert,
+  // the biases added to each expert's rows and the activation an op of its own.
+  const bool oai = m_.arch().ffn == Ffn::SwiGluOai;
   const bool fused_gu = !L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[0]);
-  const bool grouped = fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
+  const bool grouped = !oai && fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
   if (grouped) {
     moe_gu_items_.clear();
     moe_down_items_.clear();
@@ -383,15 +388,22 @@ void Forward::moe_ffn_block(int32_t il) {
         be_.matmul(L.gate_exps[size_t(e)], xg + r0 * E, n, g + r0 * F);
         be_.matmul(L.up_exps[size_t(e)], xg + r0 * E, n, u + r0 * F);
       }
+      if (oai) {
+        be_.add_bias(g + r0 * F, L.gate_exps_b.data() + int64_t(e) * F, n, F);
+        be_.add_bias(u + r0 * F, L.up_exps_b.data() + int64_t(e) * F, n, F);
+      }
     }
   });
-  const bool act_in_down = be_.takes_rows(L.down_exps[0]);
+  const bool act_in_down = !oai && be_.takes_rows(L.down_exps[0]);
   float* act = nullptr;
   if (act_in_down) {
     dc.flops += perf::swiglu_cost(R, F).flops;
   } else {
     act = moe_act_.reserve(R * F);
-    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] { be_.swiglu(g, u, act, R, F); });
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] {
+      if (oai) be_.swiglu_oai(g, u, act, R, F);
+      else be_.swiglu(g, u, act, R, F);
+    });
   }
   op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
     for (int32_t e = 0; e < NE; ++e) {
@@ -399,6 +411,7 @@ void Forward::moe_ffn_block(int32_t il) {
       if (n == 0) continue;
       if (act_in_down) be_.swiglu_matmul(L.down_exps[size_t(e)], g + r0 * F, u + r0 * F, n, y + r0 * E);
       else be_.matmul(L.down_exps[size_t(e)], act + r0 * F, n, y + r0 * E);
+      if (oai) be_.add_bias(y + r0 * E, L.down_exps_b.data() + int64_t(e) * E, n, E);
     }
   });
   float* out = ffn_out_.reserve(T * E);

@@ -70,7 +70,7 @@ HParams read_hparams(const gguf::File& f) {
       h.rope_freq_scale = float(1.0 / factor);
     } else if (*type == "yarn" && factor != 1.0) {
       if (const ArchSpec* arch = find_arch(h.arch); !(arch && arch->yarn))
-        fail("{}: rope scaling type 'yarn' is not supported for {} (deepseek2 only)", f.name(), h.arch);
+        fail("{}: rope scaling type 'yarn' is not supported for {} (deepseek2 and gpt-oss only)", f.name(), h.arch);
       if (!(factor > 0 && factor <= 1024)) fail("{}: {}rope.scaling.factor {} is out of range (0, 1024]", f.name(), a, factor);
       h.yarn_factor = float(factor);
       h.yarn_orig_ctx = as_i32(f, a + "rope.scaling.original_context_length",

@@ -80,6 +80,16 @@ constexpr Preset kPresets[] = {
     // DeepSeek: V2-Lite's (q straight from attn_q, softmax routing, 2 shared experts,
     // YaRN) and V3's (low-rank q, sigmoid routing with a bias in 8 groups, scaled weights)
     // shapes, and a tiny of each for tests (V2-Lite's with YaRN over a 64-token context).
+    // gpt-oss: 20b's shapes (MXFP4 experts in the real file), and a tiny one of four
+    // layers (two windowed) with a window of 8 and YaRN over a 64-token context.
+    {.name = "gpt-oss-20b", .arch = "gpt-oss", .n_vocab = 201088, .n_ctx = 131072, .n_embd = 2880, .n_layer = 24,
+     .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880, .rope_base = 150000.f, .norm_eps = 1e-5f,
+     .tied = false, .llama3_rope = false, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880, .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096, .n_swa = 128},
+    {.name = "gpt-oss-tiny", .arch = "gpt-oss", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 4,
+     .n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ff = 64, .rope_base = 150000.f, .norm_eps = 1e-5f, .tied = false,
+     .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .yarn_factor = 4.f, .yarn_orig_ctx = 64,
+     .n_swa = 8},
     {.name = "deepseek-v2-lite-tiny", .arch = "deepseek2", .n_vocab = 512, .n_ctx = 256, .n_embd = 128, .n_layer = 2,
      .n_head = 4, .n_head_kv = 1, .head_dim = 48, .n_ff = 256, .rope_base = 10000.f, .norm_eps = 1e-6f, .tied = false,
      .llama3_rope = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_lora_q = 0, .n_lora_kv = 64,
@@ -254,9 +264,15 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   }
   if (!arch->learned_pos) w.set_f32(a + "rope.freq_base", p.rope_base);
   w.set_f32(a + (arch->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), p.norm_eps);
+  const bool oai = arch->ffn == Ffn::SwiGluOai;  // gpt-oss
   if (p.n_swa > 0) {
     w.set_u32(a + "attention.sliding_window", uint32_t(p.n_swa));
-    w.set_f32(a + "rope.freq_base_swa", 10000.f);
+    if (!oai) w.set_f32(a + "rope.freq_base_swa", 10000.f);
+  }
+  if (oai && p.yarn_factor > 0) {
+    w.set_str(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", p.yarn_factor);
+    w.set_u32(a + "rope.scaling.original_context_length", uint32_t(p.yarn_orig_ctx));
   }
   if (p.linear_scale > 0) {
     w.set_str(a + "rope.scaling.type", "linear");
@@ -412,6 +428,22 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
     if (arch->qk_norm) {
       vec(b + "attn_q_norm.weight", head_dim, arch->post_norms ? 3.0 : 1.0, 0.1);
       vec(b + "attn_k_norm.weight", head_dim, 1.0, 0.1);
+    }
+    if (oai) {
+      // Biases on q/k/v (above) and the output, a sink per head, the MoE's norm under
+      // the name post_attention_norm, biases on the router and every expert matrix.
+      vec(b + "attn_output.bias", E, 0.0, 0.1);
+      vec(b + "attn_sinks.weight", p.n_head, 0.0, 1.0);
+      vec(b + "post_attention_norm.weight", E, 1.0, 0.1);
+      matrix_as(b + "ffn_gate_inp.weight", DType::F32, E, p.n_expert, 1, 2.0);
+      vec(b + "ffn_gate_inp.bias", p.n_expert, 0.0, 0.5);
+      matrix_as(b + "ffn_gate_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_up_exps.weight", opt.dtype, E, p.n_ff_exp, p.n_expert, 1.0);
+      matrix_as(b + "ffn_down_exps.weight", opt.dtype, p.n_ff_exp, E, p.n_expert, 1.0);
+      matrix_as(b + "ffn_gate_exps.bias", DType::F32, p.n_ff_exp, p.n_expert, 1, 0.1 * std::sqrt(double(p.n_ff_exp)));
+      matrix_as(b + "ffn_up_exps.bias", DType::F32, p.n_ff_exp, p.n_expert, 1, 0.1 * std::sqrt(double(p.n_ff_exp)));
+      matrix_as(b + "ffn_down_exps.bias", DType::F32, E, p.n_expert, 1, 0.1 * std::sqrt(double(E)));
+      continue;
     }
     if (arch->post_norms) vec(b + "post_attention_norm.weight", E, 1.0, 0.1);
     vec(b + "ffn_norm.weight", E, 1.0, 0.1);

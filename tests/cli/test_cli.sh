@@ -167,6 +167,10 @@ expect_error "generate past gpt2's learned positions" "past the 64 positions gpt
 expect_ok    "mkmodel gemma3 (sliding windows)"                             "$RIDGE" mkmodel --preset gemma3-tiny --dtype q4_0 -o gemma3.gguf
 expect_ok    "generate on gemma3 past its window"                           "$RIDGE" generate -m gemma3.gguf -p "a prompt longer than eight tokens of window" -n 16 --temp 0
 expect_error "mkmodel a window on another architecture" "gemma3-tiny.*gemma3, not llama" "$RIDGE" mkmodel --preset gemma3-tiny --arch llama -o x.gguf
+expect_ok    "mkmodel gpt-oss (sinks, MXFP4 experts)"                      "$RIDGE" mkmodel --preset gpt-oss-tiny --dtype mxfp4 -o gptoss.gguf
+expect_ok    "generate on gpt-oss past its window"                          "$RIDGE" generate -m gptoss.gguf -p "a prompt longer than eight tokens of window" -n 16 --temp 0
+expect_ok    "info on gpt-oss"                                              "$RIDGE" info -m gptoss.gguf
+expect_error "mkmodel gpt-oss's experts on a dense architecture" "gpt-oss-tiny is a mixture of experts.*not llama" "$RIDGE" mkmodel --preset gpt-oss-tiny --arch llama -o x.gguf
 expect_error "an unknown --mla-prefill"        "not one of auto, absorbed, expanded" "$RIDGE" generate -m ds.gguf -p hi -n 2 --mla-prefill sideways
 expect_ok    "info on deepseek"                                             "$RIDGE" info -m ds.gguf
 if grep -q "expanded form (prompts, --mla-prefill): attn_k_b transposed at load" "$TMP/out"; then

@@ -121,6 +121,27 @@ for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expan
     --prompt "${prompts[$pi]}" -n 40 --min-margin 0.1 --ridge-arg --mla-prefill --ridge-arg $form
 done
 
+# gpt-oss (windows on the even layers, sinks, YaRN on every layer, biases on q/k/v/o, the
+# router and every expert, the clamped SwiGLU) in every dtype, and MXFP4 its own format.
+# The MXFP4 file on the short prompt only: on the others an expert choice a few hundredths
+# from a tie (the routing of 8 random experts has many) falls the other way under
+# llama.cpp's rounding of the activations, after which both runs are confident and
+# different; the ForwardRef tests hold ridge's MXFP4 forward to the double-precision one
+# (inputs rounded alike) at 2e-7.
+for dtype in f32 f16 bf16 q8_0 q4_0 mxfp4; do
+  m="$tmp/gpt-oss-tiny-$dtype.gguf"
+  "$ridge" mkmodel --preset gpt-oss-tiny --dtype "$dtype" --seed 11 -o "$m" 2>/dev/null || {
+    echo "FAIL mkmodel gpt-oss $dtype"; failn=$((failn + 1)); continue; }
+  margin=1e-3
+  case $dtype in bf16|q8_0|q4_0|mxfp4) margin=0.1 ;; esac
+  ps=("${prompts[@]}")
+  [ $dtype = mxfp4 ] && ps=("${prompts[2]}")
+  for p in "${ps[@]}"; do
+    check "gpt-oss-tiny/$dtype \"$p\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" --prompt "$p" -n 40 \
+      --min-margin $margin
+  done
+done
+
 # MXFP4 weights (llama.cpp's type 39, gpt-oss's experts' format) written by mkmodel and by
 # ridge quantize from the f32 files above; llama.cpp reads them as its own. It rounds the
 # activations to q8_0 as for q4_0: the 0.1 margin.

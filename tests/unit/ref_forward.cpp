@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "gguf/gguf.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 
 namespace ridge::test {
@@ -14,15 +15,34 @@ using Vec = std::vector<double>;
 
 [[noreturn]] void bad(const std::string& what) { throw std::runtime_error("ref_forward: " + what); }
 
+// ref_logits' round_q8a: the inputs of 8-bit-activation matmuls rounded as ridge rounds them.
+bool g_round_q8a = false;
+
+// x in f32, then in 8-bit blocks of 32 (quant::quantize_act_q8a), back to the values.
+Vec q8a_round(const Vec& x) {
+  const int64_t n = int64_t(x.size());
+  if (n % quant::kQK != 0) bad("an 8-bit activation row is not a multiple of 32");
+  std::vector<float> xf(x.begin(), x.end());
+  std::vector<quant::BlockQ8A> b(size_t(n / quant::kQK));
+  quant::quantize_act_q8a(xf.data(), b.data(), n);
+  Vec y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[size_t(i)] = double(b[size_t(i / quant::kQK)].qs[i % quant::kQK]) * double(b[size_t(i / quant::kQK)].d);
+  return y;
+}
+
 // A tensor as GGUF stores it: `rows` rows of `cols` elements (ne[0] = cols), in double.
 struct Mat {
   int64_t rows = 0, cols = 0;
   Vec w;  // [rows][cols]
+  bool q8a = false;  // ridge multiplies it with 8-bit activations
 
   const double* row(int64_t r) const { return w.data() + r * cols; }
+  // What the matmul's input is, as ridge sees it.
+  Vec input(const Vec& x) const { return g_round_q8a && q8a ? q8a_round(x) : x; }
   // y[rows] = W x[cols]
-  Vec mul(const Vec& x) const {
-    if (int64_t(x.size()) != cols) bad("matmul shape mismatch");
+  Vec mul(const Vec& x0) const {
+    if (int64_t(x0.size()) != cols) bad("matmul shape mismatch");
+    const Vec x = input(x0);
     Vec y(size_t(rows), 0.0);
     for (int64_t r = 0; r < rows; ++r) {
       double s = 0;
@@ -39,6 +59,7 @@ Mat load(const gguf::File& f, const std::string& name) {
   const gguf::TensorInfo* t = f.find_tensor(name);
   if (!t) bad("missing tensor " + name);
   Mat m;
+  m.q8a = quant::act_kind(t->type) == quant::ActKind::Q8A;
   m.cols = t->ne[0];
   m.rows = t->n_elements() / m.cols;
   const uint64_t row_bytes = t->nbytes / uint64_t(m.rows);
@@ -83,16 +104,17 @@ struct HP {
   double freq_scale = 1.0;  // linear position scaling (gemma3's global layers)
   // gemma3: the window (0: none) of every layer but each 6th, their rope base, the linear
   // scaling of the global layers' positions, the final logit cap (0: none).
-  int64_t n_swa = 0;
+  // gpt-oss: the window on the even layers (period 2), the same rope on all.
+  int64_t n_swa = 0, swa_period = 6;
   double rope_base_swa = 10000, linear_factor = 1, softcap = 0;
-  bool swa_layer(int64_t il) const { return n_swa > 0 && il % 6 < 5; }
+  bool swa_layer(int64_t il) const { return n_swa > 0 && il % swa_period < swa_period - 1; }
 };
 
 HP read_hp(const gguf::File& f) {
   HP h;
   h.arch = std::string(f.require_str("general.architecture"));
   if (h.arch != "llama" && h.arch != "qwen2" && h.arch != "qwen3" && h.arch != "qwen3moe" && h.arch != "deepseek2" &&
-      h.arch != "gpt2" && h.arch != "gemma3")
+      h.arch != "gpt2" && h.arch != "gemma3" && h.arch != "gpt-oss")
     bad("unknown architecture " + h.arch);
   const std::string a = h.arch + ".";
   auto u = [&](const std::string& k) { return int64_t(f.require_uint(a + k)); };
@@ -133,6 +155,21 @@ HP read_hp(const gguf::File& f) {
       mscale = 1.0 + f.get_float(a + "rope.scaling.yarn_log_multiplier").value_or(0.0) * std::log(h.yarn_factor);
     }
     h.kq_scale = mscale * mscale / std::sqrt(double(h.dqk));
+    return h;
+  }
+  if (h.arch == "gpt-oss") {
+    // Scores scaled by 1/sqrt(dk) times YaRN's magnitude (1 + 0.1 ln factor, on cos and
+    // sin in ggml's rope: on q and on k) squared.
+    h.n_swa = u("attention.sliding_window");
+    h.swa_period = 2;
+    h.rope_base_swa = h.rope_base;
+    double mscale = 1.0;
+    if (auto s = f.get_str(a + "rope.scaling.type"); s && *s == "yarn") {
+      h.yarn_factor = f.require_float(a + "rope.scaling.factor");
+      h.yarn_orig_ctx = double(f.require_uint(a + "rope.scaling.original_context_length"));
+      mscale = 1.0 + 0.1 * std::log(h.yarn_factor);
+    }
+    h.kq_scale = mscale * mscale / std::sqrt(double(h.head_dim));
     return h;
   }
   if (h.arch == "gemma3") {
@@ -387,7 +424,8 @@ void mla_layer(const gguf::File& f, const std::string& p, const HP& h, const Vec
 
 }  // namespace
 
-std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens) {
+std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens, bool round_q8a) {
+  g_round_q8a = round_q8a;
   const auto file = gguf::File::open(gguf_path);
   const gguf::File& f = *file;
   const HP h = read_hp(f);
@@ -456,7 +494,8 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
     HP hl = h;
     if (swa) hl.rope_base = h.rope_base_swa;
     else hl.freq_scale = 1.0 / h.linear_factor;
-    const bool gemma = h.arch == "gemma3";
+    const bool gemma = h.arch == "gemma3", oai = h.arch == "gpt-oss";
+    const Vec sinks = oai ? load_vec(f, p + "attn_sinks.weight") : Vec{};  // [n_head]
 
     // q[t][n_head*dk], k[t][n_head_kv*dk], v[t][n_head_kv*dv]
     std::vector<Vec> q(static_cast<size_t>(T)), k(q.size()), v(q.size());
@@ -496,10 +535,12 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
           const double* ku = k[size_t(u)].data() + kvh * dk;
           double d = 0;
           for (int64_t i = 0; i < dk; ++i) d += qh[i] * ku[i];
-          s[size_t(u)] = d / std::sqrt(double(dk));
+          s[size_t(u)] = h.kq_scale > 0 ? d * h.kq_scale : d / std::sqrt(double(dk));
           mx = std::max(mx, s[size_t(u)]);
         }
-        double sum = 0;
+        // gpt-oss's sink: a logit without a value in the softmax's denominator.
+        if (oai) mx = std::max(mx, sinks[size_t(hh)]);
+        double sum = oai ? std::exp(sinks[size_t(hh)] - mx) : 0.0;
         for (double& e : s) sum += (e = std::exp(e - mx));
         for (int64_t u = u0; u <= t; ++u) {
           const double* vu = v[size_t(u)].data() + kvh * dv;
@@ -507,11 +548,16 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
         }
       }
       Vec o = wo.mul(att);  // [E]
+      if (oai) {
+        const Vec bo = load_vec(f, p + "attn_output.bias");
+        for (int64_t i = 0; i < E; ++i) o[size_t(i)] += bo[size_t(i)];
+      }
       if (gemma) o = rms_norm(o, load_vec(f, p + "post_attention_norm.weight"), h.eps);  // the sandwich
       for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
     }
 
-    const Vec ffn_norm = load_vec(f, p + "ffn_norm.weight");  // [E]
+    // (gpt-oss names its MoE's pre-norm post_attention_norm.)
+    const Vec ffn_norm = load_vec(f, p + (oai ? "post_attention_norm.weight" : "ffn_norm.weight"));  // [E]
     if (h.n_expert > 0) {
       // Mixture of experts: softmax over the router's logits, the top n_expert_used (ties:
       // the lower id), their probabilities over their sum, each expert a SwiGLU.
@@ -520,9 +566,17 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
       const Mat u_all = load(f, p + "ffn_up_exps.weight");    // [n_expert * F][E]
       const Mat d_all = load(f, p + "ffn_down_exps.weight");  // [n_expert * E][F]
       const int64_t F = h.n_ff_exp, NE = h.n_expert;
+      // gpt-oss: biases on the router ([n_expert]) and on each expert's gate, up ([n_expert]
+      // [F]) and down ([n_expert][E]); the top-k by biased logit, weighed by a softmax over
+      // those (the same as the renormalized probabilities below); the clamped SwiGLU.
+      const Vec rb = oai ? load_vec(f, p + "ffn_gate_inp.bias") : Vec{};
+      const Mat gb = oai ? load(f, p + "ffn_gate_exps.bias") : Mat{}, ub = oai ? load(f, p + "ffn_up_exps.bias") : Mat{},
+                db = oai ? load(f, p + "ffn_down_exps.bias") : Mat{};
       for (int64_t t = 0; t < T; ++t) {
-        const Vec hn = rms_norm(x[size_t(t)], ffn_norm, h.eps);
-        const Vec lg = router.mul(hn);
+        const Vec hn0 = rms_norm(x[size_t(t)], ffn_norm, h.eps);
+        Vec lg = router.mul(hn0);
+        const Vec hn = g_all.input(hn0);  // the experts' input
+        for (size_t e = 0; e < rb.size(); ++e) lg[e] += rb[e];
         const double mx = *std::max_element(lg.begin(), lg.end());
         double z = 0;
         for (double v : lg) z += std::exp(v - mx);
@@ -545,10 +599,17 @@ std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<i
               g += g_all.row(e * F + i)[c] * hn[size_t(c)];
               up += u_all.row(e * F + i)[c] * hn[size_t(c)];
             }
-            a[size_t(i)] = g / (1.0 + std::exp(-g)) * up;
+            if (oai) {
+              g = std::min(g + gb.row(e)[i], 7.0);
+              up = std::clamp(up + ub.row(e)[i], -7.0, 7.0);
+              a[size_t(i)] = g / (1.0 + std::exp(-1.702 * g)) * (up + 1.0);
+            } else {
+              a[size_t(i)] = g / (1.0 + std::exp(-g)) * up;
+            }
           }
+          a = d_all.input(a);
           for (int64_t i = 0; i < E; ++i) {
-            double d = 0;
+            double d = oai ? db.row(e)[i] : 0.0;
             for (int64_t c = 0; c < F; ++c) d += d_all.row(e * E + i)[c] * a[size_t(c)];
             x[size_t(t)][size_t(i)] += we * d;
           }

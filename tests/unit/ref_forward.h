@@ -13,7 +13,11 @@ namespace ridge::test {
 
 // Logits of every position, row-major [tokens.size()][n_vocab] (n_vocab = rows of
 // token_embd.weight). Throws std::runtime_error for a file it does not understand.
-std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens);
+// round_q8a: the inputs of every matmul ridge runs with 8-bit activations (quantized
+// weights: quant::act_kind Q8A) rounded first as ridge rounds them, so that only the
+// arithmetic's precision differs: for a mixture of experts, whose routing near-ties the
+// activations' rounding would otherwise settle differently on the two sides.
+std::vector<double> ref_logits(const std::string& gguf_path, const std::vector<int32_t>& tokens, bool round_q8a = false);
 
 // The metric the forward is held to: max|got - ref| / max|ref| over all logits (INFINITY
 // for a size mismatch or a non-finite difference).

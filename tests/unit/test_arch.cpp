@@ -54,6 +54,24 @@ std::string with_u32(const std::string& path, const std::string& key, int64_t v)
   return out;
 }
 
+// The file at `path` with the 1-D f32 tensor `name` n elements long (zeros) instead.
+std::string resized(const std::string& path, const std::string& name, int64_t n) {
+  auto f = gguf::File::open(path);
+  gguf::Writer w;
+  for (const auto& [k, v] : f->kv())
+    if (k != "general.alignment") w.set_value(k, v);
+  for (const auto& t : f->tensors()) {
+    const gguf::TensorInfo* src = &t;
+    if (t.name == name) w.add_tensor(t.name, DType::F32, {n}, std::vector<uint8_t>(size_t(n) * 4, 0));
+    else
+      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                   [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
+  }
+  const std::string out = path + ".resized.gguf";
+  w.write(out);
+  return out;
+}
+
 std::string load_error(const std::string& path) {
   try {
     Model::load(path);
@@ -76,7 +94,7 @@ TEST(Arch, EachArchitectureLoadsItsOwnTensors) {
     EXPECT_EQ(L.w_gate.data == nullptr, m->arch().moe) << name;
   }
   EXPECT_EQ(find_arch("falcon"), nullptr);
-  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2, gemma3");
+  EXPECT_EQ(arch_names(), "llama, qwen2, qwen3, qwen3moe, deepseek2, phi3, gpt2, gemma3, gpt-oss");
 }
 
 // gemma3: windows in five of six layers with their own rope base, the global layers'
@@ -122,6 +140,46 @@ TEST(Arch, Gemma3ReadsWindowsAndItsSandwich) {
   std::string msg = load_error(with_u32(path, "gemma3.attention.sliding_window_pattern", 0));
   EXPECT_NE(msg.find("sliding_window_pattern 0 is out of range"), std::string::npos) << msg;
   for (const char* t : {"blk.2.post_attention_norm.weight", "blk.5.post_ffw_norm.weight", "blk.0.attn_k_norm.weight"}) {
+    msg = load_error(without(path, t));
+    EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
+  }
+}
+
+// gpt-oss: windows on the even layers with the global layers' rope (YaRN's factors and
+// magnitude in the score scale), a sink per head, biases on q/k/v/o, the router and
+// every expert, the MoE's norm named post_attention_norm, an untied output. A missing
+// window, a sink tensor of the wrong shape or a missing bias is refused by name.
+TEST(Arch, GptOssReadsWindowsSinksAndBiases) {
+  const std::string path = testing::TempDir() + "/arch-gpt-oss.gguf";
+  make_model({"", "gpt-oss-tiny", DType::F32, 11, "", 0, 0}, path);
+  {
+    auto m = Model::load(path);
+    const HParams& h = m->hparams();
+    EXPECT_EQ(h.n_swa, 8);
+    for (int32_t il = 0; il < h.n_layer; ++il) EXPECT_EQ(h.swa_layer(il), il % 2 == 0) << il;
+    EXPECT_EQ(h.rope_freq_base_swa, h.rope_freq_base);
+    EXPECT_EQ(h.yarn_factor, 4.f);
+    const float ms = 1.f + 0.1f * std::log(4.f);
+    EXPECT_FLOAT_EQ(h.attn_scale(), ms * ms / std::sqrt(32.f));
+    EXPECT_EQ(m->weights().rope_freqs.size(), 16u);
+    EXPECT_FALSE(m->weights().tied_output);
+    EXPECT_EQ(m->arch().ffn, Ffn::SwiGluOai);
+    const LayerWeights& L = m->weights().layers[1];
+    EXPECT_EQ(L.attn_sinks.size(), 4u);
+    EXPECT_EQ(L.bq.size(), 128u);
+    EXPECT_EQ(L.bo.size(), 128u);
+    EXPECT_EQ(L.router_b.size(), 8u);
+    EXPECT_EQ(L.gate_exps_b.size(), 8u * 64u);
+    EXPECT_EQ(L.up_exps_b.size(), 8u * 64u);
+    EXPECT_EQ(L.down_exps_b.size(), 8u * 128u);
+    EXPECT_EQ(L.gate_exps.size(), 8u);
+  }
+  std::string msg = load_error(with_u32(path, "gpt-oss.attention.sliding_window", -1));
+  EXPECT_NE(msg.find("gpt-oss.attention.sliding_window is missing"), std::string::npos) << msg;
+  msg = load_error(resized(path, "blk.2.attn_sinks.weight", 5));
+  EXPECT_NE(msg.find("tensor 'blk.2.attn_sinks.weight' has shape [5], expected [4]"), std::string::npos) << msg;
+  for (const char* t : {"blk.0.attn_sinks.weight", "blk.1.ffn_gate_inp.bias", "blk.3.ffn_down_exps.bias",
+                        "blk.0.attn_output.bias", "blk.2.post_attention_norm.weight", "output.weight"}) {
     msg = load_error(without(path, t));
     EXPECT_NE(msg.find(std::string("required tensor '") + t + "' is missing"), std::string::npos) << msg;
   }

@@ -77,6 +77,9 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { kernels::swiglu(gate + t * n, up + t * n, out + t * n, n); });
   }
+  void swiglu_oai(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
+    rows(m, [&](int64_t t) { kernels::swiglu_oai(gate + t * n, up + t * n, out + t * n, n); });
+  }
   void gelu(const float* x, float* out, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { kernels::gelu(x + t * n, out + t * n, n); });
   }

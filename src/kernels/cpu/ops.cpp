@@ -10,6 +10,7 @@ namespace ridge::kernels {
 namespace detail {
 void rms_norm_avx512(const float* x, const float* w, float* y, int64_t n, float eps);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_oai_avx512(const float* gate, const float* up, float* out, int64_t n);
 void add_inplace_avx512(float* x, const float* y, int64_t n);
 void rope_apply_avx512(const float* cs, float* x, int32_t rope_dim, bool neox);
 void gelu_avx512(const float* x, float* out, int64_t n);
@@ -76,6 +77,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
+  if (active_isa() == Isa::Avx512) return detail::swiglu_oai_avx512(gate, up, out, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], kOaiLimit), y = std::clamp(up[i], -kOaiLimit, kOaiLimit);
+    out[i] = x / (1.f + std::exp(-kOaiAlpha * x)) * (y + 1.f);
   }
 }
 

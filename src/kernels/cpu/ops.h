@@ -32,6 +32,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 // GPT-2 ("gelu_new") and Gemma ("gelu_pytorch_tanh") were trained with and llama.cpp's
 // GELU computes. out may be x.
 void gelu(const float* x, float* out, int64_t n);
+// gpt-oss's clamped SwiGLU (ggml's swiglu_oai): with x = min(gate, kOaiLimit) and y =
+// clamp(up, -kOaiLimit, kOaiLimit), out = x sigmoid(kOaiAlpha x) (y + 1).
+constexpr float kOaiAlpha = 1.702f, kOaiLimit = 7.f;
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n);
 // out[n] = gelu(gate[n]) * up[n] (GeGLU): gelu's value, then one rounded product.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 

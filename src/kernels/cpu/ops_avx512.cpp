@@ -52,6 +52,25 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu_oai_avx512(const float* gate, const float* up, float* out, int64_t n) {
+  // swiglu_avx512's sigmoid, of alpha x; the clamps as ggml's (a NaN gate or up stays NaN).
+  const __m512 one = _mm512_set1_ps(1.f), two = _mm512_set1_ps(2.f), sign = _mm512_set1_ps(-0.f);
+  const __m512 alpha = _mm512_set1_ps(1.702f), lim = _mm512_set1_ps(7.f), nlim = _mm512_set1_ps(-7.f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 g0 = _mm512_maskz_loadu_ps(m, gate + i), u0 = _mm512_maskz_loadu_ps(m, up + i);
+    // min/max return their second operand when either is NaN: the input goes second.
+    const __m512 x = _mm512_min_ps(lim, g0), y = _mm512_max_ps(nlim, _mm512_min_ps(lim, u0));
+    const __m512 ax = _mm512_mul_ps(alpha, x);
+    const __m512 t = exp16(_mm512_or_ps(ax, sign));  // e^-|alpha x|
+    const __m512 d = _mm512_add_ps(one, t);
+    __m512 r = _mm512_rcp14_ps(d);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
+    const __m512 sig = _mm512_mask_mul_ps(r, _mm512_cmp_ps_mask(ax, _mm512_setzero_ps(), _CMP_LT_OQ), t, r);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_add_ps(y, one)));
+  }
+}
+
 void gelu_avx512(const float* x, float* out, int64_t n) {
   // 0.5 x (1 + tanh(u)) = x sigmoid(2u), 2u = x (a + b x^2): the sigmoid as swiglu's above.
   const __m512 a = _mm512_set1_ps(kGeluA), b = _mm512_set1_ps(kGeluB);
