@@ -209,6 +209,47 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
   }
 }
 
+// MXFP4 panels with every scale byte but the ones whose products overflow f32 (row r has
+// e = r in both its blocks, e < 2 the subnormal scales) and random codes in both nibble
+// positions: the AVX-512 GEMM (decode, a decode batch, a prefill chunk) against the
+// per-row dots on the same 8-bit activations, within f32 rounding of their sums.
+TEST(GemmMxfp4, EveryScaleByte) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "MXFP4's packed GEMM is AVX-512's";
+  const Isa saved = active_isa();
+  set_isa(Isa::Avx512);
+  const int64_t k = 64, n_out = 241;
+  Mat w{DType::MXFP4, k, n_out, {}, {}, {}};
+  w.rows.resize(size_t(n_out * row_bytes(DType::MXFP4, k)));
+  std::mt19937 rng(3);
+  for (int64_t r = 0; r < n_out; ++r)
+    for (int b = 0; b < 2; ++b) {
+      auto& blk = reinterpret_cast<quant::BlockMxfp4*>(w.rows.data() + r * row_bytes(DType::MXFP4, k))[b];
+      blk.e = uint8_t(r);
+      for (auto& q : blk.qs) q = uint8_t(rng());
+    }
+  w.deq.resize(size_t(k * n_out));
+  for (int64_t r = 0; r < n_out; ++r)
+    quant::dequantize_row(DType::MXFP4, w.rows.data() + r * row_bytes(DType::MXFP4, k), w.deq.data() + r * k, k);
+  w.panels.resize(size_t(packed_bytes(DType::MXFP4, k, n_out)));
+  pack_panels(DType::MXFP4, k, n_out, w.rows.data(), w.panels.data(), 0, (n_out + kPanelRows - 1) / kPanelRows);
+  ThreadPool pool(2);
+  for (const int64_t m : {1, 5, 40}) {
+    const auto x = acts(m, k, uint32_t(m));
+    const auto yp = run(pool, w, x, m, true), yd = run(pool, w, x, m, false);
+    for (size_t i = 0; i < yp.size(); ++i) {
+      // f32 rounding of the sums, relative to M = sum |w| |x| (the file's other bounds);
+      // and at e < 3 the product of the scale and the activations' d is subnormal (an
+      // absolute error up to 2^-150), which the integer sums (|s| < 2^16, two blocks) grow
+      // to under 1e-40.
+      const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
+      double mag = 0;
+      for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
+      ASSERT_NEAR(yp[i], yd[i], 1e-6 * mag + 1e-40) << "m " << m << " row " << col;
+    }
+  }
+  set_isa(saved);
+}
+
 // A RowSource's rows give the bits of the same rows passed in (run and run_fused), on 1
 // and 2 threads, decode batches and prefill chunks; the source is called once per row.
 TEST_P(GemmTest, RowSourceGivesTheRowsBits) {
@@ -358,7 +399,7 @@ TEST(KernelTuning, RejectsValuesOutsideTheCandidates) {
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
-                                                              DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128),
+                                                              DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128, DType::MXFP4),
                                             ::testing::Values(Isa::Avx512, Isa::Avx2)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_" +

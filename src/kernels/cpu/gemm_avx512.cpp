@@ -231,7 +231,7 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
     for (int g = 0; g < 4; ++g)
       for (int p = 0; p < NP; ++p) {
         __m512i lo, hi;
-        nibble_codes<I::kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
+        nibble_codes<I::kHigh, I::kLut>(_mm512_loadu_si512(wb + p * ps + g * 64), hb[p], g, lo, hi);
         for (int i = 0; i < MR; ++i) {
           const int8_t* q = a[i * lda + b].qs;
           acci[i][p] = _mm512_dpbusd_epi32(acci[i][p], lo, bcast4(q + 4 * g));
@@ -247,6 +247,20 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
   }
 }
 
+
+// The 16 rows' scales of a block (sc: the block's start in a panel): f16 d, or MXFP4's
+// E8M0 byte as 2^(e - 128) (quant::mxfp4_scale: e < 2 the subnormals 2^-128, 2^-127).
+template <Fmt F>
+inline __attribute__((always_inline)) __m512 block_scales(const uint8_t* sc) {
+  if constexpr (FmtInfo<F>::kLut) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, sub));
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+  }
+}
 
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
 // exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
@@ -273,7 +287,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * kBlockBytes;
-      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+      dw[p] = block_scales<F>(sc);
       if constexpr (kMin) mw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
     }
     for (int i = 0; i < MR; ++i) {
@@ -343,7 +357,7 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * kBlockBytes;
-      dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+      dw[p] = block_scales<F>(sc);
       mw[p] = kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : _mm512_setzero_ps();
     }
     auto tile = [&](auto R, int64_t r) {
@@ -353,7 +367,7 @@ void kern_int8_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
       batch_tiles_ahead<NP, kBlockBytes, kEven>(w, ps, b * kBlockBytes, ahead, rows, tile);
     } else {
       stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, ahead);
-      nibble_unpack<NP, FmtInfo<F>::kHigh>(w + b * kBlockBytes + FmtInfo<F>::kCodes, ps, codes);
+      nibble_unpack<NP, FmtInfo<F>::kHigh, FmtInfo<F>::kLut>(w + b * kBlockBytes + FmtInfo<F>::kCodes, ps, codes);
       if constexpr (kEven) batch_even_tiles(rows, tile);
       else batch_row_tiles(rows, tile);
     }
@@ -400,6 +414,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
         case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::MXFP4: return kern_int8<MR, NP, false, Fmt::MXFP4, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
@@ -420,6 +435,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
     case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::MXFP4: return kern_int8<MR, NP, kAhead, Fmt::MXFP4>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
     case DType::Q6_K:
@@ -461,6 +477,7 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
     case DType::Q4_1: return int8_batch<NP, Fmt::Q4_1>(g, w, ps, a, rows, nb, y, last);
     case DType::Q5_0: return int8_batch<NP, Fmt::Q5_0>(g, w, ps, a, rows, nb, y, last);
     case DType::Q5_1: return int8_batch<NP, Fmt::Q5_1>(g, w, ps, a, rows, nb, y, last);
+    case DType::MXFP4: return int8_batch<NP, Fmt::MXFP4>(g, w, ps, a, rows, nb, y, last);
     case DType::Q4_K: return kern_q45k_batch<NP, false>(w, ps, a, g.lda, rows, g.k / 256, y, g.ldy, last, g.ahead);
     case DType::Q5_K:
       if constexpr (NP == 4) {  // the fifth-bit vectors leave too few registers for 4
@@ -505,7 +522,8 @@ bool unpacks(DType t) { return t != DType::Q8_0 && t != DType::F8_E4M3_B128 && !
 template <int NP, Fmt F>
 void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes) {
   using I = FmtInfo<F>;
-  for (int64_t b = b0; b < b1; ++b) nibble_unpack<NP, I::kHigh>(w + b * I::kBlockBytes + I::kCodes, ps, codes[b - b0]);
+  for (int64_t b = b0; b < b1; ++b)
+    nibble_unpack<NP, I::kHigh, I::kLut>(w + b * I::kBlockBytes + I::kCodes, ps, codes[b - b0]);
 }
 
 template <int NP, bool kQ5>
@@ -523,6 +541,7 @@ void unpack_units(DType t, const uint8_t* w, int64_t ps, int64_t u0, int64_t u1,
     case DType::Q4_1: return unpack_blocks<NP, Fmt::Q4_1>(w, ps, u0, u1, codes);
     case DType::Q5_0: return unpack_blocks<NP, Fmt::Q5_0>(w, ps, u0, u1, codes);
     case DType::Q5_1: return unpack_blocks<NP, Fmt::Q5_1>(w, ps, u0, u1, codes);
+    case DType::MXFP4: return unpack_blocks<NP, Fmt::MXFP4>(w, ps, u0, u1, codes);
     case DType::Q4_K: return unpack_q45k<NP, false>(w, ps, u0, u1, codes);
     case DType::Q5_K: return unpack_q45k<NP, true>(w, ps, u0, u1, codes);
     case DType::Q6_K: return q6k_unpack_range<NP>(w, ps, u0, u1, codes);

@@ -82,11 +82,17 @@ inline void acc_end(const __m512 (&acc)[MR][NP], float* y, int64_t ldy, __mmask1
 // hi = elements 16 + 4g + j (high nibbles), each with its fifth bit from h when kHigh:
 // bit g of a byte for lo, bit 4 + g for hi, moved to bit 4 (16-bit shifts are safe: the
 // bit that lands in bit 4 of a byte comes from the same byte).
-template <bool kHigh>
+// kLut: each nibble replaced by MXFP4's value + 12 (0 .. 24), one vpshufb per vector.
+template <bool kHigh, bool kLut = false>
 inline __attribute__((always_inline)) void nibble_codes(__m512i v, __m512i h, int g, __m512i& lo, __m512i& hi) {
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   lo = _mm512_and_si512(v, lo4);
   hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+  if constexpr (kLut) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    lo = _mm512_shuffle_epi8(lut, lo);
+    hi = _mm512_shuffle_epi8(lut, hi);
+  }
   if constexpr (kHigh) {
     const __m512i bit4 = _mm512_set1_epi8(0x10);
     lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - g)), bit4));
@@ -114,13 +120,13 @@ inline constexpr int64_t kUnpackBlocks = 32;
 // shifts, a third as many vector ops as their vpdpbusd, on the same ports:
 // codes[p][0][g] and codes[p][1][g] are nibble_codes' lo and hi of group g. wb: the
 // block's nibbles in panel 0 (the h vector 256 bytes on, kHigh).
-template <int NP, bool kHigh>
+template <int NP, bool kHigh, bool kLut = false>
 inline __attribute__((always_inline)) void nibble_unpack(const uint8_t* wb, int64_t ps, BlockCodes<NP>& codes) {
   for (int p = 0; p < NP; ++p) {
     const __m512i hb = kHigh ? _mm512_loadu_si512(wb + p * ps + 256) : _mm512_setzero_si512();
     for (int g = 0; g < 4; ++g) {
       __m512i lo, hi;
-      nibble_codes<kHigh>(_mm512_loadu_si512(wb + p * ps + g * 64), hb, g, lo, hi);
+      nibble_codes<kHigh, kLut>(_mm512_loadu_si512(wb + p * ps + g * 64), hb, g, lo, hi);
       _mm512_store_si512(codes[p][0][g], lo);
       _mm512_store_si512(codes[p][1][g], hi);
     }

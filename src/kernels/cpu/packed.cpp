@@ -28,7 +28,8 @@ bool can_pack(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
-    case DType::F8_E4M3_B128: return true;
+    case DType::F8_E4M3_B128:
+    case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -47,6 +48,7 @@ int64_t panel_bytes(DType t, int64_t k) {
     case DType::Q5_K: return k / quant::kQKK * kPanelRows * 180;  // 176 + 4
     case DType::Q6_K: return k / quant::kQKK * kPanelRows * 210;
     case DType::F8_E4M3_B128: return k / quant::kQF8 * kPanelRows * int64_t(sizeof(quant::BlockFp8));
+    case DType::MXFP4: return k / kQK * kPanelRows * int64_t(sizeof(quant::BlockMxfp4));
     default: fail("no panel layout for {}", dtype_name(t));
   }
 }
@@ -115,6 +117,20 @@ void pack_legacy(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
   }
 }
 
+// MXFP4: per block, the rows' scale bytes e[16], then Q4_0's nibble groups.
+void pack_mxfp4(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst) {
+  const int64_t nb = k / kQK;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = dst + b * kPanelRows * int64_t(sizeof(quant::BlockMxfp4));
+    uint8_t* qs = blk + kPanelRows;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto& x = reinterpret_cast<const quant::BlockMxfp4*>(src + r * nb * int64_t(sizeof(quant::BlockMxfp4)))[b];
+      blk[r] = x.e;
+      for (int g = 0; g < 4; ++g) std::memcpy(qs + (g * kPanelRows + r) * 4, x.qs + 4 * g, 4);
+    }
+  }
+}
+
 // FP8: per 128-block, the rows' scales d[16] f32, then the codes in the path's order
 // (packed.h).
 void pack_fp8(int64_t k, int64_t rows, const uint8_t* src, uint8_t* dst, bool bf16) {
@@ -158,6 +174,7 @@ void pack_panels(DType t, int64_t k, int64_t n_out, const uint8_t* src, uint8_t*
       case DType::Q5_K: detail::pack_q5_k(k, rows, in, out); break;
       case DType::Q6_K: detail::pack_q6_k(k, rows, in, out); break;
       case DType::F8_E4M3_B128: pack_fp8(k, rows, in, out, fp8_bf16); break;
+      case DType::MXFP4: pack_mxfp4(k, rows, in, out); break;
       default: fail("no panel layout for {}", dtype_name(t));
     }
   }

@@ -27,6 +27,8 @@
 //         4 columns 4c.. a 64-byte group, byte 16 L + t = row 4 L + (t % 8) / 2, column
 //         4c + t % 2 + 2 (t / 8), which two byte unpacks turn into vdpbf16ps's
 //         [row][column pair] words (gemm_avx512.cpp)
+//   MXFP4: per block b: e[16] (the rows' E8M0 scale bytes), then Q4_0's nibble groups
+//         -> 16 + 256 = 272 B per block = 16 x 17, the GGUF size (AVX-512 only)
 // Same bytes as the file (but Q4_K's +2.8%), so decode streams the GGUF's weight bytes.
 #pragma once
 #include <cstdint>

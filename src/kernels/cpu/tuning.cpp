@@ -56,7 +56,8 @@ bool tunable_for(const TunableParam& p, DType t) {
   // The AVX2 kernels (gemm_avx2.cpp) read only decode's stream parameters; the task size is
   // Matmul's, on any path.
   if (gemm_on_avx2(t) && p.name != "decode_ahead" && p.name != "decode_streams" && p.name != "task_panels") return false;
-  const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
+  const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
+                       t == DType::Q5_1 || t == DType::MXFP4;
   const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   if (p.name == "batch_ahead" || p.name == "batch_streams") return batch;
   if (p.name == "batch_even") return block32;
@@ -79,11 +80,12 @@ KernelTuning default_tuning() {
   // latency (a block's 8 vpdpbusd into one int32 accumulator form a 40-cycle chain, so
   // 2 per cycle need >= 10 chains), few enough to stay in 32 registers:
   //   float and FP8: 8 x 2 = 16 accumulators + 2 weight vectors (8 FMAs per weight load);
-  //   Q8_0 / Q4_0: 6 x 2 = 12 int32 + 12 float accumulators;
+  //   Q8_0 / Q4_0 / MXFP4: 6 x 2 = 12 int32 + 12 float accumulators (MXFP4's table
+  //   stays in a register);
   //   K-quants, Q4_1 and the Q5 types carry per-panel scale, min or fifth-bit vectors
   //   too: 4 x 2.
   for (DType f : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).tile_rows = 8;
-  for (DType q : {DType::Q8_0, DType::Q4_0}) t.of(q).tile_rows = 6;
+  for (DType q : {DType::Q8_0, DType::Q4_0, DType::MXFP4}) t.of(q).tile_rows = 6;
   return t;
 }
 

@@ -49,9 +49,9 @@ struct TypeTuning {
 };
 
 // The weight types with packed kernels, the order of KernelTuning's entries.
-inline constexpr std::array<DType, 12> kTunedTypes = {
-    DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-    DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128};
+inline constexpr std::array<DType, 13> kTunedTypes = {
+    DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,         DType::Q4_1, DType::Q5_0,
+    DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8_E4M3_B128, DType::MXFP4};
 
 struct KernelTuning {
   std::array<TypeTuning, kTunedTypes.size()> types;
