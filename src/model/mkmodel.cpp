@@ -322,8 +322,11 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
       });
     });
   };
+  // A gpt-oss file in MXFP4 is what llama.cpp's MXFP4_MOE type writes and gpt-oss ships:
+  // the experts in MXFP4, every other matrix in q8_0.
+  const DType dense = arch->ffn == Ffn::SwiGluOai && opt.dtype == DType::MXFP4 ? DType::Q8_0 : opt.dtype;
   auto matrix = [&](const std::string& name, int64_t k, int64_t rows, double gain) {
-    matrix_as(name, opt.dtype, k, rows, 1, gain);
+    matrix_as(name, dense, k, rows, 1, gain);
   };
   auto vec = [&](const std::string& name, int64_t n, double mean, double sd) {
     std::vector<uint8_t> bytes(size_t(n) * 4);

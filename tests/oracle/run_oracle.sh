@@ -122,8 +122,9 @@ for mfp in deepseek-v2-lite-tiny-f32:absorbed:1 deepseek-v2-lite-tiny-q8_0:expan
 done
 
 # gpt-oss (windows on the even layers, sinks, YaRN on every layer, biases on q/k/v/o, the
-# router and every expert, the clamped SwiGLU) in every dtype, and MXFP4 its own format.
-# The MXFP4 file on the short prompt only: on the others an expert choice a few hundredths
+# router and every expert, the clamped SwiGLU) in every dtype, and MXFP4 its own format
+# (experts in MXFP4, the rest q8_0: llama.cpp's MXFP4_MOE). The MXFP4 file on two prompts:
+# on the long one an expert choice a few hundredths
 # from a tie (the routing of 8 random experts has many) falls the other way under
 # llama.cpp's rounding of the activations, after which both runs are confident and
 # different; the ForwardRef tests hold ridge's MXFP4 forward to the double-precision one
@@ -135,7 +136,7 @@ for dtype in f32 f16 bf16 q8_0 q4_0 mxfp4; do
   margin=1e-3
   case $dtype in bf16|q8_0|q4_0|mxfp4) margin=0.1 ;; esac
   ps=("${prompts[@]}")
-  [ $dtype = mxfp4 ] && ps=("${prompts[2]}")
+  [ $dtype = mxfp4 ] && ps=("${prompts[0]}" "${prompts[2]}")
   for p in "${ps[@]}"; do
     check "gpt-oss-tiny/$dtype \"$p\"" node "$here/check_greedy.mjs" --ridge "$ridge" --model "$m" --prompt "$p" -n 40 \
       --min-margin $margin

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "gguf/gguf_writer.h"
@@ -20,56 +21,44 @@ std::string made(const std::string& arch) {
   return path;
 }
 
-// The file at `path` without the tensor `drop`, written to a new file.
-std::string without(const std::string& path, const std::string& drop) {
+// The file at `path` rewritten to path + suffix: its metadata but `drop_key`, then what
+// `meta` adds; each tensor copied unless `tensor` writes or drops it (returns true).
+std::string rewrite(const std::string& path, const std::string& suffix, const std::string& drop_key,
+                    const std::function<void(gguf::Writer&)>& meta,
+                    const std::function<bool(gguf::Writer&, const gguf::TensorInfo&)>& tensor) {
   auto f = gguf::File::open(path);
   gguf::Writer w;
   for (const auto& [k, v] : f->kv())
-    if (k != "general.alignment") w.set_value(k, v);
+    if (k != "general.alignment" && k != drop_key) w.set_value(k, v);
+  if (meta) meta(w);
   for (const auto& t : f->tensors()) {
-    if (t.name == drop) continue;
+    if (tensor && tensor(w, t)) continue;
     const gguf::TensorInfo* src = &t;
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
                  [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
   }
-  const std::string out = path + ".without.gguf";
+  const std::string out = path + suffix;
   w.write(out);
   return out;
+}
+
+// The file at `path` without the tensor `drop`.
+std::string without(const std::string& path, const std::string& drop) {
+  return rewrite(path, ".without.gguf", "", nullptr, [&](gguf::Writer&, const gguf::TensorInfo& t) { return t.name == drop; });
 }
 
 // The file at `path` with the u32 metadata `key` set to v (or dropped when v < 0).
 std::string with_u32(const std::string& path, const std::string& key, int64_t v) {
-  auto f = gguf::File::open(path);
-  gguf::Writer w;
-  for (const auto& [k, val] : f->kv())
-    if (k != "general.alignment" && k != key) w.set_value(k, val);
-  if (v >= 0) w.set_u32(key, uint32_t(v));
-  for (const auto& t : f->tensors()) {
-    const gguf::TensorInfo* src = &t;
-    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
-                 [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
-  }
-  const std::string out = path + "." + key + ".gguf";
-  w.write(out);
-  return out;
+  return rewrite(path, "." + key + ".gguf", key, [&](gguf::Writer& w) { if (v >= 0) w.set_u32(key, uint32_t(v)); }, nullptr);
 }
 
 // The file at `path` with the 1-D f32 tensor `name` n elements long (zeros) instead.
 std::string resized(const std::string& path, const std::string& name, int64_t n) {
-  auto f = gguf::File::open(path);
-  gguf::Writer w;
-  for (const auto& [k, v] : f->kv())
-    if (k != "general.alignment") w.set_value(k, v);
-  for (const auto& t : f->tensors()) {
-    const gguf::TensorInfo* src = &t;
-    if (t.name == name) w.add_tensor(t.name, DType::F32, {n}, std::vector<uint8_t>(size_t(n) * 4, 0));
-    else
-      w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
-                   [src](uint8_t* dst) { std::memcpy(dst, src->data, src->nbytes); });
-  }
-  const std::string out = path + ".resized.gguf";
-  w.write(out);
-  return out;
+  return rewrite(path, ".resized.gguf", "", nullptr, [&](gguf::Writer& w, const gguf::TensorInfo& t) {
+    if (t.name != name) return false;
+    w.add_tensor(t.name, DType::F32, {n}, std::vector<uint8_t>(size_t(n) * 4, 0));
+    return true;
+  });
 }
 
 std::string load_error(const std::string& path) {
