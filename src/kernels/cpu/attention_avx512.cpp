@@ -15,6 +15,10 @@
 //  - out[8 rows][32 columns] = out * rescale + P V in 16 accumulators over the tile's
 //    keys, V converted from the cache as it is loaded, once for the 8 rows; int8 values
 //    in integer arithmetic, four positions per load and vpdpbusd (pv_i8).
+// Sliding windows keep the tiles where they are (aligned to absolute positions): a tile
+// before every row's window is skipped, a row joins at the tile holding its window's
+// start, the blocks of a tile before its rows' earliest window are not read and their
+// lanes score -inf. Sinks enter the final normalization only.
 // Batch invariance: a row's score for a key is one fma chain over d = 0..dk-1 (int8: one
 // exact integer sum), then one multiply by the scale; every other step (int8's weights
 // and their integer sums included) is lane-wise or in a fixed per-row order. No
