@@ -91,8 +91,6 @@ struct ArchSpec {
   bool post_norms = false;
   // Gemma: the token embeddings scaled by sqrt(n_embd) on the way in (HParams::embd_scale).
   bool embd_scale_sqrt = false;
-  // gpt-oss: a learned sink logit per query head in attention's softmax (attn_sinks).
-  bool sinks = false;
 };
 
 // The llama family's tensors, which every architecture here starts from: token_embd,

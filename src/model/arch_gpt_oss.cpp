@@ -33,6 +33,11 @@ void read_hparams(const gguf::File& f, HParams& h) {
   // The window layers' rope is the global one's (YaRN included) unless the file says.
   h.rope_freq_base_swa = float(f.get_float(a + "rope.freq_base_swa").value_or(h.rope_freq_base));
   if (!(h.rope_freq_base_swa > 0)) fail("{}: {}rope.freq_base_swa must be positive", f.name(), a);
+  // YaRN's factors are computed once, from rope.freq_base (llama.cpp computes them per
+  // layer's base): a window base of its own would need a second table.
+  if (h.yarn_factor > 0 && h.rope_freq_base_swa != h.rope_freq_base)
+    fail("{}: {}rope.freq_base_swa {} differs from rope.freq_base {} under YaRN: not supported", f.name(), a,
+         h.rope_freq_base_swa, h.rope_freq_base);
   if (!h.moe()) fail("{}: {}expert_count is missing: gpt-oss is a mixture of experts", f.name(), a);
   // YaRN's magnitude (ggml_rope_yarn): 1 + 0.1 ln(factor) on cos and sin.
   const float mscale = h.yarn_factor > 0 ? 1.f + 0.1f * std::log(h.yarn_factor) : 1.f;
@@ -75,8 +80,7 @@ const ArchSpec& arch_gpt_oss() {
                           .moe = true,
                           .read_hparams = read_hparams,
                           .yarn = true,
-                          .ffn = Ffn::SwiGluOai,
-                          .sinks = true};
+                          .ffn = Ffn::SwiGluOai};
   return s;
 }
 

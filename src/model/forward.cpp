@@ -301,7 +301,9 @@ void Forward::moe_ffn_block(int32_t il) {
   float* logits = moe_logits_.reserve(T * NE);
   moe_ids_.resize(size_t(R));
   moe_w_.resize(size_t(R));
-  op(perf::Op::FfnRouter, perf::matmul_class(L.router.type), il, perf::matmul_cost(T, E, NE, L.router.type), [&] {
+  perf::OpCost rc = perf::matmul_cost(T, E, NE, L.router.type);
+  if (!L.router_b.empty()) rc += perf::bias_cost(T, NE);
+  op(perf::Op::FfnRouter, perf::matmul_class(L.router.type), il, rc, [&] {
     be_.matmul(L.router, xn, T, logits);
     if (!L.router_b.empty()) be_.add_bias(logits, L.router_b.data(), T, NE);
     kernels::MoeRouting r{NE, K, h_.gating_sigmoid, L.exp_probs_b.empty() ? nullptr : L.exp_probs_b.data(),
@@ -342,6 +344,7 @@ void Forward::moe_ffn_block(int32_t il) {
                        c = perf::matmul_cost(n, F, E, L.down_exps[size_t(e)].type);
     gu.flops += a.flops + b.flops, gu.bytes += a.bytes + b.bytes;
     dc.flops += c.flops, dc.bytes += c.bytes;
+    if (!L.gate_exps_b.empty()) gu += perf::bias_cost(n, F), gu += perf::bias_cost(n, F), dc += perf::bias_cost(n, E);
   }
   // An expert's gate and up run as one matmul where the backend fuses them (one pass of
   // activation quantization for both), and SwiGLU runs inside down's where it takes the

@@ -33,7 +33,7 @@ struct LayerWeights {
   // gpt-oss (Ffn::SwiGluOai): the router's bias [n_expert] and the experts' biases,
   // [n_expert][n_ff_exp] for gate and up and [n_expert][n_embd] for down; empty elsewhere.
   std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
-  std::vector<float> attn_sinks;                   // [n_head] (ArchSpec::sinks), or empty
+  std::vector<float> attn_sinks;                   // [n_head] gpt-oss's sink logits, or empty
   // DeepSeek's shared experts, all n_expert_shared as one SwiGLU of n_ff_exp x shared:
   // [n_sh][n_embd], [n_sh][n_embd], [n_embd][n_sh]; gate_up_shexp packed-only as w_gate_up.
   kernels::WeightView gate_shexp, up_shexp, down_shexp, gate_up_shexp;

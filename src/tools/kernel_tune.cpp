@@ -202,7 +202,8 @@ class Tuner {
     // The types not timed follow their nearest timed sibling.
     auto timed = [&](DType t) { return std::find(opt_.types.begin(), opt_.types.end(), t) != opt_.types.end(); };
     const std::pair<DType, DType> like[] = {{DType::Q4_1, DType::Q4_0}, {DType::Q5_0, DType::Q4_0}, {DType::Q5_1, DType::Q4_0},
-                                            {DType::Q5_K, DType::Q4_K}, {DType::F32, DType::F16},  {DType::BF16, DType::F16}};
+                                            {DType::MXFP4, DType::Q4_0}, {DType::Q5_K, DType::Q4_K}, {DType::F32, DType::F16},
+                                            {DType::BF16, DType::F16}};
     for (const auto& [t, from] : like)
       if (!timed(t) && std::find(res.types.begin(), res.types.end(), from) != res.types.end()) {
         for (const auto& p : kernels::tunable_params())

@@ -10,7 +10,7 @@
 // default only if its median is `margin` faster and it beat the default in at least two
 // thirds of the rounds: this machine's bandwidth drifts by tens of percent in minutes, and
 // a choice made on noise would be kept for good. Types not timed take the parameters of
-// their nearest timed sibling (Q4_1 and the Q5 types: Q4_0's; Q5_K: Q4_K's; F32 and BF16:
+// their nearest timed sibling (Q4_1, the Q5 types and MXFP4: Q4_0's; Q5_K: Q4_K's; F32 and BF16:
 // F16's).
 //
 // Where the CPU has both FP8 arithmetics (core/cpu.h Fp8Path) they are timed the same way

@@ -215,7 +215,10 @@ TEST_P(GemmTest, AgreesWithThePerRowDots) {
 // per-row dots on the same 8-bit activations, within f32 rounding of their sums.
 TEST(GemmMxfp4, EveryScaleByte) {
   if (best_isa() != Isa::Avx512) GTEST_SKIP() << "MXFP4's packed GEMM is AVX-512's";
-  const Isa saved = active_isa();
+  struct Restore {
+    Isa saved = active_isa();
+    ~Restore() { set_isa(saved); }
+  } restore;
   set_isa(Isa::Avx512);
   const int64_t k = 64, n_out = 241;
   Mat w{DType::MXFP4, k, n_out, {}, {}, {}};
@@ -238,16 +241,15 @@ TEST(GemmMxfp4, EveryScaleByte) {
     const auto yp = run(pool, w, x, m, true), yd = run(pool, w, x, m, false);
     for (size_t i = 0; i < yp.size(); ++i) {
       // f32 rounding of the sums, relative to M = sum |w| |x| (the file's other bounds);
-      // and at e < 3 the product of the scale and the activations' d is subnormal (an
-      // absolute error up to 2^-150), which the integer sums (|s| < 2^16, two blocks) grow
-      // to under 1e-40.
+      // and at the smallest scales the product of the scale and the activations' d is
+      // subnormal (an absolute error up to 2^-150), which the integer sums (|s| < 2^16,
+      // two blocks) grow to under 1e-40.
       const int64_t row = int64_t(i) / n_out, col = int64_t(i) % n_out;
       double mag = 0;
       for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(w.deq[size_t(col * k + j)]) * x[size_t(row * k + j)]);
       ASSERT_NEAR(yp[i], yd[i], 1e-6 * mag + 1e-40) << "m " << m << " row " << col;
     }
   }
-  set_isa(saved);
 }
 
 // A RowSource's rows give the bits of the same rows passed in (run and run_fused), on 1

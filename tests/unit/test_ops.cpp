@@ -73,8 +73,8 @@ TEST(Ops, SwigluOaiMatchesDoubleReference) {
           EXPECT_TRUE(std::isnan(out[size_t(i)])) << "isa " << int(isa) << " i " << i;
           continue;
         }
-        // A few ulp of exp plus one rounding each for the scale, add, divide and products
-        // (y + 1 near 0 loses no more: it is exact for |y| <= 7).
+        // A few ulp of exp plus one rounding each for the scale, add, divide, y + 1 and the
+        // products.
         EXPECT_NEAR(out[size_t(i)], ref, 6e-6 * std::abs(ref) + 1e-30) << "isa " << int(isa) << " n " << n << " i " << i;
       }
     }

@@ -126,8 +126,9 @@ struct Tile {
   int32_t n_blocks = 0;
   int32_t bs = 0;
   // The first key any of the tile's rows attends to, counted from the tile's first
-  // position (a window's start; 0 without one): the blocks and keys before it are never
-  // read, and their score lanes hold -inf.
+  // position (a window's start; 0 without one): the blocks before its block are not
+  // read, and no key before it contributes (their score lanes hold -inf; its block's
+  // earlier slots may be loaded with the rest of their 16-lane group or quad).
   int32_t live = 0;
   // Whether key j of block b (its lane's 16-key group g = j / 16) is before `live`.
   ATTN_INLINE __mmask16 dead_lanes(int32_t b, int32_t g) const {
@@ -483,7 +484,8 @@ ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, 
   __mmask16 bad[R];
   ATTN_UNROLL for (int r = 0; r < R; ++r) wmax[r] = _mm512_setzero_ps(), bad[r] = 0;
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
-  for (int32_t b = 0; b < tl.n_blocks; ++b) {
+  // The blocks before live are not read: their lanes hold probabilities of 0 already.
+  for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {
     const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
     for (int32_t g = 0; g < gpb; ++g) {
       const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // 0 past the keys and before live
