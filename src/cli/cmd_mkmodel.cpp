@@ -26,6 +26,7 @@ int cmd_mkmodel(Args& a) {
   o.vocab_path = a.str({"--vocab"}, "");
   o.layers = int32_t(a.integer({"--layers"}, 0, 0, 4096));
   o.ctx = int32_t(a.integer({"--ctx"}, 0, 0, 1 << 24));
+  o.window = int32_t(a.integer({"--window"}, 0, 0, 1 << 24));
   o.threads = int(a.integer({"-t", "--threads"}, 0, 0, 1024));
   auto out = a.str({"-o", "--output"});
   a.finish();

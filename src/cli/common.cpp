@@ -184,6 +184,7 @@ void engine_config(Args& a, EngineConfig& c) {
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);
   c.prefix_cache = !a.flag({"--no-prefix-cache"});
+  c.swa_full = a.flag({"--swa-full"});
   c.jump_forward = !a.flag({"--no-jump-forward"});
   const std::string mode = a.str({"--preemption-mode"}, "recompute");
   if (mode == "recompute") c.preemption = PreemptionMode::Recompute;

@@ -34,7 +34,7 @@ commands:
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named
   mkmodel     --arch llama|qwen2|qwen3|qwen3moe|phi3|gpt2|gemma3|gpt-oss --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|mxfp4
-              [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] -o OUT.gguf
+              [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] [--window N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini,
               phi3-longrope-tiny, gpt2-124m, gemma-3-1b, gemma-3-4b, gemma3-tiny; qwen3moe-tiny, qwen3-30b-a3b, mixtral-tiny, mixtral-8x7b, gpt-oss-tiny, gpt-oss-20b (mixtures of experts)
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|mxfp4
@@ -120,6 +120,8 @@ flags only):
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
   --kv-cache-memory BYTES (e.g. 2G) or
   --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
+  --swa-full (sliding-window layers keep every position's K/V as global layers do; by
+  default a window layer's KV is dropped once no query sees it, bounded by the window),
   --no-jump-forward (structured output: generate a grammar's forced text a token per step
   instead of verifying it as a draft; the output is the same),
   --preemption-mode recompute|swap|auto, --swap-space GB, --swap-dir DIR (/tmp),

@@ -51,6 +51,9 @@ struct EngineConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   bool prefix_cache = true;
+  // Window layers keep every position's K/V, as global layers do (llama.cpp's --swa-full):
+  // more memory, nothing dropped. Off: a window layer's KV is bounded by its window.
+  bool swa_full = false;
   PreemptionMode preemption = PreemptionMode::Recompute;
   int64_t swap_bytes = 0;           // swap space for preempted KV (0: none)
   std::string swap_dir = "/tmp";

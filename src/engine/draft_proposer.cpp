@@ -31,12 +31,13 @@ DraftModelProposer::DraftModelProposer(const Model& draft, const EngineConfig& c
     : model_(draft), cfg_(cfg) {
   cfg_.swap_bytes = 0;
   runner_ = std::make_unique<ModelRunner>(draft, cfg_, pool);
-  bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size);
+  bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size,
+                                       runner_->page_groups());
   // The warm-up (draft_proposer.h): one block of token 0, in a block given back after.
   const int32_t n = std::min(runner_->kv_layout().block_size, std::max(1, cfg_.max_num_batched_tokens));
   Sequence warm(-1, std::vector<int32_t>(size_t(n), 0), RequestParams{}, draft.hparams().n_vocab, 0);
   if (bm_->reserve(warm.blocks, n)) {
-    runner_->run({{&warm, n}}, rows_);
+    runner_->run({{&warm, n}}, *bm_, rows_);
     bm_->release(warm.blocks);
   }
 }
@@ -76,7 +77,7 @@ bool DraftModelProposer::reserve(Sequence& s, int64_t n_tokens) {
 }
 
 void DraftModelProposer::run(const std::vector<ScheduledChunk>& chunks) {
-  logits_ = runner_->run(chunks, rows_);
+  logits_ = runner_->run(chunks, *bm_, rows_);
   ++n_forwards_;
   for (const ScheduledChunk& c : chunks) c.seq->n_computed += c.n_tokens;
 }
@@ -96,8 +97,11 @@ int32_t DraftModelProposer::shared_blocks(const Sequence& donor, int64_t upto, s
 // ever writes them again.
 void DraftModelProposer::fork(Sequence& s, const Sequence& donor, int32_t n) {
   bm_->release(s.blocks);
-  s.blocks.assign(donor.blocks.begin(), donor.blocks.begin() + n);
+  s.blocks.ids.assign(donor.blocks.begin(), donor.blocks.begin() + n);
   for (int32_t b : s.blocks) bm_->retain(b);
+  // Shadows never slide (a shadow's tokens can be cut back anywhere): every block's
+  // window pages are claimed, the donor's are all there.
+  bm_->adopt(s.blocks, 0);
   shared_tokens_ += n * bm_->block_size() - s.n_computed;
   s.n_computed = n * bm_->block_size();
 }
@@ -124,7 +128,7 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
   // whole pool cannot hold evicts nothing.
   auto reserve_ask = [&](Sequence& s, const Ask& a) {
     const int64_t need = int64_t(s.tokens.size()) + a.max_tokens - 1;
-    return bm_->blocks_for(need) <= bm_->n_total() && reserve(s, need);
+    return bm_->blocks_for(need) * bm_->pages_per_entry() <= bm_->n_total() && reserve(s, need);
   };
   for (const Ask& a : asks) {
     if (a.max_tokens <= 0 || a.tokens.empty()) continue;

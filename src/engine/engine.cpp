@@ -80,12 +80,12 @@ class Engine::Cost : public PreemptionCost {
     const SwapSpace* sw = e_.runner_->swap();
     if (!sw) return false;
     const double recompute = double(s.n_computed) * e_.prefill_s_per_token_;
-    const double bytes = 2.0 * double(s.blocks.size()) * double(sw->block_bytes());
+    const double bytes = 2.0 * double(e_.bm_->n_held_pages(s.blocks)) * double(sw->block_bytes());
     return bytes / sw->bytes_per_second() < recompute;
   }
   bool can_swap(const Sequence& s, int64_t reserved) const override {
     const SwapSpace* sw = e_.runner_->swap();
-    return sw && sw->can_hold(reserved + int64_t(s.blocks.size()));
+    return sw && sw->can_hold(reserved + e_.bm_->n_held_pages(s.blocks));
   }
 
  private:
@@ -122,7 +122,7 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   if (cfg.preemption != PreemptionMode::Recompute && !runner_->swap())
     fail("--preemption-mode swap/auto needs a swap space (--swap-space GB)");
   const KVLayout& kl = runner_->kv_layout();
-  bm_ = std::make_unique<BlockManager>(kl.n_blocks, kl.block_size);
+  bm_ = std::make_unique<BlockManager>(kl.n_blocks, kl.block_size, runner_->page_groups());
   if (cfg.prefix_cache) radix_ = std::make_unique<RadixCache>(*bm_);
   cost_ = std::make_unique<Cost>(*this);
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
@@ -289,7 +289,13 @@ KvUsage Engine::kv_usage(bool census) const {
   if (radix_ && census) {
     std::vector<int32_t> tree;
     radix_->collect_blocks(tree);
-    for (int32_t b : tree) u.blocks_cached += bm_->ref_count(b) == 1;
+    // Pages only the tree holds: its blocks no sequence uses, and the window pages of
+    // others only it claims.
+    for (int32_t b : tree) u.blocks_cached += bm_->ref_count(b) == 1 ? bm_->entry_pages(b) : 0;
+    tree.clear();
+    radix_->collect_claims(tree);
+    for (int32_t b : tree)
+      u.blocks_cached += bm_->ref_count(b) > 1 && bm_->claim_count(b) == 1 ? bm_->groups().n_window : 0;
     u.blocks_evictable = radix_->n_evictable();
     u.prefix_query_tokens = radix_->stats().query_tokens;
     u.prefix_hit_tokens = radix_->stats().hit_tokens;
@@ -362,10 +368,10 @@ void Engine::move_kv(const SchedulerOutput& so) {
     sched_->swapped_out(s);
   }
   for (Sequence* s : so.swap_in) {
-    RIDGE_CHECK(s->blocks.size() >= s->swap_slots.size(), "request {}: swap-in of {} blocks into {}", s->id,
-                s->swap_slots.size(), s->blocks.size());
-    const bool ok =
-        runner_->swap()->swap_in(s->swap_slots, std::span<const int32_t>(s->blocks).first(s->swap_slots.size()));
+    bm_->held_pages(s->blocks, swap_pages_);
+    RIDGE_CHECK(swap_pages_.size() == s->swap_slots.size(), "request {}: swap-in of {} pages into {}", s->id,
+                s->swap_slots.size(), swap_pages_.size());
+    const bool ok = runner_->swap()->swap_in(s->swap_slots, swap_pages_);
     s->swap_slots.clear();
     if (!ok) {  // its KV is lost: recompute it rather than fail the request
       sched_->swap_in_failed(s);
@@ -383,7 +389,7 @@ std::span<const float> Engine::execute(const SchedulerOutput& so) {
     perf::trace_batch(int32_t(so.chunks.size()), n_decodes);
   }
   const int64_t t0 = tr ? perf::trace_clock_ns() : 0;
-  const std::span<const float> logits = runner_->run(so.chunks, rows_, prompt_rows_);
+  const std::span<const float> logits = runner_->run(so.chunks, *bm_, rows_, prompt_rows_);
   if (tr) {
     const int64_t t1 = perf::trace_clock_ns();
     perf::trace_batch(-1, 0);  // a forward run outside a step does not inherit this shape
@@ -903,14 +909,19 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
 void Engine::check_invariants() const {
   bm_->check_invariants();
   sched_->check_invariants();
-  std::vector<int32_t> refs(size_t(bm_->n_total()), 0);
+  // Every reference and window claim on a block has its holder: a table (claims from its
+  // n_slid on) or a radix node.
+  std::vector<int32_t> refs(size_t(bm_->n_total()), 0), claims(refs.size(), 0);
   for (const auto& [id, s] : seqs_) {
-    for (int32_t b : s->blocks) ++refs[size_t(b)];
-    // A swapped-out sequence's KV is its computed tokens' blocks, no more: swap-in
+    for (size_t i = 0; i < s->blocks.size(); ++i) {
+      ++refs[size_t(s->blocks[i])];
+      if (bm_->windowed() && int64_t(i) >= s->blocks.n_slid) ++claims[size_t(s->blocks[i])];
+    }
+    // A swapped-out sequence's KV is its computed tokens' pages, no more: swap-in
     // reserves exactly those.
     if (s->status == SeqStatus::Swapped && !s->swap_slots.empty())
-      RIDGE_CHECK(int64_t(s->swap_slots.size()) == bm_->blocks_for(s->n_computed),
-                  "request {} is swapped out in {} blocks but has {} tokens computed", id, s->swap_slots.size(),
+      RIDGE_CHECK(int64_t(s->swap_slots.size()) == bm_->pages_for(s->n_computed),
+                  "request {} is swapped out in {} pages but has {} tokens computed", id, s->swap_slots.size(),
                   s->n_computed);
   }
   if (radix_) {
@@ -918,10 +929,16 @@ void Engine::check_invariants() const {
     std::vector<int32_t> tree;
     radix_->collect_blocks(tree);
     for (int32_t b : tree) ++refs[size_t(b)];
+    tree.clear();
+    radix_->collect_claims(tree);
+    for (int32_t b : tree) ++claims[size_t(b)];
   }
-  for (int32_t b = 0; b < bm_->n_total(); ++b)
+  for (int32_t b = 0; b < bm_->n_total(); ++b) {
     RIDGE_CHECK(refs[size_t(b)] == bm_->ref_count(b), "block {} has ref count {} but {} holders", b,
                 bm_->ref_count(b), refs[size_t(b)]);
+    RIDGE_CHECK(claims[size_t(b)] == bm_->claim_count(b), "block {} has {} window claims but {} claimants", b,
+                bm_->claim_count(b), claims[size_t(b)]);
+  }
 }
 
 }  // namespace ridge

@@ -65,7 +65,8 @@ struct RequestOutput {
   RequestStats stats;
 };
 
-// The KV pool and prefix cache as a router or a metrics page sees them.
+// The KV pool and prefix cache as a router or a metrics page sees them, in pages (a
+// block of a model with window layers is several pages: engine/block_manager.h).
 struct KvUsage {
   int32_t blocks_total = 0, blocks_free = 0;
   int32_t blocks_in_use = 0;      // referenced by requests
@@ -139,7 +140,8 @@ class Engine {
   const RadixCache* prefix_cache() const { return radix_.get(); }
   int32_t n_running() const { return sched_->n_running(); }
   int32_t n_waiting() const { return sched_->n_waiting(); }
-  int64_t kv_capacity_tokens() const { return int64_t(bm_->n_total()) * bm_->block_size(); }
+  // The longest sequence the pool holds alone (window layers bounded by their window).
+  int64_t kv_capacity_tokens() const { return bm_->max_tokens_one_seq(cfg_.max_num_batched_tokens); }
   int64_t kv_pool_bytes() const { return runner_->kv_pool_bytes(); }
   // The forward's buffers at their largest (a full token budget, a logit row per sequence).
   int64_t activation_bytes() const;
@@ -230,6 +232,7 @@ class Engine {
   double propose_s_ = 0;        // of this step
   EngineStats stats_;
   std::vector<int32_t> rows_;
+  std::vector<int32_t> swap_pages_;  // a swap-in's pages (scratch)
   std::vector<int32_t> prompt_rows_;  // [chunks] the first of a scored prompt chunk's rows, or -1
   std::vector<double> grammar_s_;          // per pool thread: this step's time in grammar masks and accepts
   std::vector<std::vector<float>> raw_;  // per pool thread: [n_vocab] a logit row before sampling, for logprobs

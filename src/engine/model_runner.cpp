@@ -23,14 +23,16 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
-  const int64_t per_block = kl.block_bytes();
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full);
+  kl.n_layer = g.slots;  // a page: `slots` layers of a block
+  const int64_t per_block = kl.block_bytes() * g.pages();
   const int64_t bytes = ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
-         bytes, per_block, cfg.block_size, kl.bytes_per_token());
-  RIDGE_CHECK(n_blocks < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
-  kl.n_blocks = int32_t(n_blocks);
+         bytes, per_block, cfg.block_size, (per_block + cfg.block_size - 1) / cfg.block_size);
+  RIDGE_CHECK(n_blocks * g.pages() < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
+  kl.n_blocks = int32_t(n_blocks * g.pages());  // pages
   return kl;
 }
 
@@ -47,31 +49,45 @@ int64_t ModelRunner::kv_budget_bytes(const EngineConfig& cfg, int64_t mapped_byt
 
 int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg) {
   const HParams& h = m.hparams();
-  return kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype).bytes_per_token();
+  // A block of every page: a windowed pool's pages carry a few unused slots.
+  KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full);
+  kl.n_layer = g.slots;
+  return (kl.block_bytes() * g.pages() + cfg.block_size - 1) / cfg.block_size;
 }
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : backend_(kernels::make_cpu_backend(pool)), kv_(std::make_unique<KVCache>(pool_layout(m, cfg))) {
+    : backend_(kernels::make_cpu_backend(pool)),
+      kv_(std::make_unique<KVCache>(pool_layout(m, cfg), kv_groups_for(m.hparams(), !cfg.swa_full))) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
   fwd_ = std::make_unique<Forward>(m, *kv_, *backend_);
 }
 
-std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows,
-                                        std::vector<int32_t>& prompt_rows) {
+std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, const BlockManager& bm,
+                                        std::vector<int32_t>& rows, std::vector<int32_t>& prompt_rows) {
   batch_.tokens.clear();
   batch_.seqs.clear();
   rows.assign(chunks.size(), -1);
   prompt_rows.assign(chunks.size(), -1);
+  RIDGE_CHECK(bm.pages_per_entry() == kv_->groups().pages(), "model runner: {} pages per block, the pool has {}",
+              bm.pages_per_entry(), kv_->groups().pages());
+  if (page_tables_.size() < chunks.size()) page_tables_.resize(chunks.size());
   int32_t r = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const ScheduledChunk& c = chunks[i];
     const Sequence& s = *c.seq;
+    // One page per block: the table is the page table.
+    std::span<const int32_t> table = s.blocks;
+    if (bm.pages_per_entry() > 1) {
+      bm.page_table(s.blocks, page_tables_[i]);
+      table = page_tables_[i];
+    }
     if (c.n_draft > 0) {  // the pending token and its drafts, a logit row each to verify
       spec_.assign(s.tokens.begin() + s.n_computed, s.tokens.end());
       spec_.insert(spec_.end(), s.draft.begin(), s.draft.begin() + c.n_draft);
       RIDGE_ASSERT(int32_t(spec_.size()) == c.n_tokens);
-      batch_.add(spec_, s.n_computed, s.blocks, Logits::All, s.n_expand);
+      batch_.add(spec_, s.n_computed, table, Logits::All, s.n_expand);
       rows[i] = r;
       r += c.n_tokens;
       continue;
@@ -79,13 +95,13 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
     const bool last = s.n_computed + c.n_tokens == int32_t(s.tokens.size());
     const std::span<const int32_t> toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_computed), size_t(c.n_tokens));
     if (s.needs_prompt_logits()) {  // a row per token: the prompt's logprobs
-      batch_.add(toks, s.n_computed, s.blocks, Logits::All, s.n_expand);
+      batch_.add(toks, s.n_computed, table, Logits::All, s.n_expand);
       prompt_rows[i] = r;
       r += c.n_tokens;
       if (last) rows[i] = r - 1;
       continue;
     }
-    batch_.add(toks, s.n_computed, s.blocks, last ? Logits::Last : Logits::None, s.n_expand);
+    batch_.add(toks, s.n_computed, table, last ? Logits::Last : Logits::None, s.n_expand);
     if (last) rows[i] = r++;
   }
   return fwd_->run(batch_);

@@ -28,10 +28,12 @@ class ModelRunner {
   // token), or -1. prompt_rows[i] = the first of a row per token of a prompt chunk that
   // is being scored (Sequence::needs_prompt_logits), or -1; its last row is rows[i] when
   // the chunk ends the prompt.
-  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows,
-                             std::vector<int32_t>& prompt_rows);
-  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, std::vector<int32_t>& rows) {
-    return run(chunks, rows, prompt_rows_);
+  // bm: the owner of the sequences' block tables (their pages).
+  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, const BlockManager& bm,
+                             std::vector<int32_t>& rows, std::vector<int32_t>& prompt_rows);
+  std::span<const float> run(const std::vector<ScheduledChunk>& chunks, const BlockManager& bm,
+                             std::vector<int32_t>& rows) {
+    return run(chunks, bm, rows, prompt_rows_);
   }
 
   // The KV pool's bytes: cfg.kv_cache_bytes, else cfg.mem_fraction of the memory left
@@ -41,6 +43,11 @@ class ModelRunner {
   static int64_t kv_bytes_per_token(const Model& m, const EngineConfig& cfg);
 
   const KVLayout& kv_layout() const { return kv_->layout(); }
+  // How the pool's pages make a block (its BlockManager's PageGroups).
+  PageGroups page_groups() const {
+    const KvGroups& g = kv_->groups();
+    return {g.n_global, g.n_window, g.window};
+  }
   int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
   SwapSpace* swap() const { return swap_.get(); }  // null without a swap space
   perf::OpProfile& profile() { return fwd_->profile(); }
@@ -53,6 +60,7 @@ class ModelRunner {
   Batch batch_;
   std::vector<int32_t> spec_;  // a verified chunk's tokens (batch_.add copies them)
   std::vector<int32_t> prompt_rows_;  // run() without prompt_rows: scratch
+  std::vector<std::vector<int32_t>> page_tables_;  // [chunks] each sequence's page table (windowed pools)
 };
 
 }  // namespace ridge

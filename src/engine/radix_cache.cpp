@@ -11,8 +11,8 @@ RadixCache::~RadixCache() { release_all(root_.get()); }
 void RadixCache::release_all(Node* n) {
   for (auto& [k, c] : n->children) release_all(c.get());
   if (n->block >= 0) {
-    std::vector<int32_t> one{n->block};
-    bm_.release(one);
+    if (n->window) bm_.unclaim(n->block);
+    bm_.release_entry(n->block);
   }
 }
 
@@ -22,26 +22,42 @@ void RadixCache::block_key(std::span<const int32_t> tokens, int32_t b, int32_t n
   if (b == 0 && ns > 0) key.push_back(-ns);
 }
 
-int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks,
-                          int32_t ns) {
+int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_tokens, BlockTable& blocks, int32_t ns) {
   RIDGE_CHECK(ns >= 0, "radix cache: namespace {} is negative", ns);
+  RIDGE_CHECK(blocks.empty(), "radix cache: a match goes into an empty block table");
   const int32_t bs = bm_.block_size();
   ++stats_.queries;
   stats_.query_tokens += int64_t(tokens.size());
   Node* n = root_.get();
-  int32_t matched = 0;
+  std::vector<Node*> path;
   std::vector<int32_t> key;
-  const uint64_t now = ++clock_;
-  while (matched + bs <= max_tokens && matched + bs <= int32_t(tokens.size())) {
-    block_key(tokens, matched / bs, ns, key);
+  while (int32_t(path.size() + 1) * bs <= max_tokens && int32_t(path.size() + 1) * bs <= int32_t(tokens.size())) {
+    block_key(tokens, int32_t(path.size()), ns, key);
     auto it = n->children.find(key);
     if (it == n->children.end()) break;
     n = it->second.get();
-    n->last_use = now;
-    bm_.retain(n->block);
-    blocks.push_back(n->block);
-    matched += bs;
+    path.push_back(n);
   }
+  // The longest prefix whose next query finds the window pages it sees: none missing
+  // from its first live block on.
+  size_t m = path.size();
+  if (bm_.windowed()) {
+    int64_t last_missing = -1;  // the last block of path[0, m) without window pages
+    std::vector<int64_t> missing_upto(path.size() + 1, -1);
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (!bm_.has_window(path[i]->block)) last_missing = int64_t(i);
+      missing_upto[i + 1] = last_missing;
+    }
+    while (m > 0 && missing_upto[m] >= bm_.first_live(int64_t(m) * bs)) --m;
+  }
+  const uint64_t now = ++clock_;
+  for (size_t i = 0; i < m; ++i) {
+    path[i]->last_use = now;
+    bm_.retain(path[i]->block);
+    blocks.ids.push_back(path[i]->block);
+  }
+  const int32_t matched = int32_t(m) * bs;
+  bm_.adopt(blocks, matched);
   stats_.hit_tokens += matched;
   return matched;
 }
@@ -61,6 +77,7 @@ void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t
       child->block = blocks[b];
       child->parent = n;
       bm_.retain(blocks[b]);
+      if (bm_.windowed() && bm_.has_window(blocks[b])) bm_.claim(blocks[b]), child->window = true;
       ++n_nodes_;
       ++stats_.inserted_blocks;
       it = n->children.emplace(std::move(key), std::move(child)).first;
@@ -70,32 +87,30 @@ void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t
   }
 }
 
-void RadixCache::collect_leaves(Node* n, std::vector<Node*>& out) const {
+void RadixCache::collect_victims(Node* n, std::vector<Node*>& out) const {
   for (auto& [k, c] : n->children) {
-    if (c->children.empty()) {
-      if (bm_.ref_count(c->block) == 1) out.push_back(c.get());
-    } else {
-      collect_leaves(c.get(), out);
-    }
+    if (c->children.empty() && bm_.ref_count(c->block) == 1) out.push_back(c.get());
+    else if (c->window && bm_.claim_count(c->block) == 1) out.push_back(c.get());
+    if (!c->children.empty()) collect_victims(c.get(), out);
   }
 }
 
 int32_t RadixCache::evict(int32_t n) {
   int32_t freed = 0;
   while (freed < n) {
-    std::vector<Node*> leaves;
-    collect_leaves(root_.get(), leaves);
-    if (leaves.empty()) break;
-    std::sort(leaves.begin(), leaves.end(), [](const Node* a, const Node* b) { return a->last_use < b->last_use; });
+    std::vector<Node*> victims;
+    collect_victims(root_.get(), victims);
+    if (victims.empty()) break;
+    std::sort(victims.begin(), victims.end(), [](const Node* a, const Node* b) { return a->last_use < b->last_use; });
     // Evicting a leaf can turn its parent into a leaf; re-collect after each round.
-    for (Node* leaf : leaves) {
+    for (Node* v : victims) {
       if (freed >= n) break;
-      std::vector<int32_t> one{leaf->block};
-      bm_.release(one);
-      Node* parent = leaf->parent;
-      parent->children.erase(leaf->key);
+      if (v->window) freed += bm_.unclaim(v->block), v->window = false;
+      if (!v->children.empty() || bm_.ref_count(v->block) > 1) continue;  // its window pages were the victim
+      freed += bm_.release_entry(v->block);
+      Node* parent = v->parent;
+      parent->children.erase(v->key);
       --n_nodes_;
-      ++freed;
       ++stats_.evicted_blocks;
     }
   }
@@ -103,15 +118,17 @@ int32_t RadixCache::evict(int32_t n) {
 }
 
 // Returns whether n's whole subtree (n included) is held by the tree alone; counts the
-// blocks of such subtrees: exactly what repeated leaf eviction could free.
+// pages of such subtrees and the window pages only the tree claims elsewhere: exactly
+// what repeated eviction could free.
 bool RadixCache::count_evictable(const Node* n, int32_t& out) const {
   bool all = true;
   for (const auto& [k, c] : n->children) all &= count_evictable(c.get(), out);
   if (n == root_.get()) return all;
   if (all && bm_.ref_count(n->block) == 1) {
-    ++out;
+    out += bm_.entry_pages(n->block);
     return true;
   }
+  if (n->window && bm_.claim_count(n->block) == 1) out += bm_.groups().n_window;
   return false;
 }
 
@@ -127,18 +144,21 @@ void RadixCache::check_node(const Node* n) const {
     const bool ns_key = n == root_.get() && int32_t(k.size()) == bm_.block_size() + 1 && k.back() < 0;
     RIDGE_CHECK(c->key == k && (int32_t(k.size()) == bm_.block_size() || ns_key), "radix node key mismatch");
     RIDGE_CHECK(c->block >= 0 && bm_.ref_count(c->block) >= 1, "radix node block {} is not referenced", c->block);
+    RIDGE_CHECK(!c->window || bm_.claim_count(c->block) >= 1, "radix node block {}'s window pages are not claimed",
+                c->block);
     check_node(c.get());
   }
 }
 
-void RadixCache::collect(const Node* n, std::vector<int32_t>& out) const {
+void RadixCache::collect(const Node* n, std::vector<int32_t>& out, bool claims) const {
   for (const auto& [k, c] : n->children) {
-    out.push_back(c->block);
-    collect(c.get(), out);
+    if (!claims || c->window) out.push_back(c->block);
+    collect(c.get(), out, claims);
   }
 }
 
-void RadixCache::collect_blocks(std::vector<int32_t>& out) const { collect(root_.get(), out); }
+void RadixCache::collect_blocks(std::vector<int32_t>& out) const { collect(root_.get(), out, false); }
+void RadixCache::collect_claims(std::vector<int32_t>& out) const { collect(root_.get(), out, true); }
 
 void RadixCache::check_invariants() const { check_node(root_.get()); }
 

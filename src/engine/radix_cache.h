@@ -4,8 +4,15 @@
 //
 // Ownership is by block reference counts (BlockManager): the tree holds one reference
 // per node; every sequence using a block holds another. A node whose block only the tree
-// references (ref == 1) and that has no children is an evictable leaf; eviction is LRU
-// over those. "Locking" a matched path is taking the sequence's references.
+// references (ref == 1) and that has no children is an evictable leaf. "Locking" a
+// matched path is taking the sequence's references.
+//
+// Window layers (BlockManager's window pages): the tree claims the window pages of the
+// blocks it records, so a prefix stays servable after the sequences that computed it
+// have slid past it. A hit at length L needs the window pages of the blocks a query at L
+// sees; the match stops at the longest such L. Window pages only the tree claims are
+// evictable on their own (the node keeps its global pages and its place in the tree):
+// eviction is LRU over those and the evictable leaves, counted in pages.
 //
 // A namespace ns > 0 keeps blocks apart whose K/V were computed another way for the same
 // tokens (multi-head latent attention's expanded prompts: engine/sequence.h n_expand):
@@ -29,22 +36,24 @@ class RadixCache {
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
 
-  // Longest cached prefix of `tokens` in full blocks, at most max_tokens long: appends
-  // the block ids to `blocks` and takes a reference on each for the caller. Returns the
-  // number of tokens matched (a multiple of the block size).
-  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& blocks, int32_t ns = 0);
+  // Longest cached prefix of `tokens` in full blocks, at most max_tokens long, into the
+  // empty table `blocks`: a reference on each block and (BlockManager::adopt) claims on
+  // the window pages a query after it sees, for the caller. Returns the number of tokens
+  // matched (a multiple of the block size).
+  int32_t match(std::span<const int32_t> tokens, int32_t max_tokens, BlockTable& blocks, int32_t ns = 0);
 
   // Records the computed full blocks of a sequence (tokens[0 .. blocks.size()*bs)) so that
   // later requests can share them. Blocks already in the tree under the same tokens stay
   // as they are (the sequence keeps its own copy).
   void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int32_t ns = 0);
 
-  // Frees up to n blocks, least recently used evictable leaves first. Returns how many.
+  // Frees at least n pages if it can, least recently used first. Returns how many.
   int32_t evict(int32_t n);
-  int32_t n_evictable() const;  // blocks that evict() could free now
+  int32_t n_evictable() const;  // pages that evict() could free now
   int32_t n_nodes() const { return n_nodes_; }
 
   void collect_blocks(std::vector<int32_t>& out) const;  // every node's block
+  void collect_claims(std::vector<int32_t>& out) const;  // the blocks whose window pages the tree claims
   // Every node's block is referenced, children's keys match, the tree is acyclic.
   void check_invariants() const;
 
@@ -57,6 +66,7 @@ class RadixCache {
   struct Node {
     std::vector<int32_t> key;  // the block's token ids [block_size] (a first block: then -ns, ns > 0)
     int32_t block = -1;
+    bool window = false;  // the tree claims the block's window pages
     Node* parent = nullptr;
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
     uint64_t last_use = 0;
@@ -64,9 +74,10 @@ class RadixCache {
   // The key of block b of tokens: its ids, and the namespace on a first block.
   void block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const;
   bool count_evictable(const Node* n, int32_t& out) const;
-  void collect_leaves(Node* n, std::vector<Node*>& out) const;
   void check_node(const Node* n) const;
-  void collect(const Node* n, std::vector<int32_t>& out) const;
+  void collect(const Node* n, std::vector<int32_t>& out, bool claims) const;
+  // Evictable leaves and nodes whose window pages only the tree claims.
+  void collect_victims(Node* n, std::vector<Node*>& out) const;
   void release_all(Node* n);
 
   BlockManager& bm_;

@@ -53,6 +53,13 @@ void Scheduler::finish(Sequence* s) {
 }
 
 void Scheduler::on_computed(Sequence* s) {
+  // Recorded first, so that the tree claims the window pages of the blocks just filled
+  // before the sequence lets go of those it no longer sees.
+  insert_prefix(s);
+  bm_.slide(s->blocks, s->n_computed);
+}
+
+void Scheduler::insert_prefix(Sequence* s) {
   if (!radix_) return;
   // An expanded prompt's blocks past its prompt hold positions computed absorbed after
   // expanded ones: no other request computes that mix, so they are not shared.
@@ -129,11 +136,11 @@ void Scheduler::preempt(Sequence* v, SchedulerOutput& out, int64_t for_id) {
                           {{"mode", mode}, {"reason", "out_of_kv_blocks"}});
   }
   if (swap) {
-    swap_reserved_ += int64_t(v->blocks.size());
-    // The blocks are free for reuse at once: the engine copies them out before this
+    bm_.held_pages(v->blocks, v->swap_src);
+    swap_reserved_ += int64_t(v->swap_src.size());
+    // The pages are free for reuse at once: the engine copies them out before this
     // step's forward pass writes anything.
     ++n_swaps_;
-    v->swap_src = v->blocks;
     bm_.release(v->blocks);
     v->status = SeqStatus::Swapped;
     out.swap_out.push_back(v);
@@ -157,7 +164,7 @@ bool Scheduler::make_room(int64_t need) {
 bool Scheduler::reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled) {
   for (;;) {
     if (bm_.reserve(s->blocks, n_tokens)) return true;
-    const int64_t need = bm_.blocks_for(n_tokens) - int64_t(s->blocks.size()) - bm_.n_free();
+    const int64_t need = bm_.pages_needed(s->blocks, n_tokens) - bm_.n_free();
     if (radix_) {
       const int32_t evicted = radix_->evict(int32_t(need));
       if (perf::trace_on() && evicted > 0) perf::trace_instant("evict", "sched", {{"blocks", evicted}, {"for", s->id}});
@@ -220,12 +227,10 @@ SchedulerOutput Scheduler::schedule() {
   while (!swapped_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = swapped_.front();
     if (!s->swap_src.empty()) break;  // its copy-out is this very step
-    const int64_t need = bm_.blocks_for(s->n_computed + 1);
-    if (!make_room(need)) {
-      swapped_blocked = true;
-      break;
-    }
-    if (!bm_.reserve(s->blocks, s->n_computed)) {
+    // The pages its swap-out copied: its window slid to where it stopped.
+    s->blocks.n_slid = int32_t(bm_.first_live(s->n_computed));
+    if (!make_room(bm_.pages_needed(s->blocks, s->n_computed + 1)) || !bm_.reserve(s->blocks, s->n_computed)) {
+      s->blocks.n_slid = 0;
       swapped_blocked = true;
       break;
     }
@@ -274,13 +279,12 @@ SchedulerOutput Scheduler::schedule() {
       deferred.push_back(s);
       continue;
     }
-    const bool ok = make_room(bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())) &&
-                    bm_.reserve(s->blocks, s->n_computed + n);
+    const bool ok = make_room(bm_.pages_needed(s->blocks, s->n_computed + n)) && bm_.reserve(s->blocks, s->n_computed + n);
     if (!ok) {  // no room without preempting running work: undo the match, wait
       if (perf::trace_on())
         perf::trace_instant("blocked", "sched",
                             {{"req", s->id},
-                             {"need_blocks", bm_.blocks_for(s->n_computed + n) - int64_t(s->blocks.size())},
+                             {"need_pages", bm_.pages_needed(s->blocks, s->n_computed + n)},
                              {"free_blocks", bm_.n_free()}});
       bm_.release(s->blocks);
       s->n_computed = 0;
@@ -310,6 +314,7 @@ void Scheduler::check_invariants() const {
   for (const Sequence* s : running_) {
     RIDGE_CHECK(s->status == SeqStatus::Running, "running sequence {} has another status", s->id);
     RIDGE_CHECK(int64_t(s->blocks.size()) >= bm_.blocks_for(s->n_computed), "sequence {} has too few blocks", s->id);
+    RIDGE_CHECK(s->blocks.n_slid <= bm_.first_live(s->n_computed), "sequence {} slid past its window", s->id);
   }
   for (const Sequence* s : waiting_)
     RIDGE_CHECK(s->blocks.empty() && s->n_computed == 0, "waiting sequence {} holds blocks", s->id);

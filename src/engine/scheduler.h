@@ -74,7 +74,7 @@ class Scheduler {
   void remove(Sequence* s);
   SchedulerOutput schedule();
   // After the forward: the chunk's tokens are in the cache; record full blocks in the
-  // prefix cache.
+  // prefix cache, let go of the window pages no query of s sees any more.
   void on_computed(Sequence* s);
   // A finished sequence: keep its full blocks in the prefix cache, free the rest.
   void finish(Sequence* s);
@@ -99,7 +99,8 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  bool make_room(int64_t need_free_blocks);  // evicts from the prefix cache when that suffices
+  bool make_room(int64_t need_free_pages);  // evicts from the prefix cache when that suffices
+  void insert_prefix(Sequence* s);  // its computed full blocks into the prefix cache
   bool reserve(Sequence* s, int64_t n_tokens, SchedulerOutput& out, std::vector<Sequence*>& scheduled);
   void preempt(Sequence* victim, SchedulerOutput& out, int64_t for_id);  // for_id: who needed the blocks (trace)
   void requeue(Sequence* s);  // drops its KV and puts it back in the queue, to be recomputed

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/block_manager.h"
 #include "engine/config.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
@@ -70,10 +71,10 @@ struct Sequence {
 
   SeqStatus status = SeqStatus::Waiting;
   int32_t n_computed = 0;        // tokens whose K/V are in the cache (prefix hits included)
-  std::vector<int32_t> blocks;   // block table
+  BlockTable blocks;
   int32_t n_prefix_hit = 0;      // prompt tokens served by the prefix cache (last admission)
   int32_t n_preemptions = 0;
-  std::vector<int32_t> swap_src;  // blocks to copy out (already freed) this step
+  std::vector<int32_t> swap_src;  // pages to copy out (already freed) this step
   std::vector<int64_t> swap_slots;  // where its KV lives in the swap space while Swapped
   int32_t n_inserted_blocks = 0; // full blocks already recorded in the prefix cache
   uint64_t waiting_since_step = 0;  // for priority aging

@@ -86,6 +86,10 @@ class Backend {
 
   // The step every op until the next begin_step runs over; T = s.tokens.size().
   virtual void begin_step(const StepInfo& s) = 0;
+  // The block tables the next KV ops read (StepInfo::block_tables): a model whose window
+  // and global layers keep their K/V in pages of their own switches between the step's
+  // tables of each page (model/kv_cache.h KvGroups). Valid until the step ends.
+  virtual void set_block_tables(std::span<const std::span<const int32_t>> tables) = 0;
   // Returns once every op issued so far has finished (for timing them).
   virtual void sync() {}
 

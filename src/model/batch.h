@@ -17,7 +17,10 @@ enum class Logits : uint8_t { None, Last, All };
 struct SeqSlice {
   int32_t n_tokens = 0;                  // new tokens of this sequence in the batch
   int32_t pos0 = 0;                      // position of the first one (= tokens already cached)
-  std::span<const int32_t> block_table;  // must cover positions [0, pos0 + n_tokens)
+  // Must cover positions [0, pos0 + n_tokens). With window and global layers in pages of
+  // their own (model/kv_cache.h KvGroups), [pages][entries]: each page's table in turn,
+  // -1 where a window page a query no longer sees was dropped.
+  std::span<const int32_t> block_table;
   Logits logits = Logits::Last;
   // Multi-head latent attention: this sequence's positions below expand_until attend in
   // the expanded form (forward_mla_expand.cpp), the others in the absorbed form. A

@@ -1,6 +1,7 @@
 #include "model/forward.h"
 #include "model/forward_ops.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -13,7 +14,14 @@ namespace ridge {
 Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend)
     : m_(model), h_(model.hparams()), kv_(kv), be_(backend) {
   const KVLayout& l = kv.layout();
-  RIDGE_CHECK(l.n_layer == h_.n_layer && l.n_kv_head == h_.n_head_kv && l.head_dim_k == h_.head_dim_k &&
+  const KvGroups& g = kv.groups();
+  RIDGE_CHECK(int32_t(g.page.size()) == h_.n_layer && (!g.grouped() || g.window == h_.n_swa),
+              "KV cache groups are not the model's");
+  for (int32_t il = 0; il < h_.n_layer; ++il)
+    RIDGE_CHECK(g.page[size_t(il)] < g.pages() && g.slot[size_t(il)] < l.n_layer &&
+                    (!g.grouped() || (g.page[size_t(il)] >= g.n_global) == h_.swa_layer(il)),
+                "KV cache groups: layer {} has no place", il);
+  RIDGE_CHECK(l.n_layer == g.slots && l.n_kv_head == h_.n_head_kv && l.head_dim_k == h_.head_dim_k &&
                   l.head_dim_v == h_.head_dim_v,
               "KV cache layout does not match the model");
   RIDGE_CHECK(!l.v_in_k || (h_.mla() && l.v_dim0() == h_.rope_dim), "a KV cache with values in its keys is for latent attention");
@@ -37,11 +45,18 @@ void Forward::validate(const Batch& b) const {
     RIDGE_CHECK(s.n_tokens > 0 && s.pos0 >= 0, "batch: a sequence slice needs tokens and a position >= 0");
     RIDGE_CHECK(s.expand_until >= 0, "batch: expand_until {} is negative", s.expand_until);
     const int64_t need = (int64_t(s.pos0) + s.n_tokens + l.block_size - 1) / l.block_size;
-    RIDGE_CHECK(int64_t(s.block_table.size()) >= need, "batch: block table has {} blocks, positions up to {} need {}",
-                s.block_table.size(), s.pos0 + s.n_tokens, need);
-    for (int64_t i = 0; i < need; ++i)
-      RIDGE_CHECK(s.block_table[size_t(i)] >= 0 && s.block_table[size_t(i)] < l.n_blocks, "batch: block id {} out of range",
-                  s.block_table[size_t(i)]);
+    const KvGroups& g = kv_.groups();
+    RIDGE_CHECK(s.block_table.size() % size_t(g.pages()) == 0, "batch: a block table of {} ids for {} pages per block",
+                s.block_table.size(), g.pages());
+    const int64_t n = int64_t(s.block_table.size()) / g.pages();
+    RIDGE_CHECK(n >= need, "batch: block table has {} blocks, positions up to {} need {}", n, s.pos0 + s.n_tokens, need);
+    // A window page is read from the first block the slice's first query sees.
+    const int64_t live = g.grouped() ? std::max<int64_t>(0, int64_t(s.pos0) - g.window + 1) / l.block_size : 0;
+    for (int32_t k = 0; k < g.pages(); ++k)
+      for (int64_t i = k < g.n_global ? 0 : live; i < need; ++i) {
+        const int32_t b = s.block_table[size_t(k * n + i)];
+        RIDGE_CHECK(b >= 0 && b < l.n_blocks, "batch: block id {} out of range", b);
+      }
     if (!m_.weights().pos_embd.empty() && int64_t(s.pos0) + s.n_tokens > h_.n_ctx_train)
       fail("{} learned {} positions: position {} is past them", h_.arch, h_.n_ctx_train, s.pos0 + s.n_tokens - 1);
     total += s.n_tokens;
@@ -98,7 +113,18 @@ std::span<const float> Forward::run(const Batch& b) {
     tables_.push_back(sl.block_table);
     seq_shape_.emplace_back(sl.pos0, sl.n_tokens);
   }
-  step_ = {b.tokens, tok_seq_, tok_pos_, tables_, rope_, rope_swa_};
+  const KvGroups& g = kv_.groups();
+  if (g.grouped()) {
+    page_tables_.resize(size_t(g.pages()));
+    for (int32_t k = 0; k < g.pages(); ++k) {
+      page_tables_[size_t(k)].clear();
+      for (const auto& t : tables_) {
+        const size_t n = t.size() / size_t(g.pages());
+        page_tables_[size_t(k)].push_back(t.subspan(size_t(k) * n, n));
+      }
+    }
+  }
+  step_ = {b.tokens, tok_seq_, tok_pos_, g.grouped() ? page_tables_[0] : tables_, rope_, rope_swa_};
   be_.begin_step(step_);
   if (h_.mla()) mla_split(b);
   profile_.add_tokens(T);
@@ -167,7 +193,12 @@ void Forward::attention_block(int32_t il) {
   kernels::QkvRopeArgs qa{q, k, v};
   if (arch.qkv_bias) qa.bq = L.bq.data(), qa.bk = L.bk.data(), qa.bv = L.bv.data();
   if (arch.qk_norm) qa.q_norm = L.q_norm.data(), qa.k_norm = L.k_norm.data();
-  qa.n_head = nh, qa.n_kv_head = nkv, qa.dk = dk, qa.dv = dv, qa.eps = h_.norm_eps, qa.kv = &kv_, qa.layer = il;
+  // The layer's K/V: a slot of one page of each block (one page of every layer unless
+  // window and global layers are kept apart).
+  const KvGroups& g = kv_.groups();
+  const int32_t kvl = g.slot[size_t(il)];
+  if (g.grouped()) be_.set_block_tables(page_tables_[size_t(g.page[size_t(il)])]);
+  qa.n_head = nh, qa.n_kv_head = nkv, qa.dk = dk, qa.dv = dv, qa.eps = h_.norm_eps, qa.kv = &kv_, qa.layer = kvl;
   const bool swa = h_.swa_layer(il);
   qa.rope_swa = swa;
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
@@ -175,7 +206,7 @@ void Forward::attention_block(int32_t il) {
 
   const int64_t no = h_.n_attn_out();
   float* kqv = kqv_.reserve(T * no);
-  const kernels::AttentionArgs aa{q,   kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, il, swa ? h_.n_swa : 0,
+  const kernels::AttentionArgs aa{q,   kqv, nh, nkv, dk, dv, h_.attn_scale(), &kv_, kvl, swa ? h_.n_swa : 0,
                                   L.attn_sinks.empty() ? nullptr : L.attn_sinks.data()};
   op(perf::Op::Attention, attention_class(), il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype, aa.window), [&] { be_.attention(aa); });

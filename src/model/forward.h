@@ -103,6 +103,9 @@ class Forward {
   std::vector<int32_t> tok_pos_;   // [T] absolute position
   std::vector<int32_t> logit_rows_;  // [rows] token index of each logit row
   std::vector<std::span<const int32_t>> tables_;  // [seqs] block tables
+  // Window and global layers in pages of their own (kv_.groups().grouped()): each
+  // slice's table is [pages][entries]; page k's tables of all sequences.
+  std::vector<std::vector<std::span<const int32_t>>> page_tables_;  // [pages][seqs]
   kernels::StepInfo step_;         // the whole step, as begun
   // A residual add left to the next norm: that norm runs inside its matmul and adds this
   // [T][n_embd] into x_ row by row first, in place of a pass of its own.

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "core/cpu.h"
 #include "core/error.h"
 
@@ -15,7 +18,37 @@ KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, D
   return l;
 }
 
-KVCache::KVCache(const KVLayout& layout) : KVView(layout, nullptr) {
+KvGroups kv_groups_for(const HParams& h, bool bounded) {
+  KvGroups g;
+  std::vector<int32_t> global, window;
+  for (int32_t il = 0; il < h.n_layer; ++il) (h.swa_layer(il) ? window : global).push_back(il);
+  g.page.assign(size_t(h.n_layer), 0);
+  g.slot.resize(size_t(h.n_layer));
+  if (!bounded || global.empty() || window.empty()) {
+    g.slots = h.n_layer;
+    for (int32_t il = 0; il < h.n_layer; ++il) g.slot[size_t(il)] = il;
+    return g;
+  }
+  g.slots = int32_t(std::min(global.size(), window.size()));
+  g.n_global = (int32_t(global.size()) + g.slots - 1) / g.slots;
+  g.n_window = (int32_t(window.size()) + g.slots - 1) / g.slots;
+  g.window = h.n_swa;
+  for (size_t i = 0; i < global.size(); ++i)
+    g.page[size_t(global[i])] = int32_t(i) / g.slots, g.slot[size_t(global[i])] = int32_t(i) % g.slots;
+  for (size_t i = 0; i < window.size(); ++i)
+    g.page[size_t(window[i])] = g.n_global + int32_t(i) / g.slots, g.slot[size_t(window[i])] = int32_t(i) % g.slots;
+  return g;
+}
+
+KVCache::KVCache(const KVLayout& layout, KvGroups groups) : KVView(layout, nullptr), groups_(std::move(groups)) {
+  if (groups_.slots == 0) {  // one page of every layer
+    groups_.slots = l_.n_layer;
+    groups_.page.assign(size_t(l_.n_layer), 0);
+    groups_.slot.resize(size_t(l_.n_layer));
+    for (int32_t il = 0; il < l_.n_layer; ++il) groups_.slot[size_t(il)] = il;
+  }
+  RIDGE_CHECK(groups_.slots == l_.n_layer, "KV cache: {} layer slots per page, the groups say {}", l_.n_layer,
+              groups_.slots);
   RIDGE_CHECK(l_.dtype == DType::F16 || l_.dtype == DType::F32 || l_.dtype == DType::BF16 || l_.scaled(),
               "KV cache dtype {} is not supported (f16, bf16, f32, i8, fp8_e4m3, fp8_e5m2)", dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");

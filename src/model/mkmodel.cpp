@@ -237,6 +237,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   if (p.llama3_rope && arch_name == "phi3")
     fail("preset {} has Llama 3's rope scaling (rope_freqs.weight), which phi3 does not take", p.name);
   RIDGE_CHECK(quant::can_quantize(opt.dtype), "mkmodel cannot write dtype {}", dtype_name(opt.dtype));
+  if (opt.window > 0 && p.n_swa == 0) fail("preset {} has no sliding window to set (--window)", p.name);
 
   int32_t n_vocab = p.n_vocab, head_dim = p.head_dim;
   // The tiny qwen3 gets a head size unlike n_embd / n_head, as the real Qwen3 has.
@@ -266,7 +267,7 @@ void make_model(const MkModelOptions& opt, const std::string& out_path) {
   w.set_f32(a + (arch->layer_norm ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), p.norm_eps);
   const bool oai = arch->ffn == Ffn::SwiGluOai;  // gpt-oss
   if (p.n_swa > 0) {
-    w.set_u32(a + "attention.sliding_window", uint32_t(p.n_swa));
+    w.set_u32(a + "attention.sliding_window", uint32_t(opt.window > 0 ? opt.window : p.n_swa));
     if (!oai) w.set_f32(a + "rope.freq_base_swa", 10000.f);
   }
   if (oai && p.yarn_factor > 0) {

@@ -18,6 +18,7 @@ struct MkModelOptions {
   int32_t layers = 0;          // override the preset's layer count (0: keep)
   int threads = 0;
   int32_t ctx = 0;             // override the preset's context length (0: keep)
+  int32_t window = 0;          // override a windowed preset's sliding window (0: keep)
 };
 
 std::vector<std::string> mkmodel_presets();

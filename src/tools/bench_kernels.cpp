@@ -208,7 +208,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
     for (int64_t s = 0; s < seqs; ++s) std::reverse(ids.begin() + s * per_seq, ids.begin() + (s + 1) * per_seq);
   if (opt.attn_order == O::Turns) {
     BlockManager bm(l.n_blocks, block);
-    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
+    std::vector<BlockTable> tables(static_cast<size_t>(seqs));
     for (int64_t i = 1; i <= per_seq; ++i)
       for (auto& t : tables) RIDGE_CHECK(bm.reserve(t, i * block), "bench attention: the pool ran out of blocks");
     for (int64_t s = 0; s < seqs; ++s) std::copy(tables[size_t(s)].begin(), tables[size_t(s)].end(), ids.begin() + s * per_seq);

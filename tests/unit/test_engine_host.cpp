@@ -32,7 +32,7 @@ TEST(BlockManager, ReserveIsAllOrNothingAndGrowsByBlocksForRounding) {
   BlockManager bm(4, 4);
   for (auto [n, want] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {4, 1}, {5, 2}, {8, 2}, {9, 3}})
     EXPECT_EQ(bm.blocks_for(n), want) << n << " tokens";
-  std::vector<int32_t> a, b;
+  BlockTable a, b;
   ASSERT_TRUE(bm.reserve(a, 9));   // 3 blocks
   EXPECT_FALSE(bm.reserve(b, 8));  // needs 2, 1 free: nothing taken
   EXPECT_TRUE(b.empty());
@@ -49,7 +49,7 @@ TEST(BlockManager, ReserveIsAllOrNothingAndGrowsByBlocksForRounding) {
 
 TEST(BlockManager, RetainKeepsABlockUntilTheLastRelease) {
   BlockManager bm(4, 4);
-  std::vector<int32_t> a;
+  BlockTable a;
   ASSERT_TRUE(bm.reserve(a, 8));
   const int32_t shared = a[0];
   bm.retain(shared);  // a second holder (e.g. the radix tree)
@@ -58,7 +58,7 @@ TEST(BlockManager, RetainKeepsABlockUntilTheLastRelease) {
   EXPECT_TRUE(a.empty());
   EXPECT_EQ(bm.ref_count(shared), 1);
   EXPECT_EQ(bm.n_free(), 3);  // only the unshared block came back
-  std::vector<int32_t> other{shared};
+  BlockTable other{shared};
   bm.release(other);
   EXPECT_EQ(bm.n_free(), 4);
   EXPECT_NO_THROW(bm.check_invariants());
@@ -66,7 +66,7 @@ TEST(BlockManager, RetainKeepsABlockUntilTheLastRelease) {
 
 TEST(BlockManager, TablesGrowIntoTheNextBlockElseStartAtAWhollyFreeSlot) {
   BlockManager bm(72, 1);  // slots of 16 blocks: [0, 16), ..., [48, 64), and 8 blocks over
-  std::vector<int32_t> a, b, c;
+  BlockTable a, b, c;
   ASSERT_TRUE(bm.reserve(a, 3));
   EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2}));  // a fresh pool fills from its start
   // b does not start at 3, where a grows, but at the next wholly free slot.
@@ -82,14 +82,14 @@ TEST(BlockManager, TablesGrowIntoTheNextBlockElseStartAtAWhollyFreeSlot) {
   EXPECT_NO_THROW(bm.check_invariants());
   // A released table's slot is wholly free again, and the lowest such slot is next.
   bm.release(b);
-  std::vector<int32_t> d;
+  BlockTable d;
   ASSERT_TRUE(bm.reserve(d, 1));
   EXPECT_EQ(d, (std::vector<int32_t>{16}));
   // With no wholly free slot left, a table takes the most recently freed block.
-  std::vector<int32_t> rest;
+  BlockTable rest;
   ASSERT_TRUE(bm.reserve(rest, bm.n_free() - 2));
-  std::vector<int32_t> e{a.back()};
-  a.pop_back();
+  BlockTable e{a.back()};
+  a.ids.pop_back();
   bm.release(e);  // block 5, on top of the stack
   ASSERT_TRUE(bm.reserve(c, 2));  // 49 is taken by rest: c goes on at 5
   EXPECT_EQ(c.back(), 5);
@@ -104,7 +104,7 @@ TEST(BlockManager, TablesGrowIntoTheNextBlockElseStartAtAWhollyFreeSlot) {
 // goes on in a run of its own instead of the 16 interleaving block by block.
 TEST(BlockManager, TablesGrowingInTurnsStayInRuns) {
   BlockManager bm(4096, 16);
-  std::vector<std::vector<int32_t>> tables(16);
+  std::vector<BlockTable> tables(16);
   for (int64_t len = 16; len <= 128 * 16; len += 16)
     for (auto& t : tables) ASSERT_TRUE(bm.reserve(t, len));
   int64_t adjacent = 0, pairs = 0;
@@ -122,10 +122,10 @@ TEST(BlockManager, TablesGrowingInTurnsStayInRuns) {
 TEST(BlockManager, ChurnKeepsTheFreeListConsistentAndTablesMostlyAdjacent) {
   BlockManager bm(4096, 16);
   std::mt19937 rng(7);
-  std::vector<std::vector<int32_t>> tables(16);
+  std::vector<BlockTable> tables(16);
   std::vector<int64_t> len(16, 0);
   int64_t adjacent = 0, pairs = 0;
-  auto count = [&](const std::vector<int32_t>& t) {
+  auto count = [&](const BlockTable& t) {
     for (size_t i = 1; i < t.size(); ++i) adjacent += t[i] == t[i - 1] + 1, ++pairs;
   };
   for (int step = 0; step < 20000; ++step) {
@@ -156,12 +156,12 @@ TEST(BlockManager, ChurnKeepsTheFreeListConsistentAndTablesMostlyAdjacent) {
 
 TEST(BlockManager, CheckInvariantsPassesValidUseAndCatchesADoubleRelease) {
   BlockManager bm(4, 2);
-  std::vector<int32_t> a, b;
+  BlockTable a, b;
   ASSERT_TRUE(bm.reserve(a, 3));
   ASSERT_TRUE(bm.reserve(b, 2));
   bm.retain(b[0]);
   EXPECT_NO_THROW(bm.check_invariants());
-  std::vector<int32_t> copy = a;
+  BlockTable copy = a;
   bm.release(a);
   EXPECT_NO_THROW(bm.check_invariants());
   // Misuse: whether release() asserts (debug) or the count goes negative (release), it shows.
@@ -172,15 +172,16 @@ TEST(BlockManager, CheckInvariantsPassesValidUseAndCatchesADoubleRelease) {
 
 // A sequence that computed `toks` (a multiple of the block size) and recorded its blocks;
 // returns its block table, still held.
-std::vector<int32_t> computed(BlockManager& bm, RadixCache& rc, const std::vector<int32_t>& toks) {
-  std::vector<int32_t> t;
+BlockTable computed(BlockManager& bm, RadixCache& rc, const std::vector<int32_t>& toks) {
+  BlockTable t;
   EXPECT_TRUE(bm.reserve(t, int64_t(toks.size())));
   rc.insert(toks, t);
   return t;
 }
 // The same, finished: only the tree holds the blocks. Returns their ids.
 std::vector<int32_t> cached(BlockManager& bm, RadixCache& rc, const std::vector<int32_t>& toks) {
-  std::vector<int32_t> t = computed(bm, rc, toks), ids = t;
+  BlockTable t = computed(bm, rc, toks);
+  const std::vector<int32_t> ids = t.ids;
   bm.release(t);
   return ids;
 }
@@ -189,7 +190,7 @@ TEST(RadixCache, MatchReturnsLongestFullBlockPrefixAndRetainsIt) {
   BlockManager bm(16, 4);
   RadixCache rc(bm);
   const std::vector<int32_t> blocks = cached(bm, rc, iota(0, 12));
-  std::vector<int32_t> got, got2;
+  BlockTable got, got2;
   EXPECT_EQ(rc.match(iota(0, 10), 100, got), 8);  // 2 full blocks and a partial one
   EXPECT_EQ(got, (std::vector<int32_t>{blocks[0], blocks[1]}));
   EXPECT_EQ(bm.ref_count(blocks[0]), 2);  // the caller's reference
@@ -209,7 +210,7 @@ TEST(RadixCache, MaxTokensCapsTheMatch) {
   BlockManager bm(16, 4);
   RadixCache rc(bm);
   cached(bm, rc, iota(0, 12));
-  std::vector<int32_t> got;
+  BlockTable got;
   EXPECT_EQ(rc.match(iota(0, 12), 11, got), 8);
   EXPECT_EQ(got.size(), 2u);
   bm.release(got);
@@ -222,15 +223,16 @@ TEST(RadixCache, InsertOfAnExistingPathKeepsTheExistingNodes) {
   RadixCache rc(bm);
   const std::vector<int32_t> a = cached(bm, rc, iota(0, 4));
   // Another sequence computed the same tokens into its own blocks: the tree keeps a's.
-  std::vector<int32_t> c = computed(bm, rc, iota(0, 4));
+  BlockTable c = computed(bm, rc, iota(0, 4));
   EXPECT_EQ(rc.n_nodes(), 2);
   EXPECT_EQ(rc.stats().inserted_blocks, 2);
   EXPECT_EQ(bm.ref_count(c[0]), 1);  // not retained by the tree
   EXPECT_EQ(bm.ref_count(c[1]), 1);
   // A longer one adds only its new tail, under the existing path.
-  std::vector<int32_t> d = computed(bm, rc, iota(0, 6));
+  BlockTable d = computed(bm, rc, iota(0, 6));
   EXPECT_EQ(rc.n_nodes(), 3);
-  std::vector<int32_t> got, tree;
+  BlockTable got;
+  std::vector<int32_t> tree;
   EXPECT_EQ(rc.match(iota(0, 6), 6, got), 6);
   EXPECT_EQ(got, (std::vector<int32_t>{a[0], a[1], d[2]}));
   rc.collect_blocks(tree);
@@ -244,7 +246,7 @@ TEST(RadixCache, EvictFreesLeastRecentlyUsedLeafFirst) {
   BlockManager bm(8, 2);
   RadixCache rc(bm);
   const int32_t xb = cached(bm, rc, {1, 2})[0], yb = cached(bm, rc, {3, 4})[0];
-  std::vector<int32_t> got;
+  BlockTable got;
   ASSERT_EQ(rc.match(std::vector<int32_t>{1, 2, 0}, 2, got), 2);  // x is now the newer
   bm.release(got);
   EXPECT_EQ(rc.evict(1), 1);
@@ -273,7 +275,7 @@ TEST(RadixCache, TreeOnlyNodeWithAHeldChildIsNotEvictable) {
   BlockManager bm(8, 2);
   RadixCache rc(bm);
   cached(bm, rc, {1, 2});
-  std::vector<int32_t> s2 = computed(bm, rc, {1, 2, 3, 4});
+  BlockTable s2 = computed(bm, rc, {1, 2, 3, 4});
   ASSERT_EQ(rc.n_nodes(), 2);
   EXPECT_EQ(rc.n_evictable(), 0);
   EXPECT_EQ(rc.evict(100), 0);
@@ -287,7 +289,7 @@ TEST(RadixCache, EvictNeverFreesHeldBlocksAndCountsExactlyWhatItCanFree) {
   // root -> a -> {b, c -> d}, a sequence holding a and b: c and d can go, a and b cannot.
   BlockManager bm(16, 2);
   RadixCache rc(bm);
-  std::vector<int32_t> held = computed(bm, rc, {1, 1, 2, 2});
+  BlockTable held = computed(bm, rc, {1, 1, 2, 2});
   cached(bm, rc, {1, 1, 3, 3, 4, 4});
   EXPECT_EQ(rc.n_evictable(), 2);
   EXPECT_EQ(rc.evict(100), 2);
@@ -303,9 +305,9 @@ TEST(RadixCache, StatsCountQueriesHitsAndEvictions) {
   BlockManager bm(8, 2);
   RadixCache rc(bm);
   cached(bm, rc, {1, 2, 3, 4});
-  std::vector<int32_t> got;
+  BlockTable got, got2;
   rc.match(std::vector<int32_t>{1, 2, 3, 4, 5}, 4, got);  // 4 hit of 5
-  rc.match(std::vector<int32_t>{7, 8}, 1, got);           // miss
+  rc.match(std::vector<int32_t>{7, 8}, 1, got2);          // miss
   bm.release(got);
   rc.evict(1);
   const RadixCache::Stats& st = rc.stats();
@@ -595,7 +597,7 @@ TEST(Scheduler, SwapPreemptionMovesKVOutAndBackBeforeWaitingWork) {
   Sequence* b = sim.add(iota(100, 4), 8);
   for (int i = 0; i < 5; ++i) sim.step();
   ASSERT_EQ(b->blocks.size(), 2u);
-  const std::vector<int32_t> b_blocks = b->blocks;
+  const std::vector<int32_t> b_blocks = b->blocks.ids;
   // Step 6: a needs a third block, b is swapped out; its blocks are free at once, listed
   // in swap_src for the engine to copy before the forward.
   SchedulerOutput o = sim.sched.schedule();

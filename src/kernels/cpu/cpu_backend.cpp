@@ -40,6 +40,8 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < T; ++t) rope_cache(s.rope_swa, s.pos[size_t(t)], rope_cs_swa_.data() + t * rds);
   }
 
+  void set_block_tables(std::span<const std::span<const int32_t>> tables) override { step_.block_tables = tables; }
+
   void embed(const WeightView& table, float* x) override {
     const int64_t T = int64_t(step_.tokens.size()), E = table.k, erow = row_bytes(table.type, E);
     pool_.parallel_for(T, 16, [&](int64_t lo, int64_t hi, int) {
