@@ -11,6 +11,8 @@ BlockManager::BlockManager(int32_t n_pages, int32_t block_size, const PageGroups
   RIDGE_CHECK(n_pages > 0 && block_size > 0, "block manager needs pages ({}) and a block size ({})", n_pages, block_size);
   RIDGE_CHECK(g_.n_global >= 1 && g_.n_window >= 0 && (g_.n_window == 0 || g_.window > 0),
               "block manager: {} global and {} window pages per block, window {}", g_.n_global, g_.n_window, g_.window);
+  RIDGE_CHECK(P_ <= kMaxPages, "a KV block of {} pages (over {}): too many window layers to a global one", P_,
+              kMaxPages);
   owner_.assign(size_t(n_pages), -1);
   pos_.assign(size_t(n_pages), 0);
   ref_.assign(size_t(n_pages), 0);
@@ -108,8 +110,7 @@ bool BlockManager::reserve(BlockTable& t, int64_t n_tokens) {
   while (int64_t(t.size()) < blocks_for(n_tokens)) {
     const bool live = int64_t(t.size()) >= t.n_slid;
     const int32_t prev = t.empty() ? -1 : t.ids.back();
-    int32_t pg[64] = {};
-    RIDGE_ASSERT(P_ <= 64);
+    int32_t pg[kMaxPages] = {};
     for (int32_t k = 0; k < P_; ++k) {
       if (k >= g_.n_global && !live) {
         pg[k] = -1;

@@ -120,6 +120,7 @@ class BlockManager {
   // slot all of whose pages are free, so it can grow kSlot pages before it meets
   // another table (16 pages: 256 tokens at the default block size).
   static constexpr int32_t kSlot = 16;
+  static constexpr int32_t kMaxPages = 64;  // per block
 
   void take(int32_t page, int32_t entry);  // off the free list, owned by entry
   void give_back(int32_t page);            // onto the free list

@@ -76,6 +76,7 @@ void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t
       child->key = key;
       child->block = blocks[b];
       child->parent = n;
+      child->depth = n->depth + 1;
       bm_.retain(blocks[b]);
       if (bm_.windowed() && bm_.has_window(blocks[b])) bm_.claim(blocks[b]), child->window = true;
       ++n_nodes_;
@@ -83,6 +84,15 @@ void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t
       it = n->children.emplace(std::move(key), std::move(child)).first;
     }
     n = it->second.get();
+    // A node whose window pages were evicted takes this copy, which has them (the same
+    // tokens at the same positions: the same K/V), or hits would stop before it for good.
+    if (bm_.windowed() && !n->window && bm_.has_window(blocks[b])) {
+      bm_.retain(blocks[b]);
+      bm_.claim(blocks[b]);
+      bm_.release_entry(n->block);
+      n->block = blocks[b];
+      n->window = true;
+    }
     n->last_use = now;
   }
 }
@@ -101,7 +111,11 @@ int32_t RadixCache::evict(int32_t n) {
     std::vector<Node*> victims;
     collect_victims(root_.get(), victims);
     if (victims.empty()) break;
-    std::sort(victims.begin(), victims.end(), [](const Node* a, const Node* b) { return a->last_use < b->last_use; });
+    // Least recently used first; on a tie (a path recorded or matched at once) the deeper
+    // first, so a prefix loses its tail before its head.
+    std::sort(victims.begin(), victims.end(), [](const Node* a, const Node* b) {
+      return a->last_use != b->last_use ? a->last_use < b->last_use : a->depth > b->depth;
+    });
     // Evicting a leaf can turn its parent into a leaf; re-collect after each round.
     for (Node* v : victims) {
       if (freed >= n) break;

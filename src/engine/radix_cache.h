@@ -67,6 +67,7 @@ class RadixCache {
     std::vector<int32_t> key;  // the block's token ids [block_size] (a first block: then -ns, ns > 0)
     int32_t block = -1;
     bool window = false;  // the tree claims the block's window pages
+    int32_t depth = 0;    // blocks from the root
     Node* parent = nullptr;
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
     uint64_t last_use = 0;

@@ -29,9 +29,13 @@ KvGroups kv_groups_for(const HParams& h, bool bounded) {
     for (int32_t il = 0; il < h.n_layer; ++il) g.slot[size_t(il)] = il;
     return g;
   }
+  // The smaller kind's count, widened while a block would take over 64 pages (a file
+  // with one global layer in a hundred).
   g.slots = int32_t(std::min(global.size(), window.size()));
-  g.n_global = (int32_t(global.size()) + g.slots - 1) / g.slots;
-  g.n_window = (int32_t(window.size()) + g.slots - 1) / g.slots;
+  auto pages = [&](size_t n) { return (int32_t(n) + g.slots - 1) / g.slots; };
+  while (pages(global.size()) + pages(window.size()) > 64) g.slots *= 2;
+  g.n_global = pages(global.size());
+  g.n_window = pages(window.size());
   g.window = h.n_swa;
   for (size_t i = 0; i < global.size(); ++i)
     g.page[size_t(global[i])] = int32_t(i) / g.slots, g.slot[size_t(global[i])] = int32_t(i) % g.slots;

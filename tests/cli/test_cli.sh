@@ -236,6 +236,7 @@ expect_error "bench spec draft without a model" "--draft-model"              "$R
 expect_error "--suffix-min-token-prob 2"        "--suffix-min-token-prob"    "$RIDGE" generate -m tiny.gguf -p hi --speculative-method suffix --suffix-min-token-prob 2
 expect_error "bench spec with a bad --acceptance" "--acceptance.*1\.5"       "$RIDGE" bench spec -m tiny.gguf --acceptance 0.5,1.5
 expect_error "bench spec with an unknown method" "--methods.*eagle"          "$RIDGE" bench spec -m tiny.gguf --methods ngram,eagle
+expect_error "mkmodel --window on a preset without" "no sliding window"      "$RIDGE" mkmodel --preset tiny --window 64 -o nowin.gguf
 
 # --- good input: exit 0 -------------------------------------------------------------
 expect_ok "info -m tiny.gguf"                            "$RIDGE" info -m tiny.gguf
@@ -250,6 +251,13 @@ expect_ok "perplexity --kl-divergence (int8 KV)"           "$RIDGE" perplexity -
 if ! grep -q "same top-1" "$TMP/out"; then report "the KL report has top-1 agreement" "no 'same top-1' line"; fi
 expect_error "--kl-divergence at another -c"    "-c 32.*-c 16"               "$RIDGE" perplexity -m tiny.gguf -f ppl.txt -c 16 --kl-divergence --kl-divergence-base klbase.bin
 expect_ok "generate with --speculative-method ngram"     "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method ngram
+# A window of 16 over a 200-token run: the window layers' pages are dropped as it goes;
+# --swa-full keeps them, and the text is the same.
+run "$RIDGE" mkmodel --preset gemma3-tiny --window 16 -o gemma3w.gguf
+expect_ok "generate with bounded windows"                "$RIDGE" generate -m gemma3w.gguf -p "$(printf 'ab%.0s' $(seq 60))" -n 80 --temp 0 --ignore-eos
+cp "$TMP/out" "$TMP/bounded.out"
+expect_ok "generate with --swa-full"                     "$RIDGE" generate -m gemma3w.gguf -p "$(printf 'ab%.0s' $(seq 60))" -n 80 --temp 0 --ignore-eos --swa-full
+if ! cmp -s "$TMP/bounded.out" "$TMP/out"; then report "bounded windows and --swa-full give the same text" "they differ"; fi
 expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
 expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1
 expect_ok "generate with --draft-model (1 layer)"        "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --draft-model draft1.gguf

@@ -6,12 +6,14 @@
 // window layers would take.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
 
 #include "engine/engine.h"
 #include "engine/radix_cache.h"
+#include "model/kv_cache.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 
@@ -22,6 +24,38 @@ std::vector<int32_t> iota(int32_t first, int32_t n) {
   std::vector<int32_t> v(size_t(n), 0);
   for (int32_t i = 0; i < n; ++i) v[size_t(i)] = first + i;
   return v;
+}
+
+// Pages of the smaller kind's layer count: gemma3-1b's 4 global and 22 window layers as
+// 1 + 6 pages of 4 slots, gpt-oss's 12 and 12 as 1 + 1 of 12; a block never over 64
+// pages; a model of one kind (or --swa-full) one page of every layer.
+TEST(KvGroups, LayersGoToPagesOfTheirKind) {
+  HParams h;
+  h.n_layer = 26, h.n_swa = 512, h.swa_period = 6;
+  KvGroups g = kv_groups_for(h, true);
+  EXPECT_EQ(g.slots, 4);
+  EXPECT_EQ(g.n_global, 1);
+  EXPECT_EQ(g.n_window, 6);
+  EXPECT_EQ(g.window, 512);
+  std::vector<int> used(size_t(g.pages() * g.slots), 0);
+  for (int32_t il = 0; il < h.n_layer; ++il) {
+    EXPECT_EQ(g.page[size_t(il)] >= g.n_global, h.swa_layer(il)) << il;
+    ++used[size_t(g.page[size_t(il)] * g.slots + g.slot[size_t(il)])];
+  }
+  EXPECT_EQ(*std::max_element(used.begin(), used.end()), 1);  // no two layers share a slot
+  h.n_layer = 24, h.swa_period = 2;
+  g = kv_groups_for(h, true);
+  EXPECT_EQ(g.slots, 12);
+  EXPECT_EQ(g.pages(), 2);
+  h.n_layer = 200, h.swa_period = 200;  // one global layer to 199 window ones
+  g = kv_groups_for(h, true);
+  EXPECT_LE(g.pages(), 64);
+  EXPECT_TRUE(g.grouped());
+  g = kv_groups_for(h, false);
+  EXPECT_EQ(g.slots, 200);
+  EXPECT_FALSE(g.grouped());
+  h.n_swa = 0;
+  EXPECT_FALSE(kv_groups_for(h, true).grouped());
 }
 
 // One global and two window pages a block, a window of 8, blocks of 4 tokens.
@@ -136,6 +170,19 @@ TEST(RadixCacheWindows, AHitNeedsTheWindowPagesItsQuerySeesAndThoseEvictFirst) {
   }
   EXPECT_NO_THROW(rc.check_invariants());
   EXPECT_NO_THROW(bm.check_invariants());
+  {
+    // Another sequence computes the same tokens: its blocks, window pages and all, take
+    // the places of those that lost theirs, and the whole prefix hits again.
+    BlockTable again;
+    ASSERT_TRUE(bm.reserve(again, 40));
+    rc.insert(toks, again);
+    bm.release(again);
+    BlockTable a;
+    EXPECT_EQ(rc.match(toks, 39, a), 36);
+    bm.release(a);
+    EXPECT_NO_THROW(rc.check_invariants());
+    EXPECT_NO_THROW(bm.check_invariants());
+  }
   bm.release(seq);
   EXPECT_EQ(rc.n_evictable(), bm.n_total() - bm.n_free());
   rc.evict(1 << 20);

@@ -697,8 +697,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     int32_t ng = 0;
     for (int32_t b = b0; b < b1; ++b) {
       const int32_t i = b - b0, keys = a.n_ctx - b * bs < bs ? a.n_ctx - b * bs : bs;
-      tl.k[i] = a.k0 + a.blocks[b] * a.k_block_stride;
-      tl.v[i] = a.v0 + a.blocks[b] * a.v_block_stride;
+      // A block wholly before every row's window may be gone from the table (-1: its
+      // window pages were dropped, engine/block_manager.h); nothing reads it.
+      const bool dead = (i + 1) * bs <= tl.live;
+      tl.k[i] = dead ? nullptr : a.k0 + a.blocks[b] * a.k_block_stride;
+      tl.v[i] = dead ? nullptr : a.v0 + a.blocks[b] * a.v_block_stride;
       tl.keys[i] = keys;
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
         if (tl.live < i * bs + 16 * g + (keys - 16 * g < 16 ? keys - 16 * g : 16))  // a group with a live key
