@@ -25,6 +25,17 @@ BlockManager::BlockManager(int32_t n_pages, int32_t block_size, const PageGroups
   }
   slot_free_.assign(size_t(n_pages / kSlot), kSlot);
   for (int32_t s = 0; s < n_pages / kSlot; ++s) free_slots_.insert(free_slots_.end(), s);
+  dropped_.resize(size_t(g_.n_window));
+}
+
+int32_t BlockManager::window_page(int32_t k, int32_t prev) {
+  auto& d = dropped_[size_t(k - g_.n_global)];
+  while (!d.empty()) {
+    const int32_t p = d.front();
+    d.pop_front();
+    if (owner_[size_t(p)] < 0) return p;
+  }
+  return place(prev);
 }
 
 void BlockManager::take(int32_t page, int32_t entry) {
@@ -116,7 +127,8 @@ bool BlockManager::reserve(BlockTable& t, int64_t n_tokens) {
         pg[k] = -1;
         continue;
       }
-      pg[k] = place(prev >= 0 ? page(prev, k) : -1);
+      const int32_t pk = prev >= 0 ? page(prev, k) : -1;
+      pg[k] = k < g_.n_global ? place(pk) : window_page(k, pk);
       take(pg[k], pg[0]);
     }
     const int32_t e = pg[0];
@@ -156,7 +168,12 @@ int32_t BlockManager::drop_window(int32_t entry) {
   int32_t n = 0;
   for (int32_t k = g_.n_global; k < P_; ++k) {
     int32_t& p = pages_[size_t(entry) * P_ + size_t(k)];
-    if (p >= 0) give_back(p), p = -1, ++n;
+    if (p < 0) continue;
+    give_back(p);
+    auto& d = dropped_[size_t(k - g_.n_global)];
+    d.push_back(p);
+    if (d.size() > owner_.size()) d.pop_front();  // stale entries beyond the pool's pages
+    p = -1, ++n;
   }
   return n;
 }

@@ -21,10 +21,14 @@
 // free pages, where no other table is growing; with no such slot left, on the most
 // recently freed page. 16 tables taking a block each in turns, as a decode batch does,
 // stay almost wholly adjacent, where handing out the most recently freed page
-// interleaved them block by block (no neighbours adjacent).
+// interleaved them block by block (no neighbours adjacent). A window page goes first to
+// a page of its kind dropped earlier (oldest first): a sequence's window then turns in
+// a ring over the same pages, still in order, and its memory stays that of the window
+// instead of walking through the whole pool.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <set>
 #include <span>
@@ -127,6 +131,7 @@ class BlockManager {
   int32_t fresh_page() const;              // where a page that cannot follow its run goes
   int32_t place(int32_t prev) const;       // a free page: prev + 1 if free, else fresh
   int32_t drop_window(int32_t entry);      // frees its window pages; returns how many
+  int32_t window_page(int32_t k, int32_t prev);  // a free page for window kind k
 
   int32_t block_size_;
   PageGroups g_;
@@ -138,6 +143,9 @@ class BlockManager {
   std::vector<int32_t> pages_;   // [entry id][P] its pages
   std::vector<int32_t> slot_free_;  // [slot] its free pages (whole slots only)
   std::set<int32_t> free_slots_;    // the slots with every page free
+  // [window kind] pages of that kind dropped, oldest first; an entry may be stale (taken
+  // again since by another kind): skipped.
+  std::vector<std::deque<int32_t>> dropped_;
 };
 
 }  // namespace ridge

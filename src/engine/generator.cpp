@@ -35,6 +35,9 @@ std::vector<GenResult> Generator::run(const std::vector<GenRequest>& reqs, const
     const int64_t tokens = opt_.kv_tokens > 0 ? opt_.kv_tokens : std::max<int64_t>(need_tokens, opt_.block_size);
     ec.kv_cache_tokens = (tokens + opt_.block_size - 1) / opt_.block_size * opt_.block_size;
   }
+  // A lone request has nobody to share a prefix with: no prefix cache, whose claims
+  // would otherwise keep every window page it passes (evictable) and walk the whole pool.
+  if (reqs.size() == 1) ec.prefix_cache = false;
   Engine engine(model_, tok_, ec);
   if (opt_.on_engine) opt_.on_engine(engine);
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/radix_cache.h"
@@ -134,6 +135,27 @@ TEST(BlockManagerWindows, EachPageKindRunsOnItsOwn) {
     for (int32_t k = 0; k < 3; ++k) EXPECT_EQ(bm.page(t[i], k), bm.page(t[i - 1], k) + 1) << i << " page " << k;
   bm.release(t);
   EXPECT_NO_THROW(bm.check_invariants());
+}
+
+// A sequence decoding far past its window turns its window pages in a ring: it touches
+// as many as the window takes, in order, not the whole pool.
+TEST(BlockManagerWindows, AWindowTurnsInARingOverTheSamePages) {
+  BlockManager bm(4096, 4, {1, 2, 8});
+  BlockTable t;
+  std::set<int32_t> window_pages;
+  int64_t in_order = 0, pairs = 0;
+  for (int64_t n = 1; n <= 4000; ++n) {  // a token a step: reserve, then slide past it
+    ASSERT_TRUE(bm.reserve(t, n));
+    bm.slide(t, n);
+    const size_t i = t.size() - 1;
+    for (int32_t k = 1; k < 3; ++k) window_pages.insert(bm.page(t[i], k));
+    if (n % 4 == 0 && i > 0 && bm.has_window(t[i - 1])) in_order += bm.page(t[i], 1) == bm.page(t[i - 1], 1) + 1, ++pairs;
+  }
+  EXPECT_LE(window_pages.size(), 2u * 4u);  // (window 8 + a block) / 4 blocks live, 2 kinds
+  EXPECT_GE(in_order * 3, pairs * 2) << in_order << " of " << pairs;  // mostly adjacent still
+  EXPECT_NO_THROW(bm.check_invariants());
+  bm.release(t);
+  EXPECT_EQ(bm.n_free(), 4096);
 }
 
 TEST(RadixCacheWindows, AHitNeedsTheWindowPagesItsQuerySeesAndThoseEvictFirst) {
