@@ -195,6 +195,33 @@ ds_serve() {
 phase "latent attention through the server (deepseek2, with preemptions)" ds_serve
 stop_server ds
 
+# Sliding windows through the server: gemma3's tiny (five window layers to a global one)
+# with a window of 16, so every request's window pages are dropped as it goes, in a
+# pool of 64 pages (a block is 6) where 16 concurrent requests preempt one another;
+# every request completes, preemptions show, and once idle no page is in use and the
+# engine's invariants (claims included) held at every check.
+"$RIDGE" mkmodel --preset gemma3-tiny --window 16 --dtype q8_0 -o "$tmp/g3.gguf" 2>/dev/null ||
+  { echo "server tests: mkmodel (gemma3) failed"; exit 1; }
+start_server g3 -m "$tmp/g3.gguf" --served-model-name g3-random -t 1 --kv-cache-memory 256K --max-num-batched-tokens 64
+swa_serve() {
+  local url="http://127.0.0.1:${PORT[g3]}"
+  "$RIDGE" bench serve --url "$url" --num-prompts 16 --input-len 48 --output-len 64 --vocab-max 400 \
+    >"$tmp/g3_serve.out" 2>&1 && grep -q "^Failed requests: *0$" "$tmp/g3_serve.out" ||
+    { cat "$tmp/g3_serve.out"; return 1; }
+  sleep 1  # the engine checks its invariants when it goes idle
+  node -e 'fetch(process.argv[1] + "/metrics").then(r => r.text()).then(t => {
+      const v = (n) => Number((t.match(new RegExp("^" + n + "(?:\\{[^}]*\\})? (\\S+)$", "m")) || [])[1]);
+      const bad = [];
+      if (!(v("ridge:num_preemptions_total") > 0)) bad.push("no preemption");
+      if (v("ridge:kv_blocks_in_use") !== 0) bad.push("pages in use once idle");
+      if (v("ridge:engine_invariant_failures_total") !== 0) bad.push("invariant failures");
+      if (!(v("ridge:engine_invariant_checks_total") >= 1)) bad.push("no invariant check");
+      if (bad.length) { console.log(bad.join(", ")); process.exit(1); }
+    })' "$url"
+}
+phase "sliding windows through the server (gemma3, pages dropped, with preemptions)" swa_serve
+stop_server g3
+
 # bench serve through the API key, with the server's speculative-decoding counters read
 # from /metrics around the run (the stories server verifies every proposed token).
 bench_spec() {
