@@ -333,11 +333,11 @@ std::string Metrics::render() const {
         double(st.peak));
   gauge("ridge:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
         g.kv_cache_usage);
-  gauge("ridge:kv_blocks_total", "Number of KV-cache blocks.", double(g.kv_blocks_total));
-  gauge("ridge:kv_blocks_free", "Number of free KV-cache blocks.", double(g.kv_blocks_free));
-  gauge("ridge:kv_blocks_evictable", "KV-cache blocks held only by the prefix cache.",
+  gauge("ridge:kv_blocks_total", "Number of KV-cache pages (a block of tokens is one page, or several for a model with sliding-window layers).", double(g.kv_blocks_total));
+  gauge("ridge:kv_blocks_free", "Number of free KV-cache pages.", double(g.kv_blocks_free));
+  gauge("ridge:kv_blocks_evictable", "KV-cache pages held only by the prefix cache.",
         double(g.kv_blocks_evictable));
-  gauge("ridge:kv_blocks_in_use", "KV-cache blocks referenced by requests.",
+  gauge("ridge:kv_blocks_in_use", "KV-cache pages held by requests.",
         double(g.kv_blocks_in_use));
 
   counter("ridge:prompt_tokens_total", "Number of prefill tokens processed.",
