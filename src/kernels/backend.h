@@ -113,6 +113,9 @@ class Backend {
   virtual void add(float* x, const float* y, int64_t m, int64_t n) = 0;
   // x[m][n] += b[n]: a matmul's bias.
   virtual void add_bias(float* x, const float* b, int64_t m, int64_t n) = 0;
+  // Each run's x[rows][n] += its b[n], all runs in one pass: the biases of grouped
+  // matmuls (gpt-oss's experts), each item's rows its own.
+  virtual void add_bias_runs(std::span<const BiasRun> runs, int64_t n) = 0;
   // out[m][n] = silu(gate) * up.
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) = 0;
   // out[m][n] = gpt-oss's clamped SwiGLU of gate and up (kernels/cpu/ops.h swiglu_oai).

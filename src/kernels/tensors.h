@@ -26,6 +26,13 @@ struct MatmulOut {
 // One matmul of a group run in one pass (Backend::matmul_grouped: a mixture of experts'
 // active experts): y = x[m][w.k] . W^T into outs (split as a fused weight's), where x is
 // silu(gate) * up row by row when gate is set.
+// Rows that take one bias vector (Backend::add_bias_runs).
+struct BiasRun {
+  float* x = nullptr;  // [rows][n]
+  const float* b = nullptr;  // [n]
+  int64_t rows = 0;
+};
+
 struct GroupedMatmul {
   const WeightView* w = nullptr;
   const float* x = nullptr;

@@ -383,14 +383,17 @@ void Forward::moe_ffn_block(int32_t il) {
   const DType wt = L.gate_exps[0].type;
   // Where the backend groups them, all active experts' matmuls run in one pass each for
   // gate/up and for down (the same bits; a decode's 8 experts are 16 small matrices).
-  // gpt-oss's experts (biases on each matrix, the clamped SwiGLU) run expert by expert,
-  // the biases added to each expert's rows and the activation an op of its own.
+  // gpt-oss's experts add a bias to each matrix (one pass over every expert's rows) and
+  // take the clamped SwiGLU as an op of its own between gate/up and down.
   const bool oai = m_.arch().ffn == Ffn::SwiGluOai;
   const bool fused_gu = !L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[0]);
-  const bool grouped = !oai && fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
+  const bool grouped = fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
   if (grouped) {
     moe_gu_items_.clear();
     moe_down_items_.clear();
+    moe_gu_bias_.clear();
+    moe_down_bias_.clear();
+    float* act = oai ? moe_act_.reserve(R * F) : nullptr;
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
       if (n == 0) continue;
@@ -398,14 +401,32 @@ void Forward::moe_ffn_block(int32_t il) {
       a.w = &L.gate_up_exps[size_t(e)], a.x = xg + r0 * E, a.m = n, a.n_outs = 2;
       a.outs[0] = {F, g + r0 * F}, a.outs[1] = {F, u + r0 * F};
       moe_gu_items_.push_back(a);
-      kernels::GroupedMatmul d;  // SwiGLU made row by row inside down's activation pass
-      d.w = &L.down_exps[size_t(e)], d.gate = g + r0 * F, d.up = u + r0 * F, d.m = n, d.n_outs = 1;
+      kernels::GroupedMatmul d;
+      d.w = &L.down_exps[size_t(e)], d.m = n, d.n_outs = 1;
+      if (oai) d.x = act + r0 * F;
+      else d.gate = g + r0 * F, d.up = u + r0 * F;  // SwiGLU made row by row inside down's activation pass
       d.outs[0] = {E, y + r0 * E};
       moe_down_items_.push_back(d);
+      if (oai) {
+        moe_gu_bias_.push_back({g + r0 * F, L.gate_exps_b.data() + int64_t(e) * F, n});
+        moe_gu_bias_.push_back({u + r0 * F, L.up_exps_b.data() + int64_t(e) * F, n});
+        moe_down_bias_.push_back({y + r0 * E, L.down_exps_b.data() + int64_t(e) * E, n});
+      }
     }
-    op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] { be_.matmul_grouped(moe_gu_items_); });
-    dc.flops += perf::swiglu_cost(R, F).flops;
-    op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] { be_.matmul_grouped(moe_down_items_); });
+    op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
+      be_.matmul_grouped(moe_gu_items_);
+      if (oai) be_.add_bias_runs(moe_gu_bias_, F);
+    });
+    if (oai) {
+      op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F),
+         [&] { be_.swiglu_oai(g, u, act, R, F); });
+    } else {
+      dc.flops += perf::swiglu_cost(R, F).flops;
+    }
+    op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
+      be_.matmul_grouped(moe_down_items_);
+      if (oai) be_.add_bias_runs(moe_down_bias_, E);
+    });
     float* out = ffn_out_.reserve(T * E);
     op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
        [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });

@@ -137,6 +137,7 @@ class Forward {
   std::vector<int32_t> moe_src_;          // [R] the token of each gathered row
   std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step
   std::vector<kernels::GroupedMatmul> moe_gu_items_, moe_down_items_;  // [active experts]
+  std::vector<kernels::BiasRun> moe_gu_bias_, moe_down_bias_;  // gpt-oss: each expert's biases on its rows
   kernels::Activations shexp_gate_{be_};  // [T][n_ff_exp x n_expert_shared]
   kernels::Activations shexp_up_{be_};    // [T][n_ff_exp x n_expert_shared]
   kernels::Activations shexp_out_{be_};   // [T][n_embd]

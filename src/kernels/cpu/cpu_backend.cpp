@@ -76,6 +76,15 @@ class CpuBackend final : public Backend {
   void add_bias(float* x, const float* b, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { add_inplace(x + t * n, b, n); });
   }
+  void add_bias_runs(std::span<const BiasRun> runs, int64_t n) override {
+    int64_t total = 0;
+    for (const BiasRun& r : runs) total += r.rows;
+    rows(total, [&](int64_t t) {
+      size_t i = 0;  // a handful of runs (two per active expert): found by walking
+      while (t >= runs[i].rows) t -= runs[i++].rows;
+      add_inplace(runs[i].x + t * n, runs[i].b, n);
+    });
+  }
   void swiglu(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
     rows(m, [&](int64_t t) { kernels::swiglu(gate + t * n, up + t * n, out + t * n, n); });
   }
