@@ -46,9 +46,7 @@ int bench_throughput(Args& a) {
   if (prefix > in_len) fail("--prefix-len {} exceeds --input-len {}", prefix, in_len);
   perf::TraceSession trace_session(trace, "bench");
 
-  prepare_kernels();
-
-  auto model = Model::load(path);
+  auto model = load_model_for(path, cfg);
   const int32_t n_vocab = model->hparams().n_vocab;
   std::mt19937_64 rng(seed);
   auto tok = [&] { return int32_t(3 + rng() % uint64_t(std::max(1, n_vocab - 3))); };
@@ -351,9 +349,7 @@ int bench_spec_cmd(Args& a) {
       o.replay_acceptance.push_back(v);
     }
 
-  prepare_kernels();
-
-  auto model = Model::load(path);
+  auto model = load_model_for(path, o.engine);
   std::vector<std::string> texts;
   if (prompt) texts.push_back(*prompt);
   if (prompt_file) texts = read_prompt_lines(*prompt_file, "--prompt-file");

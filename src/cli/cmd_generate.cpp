@@ -100,9 +100,7 @@ int cmd_generate(Args& a) {
     prompts.push_back(prompt.value_or("Once upon a time"));
   }
 
-  prepare_kernels();
-
-  auto model = Model::load(path);
+  auto model = load_model_for(path, opt);
   auto tok = load_tokenizer(path, *model);
   const HParams& h = model->hparams();
 

@@ -8,6 +8,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "perf/peaks.h"
 
 namespace ridge::cli {
@@ -67,6 +68,18 @@ void print_table(const Peaks& p) {
 }  // namespace
 
 int cmd_peaks(Args& a) {
+  const std::string dev = a.str({"--device"}, "cpu");
+  if (dev == "cuda") {
+    a.finish();
+    const kernels::CudaPeaks p = kernels::cuda_peaks();
+    std::printf("device:  %s\n", p.device.c_str());
+    std::printf("HBM copy        %10.1f GB/s   (4 GiB device-to-device, read + written, median of 10)\n", p.hbm_gbs);
+    std::printf("bf16 GEMM       %10.1f TFLOP/s (cuBLAS, 8192^3, f32 accumulation, median of 10)\n", p.bf16_tflops);
+    std::printf("fp32 GEMM       %10.1f TFLOP/s (cuBLAS SGEMM, 8192^3, median of 5)\n", p.fp32_tflops);
+    std::printf("ridge point (bf16 / HBM): %.0f FLOP/byte\n", p.bf16_tflops * 1e12 / (p.hbm_gbs * 1e9));
+    return 0;
+  }
+  if (dev != "cpu") fail("--device {} is not one of cpu, cuda", dev);
   const int hw = default_thread_count();
   PeaksOptions opt;
   opt.threads = int(a.integer({"-t", "--threads"}, hw, 1, hw));

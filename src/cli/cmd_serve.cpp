@@ -54,9 +54,7 @@ int cmd_serve(Args& a) {
   // engine are gone (SIGINT/SIGTERM make srv.run() return), or by an error's unwinding.
   perf::TraceSession trace_session(trace, "serve");
 
-  prepare_kernels();
-
-  auto model = Model::load(path);
+  auto model = load_model_for(path, ec);
   auto tok = load_tokenizer(path, *model);
   const HParams& h = model->hparams();
 

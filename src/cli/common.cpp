@@ -135,6 +135,12 @@ void kernel_flags(Args& a, int threads) {
   f.threads = threads;
 }
 
+std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c) {
+  if (c.device != Device::Cpu) return Model::load(path, false);
+  prepare_kernels();
+  return Model::load(path);
+}
+
 void prepare_kernels() {
   KernelFlags& f = kernel_flags_state();
   if (f.done) return;  // once per process: a draft model's load comes here too
@@ -179,6 +185,10 @@ void forward_config(Args& a, EngineConfig& c) {
 }
 
 void engine_config(Args& a, EngineConfig& c) {
+  const std::string dev = a.str({"--device"}, "cpu");
+  if (dev == "cpu") c.device = Device::Cpu;
+  else if (dev == "cuda") c.device = Device::Cuda;
+  else fail("--device {} is not one of cpu, cuda", dev);
   forward_config(a, c);
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");

@@ -45,6 +45,9 @@ void forward_config(Args& a, EngineConfig& c);
 // and saves them. A cache that cannot be used is a warning, never an error.
 void kernel_flags(Args& a, int threads);
 void prepare_kernels();
+// The model for a run on c.device: the CPU's kernels prepared and the weights repacked
+// into their panels; for CUDA neither (the device reads the GGUF rows).
+std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c);
 // The non-empty lines of a prompts file (one prompt per line); fails naming `flag` when
 // the file cannot be read or has none.
 std::vector<std::string> read_prompt_lines(const std::string& path, const char* flag);

@@ -35,7 +35,7 @@ commands:
               format the chat template shows (auto) or the one named
   mkmodel     --arch llama|qwen2|qwen3|qwen3moe|phi3|gpt2|gemma3|gpt-oss --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|mxfp4
               [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] [--window N] -o OUT.gguf
-              presets: tiny, tinyllama-1.1b, llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini,
+              presets: tiny, tinyllama-1.1b, llama3.2-1b, llama3-8b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini,
               phi3-longrope-tiny, gpt2-124m, gemma-3-1b, gemma-3-4b, gemma3-tiny; qwen3moe-tiny, qwen3-30b-a3b, mixtral-tiny, mixtral-8x7b, gpt-oss-tiny, gpt-oss-20b (mixtures of experts)
   quantize    IN.gguf OUT.gguf --type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|mxfp4
               |q4_k_s|q4_k_m|q5_k_s|q5_k_m (llama-quantize's mixes) [-t THREADS]
@@ -105,7 +105,8 @@ commands:
               prefill and decode per op against the machine's ceilings: time, GFLOP/s,
               GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
-              measure DRAM read bandwidth and compute peaks (the roofline's ceilings)
+              measure DRAM read bandwidth and compute peaks (the roofline's ceilings);
+              --device cuda: the GPU's HBM copy bandwidth and cuBLAS bf16/fp32 GEMM rates
   tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
               [--margin F (0.03)] [--kernel-cache DIR|off] [--no-save] [--json FILE]
               time the matrix kernels' CPU-dependent parameters (prefetch distances, streams,
@@ -115,6 +116,8 @@ commands:
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
 --kv-cache-dtype, --block-size, --max-num-batched-tokens, --mla-prefill and the kernel
 flags only):
+  --device cpu|cuda (cpu; cuda: weights, KV pool and activations on the GPU, where this
+  ridge was built with nvcc and a device is there, else an error saying which is missing),
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),

@@ -41,7 +41,11 @@ struct SpeculativeConfig {
   }
 };
 
+// Where the forward runs (engine/model_runner.cpp chooses the backend).
+enum class Device { Cpu, Cuda };
+
 struct EngineConfig {
+  Device device = Device::Cpu;      // --device: cuda puts the weights, KV pool and activations on the GPU
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;

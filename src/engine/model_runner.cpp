@@ -1,10 +1,13 @@
 #include "engine/model_runner.h"
 
 #include <fstream>
+#include <numeric>
 #include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "model/forward.h"
 
 namespace ridge {
 namespace {
@@ -18,15 +21,39 @@ int64_t mem_available_bytes() {
   return 0;
 }
 
-// The pool: cfg.kv_cache_bytes (ModelRunner::kv_budget_bytes).
-KVLayout pool_layout(const Model& m, const EngineConfig& cfg) {
+// A device's pool: cfg.kv_cache_bytes, else mem_fraction of the device memory the
+// weights (uploaded on first use, not yet there) and the activations leave.
+int64_t device_budget_bytes(const Model& m, const EngineConfig& cfg, const kernels::Backend& be) {
+  if (cfg.kv_cache_bytes > 0) return cfg.kv_cache_bytes;
+  const int64_t reserve = (int64_t(4) << 30) + Forward::activation_bytes(m.hparams(), cfg.max_num_batched_tokens,
+                                                                            cfg.max_num_seqs);
+  const int64_t left = be.device_free_bytes() - m.resident_weight_bytes() - reserve;
+  return int64_t(double(std::max<int64_t>(left, 0)) * cfg.mem_fraction);
+}
+
+std::unique_ptr<kernels::Backend> make_backend(const Model& m, const EngineConfig& cfg, ThreadPool& pool) {
+  if (cfg.device == Device::Cpu) return kernels::make_cpu_backend(pool);
+  const HParams& h = m.hparams();
+  if (h.mla()) fail("--device cuda: {}'s latent attention does not run on the CUDA backend yet; use --device cpu", h.arch);
+  if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
+    fail("--device cuda: preemption by swap copies KV blocks through host memory, which the CUDA backend does not "
+         "do yet; use --preemption-mode recompute without --swap-space");
+  if (cfg.kv_dtype != DType::F16 && cfg.kv_dtype != DType::BF16 && cfg.kv_dtype != DType::F32)
+    fail("--device cuda: the KV cache type {} is not one the CUDA backend reads (f16, bf16, f32)",
+         dtype_name(cfg.kv_dtype));
+  return kernels::make_cuda_backend();
+}
+
+// The pool: cfg.kv_cache_bytes (ModelRunner::kv_budget_bytes), or a device's budget.
+KVLayout pool_layout(const Model& m, const EngineConfig& cfg, const kernels::Backend& be) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
   const KvGroups g = kv_groups_for(h, !cfg.swa_full);
   kl.n_layer = g.slots;  // a page: `slots` layers of a block
   const int64_t per_block = kl.block_bytes() * g.pages();
-  const int64_t bytes = ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
+  const int64_t bytes = be.device_free_bytes() >= 0 ? device_budget_bytes(m, cfg, be)
+                                                    : ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
@@ -57,11 +84,23 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
 }
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : backend_(kernels::make_cpu_backend(pool)),
-      kv_(std::make_unique<KVCache>(pool_layout(m, cfg), kv_groups_for(m.hparams(), !cfg.swa_full))) {
+    : backend_(make_backend(m, cfg, pool)),
+      kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), kv_groups_for(m.hparams(), !cfg.swa_full),
+                                    backend_.get())) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
   fwd_ = std::make_unique<Forward>(m, *kv_, *backend_);
+  if (backend_->device_free_bytes() >= 0) {
+    // A device: one token through the model puts the weights there now, not in the first
+    // request's time (the backend uploads each on first use). Its K/V lands in a free
+    // block, which whoever gets that block overwrites.
+    const std::vector<int32_t> tok{0};
+    std::vector<int32_t> table(size_t(kv_->groups().pages()));
+    std::iota(table.begin(), table.end(), 0);
+    Batch b;
+    b.add(tok, 0, table, Logits::Last);
+    fwd_->run(b);
+  }
 }
 
 std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunks, const BlockManager& bm,

@@ -1,5 +1,6 @@
-// The model side of a step: chooses the backend (the CPU's today), owns the KV pool (sized
-// from the config and the memory the weights leave), the swap space behind it and the
+// The model side of a step: chooses the backend (the CPU's, or CUDA's with --device cuda),
+// owns the KV pool (sized from the config and the memory the weights leave, on the
+// backend's device), the swap space behind it and the
 // forward; turns the scheduler's chunks
 // into one varlen batch and returns one logit row per chunk that reaches the end of its
 // sequence's tokens (a prompt chunk that does not finish the prompt produces none).

@@ -9,7 +9,8 @@
 // - Weights (WeightView, and the float vectors of norms and biases) are passed as the
 //   model holds them, in host memory; a device backend keeps its own resident copy,
 //   made on first use and found by address.
-// - The KV cache is a KVView (kernels/kv_view.h) over host memory today.
+// - The KV cache is a KVView (kernels/kv_view.h) over the memory alloc_kv gives: host
+//   memory for the CPU, the device's for a GPU (whose KV then never visits the host).
 // - The step's token rows (positions, sequences, block tables) are host arrays handed to
 //   begin_step; a device backend copies them once per step.
 // - Logits come back to the host with to_host, where the engine samples them.
@@ -83,6 +84,15 @@ class Backend {
   // f32 memory where this backend's ops read and write, [n] floats.
   virtual float* alloc(int64_t n) = 0;
   virtual void free(float* p) = 0;
+  // The paged KV pool's bytes where this backend's attention reads them, zeroed; null:
+  // host memory, which the pool (model/kv_cache.h) maps itself.
+  virtual uint8_t* alloc_kv(int64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void free_kv(uint8_t* p) { (void)p; }
+  // Device memory free now, in bytes (what sizes a device's KV pool); -1: host memory.
+  virtual int64_t device_free_bytes() const { return -1; }
 
   // The step every op until the next begin_step runs over; T = s.tokens.size().
   virtual void begin_step(const StepInfo& s) = 0;
@@ -182,6 +192,10 @@ class Backend {
 
   // x[n] readable on the host until the next op (the logits the engine samples).
   virtual std::span<const float> to_host(const float* x, int64_t n) = 0;
+  // dst[src.size()] (this backend's memory) = src (host memory), in order with the ops.
+  virtual void from_host(float* dst, std::span<const float> src) {
+    for (size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
+  }
 };
 
 // f32 scratch in a backend's memory: grows to the largest step; what it held is not kept

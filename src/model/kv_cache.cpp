@@ -44,7 +44,8 @@ KvGroups kv_groups_for(const HParams& h, bool bounded) {
   return g;
 }
 
-KVCache::KVCache(const KVLayout& layout, KvGroups groups) : KVView(layout, nullptr), groups_(std::move(groups)) {
+KVCache::KVCache(const KVLayout& layout, KvGroups groups, kernels::Backend* device)
+    : KVView(layout, nullptr), groups_(std::move(groups)) {
   if (groups_.slots == 0) {  // one page of every layer
     groups_.slots = l_.n_layer;
     groups_.page.assign(size_t(l_.n_layer), 0);
@@ -60,6 +61,13 @@ KVCache::KVCache(const KVLayout& layout, KvGroups groups) : KVView(layout, nullp
               "a KV cache whose values are in its keys needs an unscaled dtype (f16, bf16, f32), not {}",
               dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size <= 1024, "KV cache block size {} is over 1024 tokens", l_.block_size);
+  if (device) {
+    base_ = device->alloc_kv(total_bytes());
+    if (base_) {
+      device_ = device;
+      return;
+    }
+  }
   // Anonymous pages: zeroed (a never-written slot is never NaN garbage) and committed
   // lazily, so a large pool costs memory only as it fills.
   const size_t len = size_t(total_bytes());
@@ -74,7 +82,8 @@ KVCache::KVCache(const KVLayout& layout, KvGroups groups) : KVView(layout, nullp
 }
 
 KVCache::~KVCache() {
-  if (base_) ::munmap(base_, map_len_);
+  if (device_) device_->free_kv(base_);
+  else if (base_) ::munmap(base_, map_len_);
 }
 
 }  // namespace ridge

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/kv_view.h"
 #include "model/hparams.h"
 
@@ -39,7 +40,9 @@ class KVCache : public KVView {
  public:
   // throws ridge::Error on an impossible layout; groups: layout.n_layer must be its slots
   // (default: one page of every layer)
-  explicit KVCache(const KVLayout& layout, KvGroups groups = {});
+  // device: the backend whose memory holds the pool (Backend::alloc_kv), or null for host
+  // memory; it must outlive the cache.
+  explicit KVCache(const KVLayout& layout, KvGroups groups = {}, kernels::Backend* device = nullptr);
   const KvGroups& groups() const { return groups_; }
   ~KVCache();
   KVCache(const KVCache&) = delete;
@@ -48,6 +51,7 @@ class KVCache : public KVView {
  private:
   size_t map_len_ = 0;
   KvGroups groups_;
+  kernels::Backend* device_ = nullptr;  // holds base_ when set
 };
 
 }  // namespace ridge

@@ -48,6 +48,7 @@ constexpr Preset kPresets[] = {
     {"tiny-llama3", "llama", 512, 256, 128, 2, 4, 2, 32, 256, 500000.f, 1e-5f, true, true},
     {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 64, 5632, 10000.f, 1e-5f, false, false},
     {"llama3.2-1b", "llama", 128256, 131072, 2048, 16, 32, 8, 64, 8192, 500000.f, 1e-5f, true, true},
+    {"llama3-8b", "llama", 128256, 8192, 4096, 32, 32, 8, 128, 14336, 500000.f, 1e-5f, false, true},
     {"qwen2.5-0.5b", "qwen2", 151936, 32768, 896, 24, 14, 2, 64, 4864, 1000000.f, 1e-6f, true, false},
     {"qwen3-0.6b", "qwen3", 151936, 40960, 1024, 28, 16, 8, 128, 3072, 1000000.f, 1e-6f, true, false},
     // Phi-3-mini-4k: fused projections (arch phi3), no LongRoPE.

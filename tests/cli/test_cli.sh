@@ -258,6 +258,14 @@ expect_ok "generate with bounded windows"                "$RIDGE" generate -m ge
 cp "$TMP/out" "$TMP/bounded.out"
 expect_ok "generate with --swa-full"                     "$RIDGE" generate -m gemma3w.gguf -p "$(printf 'ab%.0s' $(seq 60))" -n 80 --temp 0 --ignore-eos --swa-full
 if ! cmp -s "$TMP/bounded.out" "$TMP/out"; then report "bounded windows and --swa-full give the same text" "they differ"; fi
+expect_error "--device not a device"           "--device tpu.*cpu, cuda"    "$RIDGE" generate -m tiny.gguf -p hi --device tpu
+# Where no GPU is (CI), --device cuda says which of the build, the driver or the device
+# is missing; with one, the CUDA tests run it (scripts/cuda_device_check.sh).
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
+  expect_error "--device cuda without a GPU"   "--device cuda"              "$RIDGE" generate -m tiny.gguf -p hi --device cuda
+  expect_error "peaks --device cuda without a GPU" "--device cuda"          "$RIDGE" peaks --device cuda
+fi
+expect_error "--device cuda with swap"         "swap"                       "$RIDGE" generate -m tiny.gguf -p hi --device cuda --swap-space 1
 expect_ok "generate with --speculative-method suffix"    "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --speculative-method suffix
 expect_ok "quantize --layers 1 (a draft model)"          "$RIDGE" quantize tiny.gguf draft1.gguf --type q8_0 --layers 1
 expect_ok "generate with --draft-model (1 layer)"        "$RIDGE" generate -m tiny.gguf -p hi -n 16 --temp 0 --draft-model draft1.gguf
