@@ -5,7 +5,7 @@
 # same lease. Runs from the repository root with build/ridge and build/ridge_tests built
 # here (carried) and, in .devlibs/, the shared libraries the binaries take from Debian
 # that the device's image may lack. Logs go to $OUT; the table comes last.
-#   bash scripts/cuda_device_check.sh [quick|8b|hf|1b|all]   (quick: tests and peaks only)
+#   bash scripts/cuda_device_check.sh [quick|kernels|8b|hf|1b|all]   (quick: tests and peaks only)
 set -u
 OUT=${OUT:-/tmp/cuda_out}
 mkdir -p "$OUT"
@@ -47,11 +47,35 @@ mk8b() {  # the 8B shape; where writing 16 GB takes too long, its first 8 layers
   step mk_8b 150 $B/ridge mkmodel --preset llama3-8b --dtype bf16 -o $M/8b-bf16.gguf ||
     step mk_8b_l8 150 $B/ridge mkmodel --preset llama3-8b --dtype bf16 --layers 8 -o $M/8b-bf16.gguf
 }
+gemv_shapes="8,4 4,4 4,8 8,8 2,8"  # cuda_kernels.h GemvShape candidates
 case "${1:-all}" in
+  kernels | all)
+    for v in $gemv_shapes; do
+      export RIDGE_CUDA_GEMV=$v
+      step "gemv_$v" 120 $B/ridge bench kernels --device cuda --preset llama3-8b --types bf16 --m 1 \
+        --shapes attn_q,attn_kv,ffn_up,ffn_down --ring 512M --seconds 0.2
+      grep -E "^(attn|ffn)" "$OUT/gemv_$v.log" | sed "s/^/  gemv $v: /" | tee -a "$summary"
+    done
+    unset RIDGE_CUDA_GEMV
+    step kernels_q 180 $B/ridge bench kernels --device cuda --preset llama3-8b --types q8_0,q4_k,q6_k,f16 --m 1,8 \
+      --shapes attn_q,ffn_up,ffn_down --ring 512M --seconds 0.2
+    grep -E "^(attn|ffn)" "$OUT/kernels_q.log" | tee -a "$summary"
+    step kernels_gemm 180 $B/ridge bench kernels --device cuda --preset llama3-8b --types bf16,q4_k --m 64,512,4096 \
+      --shapes attn_q,ffn_up,ffn_down,output --ring 64M --seconds 0.2
+    grep -E "^(attn|ffn|output)" "$OUT/kernels_gemm.log" | tee -a "$summary"
+    ;;&
   8b | all)
     mk8b
-    gen dec_8b_bf16 $M/8b-bf16.gguf --num-prompts 1 --input-len 32 --output-len 256
+    for v in $gemv_shapes; do
+      export RIDGE_CUDA_GEMV=$v
+      gen "dec_8b_gemv_$v" $M/8b-bf16.gguf --num-prompts 1 --input-len 32 --output-len 256
+    done
+    unset RIDGE_CUDA_GEMV
     gen pre_8b_bf16 $M/8b-bf16.gguf --num-prompts 1 --input-len 4096 --output-len 1 --max-num-batched-tokens 4096
+    export RIDGE_CUDA_ATTN=tc
+    gen pre_8b_bf16_tc_attn $M/8b-bf16.gguf --num-prompts 1 --input-len 4096 --output-len 1 \
+      --max-num-batched-tokens 4096
+    unset RIDGE_CUDA_ATTN
     gen thr_8b_bf16 $M/8b-bf16.gguf --num-prompts 64 --input-len 128 --output-len 128
     ;;&
   hf | all)

@@ -15,6 +15,8 @@
 #include "core/progress.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tools/bench_backend.h"
 #include "tools/bench_compare.h"
 #include "tools/bench_grammar.h"
 #include "tools/bench_kernels.h"
@@ -159,6 +161,22 @@ int bench_throughput(Args& a) {
   return 0;
 }
 
+// bench kernels --device cuda: the CUDA backend's matmuls, against the device's ceilings.
+int bench_kernels_cuda(const KernelBenchOptions& o) {
+  const kernels::CudaPeaks p = kernels::cuda_peaks();
+  auto be = kernels::make_cuda_backend();
+  const auto rs = bench_backend_matmul(*be, o.shapes, o.types, o.ms, o.ring_bytes, o.seconds);
+  std::printf("device: %s; ceilings: HBM copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", p.device.c_str(), p.hbm_gbs,
+              p.bf16_tflops);
+  std::printf("%-12s %-5s %5s %6s %7s %10s %8s %7s %9s %7s\n", "shape", "type", "m", "k", "n", "us", "GB/s", "%HBM",
+              "TFLOP/s", "%bf16");
+  for (const auto& r : rs)
+    std::printf("%-12s %-5s %5lld %6lld %7lld %10.1f %8.0f %6.1f%% %9.1f %6.1f%%\n", r.shape.c_str(),
+                std::string(dtype_name(r.type)).c_str(), (long long)r.m, (long long)r.k, (long long)r.n_out, r.us,
+                r.gbs, 100 * r.gbs / p.hbm_gbs, r.tflops, 100 * r.tflops / p.bf16_tflops);
+  return 0;
+}
+
 // ridge bench kernels: every matrix kernel on a preset's shapes with % of its ceiling.
 int bench_kernels_cmd(Args& a) {
   KernelBenchOptions o;
@@ -184,6 +202,8 @@ int bench_kernels_cmd(Args& a) {
   o.seconds = a.number({"--seconds"}, 0.3, 0.0, 600.0);
   const std::string peaks_path = a.str({"--peaks"}, "");
   const std::string json_path = a.str({"--json"}, "");
+  const std::string device = a.str({"--device"}, "cpu");
+  if (device != "cpu" && device != "cuda") fail("--device {} is not one of cpu, cuda", device);
   a.finish();
   for (const auto& t : split_list(types)) {
     const auto d = dtype_from_name(t);
@@ -204,6 +224,7 @@ int bench_kernels_cmd(Args& a) {
     if (want.empty() || std::find(want.begin(), want.end(), sh.name) != want.end()) o.shapes.push_back(sh);
   }
   if (o.shapes.empty()) fail("--shapes: none of '{}' is a shape of {} (attn_q, attn_kv, attn_output, ffn_up, ffn_down, output)", shapes, preset);
+  if (device == "cuda") return bench_kernels_cuda(o);
   Peaks peaks;
   if (!peaks_path.empty()) {
     peaks = load_peaks(peaks_path);

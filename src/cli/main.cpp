@@ -68,8 +68,9 @@ commands:
               [-t THREADS] [--peaks peaks.json] [--ring BYTES] [--seconds S] [--json FILE]
               [--attn-seqs N] [--attn-ctx TOKENS] [--attn-block N]
               [--attn-order shuffled|ordered|reversed|turns] [--kernel-cache DIR|off]
-              [--no-kernel-autotune]   every matrix kernel and decode
-              attention: time, GB/s, GOP/s and % of the ceiling that bounds it
+              [--no-kernel-autotune] [--device cuda]   every matrix kernel and decode
+              attention: time, GB/s, GOP/s and % of the ceiling that bounds it (cuda: the
+              GPU backend's matmuls against its HBM and bf16 GEMM ceilings)
   bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
               [--input-len I] [--output-len O] [--prefix-len P] [--vocab-max V] [--seed S]

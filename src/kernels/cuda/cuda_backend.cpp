@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +59,16 @@ class CudaBackend final : public Backend {
     cudaDeviceProp p{};
     RIDGE_CU(cudaGetDeviceProperties(&p, 0));
     n_sm_ = p.multiProcessorCount;
+    // Tuning and test knobs: the GEMV's launch shape, and the fewest rows that take cuBLAS
+    // (a large value keeps every matmul in the GEMV's f32 arithmetic, for exact tests).
+    if (const char* e = std::getenv("RIDGE_CUDA_GEMV"); e && *e)
+      if (std::sscanf(e, "%d,%d", &gemv_.rows, &gemv_.unroll) != 2) fail("RIDGE_CUDA_GEMV={}: not ROWS,UNROLL", e);
+    if (const char* e = std::getenv("RIDGE_CUDA_GEMM_ROWS"); e && *e) gemm_rows_ = std::atoi(e);
+    // RIDGE_CUDA_ATTN=tc: prompt chunks on the tensor-core kernel (attention_tc.cu), which
+    // has not yet run on a device (docs/BENCHMARKS.md, issue 30): off until its tests pass
+    // there.
+    if (const char* e = std::getenv("RIDGE_CUDA_ATTN"); e && std::string(e) == "tc") tc_attention_ = true;
+    RIDGE_CHECK(gemm_rows_ >= 1, "RIDGE_CUDA_GEMM_ROWS must be positive");
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(s_);
@@ -101,6 +114,12 @@ class CudaBackend final : public Backend {
     retired_.clear();  // the last step's to_host synchronized
     max_pos_ = 0;
     for (int32_t p : s.pos) max_pos_ = std::max(max_pos_, p);
+    max_seq_tokens_ = 0;
+    for (int64_t t = 0, run = 0; t < T; ++t) {
+      run = t > 0 && s.seq[size_t(t)] == s.seq[size_t(t) - 1] ? run + 1 : 1;
+      max_seq_tokens_ = std::max<int64_t>(max_seq_tokens_, run);
+    }
+    tiles_tokens_ = 0;
     std::vector<int32_t>& h = staging_;
     h.clear();
     h.insert(h.end(), s.tokens.begin(), s.tokens.end());
@@ -219,8 +238,8 @@ class CudaBackend final : public Backend {
                 dtype_name(w.type));
     const uint8_t* dw = weight(w);
     const int64_t rb = row_bytes(w.type, w.k);
-    if (m <= cuda::kGemvMaxRows) {
-      cuda::gemv(w.type, dw, rb, w.n_out, w.k, x, m, y, s_);
+    if (m < gemm_rows_) {
+      cuda::gemv(w.type, dw, rb, w.n_out, w.k, x, m, y, gemv_, s_);
       launched();
       return;
     }
@@ -303,6 +322,28 @@ class CudaBackend final : public Backend {
     d.n_sm = n_sm_;
     RIDGE_CHECK(a.n_kv_head > 0 && a.n_head % a.n_kv_head == 0, "attention: {} heads over {} KV heads", a.n_head,
                 a.n_kv_head);
+    // Prompt chunks on the tensor cores; decode rows (and shapes it lacks) on the kernel
+    // that splits a long context over the multiprocessors.
+    const int tpt = tc_attention_ && max_seq_tokens_ >= 16 ? cuda::attention_tc_tokens(d) : 0;
+    if (tpt > 0) {
+      if (tiles_tokens_ != tpt) {  // the step's query tiles, made once per step
+        std::vector<int32_t> tiles;
+        const auto& sq = step_info_.seq;
+        for (size_t t = 0; t < sq.size();) {
+          size_t e = t;
+          while (e < sq.size() && sq[e] == sq[t]) ++e;
+          for (size_t a0 = t; a0 < e; a0 += size_t(tpt))
+            tiles.push_back(int32_t(a0)), tiles.push_back(int32_t(std::min(e - a0, size_t(tpt))));
+          t = e;
+        }
+        tiles_ = upload(tiles);
+        n_tiles_ = int(tiles.size() / 2);
+        tiles_tokens_ = tpt;
+      }
+      cuda::attention_tc(d, tiles_, n_tiles_, s_);
+      launched();
+      return;
+    }
     float* scratch = static_cast<float*>(attn_buf_.reserve(cuda::attention_scratch_floats(d) * 4, s_));
     cuda::attention(d, scratch, s_);
     launched();
@@ -437,11 +478,17 @@ class CudaBackend final : public Backend {
 
   cudaStream_t s_ = nullptr;
   int n_sm_ = 0;
+  cuda::GemvShape gemv_;
+  int gemm_rows_ = cuda::kGemvMaxRows + 1;
   std::unordered_map<const void*, void*> resident_;
   int64_t resident_bytes_ = 0;
   StepInfo step_info_;
   cuda::StepDev step_;
   int32_t max_pos_ = 0;
+  int64_t max_seq_tokens_ = 0;  // the most tokens one sequence has in the step
+  bool tc_attention_ = false;   // RIDGE_CUDA_ATTN=tc: prompt chunks on the tensor cores
+  int tiles_tokens_ = 0, n_tiles_ = 0;
+  const int32_t* tiles_ = nullptr;
   struct Tables {
     const void* key;
     const int32_t* off;

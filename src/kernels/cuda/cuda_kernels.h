@@ -75,6 +75,12 @@ struct AttnDev {
   int32_t n_sm = 132;
 };
 
+// The tensor-core kernel for prompts (attention_tc.cu): the tokens of a query tile where
+// it runs a's shape (f16/bf16 cache, dk == dv of 64, 96, 128 or 256, the group dividing
+// 64), else 0. tiles: [n_tiles][2] (first step token, tokens), each tile's tokens one
+// sequence's, consecutive.
+int attention_tc_tokens(const AttnDev& a);
+void attention_tc(const AttnDev& a, const int32_t* tiles, int n_tiles, cudaStream_t s);
 // Scratch floats attention needs for a step of T tokens (its split partials).
 int64_t attention_scratch_floats(const AttnDev& a);
 void attention(const AttnDev& a, float* scratch, cudaStream_t s);
@@ -104,9 +110,15 @@ void softcap(float* x, float c, int64_t n, cudaStream_t s);
 void copy_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m, int64_t n, cudaStream_t s);
 void gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t n, float* y, cudaStream_t s);
 
-// y[m][n_out] = x[m][k] . W^T for m <= kGemvMaxRows, W [n_out] rows of row_bytes.
+// The dense GEMV's launch shape: warps (rows) per block, 16-byte loads in flight per
+// lane. Candidates: (8, 4) the default, (4, 4), (4, 8), (8, 8), (2, 8); RIDGE_CUDA_GEMV
+// "rows,unroll" picks one (the device check times them).
+struct GemvShape {
+  int rows = 8, unroll = 4;
+};
+// y[m][n_out] = x[m][k] . W^T, W [n_out] rows of row_bytes; any m (8 rows a pass).
 void gemv(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int64_t m, float* y,
-          cudaStream_t s);
+          GemvShape g, cudaStream_t s);
 // out[n_out][k] = W in bf16 (the GEMM's operand).
 void dequant_bf16(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, uint16_t* out,
                   cudaStream_t s);

@@ -62,24 +62,25 @@ __device__ __forceinline__ void store_rows(float* acc, float* y, int64_t n_out, 
     for (int r = 0; r < M; ++r) y[r * n_out + row] = acc[r];
 }
 
-// Dense rows, 16-byte aligned (row_bytes % 16 == 0, x 16-byte aligned, k % E == 0).
-template <DType T, int M>
-__global__ void __launch_bounds__(kThreads) gemv_dense(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n_out,
-                                                       int64_t k, const float* __restrict__ x, float* __restrict__ y) {
+// Dense rows, 16-byte aligned (row_bytes % 16 == 0, x 16-byte aligned, k % E == 0): R
+// rows (warps) per block, U 16-byte loads in flight per lane before the first is used.
+template <DType T, int M, int R, int U>
+__global__ void __launch_bounds__(32 * R) gemv_dense(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n_out,
+                                                     int64_t k, const float* __restrict__ x, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int64_t row = int64_t(blockIdx.x) * R + (threadIdx.x >> 5);
   if (row >= n_out) return;
   constexpr int E = T == DType::F32 ? 4 : 8;  // elements per 16 bytes
   const uint4* wr = reinterpret_cast<const uint4*>(w + row * row_bytes);
   const int64_t nv = k / E;
   float acc[M] = {};
   int64_t i = lane;
-  for (; i + 96 < nv; i += 128) {
-    uint4 a[4];
+  for (; i + 32 * (U - 1) < nv; i += 32 * U) {
+    uint4 a[U];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) a[u] = __ldg(wr + i + 32 * u);
+    for (int u = 0; u < U; ++u) a[u] = __ldg(wr + i + 32 * u);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) fma16<T, M>(a[u], x, k, (i + 32 * u) * E, acc);
+    for (int u = 0; u < U; ++u) fma16<T, M>(a[u], x, k, (i + 32 * u) * E, acc);
   }
   for (; i < nv; i += 32) fma16<T, M>(__ldg(wr + i), x, k, i * E, acc);
   store_rows<M>(acc, y, n_out, row);
@@ -130,16 +131,30 @@ __global__ void __launch_bounds__(kThreads) gemv_units(const uint8_t* __restrict
 template <DType T>
 constexpr bool kDense = T == DType::F32 || T == DType::F16 || T == DType::BF16;
 
+template <DType T, int M, int R, int U>
+void launch_dense(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, float* y,
+                  cudaStream_t s) {
+  gemv_dense<T, M, R, U><<<blocks_for(n_out, R), 32 * R, 0, s>>>(w, row_bytes, n_out, k, x, y);
+}
+
 template <DType T, int M>
 void launch_gemv(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, float* y,
-                 cudaStream_t s) {
+                 GemvShape g, cudaStream_t s) {
   const unsigned grid = blocks_for(n_out, kRowsPerBlock);
   if constexpr (kDense<T>) {
     constexpr int E = T == DType::F32 ? 4 : 8;
     const bool aligned = row_bytes % 16 == 0 && k % E == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(w) % 16 == 0;
-    if (aligned) gemv_dense<T, M><<<grid, kThreads, 0, s>>>(w, row_bytes, n_out, k, x, y);
-    else gemv_scalar<T, M><<<grid, kThreads, 0, s>>>(w, row_bytes, n_out, k, x, y);
+    if (!aligned) {
+      gemv_scalar<T, M><<<grid, kThreads, 0, s>>>(w, row_bytes, n_out, k, x, y);
+      return;
+    }
+    // The shapes GemvShape names; anything else runs the default.
+    if (g.rows == 4 && g.unroll == 4) launch_dense<T, M, 4, 4>(w, row_bytes, n_out, k, x, y, s);
+    else if (g.rows == 4 && g.unroll == 8) launch_dense<T, M, 4, 8>(w, row_bytes, n_out, k, x, y, s);
+    else if (g.rows == 8 && g.unroll == 8) launch_dense<T, M, 8, 8>(w, row_bytes, n_out, k, x, y, s);
+    else if (g.rows == 2 && g.unroll == 8) launch_dense<T, M, 2, 8>(w, row_bytes, n_out, k, x, y, s);
+    else launch_dense<T, M, 8, 4>(w, row_bytes, n_out, k, x, y, s);
   } else {
     gemv_units<T, M><<<grid, kThreads, 0, s>>>(w, row_bytes, n_out, k, x, y);
   }
@@ -147,15 +162,15 @@ void launch_gemv(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, 
 
 template <DType T>
 void gemv_m(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int64_t m, float* y,
-            cudaStream_t s) {
+            GemvShape g, cudaStream_t s) {
   // Rows in chunks the templates know: 8, 4, 2, 1.
   while (m > 0) {
     const int64_t c = m >= 8 ? 8 : m >= 4 ? 4 : m >= 2 ? 2 : 1;
     switch (c) {
-      case 8: launch_gemv<T, 8>(w, row_bytes, n_out, k, x, y, s); break;
-      case 4: launch_gemv<T, 4>(w, row_bytes, n_out, k, x, y, s); break;
-      case 2: launch_gemv<T, 2>(w, row_bytes, n_out, k, x, y, s); break;
-      default: launch_gemv<T, 1>(w, row_bytes, n_out, k, x, y, s); break;
+      case 8: launch_gemv<T, 8>(w, row_bytes, n_out, k, x, y, g, s); break;
+      case 4: launch_gemv<T, 4>(w, row_bytes, n_out, k, x, y, g, s); break;
+      case 2: launch_gemv<T, 2>(w, row_bytes, n_out, k, x, y, g, s); break;
+      default: launch_gemv<T, 1>(w, row_bytes, n_out, k, x, y, g, s); break;
     }
     x += c * k, y += c * n_out, m -= c;
   }
@@ -227,8 +242,8 @@ bool weight_type_supported(DType t) {
 }
 
 void gemv(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int64_t m, float* y,
-          cudaStream_t s) {
-  dispatch_weight(t, [&]<DType T>() { gemv_m<T>(w, row_bytes, n_out, k, x, m, y, s); });
+          GemvShape g, cudaStream_t s) {
+  dispatch_weight(t, [&]<DType T>() { gemv_m<T>(w, row_bytes, n_out, k, x, m, y, g, s); });
 }
 
 void dequant_bf16(DType t, const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t k, uint16_t* out,
