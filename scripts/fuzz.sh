@@ -27,7 +27,7 @@ if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_COMPILER_ID:.*Clang' 
   exit 2
 fi
 CC=${CC:-clang} CXX=${CXX:-clang++} cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DRIDGE_FUZZ=ON -DRIDGE_TESTS=OFF -DRIDGE_BENCH=OFF >/dev/null
+  -DRIDGE_FUZZ=ON -DRIDGE_TESTS=OFF -DRIDGE_BENCH=OFF -DRIDGE_CUDA=OFF >/dev/null
 cmake --build "$BUILD" --target fuzz_gguf fuzz_safetensors -j "$(nproc)"
 echo "fuzz: built in $(elapsed) s"
 

@@ -58,7 +58,7 @@ unit_all_isas() {
 }
 
 sanitized() {
-  cmake -S . -B "$BUILD_SAN" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON -DRIDGE_BENCH=OFF >/dev/null &&
+  cmake -S . -B "$BUILD_SAN" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON -DRIDGE_BENCH=OFF -DRIDGE_CUDA=OFF >/dev/null &&
     cmake --build "$BUILD_SAN" -j "$JOBS" --target ridge_tests &&
     (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j1 --timeout 1800)
 }

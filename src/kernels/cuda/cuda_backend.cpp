@@ -15,15 +15,11 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace ridge::kernels {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA: {} failed: {}", what, cudaGetErrorString(e));
-}
-#define RIDGE_CU(call) check((call), #call)
 
 // Grow-only device memory; what it held is not kept when it grows.
 class DeviceBuf {

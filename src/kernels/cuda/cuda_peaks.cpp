@@ -11,15 +11,11 @@
 #include <vector>
 
 #include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace ridge::kernels {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA: {} failed: {}", what, cudaGetErrorString(e));
-}
-#define RIDGE_CU(call) check((call), #call)
 
 // The median time of `reps` runs of f, in seconds, after two warm-up runs.
 template <typename F>
