@@ -274,7 +274,7 @@ TEST_P(CudaAttention, MatchesCpu) {
     auto tc = kernels::make_cuda_backend();
     unsetenv("RIDGE_CUDA_ATTN");
     const AttnRun s = run_attention(*tc, c, 11);
-    const double tol = c.kv == DType::F32 ? 2e-4 : c.kv == DType::BF16 ? 1.5e-2 : 3e-3;
+    const double tol = c.kv == DType::F32 ? 2e-4 : c.kv == DType::BF16 ? 1.5e-2 : 5e-3;
     EXPECT_LT(rel_err(s.out, r.out), tol) << "attention output, tensor-core kernel";
   }
 }

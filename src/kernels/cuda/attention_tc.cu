@@ -144,9 +144,13 @@ __global__ void __launch_bounds__(32 * kWarps) attn_tc(AttnDev a, const int32_t*
   for (int i = tid; i < kRows * DK; i += blockDim.x) {
     const int r = i / DK, d = i - r * DK, j = r / g, h = r - j * g;
     if (j >= nt) continue;
-    float den = l_s[r];
-    if (a.sinks) den += expf(a.sinks[kvh * g + h] - m_s[r]);
-    a.out[(int64_t(t0 + j) * a.n_head + kvh * g + h) * DK + d] = Os[i] / den;
+    // With a sink: both terms against M = max(m, sink), so a large sink cannot overflow.
+    float num = Os[i], den = l_s[r];
+    if (a.sinks) {
+      const float sink = a.sinks[kvh * g + h], M = fmaxf(m_s[r], sink), e = expf(m_s[r] - M);
+      num *= e, den = den * e + expf(sink - M);
+    }
+    a.out[(int64_t(t0 + j) * a.n_head + kvh * g + h) * DK + d] = num / den;
   }
 }
 
@@ -155,8 +159,10 @@ void launch(const AttnDev& a, const int32_t* tiles, int n_tiles, cudaStream_t s)
   constexpr size_t smem = tc_smem<DK>();
   static bool configured = false;  // per instantiation, once per process
   if (!configured) {
-    cudaFuncSetAttribute(attn_tc<ET, DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    configured = true;
+    // attention_tc_tokens checked that the device allows this much; a failure here
+    // surfaces as the launch's error.
+    configured = cudaFuncSetAttribute(attn_tc<ET, DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+                 cudaSuccess;
   }
   attn_tc<ET, DK><<<dim3(unsigned(n_tiles), unsigned(a.n_kv_head)), 32 * kWarps, smem, s>>>(a, tiles);
 }
@@ -175,9 +181,12 @@ void launch_dk(const AttnDev& a, const int32_t* tiles, int n_tiles, cudaStream_t
 }  // namespace
 
 int attention_tc_tokens(const AttnDev& a) {
+  const size_t smem = a.dk == 64 ? tc_smem<64>() : a.dk == 96 ? tc_smem<96>() : a.dk == 128 ? tc_smem<128>()
+                                                                                : tc_smem<256>();
   const bool ok = (a.kv.type == DType::F16 || a.kv.type == DType::BF16) && a.dk == a.dv &&
                   (a.dk == 64 || a.dk == 96 || a.dk == 128 || a.dk == 256) && a.n_kv_head > 0 &&
-                  a.n_head % a.n_kv_head == 0 && kRows % (a.n_head / a.n_kv_head) == 0;
+                  a.n_head % a.n_kv_head == 0 && kRows % (a.n_head / a.n_kv_head) == 0 &&
+                  smem <= size_t(a.max_smem);
   return ok ? kRows / (a.n_head / a.n_kv_head) : 0;
 }
 

@@ -30,12 +30,12 @@ class DeviceBuf {
   // The stream is synchronized before the old buffer is freed (kernels may still read it).
   void* reserve(int64_t bytes, cudaStream_t s) {
     if (bytes > cap_) {
+      const int64_t n = std::max<int64_t>(bytes, cap_ * 3 / 2);
       if (p_) {
         RIDGE_CU(cudaStreamSynchronize(s));
         RIDGE_CU(cudaFree(p_));
         p_ = nullptr, cap_ = 0;
       }
-      const int64_t n = std::max<int64_t>(bytes, cap_ * 3 / 2);
       RIDGE_CU(cudaMalloc(&p_, size_t(n)));
       cap_ = n;
     }
@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp p{};
     RIDGE_CU(cudaGetDeviceProperties(&p, 0));
     n_sm_ = p.multiProcessorCount;
+    max_smem_ = int(p.sharedMemPerBlockOptin);
     // Tuning and test knobs: the GEMV's launch shape, and the fewest rows that take cuBLAS
     // (a large value keeps every matmul in the GEMV's f32 arithmetic, for exact tests).
     if (const char* e = std::getenv("RIDGE_CUDA_GEMV"); e && *e)
@@ -68,6 +69,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(s_);
+    cublas_.reset();  // its handle is bound to the stream
     for (auto& [k, r] : resident_) cudaFree(r);
     if (host_) cudaFreeHost(host_);
     cudaStreamDestroy(s_);
@@ -88,7 +90,8 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, size_t(bytes));
     if (e != cudaSuccess) fail("CUDA: cannot allocate a KV cache of {} MiB: {}", bytes >> 20, cudaGetErrorString(e));
-    RIDGE_CU(cudaMemset(p, 0, size_t(bytes)));
+    // On the backend's stream: the legacy stream's memset is not ordered with it.
+    RIDGE_CU(cudaMemsetAsync(p, 0, size_t(bytes), s_));
     return static_cast<uint8_t*>(p);
   }
   void free_kv(uint8_t* p) override {
@@ -107,7 +110,10 @@ class CudaBackend final : public Backend {
     const int64_t T = int64_t(s.tokens.size());
     RIDGE_CHECK(s.seq.size() == size_t(T) && s.pos.size() == size_t(T), "step: tokens, sequences and positions differ");
     arena_off_ = 0;
-    retired_.clear();  // the last step's to_host synchronized
+    if (!retired_.empty()) {  // queued kernels may still read them (a step that threw)
+      RIDGE_CU(cudaStreamSynchronize(s_));
+      retired_.clear();
+    }
     max_pos_ = 0;
     for (int32_t p : s.pos) max_pos_ = std::max(max_pos_, p);
     max_seq_tokens_ = 0;
@@ -316,6 +322,7 @@ class CudaBackend final : public Backend {
     d.step = step_;
     d.max_pos = max_pos_;
     d.n_sm = n_sm_;
+    d.max_smem = max_smem_;
     RIDGE_CHECK(a.n_kv_head > 0 && a.n_head % a.n_kv_head == 0, "attention: {} heads over {} KV heads", a.n_head,
                 a.n_kv_head);
     // Prompt chunks on the tensor cores; decode rows (and shapes it lacks) on the kernel
@@ -387,7 +394,10 @@ class CudaBackend final : public Backend {
     if (e != cudaSuccess)
       fail("CUDA: cannot place {} MiB of weights on the device ({} MiB there already): {}", bytes >> 20,
            resident_bytes_ >> 20, cudaGetErrorString(e));
-    RIDGE_CU(cudaMemcpy(d, h, size_t(bytes), cudaMemcpyHostToDevice));
+    // On the backend's stream: a copy from pageable memory may return before its DMA
+    // lands, and the legacy stream is not ordered with this one. h lives as long as the
+    // model (weights) or is staged before the call returns.
+    RIDGE_CU(cudaMemcpyAsync(d, h, size_t(bytes), cudaMemcpyHostToDevice, s_));
     resident_.emplace(h, d);
     resident_bytes_ += bytes;
     return d;
@@ -473,7 +483,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t s_ = nullptr;
-  int n_sm_ = 0;
+  int n_sm_ = 0, max_smem_ = 48 << 10;
   cuda::GemvShape gemv_;
   int gemm_rows_ = cuda::kGemvMaxRows + 1;
   std::unordered_map<const void*, void*> resident_;

@@ -154,7 +154,8 @@ __device__ __forceinline__ void unit<DType::Q4_K>(const uint8_t* row, int64_t u,
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[4 * i + k] = d1 * float((qs[i] >> (8 * k + shift)) & 0xF) - m1;
+    for (int k = 0; k < 4; ++k)  // rounded twice, as the CPU's (no FMA contraction)
+      v[4 * i + k] = __fsub_rn(__fmul_rn(d1, float((qs[i] >> (8 * k + shift)) & 0xF)), m1);
 }
 
 template <>

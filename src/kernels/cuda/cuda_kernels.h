@@ -73,6 +73,7 @@ struct AttnDev {
   StepDev step;
   int32_t max_pos = 0;  // the step's largest position (sizes the split)
   int32_t n_sm = 132;
+  int32_t max_smem = 48 << 10;  // shared memory a block may opt in to (bytes)
 };
 
 // The tensor-core kernel for prompts (attention_tc.cu): the tokens of a query tile where
