@@ -77,6 +77,8 @@ case "${1:-all}" in
       --max-num-batched-tokens 4096
     unset RIDGE_CUDA_ATTN
     gen thr_8b_bf16 $M/8b-bf16.gguf --num-prompts 64 --input-len 128 --output-len 128
+    step roofline_8b 240 $B/ridge roofline -m $M/8b-bf16.gguf --device cuda --batch 1,64 --prompt 512 --decode-steps 16
+    grep -vE "^\s*$" "$OUT/roofline_8b.log" | head -80 | tee -a "$summary"
     ;;&
   hf | all)
     step hf_8b 240 python3 bench/hf_generate.py --preset llama3-8b

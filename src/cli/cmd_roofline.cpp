@@ -2,6 +2,7 @@
 // machine's ceilings, with the bottleneck of each phase named (perf/roofline_report.h).
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "perf/peaks.h"
 #include "tools/roofline_report.h"
@@ -61,6 +63,21 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) fail("cannot write {}", path);
 }
 
+// A GPU's ceilings in the roofline's terms: HBM as the memory roof (no cache roof), the
+// cuBLAS fp32 rate as fp32's (CUDA cores), the bf16 GEMM's as bf16's (tensor cores).
+Peaks gpu_peaks(const kernels::CudaPeaks& c) {
+  Peaks p;
+  p.cpu = c.device;
+  p.isa = "cuda";
+  p.threads = 1;
+  p.dram_read_gbs_max = c.hbm_gbs;
+  p.dram_scattered_gbs = c.hbm_gbs;
+  p.fp32_fma = ComputePeak{c.fp32_tflops * 1e3, c.fp32_tflops * 1e3};
+  p.bf16_dot = ComputePeak{c.bf16_tflops * 1e3, c.bf16_tflops * 1e3};
+  p.measured_at = int64_t(std::time(nullptr));
+  return p;
+}
+
 }  // namespace
 
 int cmd_roofline(Args& a) {
@@ -72,6 +89,9 @@ int cmd_roofline(Args& a) {
   o.prompt = int32_t(a.integer({"--prompt"}, 512, 1, 1 << 20));
   o.decode_steps = int32_t(a.integer({"--decode-steps"}, 16, 1, 1 << 16));
   forward_config(a, o.engine);
+  const std::string device = a.str({"--device"}, "cpu");
+  if (device == "cuda") o.engine.device = Device::Cuda;
+  else if (device != "cpu") fail("--device {} is not one of cpu, cuda", device);
   const auto peaks_file = a.str({"--peaks"});
   const auto html = a.str({"--html"});
   const auto json = a.str({"--json"});
@@ -100,6 +120,10 @@ int cmd_roofline(Args& a) {
                    "roofline: ceilings from %s (memory bandwidth on shared machines drifts by tens of percent within "
                    "an hour; without --peaks they are measured in this run)\n",
                    origin.c_str());
+    } else if (o.engine.device == Device::Cuda) {
+      std::fprintf(stderr, "roofline: measuring the GPU's ceilings (ridge peaks --device cuda)\n");
+      peaks = gpu_peaks(kernels::cuda_peaks());
+      origin = "measured in this run";
     } else {
       std::fprintf(stderr, "roofline: measuring this machine's ceilings (ridge peaks; --peaks FILE reuses a run)\n");
       PeaksOptions po;
@@ -107,8 +131,7 @@ int cmd_roofline(Args& a) {
       peaks = measure_peaks(po);
       origin = "measured in this run";
     }
-    prepare_kernels();
-    auto model = Model::load(path);
+    auto model = load_model_for(path, o.engine);
     auto tok = load_tokenizer(path, *model);
     o.model_name = std::filesystem::path(path).filename().string();
     run = tools::measure_roofline(*model, tok.get(), peaks, o);

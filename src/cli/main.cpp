@@ -103,8 +103,9 @@ commands:
   roofline    -m MODEL [--batch 1,4,16,64] [--prompt 512] [--decode-steps 16] [-t N]
               [--kv-cache-dtype T] [--block-size N] [--max-num-batched-tokens N]
               [--peaks peaks.json] [--html report.html] [--json FILE|-] [--from-json FILE]
-              prefill and decode per op against the machine's ceilings: time, GFLOP/s,
-              GB/s, intensity, the bound, % of it, predicted vs measured, the bottleneck
+              [--device cuda]   prefill and decode per op against the machine's ceilings:
+              time, GFLOP/s, GB/s, intensity, the bound, % of it, predicted vs measured, the
+              bottleneck (cuda: ops timed by CUDA events against the GPU's HBM and GEMM peaks)
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings);
               --device cuda: the GPU's HBM copy bandwidth and cuBLAS bf16/fp32 GEMM rates

@@ -23,7 +23,9 @@
 // Every op keeps the batch invariance of the kernels below it: a token row's result never
 // depends on the other rows of the step, on the thread count, or on the order of work.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 
@@ -102,6 +104,15 @@ class Backend {
   virtual void set_block_tables(std::span<const std::span<const int32_t>> tables) = 0;
   // Returns once every op issued so far has finished (for timing them).
   virtual void sync() {}
+  // Seconds the ops fn issues take, waited for (the profile's per-op time). A device
+  // backend times them with its own events, where the host's clock would add the launch
+  // and the wait; the default is the host's clock around fn and sync.
+  virtual double timed(const std::function<void()>& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    sync();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   // x[T][table.k]: each token's row of the embedding table.
   virtual void embed(const WeightView& table, float* x) = 0;

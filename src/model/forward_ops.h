@@ -20,10 +20,9 @@ void Forward::op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::
   }
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  fn();
-  be_.sync();
+  const double s = be_.timed(fn);
   const auto t1 = Clock::now();
-  profile_.add(o, cls, c.flops, c.bytes, profile_.timing ? std::chrono::duration<double>(t1 - t0).count() : 0.0);
+  profile_.add(o, cls, c.flops, c.bytes, profile_.timing ? s : 0.0);
   if (trace) {
     auto ns = [](Clock::time_point t) {
       return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());

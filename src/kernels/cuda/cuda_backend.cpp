@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(s_);
     cublas_.reset();  // its handle is bound to the stream
+    for (cudaEvent_t e : ev_)
+      if (e) cudaEventDestroy(e);
     for (auto& [k, r] : resident_) cudaFree(r);
     if (host_) cudaFreeHost(host_);
     cudaStreamDestroy(s_);
@@ -104,6 +106,19 @@ class CudaBackend final : public Backend {
     return int64_t(free);
   }
   void sync() override { RIDGE_CU(cudaStreamSynchronize(s_)); }
+  double timed(const std::function<void()>& fn) override {
+    if (!ev_[0]) {
+      RIDGE_CU(cudaEventCreate(&ev_[0]));
+      RIDGE_CU(cudaEventCreate(&ev_[1]));
+    }
+    RIDGE_CU(cudaEventRecord(ev_[0], s_));
+    fn();
+    RIDGE_CU(cudaEventRecord(ev_[1], s_));
+    RIDGE_CU(cudaEventSynchronize(ev_[1]));
+    float ms = 0;
+    RIDGE_CU(cudaEventElapsedTime(&ms, ev_[0], ev_[1]));
+    return double(ms) * 1e-3;
+  }
 
   void begin_step(const StepInfo& s) override {
     step_info_ = s;
@@ -484,6 +499,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t s_ = nullptr;
   int n_sm_ = 0, max_smem_ = 48 << 10;
+  cudaEvent_t ev_[2] = {nullptr, nullptr};  // timed()'s start and end
   cuda::GemvShape gemv_;
   int gemm_rows_ = cuda::kGemvMaxRows + 1;
   std::unordered_map<const void*, void*> resident_;
