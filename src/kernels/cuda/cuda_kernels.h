@@ -17,8 +17,8 @@
 
 namespace ridge::kernels::cuda {
 
-// Decode rows: up to this many rows of x run the GEMV (each weight byte read once for
-// all of them); more run a cuBLAS GEMM.
+// Decode rows: by default up to this many rows of x run the GEMV (each weight byte read
+// once for all of them), more a cuBLAS GEMM; RIDGE_CUDA_GEMM_ROWS moves the line.
 inline constexpr int kGemvMaxRows = 8;
 
 // The formats the GEMV and the dequantization read (GGUF blocks, as the model file holds

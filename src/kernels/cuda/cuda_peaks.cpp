@@ -83,7 +83,6 @@ CudaPeaks cuda_peaks() {
   // bf16 operands made from the same values, in the first half of each buffer.
   uint16_t* wb = static_cast<uint16_t*>(w);
   uint16_t* xb = static_cast<uint16_t*>(x);
-  std::vector<uint16_t> tmp;
   void* wf = nullptr;
   RIDGE_CU(cudaMalloc(&wf, size_t(n * n) * 2));
   cuda::f32_to_bf16(static_cast<const float*>(w), n * n, static_cast<uint16_t*>(wf), s);
