@@ -8,6 +8,12 @@
 
 namespace ridge::cli {
 
+void Args::append(std::string arg, std::string origin) {
+  a_.push_back(std::move(arg));
+  used_.push_back(false);
+  origin_.push_back(std::move(origin));
+}
+
 bool Args::given(std::initializer_list<std::string_view> names) const {
   for (const std::string& s : a_)
     for (auto n : names)
@@ -16,7 +22,14 @@ bool Args::given(std::initializer_list<std::string_view> names) const {
 }
 
 std::optional<std::string> Args::str(std::initializer_list<std::string_view> names) {
+  // The last occurrence wins, as in most tools; one on the command line wins over any
+  // from a config file, whichever alias each used.
   std::optional<std::string> out;
+  bool out_from_cmdline = false;
+  auto take = [&](size_t i, std::string v) {
+    const bool cmdline = origin_[i].empty();
+    if (cmdline || !out_from_cmdline) out = std::move(v), out_from_cmdline = cmdline;
+  };
   for (size_t i = 0; i < a_.size(); ++i) {
     if (used_[i]) continue;
     for (auto n : names) {
@@ -24,18 +37,18 @@ std::optional<std::string> Args::str(std::initializer_list<std::string_view> nam
       if (s == n) {
         if (i + 1 >= a_.size()) fail("option {} needs a value", n);
         used_[i] = used_[i + 1] = true;
-        out = a_[i + 1];
+        take(i, a_[i + 1]);
         ++i;
         break;
       }
       if (s.size() > n.size() + 1 && s.compare(0, n.size(), n) == 0 && s[n.size()] == '=') {
         used_[i] = true;
-        out = s.substr(n.size() + 1);
+        take(i, s.substr(n.size() + 1));
         break;
       }
     }
   }
-  return out;  // the last occurrence wins, as in most tools
+  return out;
 }
 
 bool Args::flag(std::initializer_list<std::string_view> names) {
@@ -85,8 +98,11 @@ std::vector<std::string> Args::positional() {
 }
 
 void Args::finish() const {
-  for (size_t i = 0; i < a_.size(); ++i)
-    if (!used_[i]) fail("unknown or misplaced argument '{}' (see ridge --help)", a_[i]);
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    if (!origin_[i].empty()) fail("{}: '{}' is not an option of this command (see ridge --help)", origin_[i], a_[i]);
+    fail("unknown or misplaced argument '{}' (see ridge --help)", a_[i]);
+  }
 }
 
 }  // namespace ridge::cli

@@ -13,7 +13,11 @@ namespace ridge::cli {
 
 class Args {
  public:
-  Args(std::vector<std::string> argv) : a_(std::move(argv)), used_(a_.size(), false) {}
+  Args(std::vector<std::string> argv) : a_(std::move(argv)), used_(a_.size(), false), origin_(a_.size()) {}
+
+  // Adds an argument that came from elsewhere than the command line (a config file);
+  // `origin` names where, for the error about an argument nobody read.
+  void append(std::string arg, std::string origin);
 
   // --name VALUE, --name=VALUE, or -n VALUE for any of the names.
   std::optional<std::string> str(std::initializer_list<std::string_view> names);
@@ -36,6 +40,7 @@ class Args {
  private:
   std::vector<std::string> a_;
   std::vector<bool> used_;
+  std::vector<std::string> origin_;  // "" for the command line
 };
 
 }  // namespace ridge::cli

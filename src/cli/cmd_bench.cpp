@@ -32,6 +32,7 @@ namespace ridge::cli {
 namespace {
 
 int bench_throughput(Args& a) {
+  apply_config_file(a);
   const std::string path = resolve_model(a);
   const int64_t n = a.integer({"--num-prompts"}, 64, 1, 1 << 20);
   const int64_t in_len = a.integer({"--input-len"}, 128, 1, 1 << 20);

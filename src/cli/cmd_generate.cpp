@@ -53,6 +53,7 @@ void dump_json(const std::string& path, const std::vector<GenRequest>& reqs, con
 }  // namespace
 
 int cmd_generate(Args& a) {
+  apply_config_file(a);
   const std::string path = resolve_model(a);
   auto prompt = a.str({"-p", "--prompt"});
   auto file = a.str({"-f", "--file"});

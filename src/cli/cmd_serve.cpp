@@ -18,6 +18,7 @@
 namespace ridge::cli {
 
 int cmd_serve(Args& a) {
+  apply_config_file(a);
   const std::string path = resolve_model(a);
   server::ServeOptions so;
   so.http.host = a.str({"--host"}, "127.0.0.1");
@@ -37,7 +38,10 @@ int cmd_serve(Args& a) {
   const int32_t reasoning_budget = int32_t(a.integer({"--reasoning-budget"}, -1, -1, 1 << 30));
   EngineConfig ec = engine_config(a);
   const auto trace = a.str({"--trace"});
+  const auto record = a.str({"--record"});
   a.finish();
+  // Created before the model loads, so a path that cannot be written fails at once.
+  if (record) so.loop.recorder = std::make_shared<TraceRecorder>(*record, server::steady_seconds());
   server::ToolFormat tool_format = server::ToolFormat::None;
   if (tool_parser != "auto") {
     tool_format = server::tool_format_from_name(tool_parser);

@@ -18,6 +18,7 @@ int cmd_peaks(Args& a);
 int cmd_serve(Args& a);
 int cmd_roofline(Args& a);
 int cmd_tune_kernels(Args& a);
+int cmd_tune(Args& a);
 int cmd_grammar(Args& a);
 
 }  // namespace ridge::cli

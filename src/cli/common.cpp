@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <nlohmann/json.hpp>
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "kernels/cpu/gemm.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tools/kernel_cache.h"
@@ -235,6 +238,37 @@ void engine_config(Args& a, EngineConfig& c) {
   sp.adaptive = !a.flag({"--no-speculative-adaptive"});
   if (sp.prompt_lookup_min > sp.prompt_lookup_max)
     fail("--prompt-lookup-min {} is above --prompt-lookup-max {}", sp.prompt_lookup_min, sp.prompt_lookup_max);
+}
+
+void apply_config_file(Args& a) {
+  const auto path = a.str({"--config"});
+  if (!path) return;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(*path), nullptr, false);
+  if (!j.is_object()) fail("--config {}: not a JSON object of flags", *path);
+  const nlohmann::json& flags = j.contains("flags") ? j["flags"] : j;
+  if (!flags.is_object()) fail("--config {}: \"flags\" is not an object", *path);
+  const std::string origin = "--config " + *path;
+  for (auto it = flags.begin(); it != flags.end(); ++it) {
+    std::string name = it.key();
+    while (!name.empty() && name[0] == '-') name.erase(0, 1);
+    for (char& ch : name)
+      if (ch == '_') ch = '-';
+    if (name.empty() || name == "config") fail("{}: \"{}\" is not a flag", origin, it.key());
+    const std::string flag = "--" + name;
+    if (a.given({flag})) continue;  // the command line's
+    const nlohmann::json& v = it.value();
+    if (v.is_boolean()) {
+      if (v.get<bool>()) a.append(flag, origin);
+    } else if (v.is_string()) {
+      a.append(flag + "=" + v.get<std::string>(), origin);
+    } else if (v.is_number_integer() || v.is_number_unsigned()) {
+      a.append(fmt::format("{}={}", flag, v.get<int64_t>()), origin);
+    } else if (v.is_number()) {
+      a.append(fmt::format("{}={}", flag, v.get<double>()), origin);
+    } else {
+      fail("{}: \"{}\" must be a string, a number or a boolean, got {}", origin, it.key(), v.dump());
+    }
+  }
 }
 
 EngineConfig engine_config(Args& a) {

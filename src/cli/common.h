@@ -25,6 +25,13 @@ struct Vocabulary {
   std::unique_ptr<Tokenizer> tok;
 };
 Vocabulary load_vocabulary(Args& a);
+// --config FILE: the flags in a JSON file, under the command line's (a flag given on the
+// command line wins, whichever alias). The file is an object of flags by their long names
+// without the dashes ("max-num-seqs": 64, "kv-cache-dtype": "int8", "no-prefix-cache":
+// true; '_' may stand for '-'), or an object whose "flags" member is one (what `ridge
+// tune --output` writes; its other members are the tuning's record). A key no option of
+// the command reads is an error naming the file.
+void apply_config_file(Args& a);
 // The engine flags, one vocabulary for every command that runs the model (generate,
 // serve, bench throughput, perplexity, roofline): -t, --kv-cache-dtype (alias --kv-type),
 // --block-size, --max-num-seqs, --max-num-batched-tokens (alias -b, --batch-size),

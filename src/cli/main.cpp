@@ -29,7 +29,9 @@ commands:
               [--max-logprobs N] [--max-body-size 8M] [--shutdown-timeout S]
               [--tool-call-parser auto|hermes|llama3_json|mistral|deepseek_v3|openai|json]
               [--reasoning-parser auto|none|qwen3|deepseek_r1] [--reasoning-budget N]
-              + engine options
+              [--config FILE.json (flags from a file, e.g. ridge tune --output; the command
+              line wins)] [--record TRACE.jsonl (every request's arrival, prompt ids and
+              output length, for ridge tune --workload)] + engine options
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named
@@ -109,6 +111,16 @@ commands:
   peaks       [-t THREADS] [--quick] [--json FILE|-] [--dram-mib N]
               measure DRAM read bandwidth and compute peaks (the roofline's ceilings);
               --device cuda: the GPU's HBM copy bandwidth and cuBLAS bf16/fp32 GEMM rates
+  tune        -m MODEL [--workload chat|rag|burst|FILE.json|TRACE.jsonl] [--slo ttft_p99=2s,tpot_p99=100ms]
+              [--budget 90s|10m|1h (10m)] [--objective goodput|throughput|cost] [--output tuned.json]
+              [--html report.html] [--json FILE|-] [--peaks peaks.json] [--trial-seconds S]
+              [--repeats N (3)] [--grid] [--seed S] + engine options (the starting point)
+              search the engine's configuration (max-num-seqs, max-num-batched-tokens, KV
+              dtype, prefix cache, speculation) for the workload and SLO: each round
+              diagnoses the last measured trial, predicts the candidate changes with a step
+              model, measures the best, keeps it only beyond the noise band; the chosen
+              point and the defaults then run in turn. --output: flags `ridge serve --config
+              FILE` reads; a trace recorded by `ridge serve --record FILE` replays as it came
   tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
               [--margin F (0.03)] [--kernel-cache DIR|off] [--no-save] [--json FILE]
               time the matrix kernels' CPU-dependent parameters (prefetch distances, streams,
@@ -217,6 +229,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);
     if (cmd == "tune-kernels") return ridge::cli::cmd_tune_kernels(args);
+    if (cmd == "tune") return ridge::cli::cmd_tune(args);
     if (cmd == "grammar") return ridge::cli::cmd_grammar(args);
     std::fprintf(stderr, "ridge: error: unknown command '%s' (see ridge --help)\n", cmd.c_str());
     return 1;

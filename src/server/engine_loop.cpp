@@ -195,6 +195,7 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
   ch.done = true;
   std::string tail;
   bool stopped_late = false;
+  int32_t n_generated = 0;
   if (!abort_seq || reason != "stop") {
     // End of the stream: an incomplete character becomes U+FFFD; a held stop-string
     // prefix that never completed is text after all.
@@ -229,6 +230,11 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
       st.spec_draft_tokens = rs.spec_draft_tokens;
       st.spec_accepted_tokens = rs.spec_accepted_tokens;
     }
+    n_generated = st.n_generated;
+  }
+  if (opt_.recorder) {
+    const ChoiceSpec& spec = a.job->choices[c];
+    opt_.recorder->record(a.job->arrival_s, spec.prompt, spec.params.max_tokens, n_generated);
   }
   if (abort_seq) {
     // The engine would report "abort"; say why. (A no-op when not tracing.)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/request_trace.h"
 
 namespace ridge {
 class Tokenizer;
@@ -83,6 +84,8 @@ struct Job {
 struct LoopOptions {
   int32_t max_waiting = 1024;          // requests waiting beyond this are refused (503)
   int64_t max_pending_bytes = 16 << 20;  // output a client has not read; beyond: abort
+  // --record: every finished choice is appended to this trace (engine/request_trace.h).
+  std::shared_ptr<TraceRecorder> recorder;
 };
 
 class EngineLoop {

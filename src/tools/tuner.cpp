@@ -1,0 +1,550 @@
+#include "tools/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace ridge::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const char* kv_name(DType t) {
+  switch (t) {
+    case DType::I8: return "int8";
+    case DType::F8_E4M3: return "fp8";
+    case DType::F8_E5M2: return "fp8_e5m2";
+    case DType::BF16: return "bf16";
+    case DType::F32: return "f32";
+    default: return "f16";
+  }
+}
+
+double kv_bytes(DType t) { return t == DType::F32 ? 4 : is_scaled_kv_dtype(t) ? 1 : 2; }
+
+// What the rules read of a trial, against the SLO.
+struct Symptoms {
+  const TrialMetrics& m;
+  const Knobs& k;
+  const TuneOptions& o;
+  double floor_s;       // a decode step's weight stream at the DRAM ceiling
+  double ttft_excess;   // the SLO percentile over its limit (0 without a limit)
+  double tpot_excess;
+  bool ttft_fails() const { return ttft_excess > 1; }
+  bool tpot_fails() const { return tpot_excess > 1; }
+  double acceptance() const {
+    return m.spec_draft_tokens > 0 ? double(m.spec_accepted_tokens) / double(m.spec_draft_tokens) : 0;
+  }
+};
+
+int32_t pow2_down(int32_t x, int32_t lo) { return std::max(lo, x / 2); }
+
+// One row per diagnosis: when it applies, what it changes, and why (the numbers that
+// made it fire). Tried in order; the simulation then ranks what they propose.
+struct Rule {
+  const char* name;
+  bool (*when)(const Symptoms&);
+  void (*change)(Knobs&, const Symptoms&);
+  std::string (*why)(const Symptoms&);
+};
+
+const Rule kRules[] = {
+    {"stalled decodes",
+     [](const Symptoms& s) {
+       return s.tpot_fails() && s.m.max_prompt_step_s > 0.5 * s.o.slo.tpot_s && s.k.max_num_batched_tokens > 64;
+     },
+     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = pow2_down(k.max_num_batched_tokens, 64); },
+     [](const Symptoms& s) {
+       return fmt::format("TPOT p{:g} {:.0f} ms misses {:.0f} ms: steps with prompt chunks take up to {:.0f} ms, "
+                          "stalling the decodes in them; smaller chunks",
+                          s.o.slo.tpot_pct, s.m.tpot_slo_pct * 1e3, s.o.slo.tpot_s * 1e3, s.m.max_prompt_step_s * 1e3);
+     }},
+    {"KV pool full",
+     [](const Symptoms& s) {
+       return (s.m.preemptions > 0 || s.m.kv_peak > 0.9) && !is_scaled_kv_dtype(s.k.kv_dtype);
+     },
+     [](Knobs& k, const Symptoms&) { k.kv_dtype = DType::I8; },
+     [](const Symptoms& s) {
+       return fmt::format("the KV pool peaked at {:.0f}% with {} preemptions: int8 KV holds twice the tokens",
+                          s.m.kv_peak * 100, s.m.preemptions);
+     }},
+    {"preemption storm",
+     [](const Symptoms& s) { return s.m.preemptions > 0 && is_scaled_kv_dtype(s.k.kv_dtype) && s.k.max_num_seqs > 4; },
+     [](Knobs& k, const Symptoms&) { k.max_num_seqs = pow2_down(k.max_num_seqs, 4); },
+     [](const Symptoms& s) {
+       return fmt::format("{} preemptions with an 8-bit pool: fewer sequences at once", s.m.preemptions);
+     }},
+    {"seats full",
+     [](const Symptoms& s) {
+       return s.m.full_seqs_share > 0.05 && s.m.kv_peak < 0.8 && s.k.max_num_seqs < 1024 &&
+              (s.ttft_fails() || s.o.objective != Objective::Goodput);
+     },
+     [](Knobs& k, const Symptoms&) { k.max_num_seqs = std::min(1024, k.max_num_seqs * 2); },
+     [](const Symptoms& s) {
+       return fmt::format("{:.0f}% of steps ran max_num_seqs={} with requests waiting (KV at {:.0f}%): more seats",
+                          s.m.full_seqs_share * 100, s.k.max_num_seqs, s.m.kv_peak * 100);
+     }},
+    {"prompts queue",
+     [](const Symptoms& s) {
+       return s.ttft_fails() && s.m.queue_p99 > 0.3 * s.o.slo.ttft_s && s.tpot_excess < 0.7 &&
+              s.k.max_num_batched_tokens < 8192;
+     },
+     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = std::min(8192, k.max_num_batched_tokens * 2); },
+     [](const Symptoms& s) {
+       return fmt::format("TTFT p{:g} {:.0f} ms misses {:.0f} ms with requests queued up to {:.0f} ms and TPOT at "
+                          "{:.0f}% of its limit: larger prompt chunks",
+                          s.o.slo.ttft_pct, s.m.ttft_slo_pct * 1e3, s.o.slo.ttft_s * 1e3, s.m.queue_p99 * 1e3,
+                          s.tpot_excess * 100);
+     }},
+    {"compute-bound decode",
+     [](const Symptoms& s) {
+       return s.tpot_fails() && s.m.decode_step_s > 2 * s.floor_s && s.m.mean_decode_batch > 8 && s.k.max_num_seqs > 4;
+     },
+     [](Knobs& k, const Symptoms& s) {
+       k.max_num_seqs = std::max(4, std::min(pow2_down(k.max_num_seqs, 4), int32_t(s.m.mean_decode_batch)));
+     },
+     [](const Symptoms& s) {
+       return fmt::format("decode steps of {:.1f} sequences take {:.1f} ms, {:.1f}x the weight stream: past the "
+                          "roofline's ridge, each sequence adds time; fewer at once",
+                          s.m.mean_decode_batch, s.m.decode_step_s * 1e3, s.m.decode_step_s / s.floor_s);
+     }},
+    {"speculation rarely accepted",
+     [](const Symptoms& s) { return s.k.spec != SpecMethod::None && s.m.spec_draft_tokens > 0 && s.acceptance() < 0.3; },
+     [](Knobs& k, const Symptoms&) { k.spec = SpecMethod::None; },
+     [](const Symptoms& s) {
+       return fmt::format("{:.0f}% of {} drafted tokens accepted: speculation off", s.acceptance() * 100,
+                          s.m.spec_draft_tokens);
+     }},
+    {"memory-bound decode",
+     [](const Symptoms& s) {
+       return s.k.spec == SpecMethod::None && s.m.mean_decode_batch > 0 && s.m.mean_decode_batch <= 4 &&
+              s.m.decode_step_s < 2 * s.floor_s;
+     },
+     [](Knobs& k, const Symptoms& s) {
+       k.spec = s.o.workload.replay() || s.o.workload.prefix_share > 0 ? SpecMethod::Suffix : SpecMethod::Ngram;
+       k.spec_tokens = 4;
+     },
+     [](const Symptoms& s) {
+       return fmt::format("decode steps of {:.1f} sequences take {:.1f} ms, {:.1f}x the weight stream alone: "
+                          "memory-bound, so verifying drafts costs little",
+                          s.m.mean_decode_batch, s.m.decode_step_s * 1e3, s.m.decode_step_s / s.floor_s);
+     }},
+    {"prefixes recomputed",
+     [](const Symptoms& s) { return !s.k.prefix_cache && (s.o.workload.prefix_share > 0 || s.o.workload.replay()); },
+     [](Knobs& k, const Symptoms&) { k.prefix_cache = true; },
+     [](const Symptoms&) { return std::string("the workload shares prefixes and the prefix cache is off"); }},
+    {"throughput: larger chunks",
+     [](const Symptoms& s) { return s.o.objective != Objective::Goodput && s.k.max_num_batched_tokens < 8192; },
+     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = std::min(8192, k.max_num_batched_tokens * 2); },
+     [](const Symptoms& s) {
+       return fmt::format("no latency limit binds the {} objective: larger steps amortize the weight stream",
+                          objective_name(s.o.objective));
+     }},
+    {"cost: fewer cores",
+     [](const Symptoms& s) { return s.o.objective == Objective::Cost && s.k.threads > 1; },
+     [](Knobs& k, const Symptoms&) { k.threads = std::max(1, k.threads / 2); },
+     [](const Symptoms& s) {
+       return fmt::format("cost counts cores: {} threads, is the rate per core better on fewer?", s.k.threads);
+     }},
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// How far a trial's steps are from a step model: mean |predicted - measured| / measured.
+double step_error(const StepModel& sm, const std::vector<StepRecord>& steps) {
+  double s = 0;
+  int64_t n = 0;
+  for (const StepRecord& st : steps)
+    if (st.tokens > 0 && st.seconds > 0) s += std::fabs(sm.at(st.tokens, st.seqs) - st.seconds) / st.seconds, ++n;
+  return n ? s / double(n) : 0;
+}
+
+std::string change_between(const Knobs& from, const Knobs& to) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : to.flags(from)) parts.push_back(v.empty() ? k : k + "=" + v);
+  return parts.empty() ? "(none)" : fmt::format("{}", fmt::join(parts, " "));
+}
+
+}  // namespace
+
+const char* objective_name(Objective o) {
+  switch (o) {
+    case Objective::Goodput: return "goodput";
+    case Objective::Throughput: return "throughput";
+    case Objective::Cost: return "cost";
+  }
+  return "?";
+}
+
+Objective objective_from_name(const std::string& s) {
+  if (s == "goodput") return Objective::Goodput;
+  if (s == "throughput") return Objective::Throughput;
+  if (s == "cost") return Objective::Cost;
+  fail("--objective {} is not one of goodput, throughput, cost", s);
+}
+
+Knobs Knobs::of(const EngineConfig& c) {
+  Knobs k;
+  k.max_num_seqs = c.max_num_seqs;
+  k.max_num_batched_tokens = c.max_num_batched_tokens;
+  k.kv_dtype = c.kv_dtype;
+  k.prefix_cache = c.prefix_cache;
+  k.spec = c.speculative.method;
+  k.spec_tokens = c.speculative.num_speculative_tokens;
+  k.threads = c.threads;
+  return k;
+}
+
+void Knobs::apply(EngineConfig& c) const {
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = max_num_batched_tokens;
+  c.kv_dtype = kv_dtype;
+  c.prefix_cache = prefix_cache;
+  c.speculative.method = spec;
+  c.speculative.num_speculative_tokens = spec_tokens;
+  c.threads = threads;
+}
+
+std::vector<std::pair<std::string, std::string>> Knobs::flags(const Knobs& base) const {
+  std::vector<std::pair<std::string, std::string>> f;
+  if (max_num_seqs != base.max_num_seqs) f.emplace_back("max-num-seqs", std::to_string(max_num_seqs));
+  if (max_num_batched_tokens != base.max_num_batched_tokens)
+    f.emplace_back("max-num-batched-tokens", std::to_string(max_num_batched_tokens));
+  if (kv_dtype != base.kv_dtype) f.emplace_back("kv-cache-dtype", kv_name(kv_dtype));
+  if (prefix_cache != base.prefix_cache) f.emplace_back(prefix_cache ? "prefix-cache" : "no-prefix-cache", "");
+  if (spec != base.spec) f.emplace_back("speculative-method", spec == SpecMethod::None ? "none" : spec_method_name(spec));
+  if (spec != SpecMethod::None && spec_tokens != base.spec_tokens)
+    f.emplace_back("num-speculative-tokens", std::to_string(spec_tokens));
+  if (threads != base.threads) f.emplace_back("threads", std::to_string(threads));
+  return f;
+}
+
+std::string Knobs::str() const {
+  std::string s = fmt::format("max-num-seqs={} max-num-batched-tokens={} kv-cache-dtype={}", max_num_seqs,
+                              max_num_batched_tokens, kv_name(kv_dtype));
+  if (!prefix_cache) s += " no-prefix-cache";
+  if (spec != SpecMethod::None) s += fmt::format(" speculative-method={} k={}", spec_method_name(spec), spec_tokens);
+  if (threads > 0) s += fmt::format(" threads={}", threads);
+  return s;
+}
+
+double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores) {
+  switch (o) {
+    case Objective::Throughput: return m.output_throughput;
+    case Objective::Cost: return m.good_output_throughput / double(std::max(1, threads > 0 ? threads : cores));
+    case Objective::Goodput: break;
+  }
+  if (m.good > 0) return m.goodput;
+  // Nothing met the SLO: rank by how close the worse percentile came (always below any
+  // positive goodput), so that an unreachable SLO still yields the closest point.
+  return -std::max(m.ttft_slo_pct > 0 ? m.ttft_slo_pct : 0, m.tpot_slo_pct > 0 ? m.tpot_slo_pct : 0) - 1e-9;
+}
+
+std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s) {
+  auto excess = [](double v, double limit) { return std::isfinite(limit) ? v / limit : 0.0; };
+  const Symptoms s{m, cur, o, std::max(step_floor_s, 1e-9), excess(m.ttft_slo_pct, o.slo.ttft_s),
+                   excess(m.tpot_slo_pct, o.slo.tpot_s)};
+  std::vector<Candidate> out;
+  for (const Rule& r : kRules) {
+    if (!r.when(s)) continue;
+    Candidate c{cur, "", fmt::format("{}: {}", r.name, r.why(s))};
+    r.change(c.knobs, s);
+    if (c.knobs == cur) continue;
+    c.change = change_between(cur, c.knobs);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& o,
+                const std::function<void(const TrialRecord&)>& on_trial) {
+  const Clock::time_point t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const int32_t n_vocab = model.hparams().n_vocab;
+  const int32_t cores = o.cores > 0 ? o.cores : std::max(1, o.base.threads);
+  TuneResult res;
+  res.defaults = Knobs::of(o.base);
+  StepModel sm = step_model_prior(model, peaks, o.base.threads);
+  std::vector<StepRecord> all_steps;
+  std::map<DType, int64_t> kv_tokens;  // the pool's capacity, as measured per KV dtype
+  const double trial_s = o.trial_s > 0 ? o.trial_s : std::max(2.0, o.budget_s / 16);
+  double deadline = std::max(10.0, o.budget_s / 3);
+
+  auto run = [&](const Knobs& k, const std::vector<TracedRequest>& reqs, const char* phase, std::string change,
+                 std::string reason, const TrialMetrics* predicted) {
+    EngineConfig cfg = o.base;
+    k.apply(cfg);
+    TrialRecord rec;
+    rec.index = int32_t(res.trials.size()) + 1;
+    rec.phase = phase;
+    rec.knobs = k;
+    rec.change = std::move(change);
+    rec.reason = std::move(reason);
+    TrialResult tr = run_trial(model, tok, cfg, reqs, o.workload.max_concurrency, o.slo, deadline);
+    rec.m = tr.m;
+    kv_tokens[k.kv_dtype] = tr.m.kv_tokens;
+    rec.objective = objective_value(tr.m, o.objective, k.threads, cores);
+    if (predicted) {
+      rec.predicted = true;
+      rec.predicted_objective = objective_value(*predicted, o.objective, k.threads, cores);
+    }
+    // The step model's error on these steps before they join its fit, then after.
+    if (k.threads == o.base.threads) {
+      rec.step_s_prior = step_error(sm, tr.steps);
+      all_steps.insert(all_steps.end(), tr.steps.begin(), tr.steps.end());
+      if (all_steps.size() > 50000) all_steps.erase(all_steps.begin(), all_steps.begin() + std::ptrdiff_t(all_steps.size() - 50000));
+      fit_step_model(sm, all_steps);
+      rec.step_s_fit = step_error(sm, tr.steps);
+    }
+    res.trials.push_back(rec);
+    return res.trials.size() - 1;
+  };
+  auto report = [&](size_t i) {
+    if (on_trial) on_trial(res.trials[i]);
+  };
+  auto kv_capacity = [&](DType t) -> int64_t {
+    if (auto it = kv_tokens.find(t); it != kv_tokens.end() && it->second > 0) return it->second;
+    for (const auto& [d, n] : kv_tokens)
+      if (n > 0) return int64_t(double(n) * kv_bytes(d) / kv_bytes(t));
+    return int64_t(1) << 40;
+  };
+
+  // The requests every trial runs (the same ones, so trials differ by configuration only).
+  const WorkloadSpec& w = o.workload;
+  std::vector<TracedRequest> reqs;
+  if (w.replay()) {
+    reqs = make_requests(w, 0, 0, n_vocab, o.seed);
+    res.rate = w.trace.back().t > 0 ? double(w.trace.size()) / w.trace.back().t : kInf;
+  } else {
+    double rate = w.rate;
+    if (w.auto_rate()) {
+      // Capacity: a batch of requests all at once on the defaults, requests per second.
+      const auto cal = make_requests(w, 16, kInf, n_vocab, o.seed + 1);
+      const size_t i = run(res.defaults, cal, "calibrate", "", "the defaults' capacity on this workload (16 at once)", nullptr);
+      res.trials[i].verdict = "sets the arrival rate";
+      const TrialMetrics& m = res.trials[i].m;
+      RIDGE_CHECK(m.completed > 0, "tune: the calibration trial finished no request within {:.0f} s", deadline);
+      rate = w.load * m.request_throughput;
+      report(i);
+    }
+    res.rate = rate;
+    const int64_t n = w.num_requests > 0 ? w.num_requests
+                      : std::isfinite(rate) ? std::clamp<int64_t>(int64_t(std::lround(rate * trial_s)), 8, 512)
+                                            : 16;
+    reqs = make_requests(w, n, rate, n_vocab, o.seed);
+  }
+  res.requests_per_trial = int64_t(reqs.size());
+
+  // The defaults, twice: the noise band.
+  std::vector<size_t> def_runs;
+  for (int r = 0; r < 2; ++r) {
+    const size_t i = run(res.defaults, reqs, "baseline", "", r == 0 ? "the defaults" : "the defaults again (noise band)",
+                         nullptr);
+    def_runs.push_back(i);
+    res.trials[i].verdict = "baseline";
+    report(i);
+    // Later trials may take up to 3x the defaults' time before they are cut off.
+    deadline = std::max(deadline, 0.0);
+    if (r == 0) deadline = std::max(3 * res.trials[i].m.duration_s, reqs.back().t + 2.0);
+  }
+  auto spread = [](const std::vector<double>& v) {
+    const double md = median(v);
+    if (v.empty() || md == 0) return 0.0;
+    return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) / std::fabs(md);
+  };
+  {
+    std::vector<double> v;
+    for (size_t i : def_runs) v.push_back(res.trials[i].objective);
+    res.noise_band = std::max(0.03, spread(v));
+  }
+  auto mean_trial_s = [&] {
+    double s = 0;
+    for (const auto& t : res.trials) s += t.m.duration_s;
+    return res.trials.empty() ? trial_s : s / double(res.trials.size());
+  };
+  auto better = [&](double a, double b) { return a > b + res.noise_band * std::fabs(b); };
+
+  Knobs best = res.defaults;
+  double best_obj = 0;
+  {
+    std::vector<double> v;
+    for (size_t i : def_runs) v.push_back(res.trials[i].objective);
+    best_obj = median(v);
+  }
+  TrialMetrics best_m = res.trials[def_runs.back()].m;
+  std::vector<Knobs> tried{best};
+  std::vector<size_t> best_runs = def_runs;
+  const int32_t reserve_runs = std::max(0, 2 * o.final_repeats - 3);
+  while (elapsed() + mean_trial_s() * (1 + reserve_runs) < o.budget_s) {
+    std::vector<Candidate> cands = diagnose(best_m, best, o, sm.fixed_s);
+    std::erase_if(cands, [&](const Candidate& c) { return std::find(tried.begin(), tried.end(), c.knobs) != tried.end(); });
+    // No diagnosis left: the neighbors of the best point that the model predicts better.
+    const bool explore = cands.empty();
+    if (explore) {
+      auto add = [&](Knobs k, const char* why) {
+        if (k == best || std::find(tried.begin(), tried.end(), k) != tried.end()) return;
+        cands.push_back({k, change_between(best, k), why});
+      };
+      Knobs k = best;
+      k.max_num_seqs = std::min(1024, best.max_num_seqs * 2), add(k, "neighbor: more seats");
+      k = best, k.max_num_seqs = pow2_down(best.max_num_seqs, 1), add(k, "neighbor: fewer seats");
+      k = best, k.max_num_batched_tokens = std::min(8192, best.max_num_batched_tokens * 2), add(k, "neighbor: larger chunks");
+      k = best, k.max_num_batched_tokens = pow2_down(best.max_num_batched_tokens, 32), add(k, "neighbor: smaller chunks");
+    }
+    if (cands.empty()) break;
+    // Rank by the simulation (speculation is outside it: predicted as no change).
+    EngineConfig cur_cfg = o.base;
+    best.apply(cur_cfg);
+    const TrialMetrics cur_pred = simulate(sm, cur_cfg, kv_capacity(best.kv_dtype), reqs, w.max_concurrency, o.slo);
+    const double cur_pred_obj = objective_value(cur_pred, o.objective, best.threads, cores);
+    std::vector<TrialMetrics> pred(cands.size());
+    std::vector<double> pobj(cands.size());
+    for (size_t c = 0; c < cands.size(); ++c) {
+      EngineConfig cfg = o.base;
+      cands[c].knobs.apply(cfg);
+      pred[c] = cands[c].knobs.spec != best.spec || cands[c].knobs.threads != best.threads
+                    ? cur_pred
+                    : simulate(sm, cfg, kv_capacity(cands[c].knobs.kv_dtype), reqs, w.max_concurrency, o.slo);
+      pobj[c] = objective_value(pred[c], o.objective, cands[c].knobs.threads, cores);
+    }
+    size_t pick = 0;
+    for (size_t c = 1; c < cands.size(); ++c)
+      if (pobj[c] > pobj[pick]) pick = c;
+    if (explore && !(pobj[pick] > cur_pred_obj * (1 + 1e-3) + 1e-12)) {
+      // Mark them tried so the next round does not ask again; nothing left worth a trial.
+      break;
+    }
+    const Candidate& c = cands[pick];
+    tried.push_back(c.knobs);
+    const size_t i = run(c.knobs, reqs, "search", c.change, c.reason, &pred[pick]);
+    TrialRecord& rec = res.trials[i];
+    const double gain = best_obj != 0 ? (rec.objective - best_obj) / std::fabs(best_obj) : 0;
+    if (better(rec.objective, best_obj)) {
+      rec.verdict = fmt::format("kept: {:+.1f}% over the best so far (noise band {:.1f}%)", gain * 100, res.noise_band * 100);
+      best = c.knobs, best_obj = rec.objective, best_m = rec.m;
+      best_runs = {i};
+    } else {
+      rec.verdict = rec.objective >= best_obj - res.noise_band * std::fabs(best_obj)
+                        ? fmt::format("rejected: {:+.1f}%, within the noise band ({:.1f}%)", gain * 100, res.noise_band * 100)
+                        : fmt::format("rejected: {:+.1f}%", gain * 100);
+    }
+    report(i);
+  }
+
+  // Verification: the defaults and the chosen point in turn, until each has final_repeats runs.
+  res.chosen = best;
+  if (!(best == res.defaults)) {
+    std::vector<size_t> a = def_runs, b = best_runs;
+    while (int32_t(a.size()) < o.final_repeats || int32_t(b.size()) < o.final_repeats) {
+      if (int32_t(a.size()) < o.final_repeats) {
+        a.push_back(run(res.defaults, reqs, "verify", "", "the defaults, in turn with the chosen point", nullptr));
+        res.trials[a.back()].verdict = "verification";
+        report(a.back());
+      }
+      if (int32_t(b.size()) < o.final_repeats) {
+        b.push_back(run(best, reqs, "verify", change_between(res.defaults, best), "the chosen point, in turn with the defaults", nullptr));
+        res.trials[b.back()].verdict = "verification";
+        report(b.back());
+      }
+    }
+    def_runs = a, best_runs = b;
+  }
+  auto med = [&](const std::vector<size_t>& runs, auto f) {
+    std::vector<double> v;
+    for (size_t i : runs) v.push_back(f(res.trials[i]));
+    return median(v);
+  };
+  auto obj_of = [](const TrialRecord& t) { return t.objective; };
+  res.default_objective = med(def_runs, obj_of);
+  res.chosen_objective = med(best_runs, obj_of);
+  res.default_goodput = med(def_runs, [](const TrialRecord& t) { return t.m.goodput; });
+  res.chosen_goodput = med(best_runs, [](const TrialRecord& t) { return t.m.goodput; });
+  res.default_attainment = med(def_runs, [](const TrialRecord& t) { return t.m.attainment; });
+  res.chosen_attainment = med(best_runs, [](const TrialRecord& t) { return t.m.attainment; });
+  {
+    std::vector<double> va, vb;
+    for (size_t i : def_runs) va.push_back(res.trials[i].objective);
+    for (size_t i : best_runs) vb.push_back(res.trials[i].objective);
+    res.default_spread = spread(va);
+    res.chosen_spread = spread(vb);
+  }
+  if (!(best == res.defaults) && !better(res.chosen_objective, res.default_objective)) {
+    res.summary = fmt::format("the gain of {} did not hold in the verification runs (median {:.4g} against the "
+                              "defaults' {:.4g}, noise band {:.1f}%): the defaults stay",
+                              change_between(res.defaults, best), res.chosen_objective, res.default_objective,
+                              res.noise_band * 100);
+    res.chosen = res.defaults;
+    res.chosen_objective = res.default_objective, res.chosen_goodput = res.default_goodput;
+    res.chosen_attainment = res.default_attainment, res.chosen_spread = res.default_spread;
+    best_runs = def_runs;
+  } else if (best == res.defaults) {
+    res.summary = "no change beat the defaults by more than the noise band: the defaults stay";
+  } else {
+    res.summary = fmt::format("{} gives {:+.1f}% {} over the defaults (medians of {} runs each, noise band {:.1f}%)",
+                              change_between(res.defaults, best),
+                              100 * (res.chosen_objective - res.default_objective) / std::max(1e-12, std::fabs(res.default_objective)),
+                              objective_name(o.objective), best_runs.size(), res.noise_band * 100);
+  }
+  // Does the chosen point meet the SLO, and if not, which limit binds?
+  {
+    const double ttft = med(best_runs, [](const TrialRecord& t) { return t.m.ttft_slo_pct; });
+    const double tpot = med(best_runs, [](const TrialRecord& t) { return t.m.tpot_slo_pct; });
+    const double et = std::isfinite(o.slo.ttft_s) ? ttft / o.slo.ttft_s : 0;
+    const double ep = std::isfinite(o.slo.tpot_s) ? tpot / o.slo.tpot_s : 0;
+    res.slo_met = et <= 1 && ep <= 1;
+    if (!res.slo_met) {
+      res.binding = et >= ep ? fmt::format("TTFT p{:g} {:.0f} ms against {:.0f} ms binds (TPOT p{:g} {:.0f} ms, limit {})",
+                                           o.slo.ttft_pct, ttft * 1e3, o.slo.ttft_s * 1e3, o.slo.tpot_pct, tpot * 1e3,
+                                           std::isfinite(o.slo.tpot_s) ? fmt::format("{:.0f} ms", o.slo.tpot_s * 1e3) : "none")
+                             : fmt::format("TPOT p{:g} {:.0f} ms against {:.0f} ms binds (TTFT p{:g} {:.0f} ms, limit {})",
+                                           o.slo.tpot_pct, tpot * 1e3, o.slo.tpot_s * 1e3, o.slo.ttft_pct, ttft * 1e3,
+                                           std::isfinite(o.slo.ttft_s) ? fmt::format("{:.0f} ms", o.slo.ttft_s * 1e3) : "none");
+      res.summary += "; the SLO is not met at the closest point found: " + res.binding;
+    }
+  }
+  // The fixed grid, once each (the comparison), outside the budget.
+  if (o.grid) {
+    double best_grid = -kInf;
+    for (int32_t seqs : {16, 64, 256})
+      for (int32_t budget : {512, 2048})
+        for (DType kv : {DType::F16, DType::I8}) {
+          Knobs k = res.defaults;
+          k.max_num_seqs = seqs, k.max_num_batched_tokens = budget, k.kv_dtype = kv;
+          const size_t i = run(k, reqs, "grid", change_between(res.defaults, k), "the fixed grid", nullptr);
+          res.trials[i].verdict = "grid";
+          report(i);
+          if (res.trials[i].objective > best_grid) {
+            best_grid = res.trials[i].objective;
+            res.grid_best = k.str();
+          }
+        }
+    res.grid_best_objective = best_grid;
+  }
+  double err = 0;
+  int n_err = 0;
+  for (const auto& t : res.trials)
+    if (t.predicted && t.objective != 0) err += std::fabs(t.predicted_objective - t.objective) / std::fabs(t.objective), ++n_err;
+  res.mean_prediction_error = n_err ? err / n_err : 0;
+  res.step_model = sm;
+  res.threads = o.base.threads;
+  res.ceilings = model_ceilings(model, peaks, o.base.threads);
+  res.flops_per_token = model_flops_per_token(model);
+  res.weight_bytes = double(model.streamed_weight_bytes());
+  res.elapsed_s = elapsed();
+  return res;
+}
+
+}  // namespace ridge::tools

@@ -1,0 +1,117 @@
+// `ridge tune`: the loop a performance engineer runs by hand, automated. Measure the
+// defaults (twice: the noise band), diagnose what binds (the SLO that fails, and why:
+// prompt chunks stalling decodes, requests waiting for a seat, a full KV pool, decode
+// steps that only stream weights), turn the diagnosis into candidate changes, predict
+// each with the step model's simulation (tools/tune_model.h), measure the most promising,
+// keep it only if it beats the best so far by more than the noise band, repeat while the
+// budget lasts; then the chosen point and the defaults run in turn (A B A B) so the
+// reported gain has its own noise band.
+//
+// Policy at the top, decisions as data: every rule is a row of kRules (tuner.cpp) with
+// the symptom it reads and the change it makes; every trial is a TrialRecord saying what
+// changed, why, what was predicted and what was measured.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "perf/peaks.h"
+#include "tools/tune_model.h"
+#include "tools/tune_trial.h"
+#include "tools/workload.h"
+
+namespace ridge {
+class Model;
+class Tokenizer;
+}
+
+namespace ridge::tools {
+
+enum class Objective { Goodput, Throughput, Cost };
+const char* objective_name(Objective o);
+Objective objective_from_name(const std::string& s);  // throws ridge::Error
+
+// The knobs the tuner turns; everything else stays as the base configuration has it.
+struct Knobs {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  DType kv_dtype = DType::F16;
+  bool prefix_cache = true;
+  SpecMethod spec = SpecMethod::None;
+  int32_t spec_tokens = 4;
+  int threads = 0;
+
+  static Knobs of(const EngineConfig& c);
+  void apply(EngineConfig& c) const;
+  bool operator==(const Knobs&) const = default;
+  std::string str() const;  // "max-num-seqs=64 max-num-batched-tokens=512 ..."
+  // The flags that move these knobs from `base`, by their long names.
+  std::vector<std::pair<std::string, std::string>> flags(const Knobs& base) const;
+};
+
+struct TuneOptions {
+  WorkloadSpec workload;
+  Slo slo;
+  double budget_s = 600;
+  Objective objective = Objective::Goodput;
+  EngineConfig base;         // the defaults plus any engine flag given to tune
+  int32_t cores = 0;         // the machine's, for the cost objective (0: base.threads)
+  double trial_s = 0;        // 0: budget / 16
+  int32_t final_repeats = 3; // runs of the defaults and of the chosen point at the end
+  bool grid = false;         // also run the fixed grid (max_num_seqs x budget x KV dtype) once each
+  uint64_t seed = 0;
+};
+
+struct TrialRecord {
+  int32_t index = 0;
+  std::string phase;    // calibrate, baseline, search, verify, grid
+  Knobs knobs;
+  std::string change;   // what moved from the point it was tried against ("" for the defaults)
+  std::string reason;   // the diagnosis that chose it
+  bool predicted = false;
+  double predicted_objective = 0;
+  TrialMetrics m;
+  double objective = 0;
+  std::string verdict;  // kept / rejected and why
+  double step_s_prior = 0, step_s_fit = 0;  // the step model's error on this trial's steps (mean |rel|)
+};
+
+struct TuneResult {
+  std::vector<TrialRecord> trials;
+  Knobs defaults, chosen;
+  double rate = 0;              // requests/s of the trials (inf: all at once)
+  int64_t requests_per_trial = 0;
+  double noise_band = 0;        // relative, from the defaults' repeated runs
+  // The final A B A B runs: medians of the objective, goodput and SLO attainment.
+  double default_objective = 0, chosen_objective = 0;
+  double default_goodput = 0, chosen_goodput = 0;
+  double default_attainment = 0, chosen_attainment = 0;
+  double default_spread = 0, chosen_spread = 0;  // (max - min) / median of the runs
+  bool slo_met = false;         // the chosen point meets the SLO's percentiles
+  std::string binding;          // which constraint binds at the chosen point, when not met
+  std::string grid_best;        // the best grid point (with --grid), and its objective
+  double grid_best_objective = 0;
+  StepModel step_model;
+  Ceilings ceilings;            // the roofline the report draws
+  double flops_per_token = 0, weight_bytes = 0;
+  int32_t threads = 0;          // the trials' thread count
+  double mean_prediction_error = 0;  // |predicted - measured| / measured over predicted trials
+  double elapsed_s = 0;
+  std::string summary;          // why it won, or why it did not
+};
+
+// The candidate changes for the point `cur` whose trial measured m (pure: tested alone).
+struct Candidate {
+  Knobs knobs;
+  std::string change, reason;
+};
+std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s);
+// The objective's value of a trial (higher is better).
+double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores);
+
+TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& o,
+                const std::function<void(const TrialRecord&)>& on_trial);
+
+}  // namespace ridge::tools
