@@ -395,5 +395,32 @@ else
   echo "SKIP  tune-kernels and the first-use tuning (no AVX2: no packed kernels to tune)"
 fi
 
+# --- ridge tune, --config and workload files ------------------------------------------
+printf '{"t": 0, "prompt": [5, 6], "max_tokens": 4}\n{"t": 0.5, "prompt": [5, 6], "max_tokens": 4\n' >bad_trace.jsonl
+expect_error "tune: a malformed trace line is named"   "bad_trace\.jsonl:2"        "$RIDGE" tune -m tiny.gguf --workload bad_trace.jsonl
+printf '{"t": 0, "prompt": [5, 99999], "max_tokens": 4}\n' >oov_trace.jsonl
+expect_error "tune: a token outside the vocabulary"    "oov_trace\.jsonl:1.*vocabulary" "$RIDGE" tune -m tiny.gguf --workload oov_trace.jsonl
+printf '{"rate": 2, "input_length": 8}\n' >bad_wl.json
+expect_error "tune: an unknown workload field"         "bad_wl\.json.*input_length" "$RIDGE" tune -m tiny.gguf --workload bad_wl.json
+expect_error "tune: an unknown workload name"          "chatty"                     "$RIDGE" tune -m tiny.gguf --workload chatty
+expect_error "tune: a malformed --slo"                 "--slo.*latency"             "$RIDGE" tune -m tiny.gguf --slo latency=2s
+expect_error "tune: a malformed --budget"              "--budget.*soon"             "$RIDGE" tune -m tiny.gguf --budget soon
+expect_error "tune: an unknown --objective"            "--objective.*speed"         "$RIDGE" tune -m tiny.gguf --objective speed
+expect_ok    "tune: a short run"  "$RIDGE" tune -m tiny.gguf --budget 6s --trial-seconds 0.3 -t 2 --output tuned.json --html tune.html
+grep -q '"flags"' tuned.json && grep -q '"trials"' tuned.json && grep -q '<svg' tune.html && grep -q 'chosen: ridge serve -m' "$TMP/out" &&
+  why="" || why="tuned.json without flags or trials, tune.html without a chart, or no chosen command line"
+report "tune writes the configuration, the report and the command line" "$why"
+expect_ok    "bench throughput --config tuned.json"    "$RIDGE" bench throughput -m tiny.gguf --num-prompts 2 --input-len 8 --output-len 2 --config tuned.json
+printf '{"flags": {"threads": 1, "no-prefix-cache": true}}\n' >cfg.json
+expect_ok    "bench throughput --config, the command line wins" "$RIDGE" bench throughput -m tiny.gguf --num-prompts 2 --input-len 8 --output-len 2 --config cfg.json -t 2
+grep -q 'prefix cache off, 2 threads' "$TMP/out" && why="" || why="expected 'prefix cache off, 2 threads' (the file's flag, the command line's -t)"
+report "a config file's flags apply under the command line's" "$why"
+printf '{"max-num-seqs": 4, "frobnicate": 1}\n' >cfg_bad.json
+expect_error "serve --config with an unknown flag"     "cfg_bad\.json.*frobnicate"  "$RIDGE" serve -m tiny.gguf --config cfg_bad.json
+printf '{"max-num-seqs": [4]}\n' >cfg_arr.json
+expect_error "serve --config with a list value"        "cfg_arr\.json.*max-num-seqs" "$RIDGE" serve -m tiny.gguf --config cfg_arr.json
+expect_error "serve --config that is not there"        "no_cfg\.json"               "$RIDGE" serve -m tiny.gguf --config no_cfg.json
+expect_error "serve --record into a missing directory" "no_dir/rec\.jsonl"          "$RIDGE" serve -m tiny.gguf --record no_dir/rec.jsonl --port 0
+
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

@@ -222,6 +222,24 @@ swa_serve() {
 phase "sliding windows through the server (gemma3, pages dropped, with preemptions)" swa_serve
 stop_server g3
 
+# A recorded request stream (serve --record) replays through ridge tune: bench serve's 12
+# requests are in the trace with their prompts and output lengths, and tune runs them.
+start_server rec -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M --record "$tmp/rec.jsonl"
+record_replay() {
+  "$RIDGE" bench serve --url "http://127.0.0.1:${PORT[rec]}" --num-prompts 12 --input-len 24 --output-len 16 \
+    --vocab-max 400 --request-rate 20 >"$tmp/rec_serve.out" 2>&1 && grep -q "^Failed requests: *0$" "$tmp/rec_serve.out" ||
+    { cat "$tmp/rec_serve.out"; return 1; }
+  local n
+  n=$(grep -c '"prompt": \[' "$tmp/rec.jsonl")
+  [ "$n" = 12 ] || { echo "the trace holds $n requests, not 12"; cat "$tmp/rec.jsonl"; return 1; }
+  grep -q '"output_tokens": 16}' "$tmp/rec.jsonl" || { echo "no request with its 16 output tokens"; return 1; }
+  "$RIDGE" tune -m "$tmp/spm.gguf" -t 1 --workload "$tmp/rec.jsonl" --budget 5s --kv-cache-memory 4M \
+    >"$tmp/tune.out" 2>"$tmp/tune.err" && grep -q "workload replay ($tmp/rec.jsonl), 12 requests per trial" "$tmp/tune.out" ||
+    { cat "$tmp/tune.out" "$tmp/tune.err"; return 1; }
+}
+phase "serve --record, replayed by ridge tune" record_replay
+stop_server rec
+
 # bench serve through the API key, with the server's speculative-decoding counters read
 # from /metrics around the run (the stories server verifies every proposed token).
 bench_spec() {

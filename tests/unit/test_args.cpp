@@ -1,0 +1,39 @@
+// The command line's flag parser: aliases, the last occurrence winning, and flags from a
+// config file (Args::append) under the command line's whatever the alias.
+#include <gtest/gtest.h>
+
+#include "cli/args.h"
+#include "core/error.h"
+
+namespace ridge::cli {
+namespace {
+
+TEST(Args, TheCommandLineWinsOverAConfigFileWhateverTheAlias) {
+  Args a({"-b", "512", "--max-num-seqs=8"});
+  a.append("--max-num-batched-tokens=64", "--config f.json");
+  a.append("--kv-cache-dtype=int8", "--config f.json");
+  a.append("--no-prefix-cache", "--config f.json");
+  EXPECT_EQ(a.integer({"--max-num-batched-tokens", "-b"}, 2048, 1, 1 << 20), 512);
+  EXPECT_EQ(a.integer({"--max-num-seqs"}, 256, 1, 1 << 20), 8);
+  EXPECT_EQ(a.str({"--kv-cache-dtype", "--kv-type"}, "auto"), "int8");
+  EXPECT_TRUE(a.flag({"--no-prefix-cache"}));
+  EXPECT_NO_THROW(a.finish());
+}
+
+TEST(Args, LastOccurrenceWinsAndLeftoversAreNamed) {
+  Args a({"--port", "1", "--port=2"});
+  EXPECT_EQ(a.integer({"--port"}, 0, 0, 10), 2);
+  a.append("--frobnicate=1", "--config f.json");
+  try {
+    a.finish();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--config f.json: '--frobnicate=1'"), std::string::npos) << e.what();
+  }
+  Args b({"--bogus"});
+  EXPECT_THROW(b.finish(), Error);
+  EXPECT_TRUE(b.given({"--bogus"}));
+}
+
+}  // namespace
+}  // namespace ridge::cli
