@@ -14,6 +14,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/tune_trial.h"
 
 namespace ridge::cli {
 
@@ -39,7 +40,28 @@ int cmd_serve(Args& a) {
   EngineConfig ec = engine_config(a);
   const auto trace = a.str({"--trace"});
   const auto record = a.str({"--record"});
+  server::AutoTuneOptions& at = so.loop.auto_tune;
+  at.enabled = a.flag({"--auto-tune"});
+  const auto at_slo = a.str({"--auto-tune-slo"});
+  const auto at_budget = a.str({"--auto-tune-batched-tokens"});
+  const auto at_k = a.str({"--auto-tune-speculative-tokens"});
+  at.interval_s = a.number({"--auto-tune-interval"}, at.interval_s, 0.1, 3600);
   a.finish();
+  if (!at.enabled && (at_slo || at_budget || at_k))
+    fail("--auto-tune-slo, --auto-tune-batched-tokens and --auto-tune-speculative-tokens need --auto-tune");
+  if (at_slo) {
+    const tools::Slo slo = tools::parse_slo(*at_slo);
+    at.ttft_s = slo.ttft_s, at.ttft_pct = slo.ttft_pct, at.tpot_s = slo.tpot_s, at.tpot_pct = slo.tpot_pct;
+  }
+  auto range = [](const std::string& v, const char* flag, int32_t& lo, int32_t& hi) {
+    int a = 0, b = 0;
+    char tail = 0;
+    if (std::sscanf(v.c_str(), "%d:%d%c", &a, &b, &tail) != 2 || a < 1 || b < a)
+      fail("{} {}: expected MIN:MAX with 1 <= MIN <= MAX", flag, v);
+    lo = a, hi = b;
+  };
+  if (at_budget) range(*at_budget, "--auto-tune-batched-tokens", at.min_budget, at.max_budget);
+  if (at_k) range(*at_k, "--auto-tune-speculative-tokens", at.min_k, at.max_k);
   // Created before the model loads, so a path that cannot be written fails at once.
   if (record) so.loop.recorder = std::make_shared<TraceRecorder>(*record, server::steady_seconds());
   server::ToolFormat tool_format = server::ToolFormat::None;
@@ -118,6 +140,11 @@ int cmd_serve(Args& a) {
   std::fprintf(stderr, "serve: %s as \"%s\" on http://%s:%u (max_model_len %d, KV %lld tokens, %d threads)\n",
                path.c_str(), ctx.model_name.c_str(), so.http.host.c_str(), unsigned(port), ctx.max_model_len,
                static_cast<long long>(engine.kv_capacity_tokens()), engine.pool().size());
+  if (at.enabled)
+    std::fprintf(stderr, "serve: auto-tune: token budget %d..%d, speculation depth %d..%d, every %g s, SLO ttft_p%g=%.3gms,tpot_p%g=%.3gms\n",
+                 at.min_budget, at.max_budget > 0 ? at.max_budget : ec.max_num_batched_tokens, at.min_k,
+                 at.max_k > 0 ? at.max_k : ec.speculative.num_speculative_tokens, at.interval_s, at.ttft_pct,
+                 at.ttft_s * 1e3, at.tpot_pct, at.tpot_s * 1e3);
   std::fflush(stderr);
   srv.run();
   std::fprintf(stderr, "serve: shut down\n");

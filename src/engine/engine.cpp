@@ -149,6 +149,17 @@ int64_t Engine::activation_bytes() const {
   return Forward::activation_bytes(model_.hparams(), tokens, std::min<int64_t>(tokens, cfg_.max_num_seqs));
 }
 
+void Engine::set_token_budget(int32_t n) {
+  RIDGE_CHECK(n >= 1 && n <= cfg_.max_num_batched_tokens, "a token budget of {} is outside 1..{} (max_num_batched_tokens)",
+              n, cfg_.max_num_batched_tokens);
+  sched_->set_token_budget(n);
+}
+
+void Engine::set_spec_depth_cap(int32_t k) {
+  RIDGE_CHECK(k >= 0 && k <= 32, "a speculation depth cap of {} is outside 0..32", k);
+  spec_depth_cap_ = k;
+}
+
 Engine::~Engine() {
   // Requests that never finished end their tracks here, not at the trace's close.
   if (perf::trace_on())
@@ -485,7 +496,8 @@ void Engine::speculate(SchedulerOutput& so) {
     if (s->spec_k <= 0 || !so.chunks[i].decode() || s->pending() != 1) continue;
     // Every produced token counts against max_tokens: the pending token's row gives one
     // more than the drafts.
-    want[i] = std::max(0, std::min(s->spec_k, s->params.max_tokens - s->n_generated() - 1));
+    const int32_t k = spec_depth_cap_ > 0 && !s->params.speculative ? std::min(s->spec_k, spec_depth_cap_) : s->spec_k;
+    want[i] = std::max(0, std::min(k, s->params.max_tokens - s->n_generated() - 1));
     if (spec_config(*s).adaptive) adaptive_want += want[i];
   }
   const bool hopeless = !spec_policy_.worth_asking(n_decodes, so.n_tokens(), adaptive_want);

@@ -146,6 +146,14 @@ class Engine {
   // The forward's buffers at their largest (a full token budget, a logit row per sequence).
   int64_t activation_bytes() const;
   const EngineConfig& config() const { return cfg_; }
+  // Online tuning (server/auto_tune.h), from the next step on. The token budget may go
+  // from 1 up to the configured max_num_batched_tokens (the activations are sized for
+  // that); the speculation depth caps the configured num_speculative_tokens of every
+  // sequence that did not choose its own (0: no cap). Throws ridge::Error out of range.
+  void set_token_budget(int32_t n);
+  int32_t token_budget() const { return sched_->token_budget(); }
+  void set_spec_depth_cap(int32_t k);
+  int32_t spec_depth_cap() const { return spec_depth_cap_; }
   ThreadPool& pool() { return pool_; }
   // The forward's per-op roofline accounting (perf/op_profile.h), accumulating over steps.
   perf::OpProfile& op_profile() { return runner_->profile(); }
@@ -210,6 +218,7 @@ class Engine {
   const Tokenizer* tok_;
   mutable std::shared_ptr<const grammar::TokenTrie> trie_;
   EngineConfig cfg_;
+  int32_t spec_depth_cap_ = 0;  // set_spec_depth_cap
   ThreadPool pool_;
   std::unique_ptr<BlockManager> bm_;
   std::unique_ptr<RadixCache> radix_;

@@ -73,6 +73,9 @@ class Scheduler {
   // Removes a sequence wherever it is and frees its blocks (abort or finish).
   void remove(Sequence* s);
   SchedulerOutput schedule();
+  // A new token budget from the next step on (an online tuner's; the engine bounds it).
+  void set_token_budget(int32_t n) { cfg_.max_num_batched_tokens = n; }
+  int32_t token_budget() const { return cfg_.max_num_batched_tokens; }
   // After the forward: the chunk's tokens are in the cache; record full blocks in the
   // prefix cache, let go of the window pages no query of s sees any more.
   void on_computed(Sequence* s);

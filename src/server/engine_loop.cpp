@@ -19,6 +19,7 @@ double steady_seconds() {
 struct EngineLoop::Active {
   struct Choice {
     int64_t seq = -1;  // engine sequence id; -1 once released
+    double first_token_s = 0;
     std::unique_ptr<StreamDecoder> dec;
     std::unique_ptr<StopMatcher> stop;
     bool done = false;
@@ -36,6 +37,8 @@ struct EngineLoop::Active {
 
 EngineLoop::EngineLoop(Engine& engine, const Tokenizer& tok, Metrics& metrics, const LoopOptions& o)
     : engine_(engine), tok_(tok), metrics_(metrics), opt_(o) {
+  // Made here, so that impossible bounds are the caller's error, before any request.
+  if (o.auto_tune.enabled) tuner_ = std::make_unique<AutoTuner>(engine, o.auto_tune);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -136,9 +139,13 @@ void EngineLoop::on_token(Active& a, size_t c, const TokenEvent& ev) {
     a.first_token_s = now;
     metrics_.observe_ttft(now - a.job->arrival_s);
   }
-  if (ch.last_token_s > 0) metrics_.observe_itl(now - ch.last_token_s);
-  else if (perf::trace_on())
-    perf::trace_req_instant(ch.seq, "first_token", {{"ttft_ms", (now - a.job->arrival_s) * 1e3}});
+  if (ch.last_token_s > 0) {
+    metrics_.observe_itl(now - ch.last_token_s);
+  } else {
+    ch.first_token_s = now;
+    if (perf::trace_on())
+      perf::trace_req_instant(ch.seq, "first_token", {{"ttft_ms", (now - a.job->arrival_s) * 1e3}});
+  }
   ch.last_token_s = now;
 
   const ChoiceSpec& spec = a.job->choices[c];
@@ -232,6 +239,9 @@ void EngineLoop::finish_choice(Active& a, size_t c, const std::string& reason, b
     }
     n_generated = st.n_generated;
   }
+  if (tuner_ && n_generated > 0 && reason != "abort")
+    tuner_->on_request(ch.first_token_s - a.job->arrival_s,
+                       n_generated > 1 ? (ch.last_token_s - ch.first_token_s) / double(n_generated - 1) : 0);
   if (opt_.recorder) {
     const ChoiceSpec& spec = a.job->choices[c];
     opt_.recorder->record(a.job->arrival_s, spec.prompt, spec.params.max_tokens, n_generated);
@@ -350,7 +360,9 @@ void EngineLoop::run() {
     if (engine_.has_work()) {
       checked_idle = false;
       const double t_step = steady_seconds();  // a job first scheduled now stopped queueing now
+      const double prefill_before = engine_.stats().prefill_s;
       const std::vector<TokenEvent> events = engine_.step();
+      if (tuner_) tuner_->on_step(steady_seconds() - t_step, engine_.stats().prefill_s > prefill_before);
       for (const TokenEvent& ev : events) {
         auto it = by_seq_.find(ev.id);
         if (it == by_seq_.end()) continue;
@@ -370,6 +382,10 @@ void EngineLoop::run() {
           }
         }
       }
+    }
+    if (tuner_) {
+      const std::string change = tuner_->tick(steady_seconds());
+      if (!change.empty()) std::fprintf(stderr, "serve: auto-tune: %s\n", change.c_str());
     }
     const EngineStats& es = engine_.stats();
     metrics_.add_prompt_tokens(es.prompt_tokens - seen_prompt);

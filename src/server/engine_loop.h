@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/request_trace.h"
+#include "server/auto_tune.h"
 
 namespace ridge {
 class Tokenizer;
@@ -86,6 +87,7 @@ struct LoopOptions {
   int64_t max_pending_bytes = 16 << 20;  // output a client has not read; beyond: abort
   // --record: every finished choice is appended to this trace (engine/request_trace.h).
   std::shared_ptr<TraceRecorder> recorder;
+  AutoTuneOptions auto_tune;  // --auto-tune
 };
 
 class EngineLoop {
@@ -131,6 +133,7 @@ class EngineLoop {
   std::unordered_map<int64_t, std::pair<Active*, size_t>> by_seq_;  // engine sequence -> (job, choice)
   double last_gauges_s_ = 0;
   KvUsage kv_;  // the last census (update_gauges)
+  std::unique_ptr<AutoTuner> tuner_;  // loop thread only
   std::thread thread_;
 };
 

@@ -28,11 +28,12 @@ double parse_duration(const std::string& v, std::string_view item) {
   double scale = 1;
   std::string num = v;
   if (num.ends_with("ms")) scale = 1e-3, num.resize(num.size() - 2);
+  else if (num.ends_with("us")) scale = 1e-6, num.resize(num.size() - 2);
   else if (num.ends_with("s")) num.resize(num.size() - 1);
   char* end = nullptr;
   const double x = std::strtod(num.c_str(), &end);
   if (num.empty() || *end || !std::isfinite(x) || x <= 0)
-    fail("--slo {}: '{}' is not a duration (like 2s or 100ms)", item, v);
+    fail("--slo {}: '{}' is not a duration (like 2s, 100ms or 500us)", item, v);
   return x * scale;
 }
 

@@ -422,5 +422,9 @@ expect_error "serve --config with a list value"        "cfg_arr\.json.*max-num-s
 expect_error "serve --config that is not there"        "no_cfg\.json"               "$RIDGE" serve -m tiny.gguf --config no_cfg.json
 expect_error "serve --record into a missing directory" "no_dir/rec\.jsonl"          "$RIDGE" serve -m tiny.gguf --record no_dir/rec.jsonl --port 0
 
+expect_error "serve --auto-tune-slo without --auto-tune"   "need --auto-tune"          "$RIDGE" serve -m tiny.gguf --auto-tune-slo ttft_p99=1s
+expect_error "serve --auto-tune with a reversed range"      "--auto-tune-batched-tokens.*512:64" "$RIDGE" serve -m tiny.gguf --auto-tune --auto-tune-batched-tokens 512:64
+expect_error "serve --auto-tune above the token budget"     "bounds 64\.\.4096.*1\.\.2048" "$RIDGE" serve -m tiny.gguf --port 0 --auto-tune --auto-tune-batched-tokens 64:4096
+
 echo "cli: $passed passed, $failed failed"
 ((failed == 0))

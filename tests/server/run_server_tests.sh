@@ -240,6 +240,21 @@ record_replay() {
 phase "serve --record, replayed by ridge tune" record_replay
 stop_server rec
 
+# serve --auto-tune: with a TPOT limit no step meets, the server halves its token budget
+# (steps with prompt work are the long ones) and logs each change.
+start_server auto -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \
+  --max-num-batched-tokens 512 --auto-tune --auto-tune-slo ttft_p99=10s,tpot_p99=1us --auto-tune-interval 0.2 \
+  --auto-tune-batched-tokens 128:512
+auto_tune() {
+  "$RIDGE" bench serve --url "http://127.0.0.1:${PORT[auto]}" --num-prompts 48 --input-len 120 --output-len 24 \
+    --vocab-max 400 --request-rate 40 >"$tmp/auto_serve.out" 2>&1 && grep -q "^Failed requests: *0$" "$tmp/auto_serve.out" ||
+    { cat "$tmp/auto_serve.out"; return 1; }
+  grep -q "auto-tune: max-num-batched-tokens 512 -> 256" "$tmp/auto.err" &&
+    ! grep -q "max-num-batched-tokens 128 -> 64" "$tmp/auto.err" || { cat "$tmp/auto.err"; return 1; }
+}
+phase "serve --auto-tune lowers the token budget, within its bounds" auto_tune
+stop_server auto
+
 # bench serve through the API key, with the server's speculative-decoding counters read
 # from /metrics around the run (the stories server verifies every proposed token).
 bench_spec() {
