@@ -35,7 +35,10 @@ std::optional<std::string> Args::str(std::initializer_list<std::string_view> nam
     for (auto n : names) {
       const std::string& s = a_[i];
       if (s == n) {
-        if (i + 1 >= a_.size()) fail("option {} needs a value", n);
+        // A value from elsewhere than the option (the next config entry, or the config
+        // after the command line) is not its value.
+        if (!origin_[i].empty()) fail("{}: {} needs a value", origin_[i], n);
+        if (i + 1 >= a_.size() || origin_[i + 1] != origin_[i]) fail("option {} needs a value", n);
         used_[i] = used_[i + 1] = true;
         take(i, a_[i + 1]);
         ++i;

@@ -47,8 +47,9 @@ int cmd_serve(Args& a) {
   const auto at_k = a.str({"--auto-tune-speculative-tokens"});
   at.interval_s = a.number({"--auto-tune-interval"}, at.interval_s, 0.1, 3600);
   a.finish();
-  if (!at.enabled && (at_slo || at_budget || at_k))
-    fail("--auto-tune-slo, --auto-tune-batched-tokens and --auto-tune-speculative-tokens need --auto-tune");
+  if (!at.enabled && (at_slo || at_budget || at_k || a.given({"--auto-tune-interval"})))
+    fail("--auto-tune-slo, --auto-tune-batched-tokens, --auto-tune-speculative-tokens and --auto-tune-interval need "
+         "--auto-tune");
   if (at_slo) {
     const tools::Slo slo = tools::parse_slo(*at_slo);
     at.ttft_s = slo.ttft_s, at.ttft_pct = slo.ttft_pct, at.tpot_s = slo.tpot_s, at.tpot_pct = slo.tpot_pct;

@@ -3,11 +3,15 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/text_file.h"
 #include "model/model.h"
 #include "perf/peaks.h"
 #include "tools/tune_report.h"
@@ -49,20 +53,58 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 int cmd_tune(Args& a) {
   const std::string path = resolve_model(a);
   tools::TuneOptions o;
-  const std::string workload = a.str({"--workload"}, "chat");
-  o.slo = tools::parse_slo(a.str({"--slo"}, "ttft_p99=2s,tpot_p99=100ms"));
+  const auto workload_flag = a.str({"--workload"});
+  const auto slo_flag = a.str({"--slo"});
+  const auto objective_flag = a.str({"--objective"});
   o.budget_s = parse_budget(a.str({"--budget"}, "10m"));
-  o.objective = tools::objective_from_name(a.str({"--objective"}, "goodput"));
   o.trial_s = a.number({"--trial-seconds"}, 0, 0, 3600);
   o.final_repeats = int32_t(a.integer({"--repeats"}, 3, 1, 20));
   o.grid = a.flag({"--grid"});
+  const bool seed_given = a.given({"--seed"});
   o.seed = uint64_t(a.integer({"--seed"}, 0, 0, INT64_MAX));
   const auto output = a.str({"--output", "-o"});
   const auto html = a.str({"--html"});
   const auto json_out = a.str({"--json"});
   const auto peaks_file = a.str({"--peaks"});
+  const auto check = a.str({"--check"});
+  // --check FILE: the file's chosen flags under the command line's, and its workload,
+  // rate, request count, seed, SLO and objective, unless given here.
+  nlohmann::json rec;
+  if (check) {
+    rec = nlohmann::json::parse(read_text_file(*check), nullptr, false);
+    if (!rec.is_object() || !rec.contains("tune") || !rec["tune"].is_object())
+      fail("--check {}: not the JSON that ridge tune --output writes (no \"tune\" object)", *check);
+    apply_config_file(a, *check, "--check");
+  }
   engine_config(a, o.base);
   a.finish();
+  std::string workload = workload_flag.value_or("chat");
+  std::string slo = slo_flag.value_or("ttft_p99=2s,tpot_p99=100ms"), objective = objective_flag.value_or("goodput");
+  double rate = 0, recorded = 0, band = 0;
+  int64_t n = 0;
+  if (check) {
+    const nlohmann::json& t = rec["tune"];
+    auto get = [&](const char* k) -> const nlohmann::json& {
+      if (!t.contains(k)) fail("--check {}: \"tune\" has no \"{}\"", *check, k);
+      return t[k];
+    };
+    try {
+      const std::string src = get("workload").at("source").get<std::string>();
+      if (!workload_flag) workload = src.starts_with("builtin ") ? src.substr(8) : src;
+      if (!slo_flag) slo = get("slo").get<std::string>();
+      if (!objective_flag) objective = get("objective").get<std::string>();
+      const nlohmann::json& r = get("rate");
+      rate = r.is_string() ? std::numeric_limits<double>::infinity() : r.get<double>();
+      n = get("requests_per_trial").get<int64_t>();
+      if (!seed_given) o.seed = get("seed").get<uint64_t>();
+      recorded = get("tuned").at("objective").get<double>();
+      band = get("noise_band").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      fail("--check {}: {}", *check, e.what());
+    }
+  }
+  o.slo = tools::parse_slo(slo);
+  o.objective = tools::objective_from_name(objective);
   if (o.base.device != Device::Cpu) fail("tune: --device cuda is not supported yet (the trials run the CPU engine)");
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   if (o.base.threads == 0) o.base.threads = cores;
@@ -73,6 +115,21 @@ int cmd_tune(Args& a) {
   auto tok = load_tokenizer(path, *model);
   const HParams& h = model->hparams();
   o.workload = tools::load_workload(workload, h.n_ctx_train, h.n_vocab);
+  if (check) {
+    std::fprintf(stderr, "tune: checking %s: %s on %s, %lld requests at %g req/s, SLO %s, %d runs\n", check->c_str(),
+                 path.c_str(), o.workload.source.c_str(), static_cast<long long>(n), rate, o.slo.str().c_str(),
+                 o.final_repeats);
+    const tools::CheckResult c = tools::check_config(*model, tok.get(), o, rate, n, recorded, band,
+                                                     [&](const tools::TrialRecord& t) {
+                                                       std::fprintf(stderr, "%s\n", tools::trial_line(t, o).c_str());
+                                                       std::fflush(stderr);
+                                                     });
+    std::printf("%s: median %.4g over %zu runs against the recorded %.4g (%+.1f%%, noise band %.1f%%): %s\n",
+                tools::objective_name(o.objective), c.median, c.trials.size(), c.recorded,
+                c.recorded != 0 ? 100 * (c.median - c.recorded) / std::fabs(c.recorded) : 0.0, c.band * 100,
+                c.reproduced ? "reproduced" : "NOT reproduced");
+    return c.reproduced ? 0 : 1;
+  }
   Peaks peaks;
   if (peaks_file) {
     peaks = load_peaks(*peaks_file);

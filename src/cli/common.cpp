@@ -196,7 +196,9 @@ void engine_config(Args& a, EngineConfig& c) {
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);
-  c.prefix_cache = !a.flag({"--no-prefix-cache"});
+  const bool cache_on = a.flag({"--prefix-cache"}), cache_off = a.flag({"--no-prefix-cache"});
+  if (cache_on && cache_off) fail("--prefix-cache and --no-prefix-cache contradict each other");
+  c.prefix_cache = !cache_off;
   c.swa_full = a.flag({"--swa-full"});
   c.jump_forward = !a.flag({"--no-jump-forward"});
   const std::string mode = a.str({"--preemption-mode"}, "recompute");
@@ -241,13 +243,15 @@ void engine_config(Args& a, EngineConfig& c) {
 }
 
 void apply_config_file(Args& a) {
-  const auto path = a.str({"--config"});
-  if (!path) return;
-  const nlohmann::json j = nlohmann::json::parse(read_text_file(*path), nullptr, false);
-  if (!j.is_object()) fail("--config {}: not a JSON object of flags", *path);
+  if (const auto path = a.str({"--config"})) apply_config_file(a, *path, "--config");
+}
+
+void apply_config_file(Args& a, const std::string& path, const char* flag) {
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  if (!j.is_object()) fail("{} {}: not a JSON object of flags", flag, path);
   const nlohmann::json& flags = j.contains("flags") ? j["flags"] : j;
-  if (!flags.is_object()) fail("--config {}: \"flags\" is not an object", *path);
-  const std::string origin = "--config " + *path;
+  if (!flags.is_object()) fail("{} {}: \"flags\" is not an object", flag, path);
+  const std::string origin = std::string(flag) + " " + path;
   for (auto it = flags.begin(); it != flags.end(); ++it) {
     std::string name = it.key();
     while (!name.empty() && name[0] == '-') name.erase(0, 1);

@@ -32,6 +32,8 @@ Vocabulary load_vocabulary(Args& a);
 // tune --output` writes; its other members are the tuning's record). A key no option of
 // the command reads is an error naming the file.
 void apply_config_file(Args& a);
+// The same for a file named by another flag (`ridge tune --check FILE`).
+void apply_config_file(Args& a, const std::string& path, const char* flag);
 // The engine flags, one vocabulary for every command that runs the model (generate,
 // serve, bench throughput, perplexity, roofline): -t, --kv-cache-dtype (alias --kv-type),
 // --block-size, --max-num-seqs, --max-num-batched-tokens (alias -b, --batch-size),

@@ -31,7 +31,11 @@ commands:
               [--reasoning-parser auto|none|qwen3|deepseek_r1] [--reasoning-budget N]
               [--config FILE.json (flags from a file, e.g. ridge tune --output; the command
               line wins)] [--record TRACE.jsonl (every request's arrival, prompt ids and
-              output length, for ridge tune --workload)] + engine options
+              output length, for ridge tune --workload)] [--auto-tune [--auto-tune-slo
+              ttft_p99=2s,tpot_p99=100ms] [--auto-tune-batched-tokens MIN:MAX (64:the budget)]
+              [--auto-tune-speculative-tokens MIN:MAX] [--auto-tune-interval S (5)]] (the
+              token budget and speculation depth follow the SLO online, each change logged)
+              + engine options
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named
@@ -114,13 +118,16 @@ commands:
   tune        -m MODEL [--workload chat|rag|burst|FILE.json|TRACE.jsonl] [--slo ttft_p99=2s,tpot_p99=100ms]
               [--budget 90s|10m|1h (10m)] [--objective goodput|throughput|cost] [--output tuned.json]
               [--html report.html] [--json FILE|-] [--peaks peaks.json] [--trial-seconds S]
-              [--repeats N (3)] [--grid] [--seed S] + engine options (the starting point)
+              [--repeats N (3)] [--grid] [--seed S] [--check tuned.json] + engine options (the
+              starting point)
               search the engine's configuration (max-num-seqs, max-num-batched-tokens, KV
               dtype, prefix cache, speculation) for the workload and SLO: each round
               diagnoses the last measured trial, predicts the candidate changes with a step
               model, measures the best, keeps it only beyond the noise band; the chosen
               point and the defaults then run in turn. --output: flags `ridge serve --config
-              FILE` reads; a trace recorded by `ridge serve --record FILE` replays as it came
+              FILE` reads; a trace recorded by `ridge serve --record FILE` replays as it came;
+              --check: run a tuned configuration again on its requests, exit 1 unless its
+              objective is within the recorded noise band
   tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
               [--margin F (0.03)] [--kernel-cache DIR|off] [--no-save] [--json FILE]
               time the matrix kernels' CPU-dependent parameters (prefetch distances, streams,

@@ -72,7 +72,7 @@ std::vector<TracedRequest> parse_request_trace(std::string_view text, std::strin
       if (len < 0) fail("{}: needs \"prompt\" (token ids) or \"prompt_len\"", where);
       r.prompt_len = int32_t(len);
     }
-    const int64_t mt = int_field(j, "max_tokens", 1, INT32_MAX, where);
+    const int64_t mt = int_field(j, "max_tokens", 0, INT32_MAX, where);
     const int64_t ot = int_field(j, "output_tokens", 0, INT32_MAX, where);
     if (mt < 0 && ot < 0) fail("{}: needs \"max_tokens\" or \"output_tokens\"", where);
     r.max_tokens = int32_t(mt >= 0 ? mt : ot);

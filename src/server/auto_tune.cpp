@@ -28,10 +28,13 @@ AutoTuner::AutoTuner(Engine& engine, const AutoTuneOptions& o) : engine_(engine)
               "--auto-tune: the token budget's bounds {}..{} must lie within 1..{} (--max-num-batched-tokens)",
               o_.min_budget, o_.max_budget, c.max_num_batched_tokens);
   if (o_.max_k <= 0) o_.max_k = c.speculative.num_speculative_tokens;
-  RIDGE_CHECK(o_.min_k >= 1 && o_.min_k <= o_.max_k && o_.max_k <= 32,
-              "--auto-tune: the speculation depth's bounds {}..{} must lie within 1..32", o_.min_k, o_.max_k);
+  // The cap only lowers the configured depth: it cannot go above it.
+  RIDGE_CHECK(o_.min_k >= 1 && o_.min_k <= o_.max_k && o_.max_k <= c.speculative.num_speculative_tokens,
+              "--auto-tune: the speculation depth's bounds {}..{} must lie within 1..{} (--num-speculative-tokens)",
+              o_.min_k, o_.max_k, c.speculative.num_speculative_tokens);
   RIDGE_CHECK(o_.interval_s > 0, "--auto-tune: the interval must be positive");
   if (o_.max_k < c.speculative.num_speculative_tokens) engine.set_spec_depth_cap(o_.max_k);
+  if (o_.max_budget < c.max_num_batched_tokens) engine.set_token_budget(o_.max_budget);
   drafts0_ = engine.stats().spec_draft_tokens;
   accepted0_ = engine.stats().spec_accepted_tokens;
 }
@@ -57,8 +60,11 @@ std::string AutoTuner::tick(double now_s) {
                                       ttft * 1e3, o_.tpot_pct, tpot * 1e3, ttft_.size());
   int32_t next = budget;
   std::string reason;
-  if (tpot > o_.tpot_s && max_prompt_step_ > 0.5 * o_.tpot_s && budget > o_.min_budget) {
-    next = std::max(o_.min_budget, budget / 2);
+  // Never below the running decodes: the scheduler gives them the budget first, and a
+  // budget smaller than their count starves some of them for whole steps.
+  const int32_t floor = std::min(o_.max_budget, std::max(o_.min_budget, engine_.n_running()));
+  if (tpot > o_.tpot_s && max_prompt_step_ > 0.5 * o_.tpot_s && budget > floor) {
+    next = std::max(floor, budget / 2);
     reason = fmt::format("steps with prompt work took up to {:.0f} ms against a TPOT limit of {:.3g} ms",
                          max_prompt_step_ * 1e3, o_.tpot_s * 1e3);
   } else if (ttft > o_.ttft_s && tpot < 0.7 * o_.tpot_s && budget < o_.max_budget) {

@@ -4,7 +4,8 @@
 // Every interval it reads the window's finished requests (TTFT, TPOT at the SLO's
 // percentile), its steps (the longest with prompt work) and its speculation counters:
 //   - TPOT over its limit while steps with prompt chunks take over half of it: the
-//     chunks stall the decodes riding with them, so the budget halves (not below min);
+//     chunks stall the decodes riding with them, so the budget halves (not below min,
+//     nor below the sequences running, which the scheduler serves first);
 //   - TTFT over its limit while TPOT is well inside its own (under 70%): prompts wait
 //     for budget, so it doubles (not above the configured max_num_batched_tokens, which
 //     the activations are sized for); with both well inside (TPOT under half), it grows

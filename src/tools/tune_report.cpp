@@ -162,9 +162,12 @@ std::string roofline_svg(const TuneResult& r) {
 }  // namespace
 
 std::string trial_line(const TrialRecord& t, const TuneOptions& o) {
-  std::string s = fmt::format("tune: #{:<2} {:<9} {:<44} {} {:.4g}, good {}/{}, TTFT p{:g} {} ms, TPOT p{:g} {} ms",
+  // A negative goodput objective ranks points where nothing met the SLO: say so.
+  const std::string value = o.objective == Objective::Goodput && t.objective < 0 ? std::string("0 (none within the SLO)")
+                                                                                 : fmt::format("{:.4g}", t.objective);
+  std::string s = fmt::format("tune: #{:<2} {:<9} {:<44} {} {}, good {}/{}, TTFT p{:g} {} ms, TPOT p{:g} {} ms",
                               t.index, t.phase, t.change.empty() ? "defaults" : t.change, objective_name(o.objective),
-                              t.objective, t.m.good, t.m.requests, o.slo.ttft_pct, ms(t.m.ttft_slo_pct),
+                              value, t.m.good, t.m.requests, o.slo.ttft_pct, ms(t.m.ttft_slo_pct),
                               o.slo.tpot_pct, ms(t.m.tpot_slo_pct));
   if (t.predicted) s += fmt::format(" (predicted {:.4g})", t.predicted_objective);
   if (!t.verdict.empty()) s += " - " + t.verdict;
@@ -173,7 +176,7 @@ std::string trial_line(const TrialRecord& t, const TuneOptions& o) {
 
 std::string tune_command_line(const TuneResult& r, const TuneReportContext& c) {
   std::string s = "ridge serve -m " + c.model;
-  for (const auto& [k, v] : r.chosen.flags(r.defaults)) s += " --" + k + (v.empty() ? "" : " " + v);
+  for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) s += " --" + k + (v.empty() ? "" : " " + v);
   return s;
 }
 
@@ -208,7 +211,7 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
 std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
   const TuneOptions& o = *c.options;
   json flags = json::object();
-  for (const auto& [k, v] : r.chosen.flags(r.defaults)) {
+  for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) {
     if (v.empty()) flags[k] = true;
     else if (std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) flags[k] = std::stoll(v);
     else flags[k] = v;

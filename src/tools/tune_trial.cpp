@@ -80,7 +80,7 @@ Slo parse_slo(std::string_view s) {
 
 void summarize(TrialMetrics& m, const std::vector<double>& arrival, const std::vector<double>& ttft,
                const std::vector<double>& tpot, const std::vector<double>& end, const std::vector<int32_t>& out_tokens,
-               const Slo& slo) {
+               const Slo& slo, double min_duration_s) {
   const size_t n = ttft.size();
   m.requests = int64_t(n);
   m.completed = m.good = 0;
@@ -96,7 +96,8 @@ void summarize(TrialMetrics& m, const std::vector<double>& arrival, const std::v
     if (a && b) ++m.good, good_tokens += out_tokens[i];
   }
   if (n == 0) return;
-  m.duration_s = std::max(1e-9, last - first);
+  // A trial cut off (or that finished nothing) lasted at least until it was cut off.
+  m.duration_s = std::max({1e-9, last - first, min_duration_s});
   m.goodput = double(m.good) / m.duration_s;
   m.request_throughput = double(m.completed) / m.duration_s;
   m.output_throughput = double(tokens) / m.duration_s;
@@ -174,9 +175,12 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
     StepRecord st;
     st.start_s = start;
     st.seconds = stop - start;
-    st.tokens = int32_t(after.computed_tokens - before.computed_tokens);
     st.seqs = int32_t(after.batched_seqs - before.batched_seqs);
     st.prompt_work = after.prefill_s > before.prefill_s;
+    // Rows the forward ran: a decode-only step's drafts too (computed_tokens counts only
+    // the accepted ones).
+    st.tokens = int32_t(st.prompt_work ? after.computed_tokens - before.computed_tokens
+                                       : after.decode_rows - before.decode_rows);
     st.waiting = e.n_waiting();
     const KvUsage kv = e.kv_usage(false);
     st.kv_use = kv.blocks_total > 0 ? float(kv.blocks_in_use) / float(kv.blocks_total) : 0.f;
@@ -208,8 +212,8 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
   // A truncated trial: whatever is in flight or never sent is not good.
   for (auto& [id, i] : by_id) e.abort(id);
   TrialMetrics& m = r.m;
-  summarize(m, arrival, ttft, tpot, end, produced, slo);
-  if (m.truncated) m.duration_s = std::max(m.duration_s, deadline_s), m.goodput = double(m.good) / m.duration_s;
+  const double first_arrival = n > 0 ? *std::min_element(arrival.begin(), arrival.end()) : 0;
+  summarize(m, arrival, ttft, tpot, end, produced, slo, m.truncated ? deadline_s - first_arrival : 0);
   r.ttft_s = ttft;
   r.tpot_s = tpot;
   std::vector<double> qs;

@@ -88,6 +88,6 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
 // The metrics of per-request times (the part of run_trial with no engine; tested alone).
 void summarize(TrialMetrics& m, const std::vector<double>& arrival, const std::vector<double>& ttft,
                const std::vector<double>& tpot, const std::vector<double>& end, const std::vector<int32_t>& out_tokens,
-               const Slo& slo);
+               const Slo& slo, double min_duration_s = 0);
 
 }  // namespace ridge::tools

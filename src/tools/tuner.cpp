@@ -106,15 +106,27 @@ const Rule kRules[] = {
      }},
     {"compute-bound decode",
      [](const Symptoms& s) {
-       return s.tpot_fails() && s.m.decode_step_s > 2 * s.floor_s && s.m.mean_decode_batch > 8 && s.k.max_num_seqs > 4;
+       return s.tpot_fails() && s.m.decode_step_s > 2 * s.floor_s && s.m.mean_decode_batch > 2 && s.k.max_num_seqs > 2;
      },
      [](Knobs& k, const Symptoms& s) {
-       k.max_num_seqs = std::max(4, std::min(pow2_down(k.max_num_seqs, 4), int32_t(s.m.mean_decode_batch)));
+       int32_t p = 2;  // the largest power of two below the measured batch
+       while (p * 2 < s.m.mean_decode_batch) p *= 2;
+       k.max_num_seqs = std::min(pow2_down(k.max_num_seqs, 2), p);
      },
      [](const Symptoms& s) {
        return fmt::format("decode steps of {:.1f} sequences take {:.1f} ms, {:.1f}x the weight stream: past the "
-                          "roofline's ridge, each sequence adds time; fewer at once",
+                          "roofline's ridge each sequence adds time, so fewer at once",
                           s.m.mean_decode_batch, s.m.decode_step_s * 1e3, s.m.decode_step_s / s.floor_s);
+     }},
+    {"first tokens wait for long prompt steps",
+     [](const Symptoms& s) {
+       return s.ttft_fails() && s.m.max_prompt_step_s > 0.5 * s.o.slo.ttft_s && s.k.max_num_batched_tokens > 64;
+     },
+     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = pow2_down(k.max_num_batched_tokens, 64); },
+     [](const Symptoms& s) {
+       return fmt::format("TTFT p{:g} {:.0f} ms misses {:.0f} ms and steps with prompt work take up to {:.0f} ms: "
+                          "smaller chunks let the first prompts finish sooner",
+                          s.o.slo.ttft_pct, s.m.ttft_slo_pct * 1e3, s.o.slo.ttft_s * 1e3, s.m.max_prompt_step_s * 1e3);
      }},
     {"speculation rarely accepted",
      [](const Symptoms& s) { return s.k.spec != SpecMethod::None && s.m.spec_draft_tokens > 0 && s.acceptance() < 0.3; },
@@ -241,16 +253,18 @@ std::string Knobs::str() const {
   return s;
 }
 
-double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores) {
+double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores, double ttft_limit,
+                       double tpot_limit) {
   switch (o) {
     case Objective::Throughput: return m.output_throughput;
     case Objective::Cost: return m.good_output_throughput / double(std::max(1, threads > 0 ? threads : cores));
     case Objective::Goodput: break;
   }
   if (m.good > 0) return m.goodput;
-  // Nothing met the SLO: rank by how close the worse percentile came (always below any
-  // positive goodput), so that an unreachable SLO still yields the closest point.
-  return -std::max(m.ttft_slo_pct > 0 ? m.ttft_slo_pct : 0, m.tpot_slo_pct > 0 ? m.tpot_slo_pct : 0) - 1e-9;
+  // Nothing met the SLO: rank by how close the worse percentile came to its limit (always
+  // below any positive goodput, finite even for a trial cut off), so that an unreachable
+  // SLO still yields the closest point. No limit at all: nothing finished.
+  return -std::min(1e6, std::max(m.ttft_slo_pct / ttft_limit, m.tpot_slo_pct / tpot_limit)) - 1e-9;
 }
 
 std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s) {
@@ -269,6 +283,33 @@ std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const T
   return out;
 }
 
+CheckResult check_config(const Model& model, const Tokenizer* tok, const TuneOptions& o, double rate, int64_t n,
+                         double recorded, double band, const std::function<void(const TrialRecord&)>& on_trial) {
+  CheckResult res;
+  res.recorded = recorded;
+  res.band = band;
+  RIDGE_CHECK(o.workload.replay() || n >= 1, "check: no requests to run ({} per trial)", n);
+  const auto reqs = o.workload.replay() ? make_requests(o.workload, 0, 0, model.hparams().n_vocab, o.seed)
+                                        : make_requests(o.workload, n, rate, model.hparams().n_vocab, o.seed);
+  const double deadline = std::max(30.0, 4 * reqs.back().t + 30);
+  const int32_t cores = o.cores > 0 ? o.cores : std::max(1, o.base.threads);
+  std::vector<double> v;
+  for (int32_t r = 0; r < std::max(1, o.final_repeats); ++r) {
+    TrialRecord rec;
+    rec.index = r + 1;
+    rec.phase = "check";
+    rec.knobs = Knobs::of(o.base);
+    rec.m = run_trial(model, tok, o.base, reqs, o.workload.max_concurrency, o.slo, deadline).m;
+    rec.objective = objective_value(rec.m, o.objective, o.base.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
+    v.push_back(rec.objective);
+    res.trials.push_back(rec);
+    if (on_trial) on_trial(res.trials.back());
+  }
+  res.median = median(v);
+  res.reproduced = std::fabs(res.median - recorded) <= band * std::fabs(recorded) + 1e-12;
+  return res;
+}
+
 TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& o,
                 const std::function<void(const TrialRecord&)>& on_trial) {
   const Clock::time_point t0 = Clock::now();
@@ -277,6 +318,7 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   const int32_t cores = o.cores > 0 ? o.cores : std::max(1, o.base.threads);
   TuneResult res;
   res.defaults = Knobs::of(o.base);
+  res.engine_defaults = Knobs::of(EngineConfig{});
   StepModel sm = step_model_prior(model, peaks, o.base.threads);
   std::vector<StepRecord> all_steps;
   std::map<DType, int64_t> kv_tokens;  // the pool's capacity, as measured per KV dtype
@@ -293,14 +335,29 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     rec.knobs = k;
     rec.change = std::move(change);
     rec.reason = std::move(reason);
-    TrialResult tr = run_trial(model, tok, cfg, reqs, o.workload.max_concurrency, o.slo, deadline);
-    rec.m = tr.m;
-    kv_tokens[k.kv_dtype] = tr.m.kv_tokens;
-    rec.objective = objective_value(tr.m, o.objective, k.threads, cores);
     if (predicted) {
       rec.predicted = true;
-      rec.predicted_objective = objective_value(*predicted, o.objective, k.threads, cores);
+      rec.predicted_objective = objective_value(*predicted, o.objective, k.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     }
+    const Clock::time_point w0 = Clock::now();
+    TrialResult tr;
+    try {
+      tr = run_trial(model, tok, cfg, reqs, o.workload.max_concurrency, o.slo, deadline);
+    } catch (const Error& e) {
+      // The defaults must run; a change that cannot (a pool too small for a request, an
+      // option the engine refuses) is a failed trial, not the end of the search.
+      if (std::string_view(phase) == "baseline" || std::string_view(phase) == "calibrate") throw;
+      rec.failed = true;
+      rec.objective = -1e12;
+      rec.verdict = std::string("failed: ") + e.what();
+      rec.wall_s = std::chrono::duration<double>(Clock::now() - w0).count();
+      res.trials.push_back(rec);
+      return res.trials.size() - 1;
+    }
+    rec.wall_s = std::chrono::duration<double>(Clock::now() - w0).count();
+    rec.m = tr.m;
+    kv_tokens[k.kv_dtype] = tr.m.kv_tokens;
+    rec.objective = objective_value(tr.m, o.objective, k.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     // The step model's error on these steps before they join its fit, then after.
     if (k.threads == o.base.threads) {
       rec.step_s_prior = step_error(sm, tr.steps);
@@ -369,10 +426,15 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     std::vector<double> v;
     for (size_t i : def_runs) v.push_back(res.trials[i].objective);
     res.noise_band = std::max(0.03, spread(v));
+    // Two runs can agree by chance. Goodput counts requests near their limits, which flip
+    // from run to run: its relative standard error as a binomial count is a floor.
+    const TrialMetrics& m = res.trials[def_runs.back()].m;
+    if (o.objective != Objective::Throughput && m.requests > 0 && m.attainment > 0)
+      res.noise_band = std::max(res.noise_band, std::sqrt(m.attainment * (1 - m.attainment) / double(m.requests)) / m.attainment);
   }
   auto mean_trial_s = [&] {
     double s = 0;
-    for (const auto& t : res.trials) s += t.m.duration_s;
+    for (const auto& t : res.trials) s += t.wall_s;
     return res.trials.empty() ? trial_s : s / double(res.trials.size());
   };
   auto better = [&](double a, double b) { return a > b + res.noise_band * std::fabs(b); };
@@ -388,13 +450,13 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   std::vector<Knobs> tried{best};
   std::vector<size_t> best_runs = def_runs;
   std::vector<std::pair<Knobs, TrialMetrics>> promising;
-  const int32_t reserve_runs = std::max(0, 2 * o.final_repeats - 3);
+  const int32_t reserve_runs = std::max(0, 2 * o.final_repeats - 2);
   while (elapsed() + mean_trial_s() * (1 + reserve_runs) < o.budget_s) {
     // The diagnoses of the best point, and of points that came within the band without
     // losing (a pattern search: a direction that did not hurt may pay a step further).
-    std::vector<Candidate> cands = diagnose(best_m, best, o, sm.fixed_s);
+    std::vector<Candidate> cands = diagnose(best_m, best, o, sm.prior_fixed_s);
     for (const auto& [k, m] : promising)
-      for (Candidate c : diagnose(m, k, o, sm.fixed_s)) {
+      for (Candidate c : diagnose(m, k, o, sm.prior_fixed_s)) {
         c.change = change_between(best, c.knobs);
         c.reason = "from " + change_between(best, k) + ", " + c.reason;
         cands.push_back(std::move(c));
@@ -403,7 +465,8 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     for (size_t a = 0; a < cands.size(); ++a)  // the same point proposed twice: the first reason
       for (size_t b = cands.size(); b-- > a + 1;)
         if (cands[b].knobs == cands[a].knobs) cands.erase(cands.begin() + std::ptrdiff_t(b));
-    // No diagnosis left: the neighbors of the best point that the model predicts better.
+    // No diagnosis left: the best point's neighbors, one knob moved each, in the order
+    // the simulation ranks them; the budget is the user's to spend.
     const bool explore = cands.empty();
     if (explore) {
       auto add = [&](Knobs k, const char* why) {
@@ -415,13 +478,17 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
       k = best, k.max_num_seqs = pow2_down(best.max_num_seqs, 1), add(k, "neighbor: fewer seats");
       k = best, k.max_num_batched_tokens = std::min(8192, best.max_num_batched_tokens * 2), add(k, "neighbor: larger chunks");
       k = best, k.max_num_batched_tokens = pow2_down(best.max_num_batched_tokens, 32), add(k, "neighbor: smaller chunks");
+      k = best, k.kv_dtype = is_scaled_kv_dtype(best.kv_dtype) ? DType::F16 : DType::I8;
+      add(k, "neighbor: the other KV dtype (int8 attention reads half the bytes)");
+      k = best, k.spec = best.spec == SpecMethod::None ? SpecMethod::Ngram : SpecMethod::None;
+      add(k, "neighbor: speculation on or off");
     }
     if (cands.empty()) break;
     // Rank by the simulation (speculation is outside it: predicted as no change).
     EngineConfig cur_cfg = o.base;
     best.apply(cur_cfg);
     const TrialMetrics cur_pred = simulate(sm, cur_cfg, kv_capacity(best.kv_dtype), reqs, w.max_concurrency, o.slo);
-    const double cur_pred_obj = objective_value(cur_pred, o.objective, best.threads, cores);
+    const double cur_pred_obj = objective_value(cur_pred, o.objective, best.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     std::vector<TrialMetrics> pred(cands.size());
     std::vector<double> pobj(cands.size());
     for (size_t c = 0; c < cands.size(); ++c) {
@@ -430,18 +497,19 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
       pred[c] = cands[c].knobs.spec != best.spec || cands[c].knobs.threads != best.threads
                     ? cur_pred
                     : simulate(sm, cfg, kv_capacity(cands[c].knobs.kv_dtype), reqs, w.max_concurrency, o.slo);
-      pobj[c] = objective_value(pred[c], o.objective, cands[c].knobs.threads, cores);
+      pobj[c] = objective_value(pred[c], o.objective, cands[c].knobs.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     }
     size_t pick = 0;
     for (size_t c = 1; c < cands.size(); ++c)
       if (pobj[c] > pobj[pick]) pick = c;
-    if (explore && !(pobj[pick] > cur_pred_obj * (1 + 1e-3) + 1e-12)) {
-      // Mark them tried so the next round does not ask again; nothing left worth a trial.
-      break;
-    }
+    (void)cur_pred_obj;
     const Candidate& c = cands[pick];
     tried.push_back(c.knobs);
     size_t i = run(c.knobs, reqs, "search", c.change, c.reason, &pred[pick]);
+    if (res.trials[i].failed) {
+      report(i);
+      continue;
+    }
     const int32_t first_index = res.trials[i].index;
     auto gain_of = [&](double v) { return best_obj != 0 ? (v - best_obj) / std::fabs(best_obj) : 0; };
     double obj = res.trials[i].objective;
@@ -480,7 +548,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   // Verification: the defaults and the chosen point in turn, until each has final_repeats runs.
   res.chosen = best;
   if (!(best == res.defaults)) {
-    std::vector<size_t> a = def_runs, b = best_runs;
+    // The chosen point's search runs were selected for being high: its verification runs
+    // are all fresh. The defaults' runs were not selected, and are reused.
+    std::vector<size_t> a = def_runs, b;
     while (int32_t(a.size()) < o.final_repeats || int32_t(b.size()) < o.final_repeats) {
       if (int32_t(a.size()) < o.final_repeats) {
         a.push_back(run(res.defaults, reqs, "verify", "", "the defaults, in turn with the chosen point", nullptr));
@@ -526,8 +596,11 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   } else if (best == res.defaults) {
     res.summary = "no change beat the defaults by more than the noise band: the defaults stay";
     if (o.objective == Objective::Goodput && res.default_attainment >= 1)
-      res.summary += " (every request met the SLO at the defaults, so goodput is the arrival rate: a heavier load or "
-                     "a tighter SLO leaves room to tune)";
+      res.summary += std::isfinite(res.rate)
+                         ? " (every request met the SLO at the defaults, so goodput is the arrival rate: a heavier load "
+                           "or a tighter SLO leaves room to tune)"
+                         : " (every request met the SLO at the defaults, so goodput is their throughput, which no change "
+                           "predicted or measured improved beyond the band)";
   } else {
     res.summary = fmt::format("{} gives {:+.1f}% {} over the defaults (medians of {} runs each, noise band {:.1f}%)",
                               change_between(res.defaults, best),

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -76,11 +77,14 @@ struct TrialRecord {
   double objective = 0;
   std::string verdict;  // kept / rejected and why
   double step_s_prior = 0, step_s_fit = 0;  // the step model's error on this trial's steps (mean |rel|)
+  double wall_s = 0;    // the trial's time, the engine's construction included
+  bool failed = false;  // the engine refused the configuration (verdict says why)
 };
 
 struct TuneResult {
   std::vector<TrialRecord> trials;
   Knobs defaults, chosen;
+  Knobs engine_defaults;        // EngineConfig's own: the output's flags are relative to these
   double rate = 0;              // requests/s of the trials (inf: all at once)
   int64_t requests_per_trial = 0;
   double noise_band = 0;        // relative, from the defaults' repeated runs
@@ -108,8 +112,22 @@ struct Candidate {
   std::string change, reason;
 };
 std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s);
-// The objective's value of a trial (higher is better).
-double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores);
+// The objective's value of a trial (higher is better); the limits rank trials where no
+// request met the SLO (an infinite limit is always met).
+double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores,
+                       double ttft_limit = std::numeric_limits<double>::infinity(),
+                       double tpot_limit = std::numeric_limits<double>::infinity());
+
+// `ridge tune --check FILE`: a configuration that tuning chose, run again o.final_repeats
+// times on the requests it was tuned on (the same workload, rate, count and seed); the
+// median objective against the one recorded, within the recorded noise band.
+struct CheckResult {
+  std::vector<TrialRecord> trials;
+  double recorded = 0, median = 0, band = 0;
+  bool reproduced = false;
+};
+CheckResult check_config(const Model& model, const Tokenizer* tok, const TuneOptions& o, double rate, int64_t n,
+                         double recorded, double band, const std::function<void(const TrialRecord&)>& on_trial);
 
 TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& o,
                 const std::function<void(const TrialRecord&)>& on_trial);

@@ -126,6 +126,9 @@ WorkloadSpec parse_workload_json(std::string_view text, std::string_view where, 
     }
   }
   if (w.prefix_share > 0 && w.prefix_len == 0) fail("{}: \"prefix_share\" > 0 needs \"prefix_len\" > 0", where);
+  if (int64_t(w.prefix_len) * w.num_prefixes > (int64_t(1) << 26))
+    fail("{}: {} prefixes of {} tokens are more than a workload needs (at most 64M tokens in all)", where,
+         w.num_prefixes, w.prefix_len);
   check_fits(w, ctx, where);
   return w;
 }
@@ -175,7 +178,7 @@ std::vector<TracedRequest> make_requests(const WorkloadSpec& w, int64_t n, doubl
         for (int32_t i = 0; i < r.prompt_len; ++i) r.prompt.push_back(id(rng));
     return out;
   }
-  std::vector<std::vector<int32_t>> prefixes(size_t(w.num_prefixes));
+  std::vector<std::vector<int32_t>> prefixes(w.prefix_share > 0 ? size_t(w.num_prefixes) : 0);
   for (auto& p : prefixes)
     for (int32_t i = 0; i < w.prefix_len; ++i) p.push_back(id(rng));
   std::exponential_distribution<double> gap(std::isfinite(rate) && rate > 0 ? rate : 1.0);

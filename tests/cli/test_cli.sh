@@ -410,6 +410,12 @@ expect_ok    "tune: a short run"  "$RIDGE" tune -m tiny.gguf --budget 6s --trial
 grep -q '"flags"' tuned.json && grep -q '"trials"' tuned.json && grep -q '<svg' tune.html && grep -q 'chosen: ridge serve -m' "$TMP/out" &&
   why="" || why="tuned.json without flags or trials, tune.html without a chart, or no chosen command line"
 report "tune writes the configuration, the report and the command line" "$why"
+printf '{"max-num-seqs": 4}\n' >cfg_plain.json
+run "$RIDGE" tune -m tiny.gguf --check tuned.json --repeats 2 -t 2
+{ ((rc == 0 || rc == 1)) && grep -qE 'median .* over 2 runs against the recorded .*(reproduced|NOT reproduced)' "$TMP/out"; } &&
+  why="" || why="exit code $rc or no reproduction line"
+report "tune --check runs the tuned configuration again against its record" "$why"
+expect_error "tune --check on a file that is not tune's"  "cfg_plain\.json.*tune"  "$RIDGE" tune -m tiny.gguf --check cfg_plain.json
 expect_ok    "bench throughput --config tuned.json"    "$RIDGE" bench throughput -m tiny.gguf --num-prompts 2 --input-len 8 --output-len 2 --config tuned.json
 printf '{"flags": {"threads": 1, "no-prefix-cache": true}}\n' >cfg.json
 expect_ok    "bench throughput --config, the command line wins" "$RIDGE" bench throughput -m tiny.gguf --num-prompts 2 --input-len 8 --output-len 2 --config cfg.json -t 2

@@ -35,5 +35,20 @@ TEST(Args, LastOccurrenceWinsAndLeftoversAreNamed) {
   EXPECT_TRUE(b.given({"--bogus"}));
 }
 
+TEST(Args, AnOptionDoesNotTakeItsValueFromAConfigEntry) {
+  Args a({"--host"});
+  a.append("--no-prefix-cache", "--config f.json");
+  EXPECT_THROW(a.str({"--host"}), Error);  // not "--no-prefix-cache"
+  Args b({});
+  b.append("--swap-dir", "--config f.json");  // a boolean true given to an option that takes a value
+  b.append("--no-prefix-cache", "--config f.json");
+  try {
+    b.str({"--swap-dir"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--config f.json: --swap-dir needs a value"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ridge::cli

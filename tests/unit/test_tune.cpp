@@ -306,10 +306,21 @@ TEST(Tuner, ObjectiveRanksAnUnreachableSloByCloseness) {
   TrialMetrics a, b;
   a.ttft_slo_pct = 3, a.tpot_slo_pct = 0.1;
   b.ttft_slo_pct = 5, b.tpot_slo_pct = 0.1;
-  EXPECT_GT(objective_value(a, Objective::Goodput, 2, 2), objective_value(b, Objective::Goodput, 2, 2));
+  EXPECT_GT(objective_value(a, Objective::Goodput, 2, 2, 1, 1), objective_value(b, Objective::Goodput, 2, 2, 1, 1));
   TrialMetrics c;
   c.good = 1, c.goodput = 0.01;
-  EXPECT_GT(objective_value(c, Objective::Goodput, 2, 2), objective_value(a, Objective::Goodput, 2, 2));
+  EXPECT_GT(objective_value(c, Objective::Goodput, 2, 2, 1, 1), objective_value(a, Objective::Goodput, 2, 2, 1, 1));
+  // A trial cut off has infinite percentiles: still finite, and below one that finished.
+  TrialMetrics cut;
+  cut.ttft_slo_pct = kInf;
+  const double v = objective_value(cut, Objective::Goodput, 2, 2, 1, 1);
+  EXPECT_TRUE(std::isfinite(v));
+  EXPECT_LT(v, objective_value(b, Objective::Goodput, 2, 2, 1, 1));
+  // The limits weigh the percentiles: TPOT at 3x its limit is further than TTFT at 2x.
+  TrialMetrics t1, t2;
+  t1.ttft_slo_pct = 2.0, t1.tpot_slo_pct = 0.05;  // 2x, 0.5x
+  t2.ttft_slo_pct = 0.5, t2.tpot_slo_pct = 0.3;   // 0.5x, 3x
+  EXPECT_GT(objective_value(t1, Objective::Goodput, 2, 2, 1, 0.1), objective_value(t2, Objective::Goodput, 2, 2, 1, 0.1));
   c.good_output_throughput = 100;
   EXPECT_DOUBLE_EQ(objective_value(c, Objective::Cost, 1, 2), 100);
   EXPECT_DOUBLE_EQ(objective_value(c, Objective::Cost, 0, 2), 50);
