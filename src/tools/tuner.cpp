@@ -440,12 +440,6 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   auto better = [&](double a, double b) { return a > b + res.noise_band * std::fabs(b); };
 
   Knobs best = res.defaults;
-  double best_obj = 0;
-  {
-    std::vector<double> v;
-    for (size_t i : def_runs) v.push_back(res.trials[i].objective);
-    best_obj = median(v);
-  }
   TrialMetrics best_m = res.trials[def_runs.back()].m;
   std::vector<Knobs> tried{best};
   std::vector<size_t> best_runs = def_runs;
@@ -505,44 +499,60 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     (void)cur_pred_obj;
     const Candidate& c = cands[pick];
     tried.push_back(c.knobs);
+    // Paired runs: the machine's speed drifts by tens of percent within an hour, so a
+    // candidate is compared with a run of the best point right before it (the previous
+    // trial, when that was one). A gain is then confirmed in A B B A order (best,
+    // candidate, candidate, best), whose means a linear drift cannot tilt.
+    auto ref_run = [&](const char* why) {
+      if (!res.trials.empty() && res.trials.back().knobs == best && !res.trials.back().failed &&
+          res.trials.back().phase != "calibrate")
+        return res.trials.size() - 1;
+      const size_t r = run(best, reqs, "reference", "", why, nullptr);
+      res.trials[r].verdict = "reference";
+      report(r);
+      return r;
+    };
+    const size_t b1 = ref_run("the best point, paired with the next candidate");
     size_t i = run(c.knobs, reqs, "search", c.change, c.reason, &pred[pick]);
     if (res.trials[i].failed) {
       report(i);
       continue;
     }
-    const int32_t first_index = res.trials[i].index;
-    auto gain_of = [&](double v) { return best_obj != 0 ? (v - best_obj) / std::fabs(best_obj) : 0; };
-    double obj = res.trials[i].objective;
-    std::vector<size_t> runs{i};
-    // A gain inside the band is run once more before it is judged: two runs' median
-    // against the best's, with the band narrowed as for a mean of two.
-    double band = res.noise_band;
-    if (!better(obj, best_obj) && gain_of(obj) > 0 && elapsed() + mean_trial_s() * (2 + reserve_runs) < o.budget_s) {
-      res.trials[i].verdict = "within the band: run again";
+    const double ref = res.trials[b1].objective;
+    auto gain_of = [](double v, double base) { return base != 0 ? (v - base) / std::fabs(base) : (v > base ? 1.0 : 0.0); };
+    double gain = gain_of(res.trials[i].objective, ref);
+    bool keep = false;
+    std::string how;
+    size_t b2_run = 0;  // the closing reference run of a confirmation (0: none)
+    if (gain > 0 && elapsed() + mean_trial_s() * (2 + reserve_runs) < o.budget_s) {
+      res.trials[i].verdict = fmt::format("{:+.1f}% against #{}: confirm", gain * 100, res.trials[b1].index);
       report(i);
-      const size_t j = run(c.knobs, reqs, "search", c.change, "confirming #" + std::to_string(first_index) + ": " + c.reason,
-                           &pred[pick]);
-      runs.push_back(j);
-      obj = 0.5 * (res.trials[i].objective + res.trials[j].objective);
-      band = res.noise_band / std::sqrt(2.0);
+      const size_t c2 = run(c.knobs, reqs, "search", c.change, "confirming #" + std::to_string(res.trials[i].index), &pred[pick]);
+      b2_run = run(best, reqs, "reference", "", "the best point, closing the A B B A", nullptr);
+      const size_t b2 = b2_run;
+      res.trials[b2].verdict = "reference";
+      const double mc = 0.5 * (res.trials[i].objective + res.trials[c2].objective);
+      const double mb = 0.5 * (ref + res.trials[b2].objective);
+      gain = gain_of(mc, mb);
+      const double band = res.noise_band / std::sqrt(2.0);
+      keep = !res.trials[c2].failed && mc > mb + band * std::fabs(mb);
+      how = fmt::format("{:+.1f}% (A B B A means, noise band {:.1f}%)", gain * 100, band * 100);
+      i = c2;
+    } else {
+      how = fmt::format("{:+.1f}% against #{}{}", gain * 100, res.trials[b1].index,
+                        gain > 0 ? ", no budget left to confirm it" : "");
     }
-    TrialRecord& last = res.trials[runs.back()];
-    const double gain = gain_of(obj);
-    if (obj > best_obj + band * std::fabs(best_obj)) {
-      last.verdict = fmt::format("kept: {:+.1f}% over the best so far{} (noise band {:.1f}%)", gain * 100,
-                                 runs.size() > 1 ? " (mean of 2 runs)" : "", band * 100);
-      best = c.knobs, best_obj = obj, best_m = last.m;
-      best_runs = runs;
+    TrialRecord& last = res.trials[i];
+    if (keep) {
+      last.verdict = "kept: " + how;
+      best = c.knobs, best_m = last.m;
       promising.clear();
     } else {
       if (gain >= 0) promising.emplace_back(c.knobs, last.m);
-      last.verdict = obj >= best_obj - band * std::fabs(best_obj)
-                         ? fmt::format("rejected: {:+.1f}%{}, within the noise band ({:.1f}%)", gain * 100,
-                                       runs.size() > 1 ? " (mean of 2 runs)" : "", band * 100)
-                         : fmt::format("rejected: {:+.1f}%", gain * 100);
+      last.verdict = "rejected: " + how;
     }
-    i = runs.back();
     report(i);
+    if (b2_run) report(b2_run);
   }
 
   // Verification: the defaults and the chosen point in turn, until each has final_repeats runs.
