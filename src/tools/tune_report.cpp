@@ -196,6 +196,7 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
   for (const auto& t : r.trials)
     if (t.phase == "search")
       s += fmt::format("  #{:<2} {}\n      why: {}\n      {}\n", t.index, t.change, t.reason, t.verdict);
+  for (const auto& k : r.skipped) s += "  skipped " + k + "\n";
   s += fmt::format("\n{:<12} {:>14} {:>10} {:>10} {:>8}\n", "", objective_name(o.objective), "goodput", "attained", "spread");
   s += fmt::format("{:<12} {:>14.4g} {:>10.4g} {:>9.0f}% {:>7.1f}%\n", "defaults", r.default_objective, r.default_goodput,
                    r.default_attainment * 100, r.default_spread * 100);
@@ -249,6 +250,7 @@ std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
                                {"per_seq_ms", r.step_model.per_seq_s * 1e3}, {"prior_fixed_ms", r.step_model.prior_fixed_s * 1e3},
                                {"prior_per_row_ms", r.step_model.prior_per_token_s * 1e3}, {"fitted_steps", r.step_model.fitted_steps}}},
                {"mean_prediction_error", r.mean_prediction_error},
+               {"skipped", r.skipped},
                {"trials", trials}};
   if (!r.grid_best.empty()) tune["grid_best"] = {{"config", r.grid_best}, {"objective", r.grid_best_objective}};
   return json({{"flags", flags}, {"tune", tune}}).dump(2) + "\n";

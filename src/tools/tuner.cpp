@@ -442,9 +442,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   Knobs best = res.defaults;
   TrialMetrics best_m = res.trials[def_runs.back()].m;
   std::vector<Knobs> tried{best};
-  std::vector<size_t> best_runs = def_runs;
+  std::vector<size_t> best_runs = def_runs, grid_runs;
   std::vector<std::pair<Knobs, TrialMetrics>> promising;
-  const int32_t reserve_runs = std::max(0, 2 * o.final_repeats - 2);
+  const int32_t reserve_runs = 2 * std::max(1, o.final_repeats);
   while (elapsed() + mean_trial_s() * (1 + reserve_runs) < o.budget_s) {
     // The diagnoses of the best point, and of points that came within the band without
     // losing (a pattern search: a direction that did not hurt may pay a step further).
@@ -493,9 +493,30 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
                     : simulate(sm, cfg, kv_capacity(cands[c].knobs.kv_dtype), reqs, w.max_concurrency, o.slo);
       pobj[c] = objective_value(pred[c], o.objective, cands[c].knobs.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     }
-    size_t pick = 0;
-    for (size_t c = 1; c < cands.size(); ++c)
-      if (pobj[c] > pobj[pick]) pick = c;
+    // A change of seats or budget that the simulation schedules exactly as the best point
+    // (more seats than the workload ever fills, a budget no step reaches) has no effect
+    // to measure: it is noted and skipped, not run.
+    auto same = [](const TrialMetrics& x, const TrialMetrics& y) {
+      return x.ttft_p50 == y.ttft_p50 && x.ttft_slo_pct == y.ttft_slo_pct && x.tpot_p50 == y.tpot_p50 &&
+             x.tpot_slo_pct == y.tpot_slo_pct && x.duration_s == y.duration_s;
+    };
+    std::vector<bool> skip(cands.size(), false);
+    bool any = false;
+    for (size_t c = 0; c < cands.size(); ++c) {
+      const Knobs& k = cands[c].knobs;
+      const bool modelled = k.kv_dtype == best.kv_dtype && k.spec == best.spec && k.spec_tokens == best.spec_tokens &&
+                            k.threads == best.threads && k.prefix_cache == best.prefix_cache;
+      skip[c] = modelled && same(pred[c], cur_pred);
+      if (skip[c]) {
+        tried.push_back(k);
+        res.skipped.push_back(cands[c].change + ": the simulation schedules it as the best point");
+      }
+      any |= !skip[c];
+    }
+    if (!any) continue;
+    size_t pick = cands.size();
+    for (size_t c = 0; c < cands.size(); ++c)
+      if (!skip[c] && (pick == cands.size() || pobj[c] > pobj[pick])) pick = c;
     (void)cur_pred_obj;
     const Candidate& c = cands[pick];
     tried.push_back(c.knobs);
@@ -555,25 +576,54 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     if (b2_run) report(b2_run);
   }
 
-  // Verification: the defaults and the chosen point in turn, until each has final_repeats runs.
   res.chosen = best;
-  if (!(best == res.defaults)) {
-    // The chosen point's search runs were selected for being high: its verification runs
-    // are all fresh. The defaults' runs were not selected, and are reused.
-    std::vector<size_t> a = def_runs, b;
-    while (int32_t(a.size()) < o.final_repeats || int32_t(b.size()) < o.final_repeats) {
-      if (int32_t(a.size()) < o.final_repeats) {
-        a.push_back(run(res.defaults, reqs, "verify", "", "the defaults, in turn with the chosen point", nullptr));
-        res.trials[a.back()].verdict = "verification";
-        report(a.back());
-      }
-      if (int32_t(b.size()) < o.final_repeats) {
-        b.push_back(run(best, reqs, "verify", change_between(res.defaults, best), "the chosen point, in turn with the defaults", nullptr));
-        res.trials[b.back()].verdict = "verification";
+  // The fixed grid, once each (the comparison), outside the budget: its best
+  // point joins the final rounds.
+  Knobs grid_best;
+  bool have_grid = false;
+  if (o.grid) {
+    double best_grid = -kInf;
+    for (int32_t seqs : {16, 64, 256})
+      for (int32_t budget : {512, 2048})
+        for (DType kv : {DType::F16, DType::I8}) {
+          Knobs k = res.defaults;
+          k.max_num_seqs = seqs, k.max_num_batched_tokens = budget, k.kv_dtype = kv;
+          const size_t i = run(k, reqs, "grid", change_between(res.defaults, k), "the fixed grid", nullptr);
+          res.trials[i].verdict = "grid";
+          report(i);
+          if (!res.trials[i].failed && res.trials[i].objective > best_grid) {
+            best_grid = res.trials[i].objective;
+            grid_best = k;
+            have_grid = true;
+          }
+        }
+    if (have_grid) res.grid_best = grid_best.str();
+  }
+  // The final rounds, all fresh runs (the chosen point's search runs were selected for
+  // being high), interleaved A B C in each round so that drift falls on all alike: the
+  // defaults, the chosen point, the grid's best.
+  {
+    std::vector<size_t> a, b, g;
+    const bool run_b = !(best == res.defaults);
+    const bool run_g = have_grid && !(grid_best == res.defaults) && !(grid_best == best);
+    for (int32_t r = 0; r < std::max(1, o.final_repeats); ++r) {
+      a.push_back(run(res.defaults, reqs, "verify", "", "the defaults, in turn with the others", nullptr));
+      res.trials[a.back()].verdict = "final round " + std::to_string(r + 1);
+      report(a.back());
+      if (run_b) {
+        b.push_back(run(best, reqs, "verify", change_between(res.defaults, best), "the chosen point, in turn", nullptr));
+        res.trials[b.back()].verdict = "final round " + std::to_string(r + 1);
         report(b.back());
       }
+      if (run_g) {
+        g.push_back(run(grid_best, reqs, "verify", change_between(res.defaults, grid_best), "the grid's best, in turn", nullptr));
+        res.trials[g.back()].verdict = "final round " + std::to_string(r + 1);
+        report(g.back());
+      }
     }
-    def_runs = a, best_runs = b;
+    def_runs = a;
+    best_runs = run_b ? b : a;
+    grid_runs = run_g ? g : (have_grid && grid_best == best ? best_runs : a);
   }
   auto med = [&](const std::vector<size_t>& runs, auto f) {
     std::vector<double> v;
@@ -617,6 +667,12 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
                               100 * (res.chosen_objective - res.default_objective) / std::max(1e-12, std::fabs(res.default_objective)),
                               objective_name(o.objective), best_runs.size(), res.noise_band * 100);
   }
+  if (have_grid) {
+    res.grid_best_objective = med(grid_runs, obj_of);
+    res.summary += fmt::format("; against the grid's best ({}): {:+.1f}%", change_between(res.defaults, grid_best),
+                               100 * (res.chosen_objective - res.grid_best_objective) /
+                                   std::max(1e-12, std::fabs(res.grid_best_objective)));
+  }
   // Does the chosen point meet the SLO, and if not, which limit binds?
   {
     const double ttft = med(best_runs, [](const TrialRecord& t) { return t.m.ttft_slo_pct; });
@@ -633,24 +689,6 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
                                            std::isfinite(o.slo.ttft_s) ? fmt::format("{:.0f} ms", o.slo.ttft_s * 1e3) : "none");
       res.summary += "; the SLO is not met at the closest point found: " + res.binding;
     }
-  }
-  // The fixed grid, once each (the comparison), outside the budget.
-  if (o.grid) {
-    double best_grid = -kInf;
-    for (int32_t seqs : {16, 64, 256})
-      for (int32_t budget : {512, 2048})
-        for (DType kv : {DType::F16, DType::I8}) {
-          Knobs k = res.defaults;
-          k.max_num_seqs = seqs, k.max_num_batched_tokens = budget, k.kv_dtype = kv;
-          const size_t i = run(k, reqs, "grid", change_between(res.defaults, k), "the fixed grid", nullptr);
-          res.trials[i].verdict = "grid";
-          report(i);
-          if (res.trials[i].objective > best_grid) {
-            best_grid = res.trials[i].objective;
-            res.grid_best = k.str();
-          }
-        }
-    res.grid_best_objective = best_grid;
   }
   double err = 0;
   int n_err = 0;

@@ -104,6 +104,7 @@ struct TuneResult {
   double mean_prediction_error = 0;  // |predicted - measured| / measured over predicted trials
   double elapsed_s = 0;
   std::string summary;          // why it won, or why it did not
+  std::vector<std::string> skipped;  // candidates not run, and why
 };
 
 // The candidate changes for the point `cur` whose trial measured m (pure: tested alone).
