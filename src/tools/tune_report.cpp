@@ -102,7 +102,7 @@ std::string history_svg(const TuneResult& r, const TuneOptions& o) {
     s += fmt::format("<circle class='trial' cx='{:.1f}' cy='{:.1f}' r='5' fill='{}'><title>#{} {}: {} -> {:.4g}"
                      "</title></circle>\n",
                      x(i), y(t.objective), phase_color(t), t.index, esc(t.phase),
-                     esc(t.change.empty() ? "defaults" : t.change), t.objective);
+                     esc(t.config.empty() ? "defaults" : t.config), t.objective);
     if (t.predicted)
       s += fmt::format("<circle cx='{:.1f}' cy='{:.1f}' r='4' fill='none' stroke='{}' stroke-dasharray='2,2'/>\n",
                        x(i), y(std::clamp(t.predicted_objective, lo, hi)), phase_color(t));
@@ -166,7 +166,7 @@ std::string trial_line(const TrialRecord& t, const TuneOptions& o) {
   const std::string value = o.objective == Objective::Goodput && t.objective < 0 ? std::string("0 (none within the SLO)")
                                                                                  : fmt::format("{:.4g}", t.objective);
   std::string s = fmt::format("tune: #{:<2} {:<9} {:<44} {} {}, good {}/{}, TTFT p{:g} {} ms, TPOT p{:g} {} ms",
-                              t.index, t.phase, t.change.empty() ? "defaults" : t.change, objective_name(o.objective),
+                              t.index, t.phase, t.config.empty() ? "defaults" : t.config, objective_name(o.objective),
                               value, t.m.good, t.m.requests, o.slo.ttft_pct, ms(t.m.ttft_slo_pct),
                               o.slo.tpot_pct, ms(t.m.tpot_slo_pct));
   if (t.predicted) s += fmt::format(" (predicted {:.4g})", t.predicted_objective);
@@ -219,7 +219,7 @@ std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
   }
   json trials = json::array();
   for (const auto& t : r.trials) {
-    json j = {{"index", t.index},   {"phase", t.phase},         {"config", t.knobs.str()},
+    json j = {{"index", t.index},   {"phase", t.phase},         {"config", t.knobs.str()}, {"flags", t.config},
               {"change", t.change}, {"reason", t.reason},       {"objective", t.objective},
               {"verdict", t.verdict}, {"metrics", metrics_json(t.m)}, {"step_model_error_prior", t.step_s_prior},
               {"step_model_error_fit", t.step_s_fit}};
@@ -280,14 +280,14 @@ std::string tune_report_html(const TuneResult& r, const TuneReportContext& c) {
   s += "</table>\n<h2>Trials</h2>\n<p>Blue: the defaults (the band: their noise); green: kept; red: rejected; purple: "
        "verification; grey: the grid; dashed rings: the step model's prediction.</p>\n";
   s += history_svg(r, o);
-  s += "<table><tr><th>#</th><th>phase</th><th>change</th><th>why</th><th>predicted</th><th>measured</th><th>verdict</th>"
+  s += "<table><tr><th>#</th><th>phase</th><th>configuration (flags off the defaults)</th><th>why</th><th>predicted</th><th>measured</th><th>verdict</th>"
        "<th>TTFT p" + fmt::format("{:g}", o.slo.ttft_pct) + " ms</th><th>TPOT p" + fmt::format("{:g}", o.slo.tpot_pct) +
        " ms</th><th>KV peak</th><th>preemptions</th></tr>\n";
   for (const auto& t : r.trials)
     s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{:.4g}</td><td "
                      "class='{}'>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.0f}%</td><td "
                      "class=n>{}</td></tr>\n",
-                     t.index, esc(t.phase), esc(t.change.empty() ? "defaults" : t.change), esc(t.reason),
+                     t.index, esc(t.phase), esc(t.config.empty() ? "defaults" : t.config), esc(t.reason),
                      t.predicted ? fmt::format("{:.4g}", t.predicted_objective) : "", t.objective,
                      t.verdict.starts_with("kept") ? "kept" : t.verdict.starts_with("rejected") ? "rejected" : "",
                      esc(t.verdict), ms(t.m.ttft_slo_pct), ms(t.m.tpot_slo_pct), t.m.kv_peak * 100, t.m.preemptions);

@@ -36,6 +36,7 @@ struct Symptoms {
   const Knobs& k;
   const TuneOptions& o;
   double floor_s;       // a decode step's weight stream at the DRAM ceiling
+  const StepModel& sm;  // the step times fitted so far
   double ttft_excess;   // the SLO percentile over its limit (0 without a limit)
   double tpot_excess;
   bool ttft_fails() const { return ttft_excess > 1; }
@@ -46,6 +47,18 @@ struct Symptoms {
 };
 
 int32_t pow2_down(int32_t x, int32_t lo) { return std::max(lo, x / 2); }
+
+// The token budget whose step (prompt rows beside the decodes the trial ran) the step
+// model puts within `seconds`: a power of two, at least 32, at most half the current
+// one. Without a per-row cost yet, half the current one.
+int32_t budget_for(const Symptoms& s, double seconds) {
+  const int32_t half = pow2_down(s.k.max_num_batched_tokens, 32);
+  if (!(s.sm.per_token_s > 0)) return half;
+  const double rows = (seconds - s.sm.fixed_s - s.sm.per_seq_s * s.m.mean_decode_batch) / s.sm.per_token_s;
+  int32_t p = 32;
+  while (p * 2 <= rows && p * 2 <= half) p *= 2;
+  return std::min(half, p);
+}
 
 // One row per diagnosis: when it applies, what it changes, and why (the numbers that
 // made it fire). Tried in order; the simulation then ranks what they propose.
@@ -61,10 +74,10 @@ const Rule kRules[] = {
      [](const Symptoms& s) {
        return s.tpot_fails() && s.m.max_prompt_step_s > 0.5 * s.o.slo.tpot_s && s.k.max_num_batched_tokens > 64;
      },
-     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = pow2_down(k.max_num_batched_tokens, 64); },
+     [](Knobs& k, const Symptoms& s) { k.max_num_batched_tokens = budget_for(s, 0.5 * s.o.slo.tpot_s); },
      [](const Symptoms& s) {
        return fmt::format("TPOT p{:g} {:.0f} ms misses {:.0f} ms: steps with prompt chunks take up to {:.0f} ms, "
-                          "stalling the decodes in them; smaller chunks",
+                          "stalling the decodes in them; chunks the step model puts under half the limit",
                           s.o.slo.tpot_pct, s.m.tpot_slo_pct * 1e3, s.o.slo.tpot_s * 1e3, s.m.max_prompt_step_s * 1e3);
      }},
     {"KV pool full",
@@ -122,10 +135,10 @@ const Rule kRules[] = {
      [](const Symptoms& s) {
        return s.ttft_fails() && s.m.max_prompt_step_s > 0.5 * s.o.slo.ttft_s && s.k.max_num_batched_tokens > 64;
      },
-     [](Knobs& k, const Symptoms&) { k.max_num_batched_tokens = pow2_down(k.max_num_batched_tokens, 64); },
+     [](Knobs& k, const Symptoms& s) { k.max_num_batched_tokens = budget_for(s, 0.5 * s.o.slo.ttft_s); },
      [](const Symptoms& s) {
        return fmt::format("TTFT p{:g} {:.0f} ms misses {:.0f} ms and steps with prompt work take up to {:.0f} ms: "
-                          "smaller chunks let the first prompts finish sooner",
+                          "chunks the step model puts under half the limit let the first prompts finish sooner",
                           s.o.slo.ttft_pct, s.m.ttft_slo_pct * 1e3, s.o.slo.ttft_s * 1e3, s.m.max_prompt_step_s * 1e3);
      }},
     {"speculation rarely accepted",
@@ -267,9 +280,9 @@ double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t 
   return -std::min(1e6, std::max(m.ttft_slo_pct / ttft_limit, m.tpot_slo_pct / tpot_limit)) - 1e-9;
 }
 
-std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s) {
+std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, const StepModel& sm) {
   auto excess = [](double v, double limit) { return std::isfinite(limit) ? v / limit : 0.0; };
-  const Symptoms s{m, cur, o, std::max(step_floor_s, 1e-9), excess(m.ttft_slo_pct, o.slo.ttft_s),
+  const Symptoms s{m, cur, o, std::max(sm.prior_fixed_s, 1e-9), sm, excess(m.ttft_slo_pct, o.slo.ttft_s),
                    excess(m.tpot_slo_pct, o.slo.tpot_s)};
   std::vector<Candidate> out;
   for (const Rule& r : kRules) {
@@ -333,6 +346,7 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     rec.index = int32_t(res.trials.size()) + 1;
     rec.phase = phase;
     rec.knobs = k;
+    rec.config = k == res.defaults ? "" : change_between(res.defaults, k);
     rec.change = std::move(change);
     rec.reason = std::move(reason);
     if (predicted) {
@@ -448,9 +462,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   while (elapsed() + mean_trial_s() * (1 + reserve_runs) < o.budget_s) {
     // The diagnoses of the best point, and of points that came within the band without
     // losing (a pattern search: a direction that did not hurt may pay a step further).
-    std::vector<Candidate> cands = diagnose(best_m, best, o, sm.prior_fixed_s);
+    std::vector<Candidate> cands = diagnose(best_m, best, o, sm);
     for (const auto& [k, m] : promising)
-      for (Candidate c : diagnose(m, k, o, sm.prior_fixed_s)) {
+      for (Candidate c : diagnose(m, k, o, sm)) {
         c.change = change_between(best, c.knobs);
         c.reason = "from " + change_between(best, k) + ", " + c.reason;
         cands.push_back(std::move(c));

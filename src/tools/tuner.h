@@ -69,6 +69,7 @@ struct TrialRecord {
   int32_t index = 0;
   std::string phase;    // calibrate, baseline, search, verify, grid
   Knobs knobs;
+  std::string config;   // its flags that differ from the defaults ("" for the defaults)
   std::string change;   // what moved from the point it was tried against ("" for the defaults)
   std::string reason;   // the diagnosis that chose it
   bool predicted = false;
@@ -112,7 +113,9 @@ struct Candidate {
   Knobs knobs;
   std::string change, reason;
 };
-std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, double step_floor_s);
+// sm: the step model so far (its prior_fixed_s is the weight stream's floor; its line
+// sizes the token budget a rule proposes).
+std::vector<Candidate> diagnose(const TrialMetrics& m, const Knobs& cur, const TuneOptions& o, const StepModel& sm);
 // The objective's value of a trial (higher is better); the limits rank trials where no
 // request met the SLO (an infinite limit is always met).
 double objective_value(const TrialMetrics& m, Objective o, int threads, int32_t cores,

@@ -262,6 +262,8 @@ TEST(StepModel, SimulationOfAHandWorkedSchedule) {
 }
 
 TEST(Tuner, DiagnosisReadsTheSymptoms) {
+  StepModel sm;  // a floor of 10 ms, no per-row cost yet: budgets halve
+  sm.prior_fixed_s = sm.fixed_s = 0.01;
   TuneOptions o;
   o.slo = parse_slo("ttft_p99=2s,tpot_p99=100ms");
   Knobs k;
@@ -269,15 +271,22 @@ TEST(Tuner, DiagnosisReadsTheSymptoms) {
   m.tpot_slo_pct = 0.3;           // TPOT fails ...
   m.max_prompt_step_s = 1.2;      // ... because prompt chunks stall decodes
   m.ttft_slo_pct = 0.5;
-  auto c = diagnose(m, k, o, 0.01);
+  auto c = diagnose(m, k, o, sm);
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0].knobs.max_num_batched_tokens, 1024);
   EXPECT_NE(c[0].reason.find("stalled decodes"), std::string::npos);
   EXPECT_EQ(c[0].change, "max-num-batched-tokens=1024");
+  // With a per-row cost the budget is what keeps a prompt step under half the limit:
+  // (50 ms - 10 ms) / 0.3 ms = 133 rows -> 128.
+  sm.per_token_s = 0.0003;
+  c = diagnose(m, k, o, sm);
+  ASSERT_FALSE(c.empty());
+  EXPECT_EQ(c[0].knobs.max_num_batched_tokens, 128);
+  sm.per_token_s = 0;
   m = TrialMetrics{};
   m.preemptions = 3;
   m.kv_peak = 0.97;
-  c = diagnose(m, k, o, 0.01);
+  c = diagnose(m, k, o, sm);
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0].knobs.kv_dtype, DType::I8);
   EXPECT_EQ(c[0].change, "kv-cache-dtype=int8");
@@ -286,18 +295,18 @@ TEST(Tuner, DiagnosisReadsTheSymptoms) {
   m.full_seqs_share = 0.5;
   m.kv_peak = 0.3;
   k.max_num_seqs = 16;
-  c = diagnose(m, k, o, 0.01);
+  c = diagnose(m, k, o, sm);
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0].knobs.max_num_seqs, 32);
   m = TrialMetrics{};  // all fine, memory-bound decode of one sequence: try speculation
   m.mean_decode_batch = 1;
   m.decode_step_s = 0.012;
-  c = diagnose(m, k, o, 0.01);
+  c = diagnose(m, k, o, sm);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].knobs.spec, SpecMethod::Ngram);
   k.spec = SpecMethod::Ngram;
   m.spec_draft_tokens = 100, m.spec_accepted_tokens = 5;  // and turn it off when it fails
-  c = diagnose(m, k, o, 0.01);
+  c = diagnose(m, k, o, sm);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].knobs.spec, SpecMethod::None);
 }
