@@ -41,6 +41,7 @@ json metrics_json(const TrialMetrics& m) {
           {"steps", m.steps},
           {"preemptions", m.preemptions},
           {"kv_peak", m.kv_peak},
+          {"kv_read_share", m.kv_read_share},
           {"max_prompt_step_ms", m.max_prompt_step_s * 1e3},
           {"decode_step_ms", m.decode_step_s * 1e3},
           {"mean_decode_batch", m.mean_decode_batch},
@@ -187,9 +188,11 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
   s += fmt::format("workload {} ({}), {} requests per trial at {} req/s; SLO {}; objective {}\n", o.workload.name,
                    o.workload.source, r.requests_per_trial, std::isfinite(r.rate) ? fmt::format("{:.3g}", r.rate) : "inf",
                    o.slo.str(), objective_name(o.objective));
-  s += fmt::format("{} trials in {:.0f} s (budget {:.0f} s); noise band {:.1f}%; step model: {:.2f} ms + {:.3f} ms/row "
+  s += fmt::format("{} trials in {:.0f} s (budget {:.0f} s{}); noise band {:.1f}%; step model: {:.2f} ms + {:.3f} ms/row "
                    "+ {:.3f} ms/seq (prior {:.2f} ms + {:.3f} ms/row), predictions off by {:.0f}% on average\n",
-                   r.trials.size(), r.elapsed_s, o.budget_s, r.noise_band * 100, r.step_model.fixed_s * 1e3,
+                   r.trials.size(), r.elapsed_s, o.budget_s,
+                   r.grid_s > 0 ? fmt::format(", and {:.0f} s for the grid outside it", r.grid_s) : std::string(),
+                   r.noise_band * 100, r.step_model.fixed_s * 1e3,
                    r.step_model.per_token_s * 1e3, r.step_model.per_seq_s * 1e3, r.step_model.prior_fixed_s * 1e3,
                    r.step_model.prior_per_token_s * 1e3, r.mean_prediction_error * 100);
   s += "\nchanges tried:\n";
@@ -198,12 +201,16 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
       s += fmt::format("  #{:<2} {}\n      why: {}\n      {}\n", t.index, t.change, t.reason, t.verdict);
   for (const auto& k : r.skipped) s += "  skipped " + k + "\n";
   s += fmt::format("\n{:<12} {:>14} {:>10} {:>10} {:>8}\n", "", objective_name(o.objective), "goodput", "attained", "spread");
-  s += fmt::format("{:<12} {:>14.4g} {:>10.4g} {:>9.0f}% {:>7.1f}%\n", "defaults", r.default_objective, r.default_goodput,
+  // A negative goodput objective only ranks points with no request within the SLO.
+  auto obj = [&](double v) {
+    return o.objective == Objective::Goodput && v < 0 ? std::string("0 (none)") : fmt::format("{:.4g}", v);
+  };
+  s += fmt::format("{:<12} {:>14} {:>10.4g} {:>9.0f}% {:>7.1f}%\n", "defaults", obj(r.default_objective), r.default_goodput,
                    r.default_attainment * 100, r.default_spread * 100);
-  s += fmt::format("{:<12} {:>14.4g} {:>10.4g} {:>9.0f}% {:>7.1f}%\n", "chosen", r.chosen_objective, r.chosen_goodput,
+  s += fmt::format("{:<12} {:>14} {:>10.4g} {:>9.0f}% {:>7.1f}%\n", "chosen", obj(r.chosen_objective), r.chosen_goodput,
                    r.chosen_attainment * 100, r.chosen_spread * 100);
   if (!r.grid_best.empty())
-    s += fmt::format("{:<12} {:>14.4g}   ({})\n", "grid best", r.grid_best_objective, r.grid_best);
+    s += fmt::format("{:<12} {:>14}   ({})\n", "grid best", obj(r.grid_best_objective), r.grid_best);
   s += "\n" + r.summary + "\n";
   s += "chosen: " + tune_command_line(r, c) + "\n";
   return s;
@@ -237,6 +244,7 @@ std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
                {"objective", objective_name(o.objective)},
                {"budget_s", o.budget_s},
                {"elapsed_s", r.elapsed_s},
+               {"grid_s", r.grid_s},
                {"noise_band", r.noise_band},
                {"defaults", r.defaults.str()},
                {"chosen", r.chosen.str()},

@@ -137,7 +137,7 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   size_t next = 0;
   int64_t in_flight = 0;
-  double waiting_sum = 0;
+  double waiting_sum = 0, kv_tokens_read = 0;
   int64_t full_steps = 0, decode_steps = 0, decode_seqs = 0;
   while (true) {
     const double t = now();
@@ -187,7 +187,12 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
     r.steps.push_back(st);
     waiting_sum += st.waiting;
     if (st.seqs >= cfg.max_num_seqs && st.waiting > 0) ++full_steps;
-    if (!st.prompt_work && st.seqs > 0) ++decode_steps, decode_seqs += st.seqs;
+    if (!st.prompt_work && st.seqs > 0) {
+      ++decode_steps, decode_seqs += st.seqs;
+      int64_t ctx = 0;  // tokens in the KV of the sequences still running
+      for (const auto& [id, i] : by_id) ctx += requests[i].prompt_len + produced[i];
+      kv_tokens_read += double(ctx);
+    }
     for (const TokenEvent& x : ev) {
       auto it = by_id.find(x.id);
       if (it == by_id.end()) continue;
@@ -244,6 +249,10 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
   m.prefix_hit_tokens = s1.prefix_hit_tokens - s0.prefix_hit_tokens;
   m.prompt_tokens = s1.prompt_tokens - s0.prompt_tokens;
   m.kv_tokens = int64_t(e.kv_usage(false).blocks_total) * cfg.block_size;
+  if (decode_steps > 0 && m.kv_tokens > 0) {
+    const double kv_bytes = kv_tokens_read / double(decode_steps) * double(e.kv_pool_bytes()) / double(m.kv_tokens);
+    m.kv_read_share = kv_bytes / (kv_bytes + double(model.streamed_weight_bytes()));
+  }
   return r;
 }
 

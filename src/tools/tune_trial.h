@@ -65,6 +65,9 @@ struct TrialMetrics {
   double full_seqs_share = 0;         // steps that ran max_num_seqs sequences with requests waiting
   double mean_waiting = 0;            // requests waiting, over steps
   double kv_peak = 0;                 // the pool's peak use, a fraction
+  // The KV cache's share of what a decode-only step reads (its sequences' contexts x the
+  // bytes per token, beside the streamed weights): what a quantized KV would halve.
+  double kv_read_share = 0;
   int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
   int64_t prefix_hit_tokens = 0, prompt_tokens = 0;
   int64_t kv_tokens = 0;              // the pool's capacity in tokens

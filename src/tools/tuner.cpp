@@ -89,6 +89,15 @@ const Rule kRules[] = {
        return fmt::format("the KV pool peaked at {:.0f}% with {} preemptions: int8 KV holds twice the tokens",
                           s.m.kv_peak * 100, s.m.preemptions);
      }},
+    {"KV stream",
+     [](const Symptoms& s) {
+       return (s.tpot_fails() || s.ttft_fails()) && s.m.kv_read_share > 0.2 && !is_scaled_kv_dtype(s.k.kv_dtype);
+     },
+     [](Knobs& k, const Symptoms&) { k.kv_dtype = DType::I8; },
+     [](const Symptoms& s) {
+       return fmt::format("the KV cache is {:.0f}% of what a decode step reads: int8 KV halves it",
+                          s.m.kv_read_share * 100);
+     }},
     {"preemption storm",
      [](const Symptoms& s) { return s.m.preemptions > 0 && is_scaled_kv_dtype(s.k.kv_dtype) && s.k.max_num_seqs > 4; },
      [](Knobs& k, const Symptoms&) { k.max_num_seqs = pow2_down(k.max_num_seqs, 4); },
@@ -312,6 +321,7 @@ CheckResult check_config(const Model& model, const Tokenizer* tok, const TuneOpt
     rec.index = r + 1;
     rec.phase = "check";
     rec.knobs = Knobs::of(o.base);
+    rec.config = change_between(Knobs::of(EngineConfig{}), rec.knobs);
     rec.m = run_trial(model, tok, o.base, reqs, o.workload.max_concurrency, o.slo, deadline).m;
     rec.objective = objective_value(rec.m, o.objective, o.base.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     v.push_back(rec.objective);
@@ -596,6 +606,7 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   Knobs grid_best;
   bool have_grid = false;
   if (o.grid) {
+    const double g0 = elapsed();
     double best_grid = -kInf;
     for (int32_t seqs : {16, 64, 256})
       for (int32_t budget : {512, 2048})
@@ -612,6 +623,7 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
           }
         }
     if (have_grid) res.grid_best = grid_best.str();
+    res.grid_s = elapsed() - g0;
   }
   // The final rounds, all fresh runs (the chosen point's search runs were selected for
   // being high), interleaved A B C in each round so that drift falls on all alike: the
@@ -630,7 +642,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
         report(b.back());
       }
       if (run_g) {
+        const double g0 = elapsed();
         g.push_back(run(grid_best, reqs, "verify", change_between(res.defaults, grid_best), "the grid's best, in turn", nullptr));
+        res.grid_s += elapsed() - g0;
         res.trials[g.back()].verdict = "final round " + std::to_string(r + 1);
         report(g.back());
       }
@@ -675,6 +689,10 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
                            "or a tighter SLO leaves room to tune)"
                          : " (every request met the SLO at the defaults, so goodput is their throughput, which no change "
                            "predicted or measured improved beyond the band)";
+  } else if (o.objective == Objective::Goodput && res.default_goodput == 0) {
+    res.summary = fmt::format("{} gives a goodput of {:.4g} req/s where the defaults had no request within the SLO "
+                              "(medians of {} runs each)",
+                              change_between(res.defaults, best), res.chosen_goodput, best_runs.size());
   } else {
     res.summary = fmt::format("{} gives {:+.1f}% {} over the defaults (medians of {} runs each, noise band {:.1f}%)",
                               change_between(res.defaults, best),
@@ -683,9 +701,14 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   }
   if (have_grid) {
     res.grid_best_objective = med(grid_runs, obj_of);
-    res.summary += fmt::format("; against the grid's best ({}): {:+.1f}%", change_between(res.defaults, grid_best),
-                               100 * (res.chosen_objective - res.grid_best_objective) /
-                                   std::max(1e-12, std::fabs(res.grid_best_objective)));
+    const double grid_goodput = med(grid_runs, [](const TrialRecord& t) { return t.m.goodput; });
+    if (o.objective == Objective::Goodput && grid_goodput == 0)
+      res.summary += fmt::format("; no point of the grid had a request within the SLO (its closest: {})",
+                                 change_between(res.defaults, grid_best));
+    else
+      res.summary += fmt::format("; against the grid's best ({}): {:+.1f}%", change_between(res.defaults, grid_best),
+                                 100 * (res.chosen_objective - res.grid_best_objective) /
+                                     std::max(1e-12, std::fabs(res.grid_best_objective)));
   }
   // Does the chosen point meet the SLO, and if not, which limit binds?
   {

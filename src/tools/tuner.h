@@ -104,6 +104,7 @@ struct TuneResult {
   int32_t threads = 0;          // the trials' thread count
   double mean_prediction_error = 0;  // |predicted - measured| / measured over predicted trials
   double elapsed_s = 0;
+  double grid_s = 0;            // of which the grid's runs (outside the budget)
   std::string summary;          // why it won, or why it did not
   std::vector<std::string> skipped;  // candidates not run, and why
 };

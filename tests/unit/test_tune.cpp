@@ -291,6 +291,13 @@ TEST(Tuner, DiagnosisReadsTheSymptoms) {
   EXPECT_EQ(c[0].knobs.kv_dtype, DType::I8);
   EXPECT_EQ(c[0].change, "kv-cache-dtype=int8");
   m = TrialMetrics{};
+  m.tpot_slo_pct = 0.2;  // TPOT fails with long contexts: the KV stream is a third of a step's bytes
+  m.kv_read_share = 0.35;
+  c = diagnose(m, k, o, sm);
+  ASSERT_FALSE(c.empty());
+  EXPECT_EQ(c[0].knobs.kv_dtype, DType::I8);
+  EXPECT_NE(c[0].reason.find("KV stream"), std::string::npos);
+  m = TrialMetrics{};
   m.ttft_slo_pct = 5;  // TTFT fails with every seat taken
   m.full_seqs_share = 0.5;
   m.kv_peak = 0.3;
@@ -379,6 +386,8 @@ TEST(Tuner, ATrialRunsEveryRequestAndCutsAtItsDeadline) {
   EXPECT_NEAR(r.m.output_throughput * r.m.duration_s, double(out), 1e-6);
   EXPECT_GT(r.m.steps, 0);
   EXPECT_GT(r.m.kv_tokens, 0);
+  EXPECT_GT(r.m.kv_read_share, 0);
+  EXPECT_LT(r.m.kv_read_share, 1);
   EXPECT_LE(r.m.full_seqs_share, 1.0);
   for (const auto& s : r.steps) EXPECT_LE(s.seqs, 4);
   // With a concurrency limit of one, every request runs alone.
