@@ -429,32 +429,48 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   }
   res.requests_per_trial = int64_t(reqs.size());
 
-  // The defaults, twice: the noise band.
-  std::vector<size_t> def_runs;
-  for (int r = 0; r < 2; ++r) {
-    const size_t i = run(res.defaults, reqs, "baseline", "", r == 0 ? "the defaults" : "the defaults again (noise band)",
-                         nullptr);
-    def_runs.push_back(i);
-    res.trials[i].verdict = "baseline";
-    report(i);
-    // Later trials may take up to 3x the defaults' time before they are cut off.
-    deadline = std::max(deadline, 0.0);
-    if (r == 0) deadline = std::max(3 * res.trials[i].m.duration_s, reqs.back().t + 2.0);
-  }
+  // The defaults, twice (three times when the two disagree beyond a goodput's sampling
+  // error): the noise band.
+  auto binomial = [&](const TrialMetrics& m) {
+    // Goodput counts requests near their limits, which flip from run to run: its relative
+    // standard error as a binomial count.
+    if (o.objective == Objective::Throughput || m.requests == 0 || m.attainment <= 0) return 0.0;
+    return std::sqrt(m.attainment * (1 - m.attainment) / double(m.requests)) / m.attainment;
+  };
   auto spread = [](const std::vector<double>& v) {
     const double md = median(v);
     if (v.empty() || md == 0) return 0.0;
     return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) / std::fabs(md);
   };
+  std::vector<size_t> def_runs;
+  for (int r = 0; r < 3; ++r) {
+    if (r == 2) {
+      const double floor = std::max(0.03, binomial(res.trials[def_runs.back()].m));
+      if (spread({res.trials[def_runs[0]].objective, res.trials[def_runs[1]].objective}) <= 2 * floor) break;
+    }
+    const size_t i = run(res.defaults, reqs, "baseline", "",
+                         r == 0 ? "the defaults" : r == 1 ? "the defaults again (noise band)"
+                                                          : "the defaults a third time (the first two disagree)",
+                         nullptr);
+    def_runs.push_back(i);
+    res.trials[i].verdict = "baseline";
+    report(i);
+    // Later trials may take up to 3x the defaults' time before they are cut off.
+    if (r == 0) deadline = std::max(3 * res.trials[i].m.duration_s, reqs.back().t + 2.0);
+  }
   {
+    // Two runs: their spread. Three: twice the median absolute deviation (scaled to a
+    // standard deviation), so that one run caught in a slow spell does not set the band.
     std::vector<double> v;
     for (size_t i : def_runs) v.push_back(res.trials[i].objective);
-    res.noise_band = std::max(0.03, spread(v));
-    // Two runs can agree by chance. Goodput counts requests near their limits, which flip
-    // from run to run: its relative standard error as a binomial count is a floor.
-    const TrialMetrics& m = res.trials[def_runs.back()].m;
-    if (o.objective != Objective::Throughput && m.requests > 0 && m.attainment > 0)
-      res.noise_band = std::max(res.noise_band, std::sqrt(m.attainment * (1 - m.attainment) / double(m.requests)) / m.attainment);
+    double band = spread(v);
+    if (v.size() == 3) {
+      const double md = median(v);
+      std::vector<double> dev;
+      for (double x : v) dev.push_back(std::fabs(x - md));
+      band = md != 0 ? 2 * 1.4826 * median(dev) / std::fabs(md) : 0;
+    }
+    res.noise_band = std::max({0.03, band, binomial(res.trials[def_runs.back()].m)});
   }
   auto mean_trial_s = [&] {
     double s = 0;
