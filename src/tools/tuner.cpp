@@ -522,7 +522,6 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     EngineConfig cur_cfg = o.base;
     best.apply(cur_cfg);
     const TrialMetrics cur_pred = simulate(sm, cur_cfg, kv_capacity(best.kv_dtype), reqs, w.max_concurrency, o.slo);
-    const double cur_pred_obj = objective_value(cur_pred, o.objective, best.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     std::vector<TrialMetrics> pred(cands.size());
     std::vector<double> pobj(cands.size());
     for (size_t c = 0; c < cands.size(); ++c) {
@@ -557,7 +556,6 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     size_t pick = cands.size();
     for (size_t c = 0; c < cands.size(); ++c)
       if (!skip[c] && (pick == cands.size() || pobj[c] > pobj[pick])) pick = c;
-    (void)cur_pred_obj;
     const Candidate& c = cands[pick];
     tried.push_back(c.knobs);
     // Paired runs: the machine's speed drifts by tens of percent within an hour, so a
