@@ -143,7 +143,8 @@ flags only):
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),
   --kv-cache-memory BYTES (e.g. 2G) or
-  --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache,
+  --mem-fraction F (0.5 of the RAM left after the weights), --no-prefix-cache (--prefix-cache:
+  the default, for a config file to restore),
   --swa-full (sliding-window layers keep every position's K/V as global layers do; by
   default a window layer's KV is dropped once no query sees it, bounded by the window),
   --no-jump-forward (structured output: generate a grammar's forced text a token per step

@@ -106,6 +106,7 @@ void summarize(TrialMetrics& m, const std::vector<double>& arrival, const std::v
   m.ttft_ok = double(ttft_ok) / double(n);
   m.tpot_ok = double(tpot_ok) / double(n);
   // Unfinished requests are infinitely late: they sit at the top of the percentiles.
+  // (bench_serve's percentile() interpolates, which turns an infinite neighbor into NaN.)
   auto pct = [](std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
     if (v.empty()) return 0.0;
