@@ -1,25 +1,16 @@
 #include "engine/model_runner.h"
 
-#include <fstream>
 #include <numeric>
 #include <string>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/forward.h"
 
 namespace ridge {
 namespace {
-
-int64_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 // A device's pool: cfg.kv_cache_bytes, else mem_fraction of the device memory the
 // weights (uploaded on first use, not yet there) and the activations leave.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/meminfo.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/threadpool.h"
@@ -128,13 +129,6 @@ int physical_cores() {  // distinct (package, core) pairs; SMT siblings share on
     cores.emplace(read_text(t + "physical_package_id"), read_text(t + "core_id"));
   }
   return cores.empty() ? default_thread_count() : int(cores.size());
-}
-
-int64_t mem_available() {
-  std::ifstream f("/proc/meminfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("MemAvailable:", 0) == 0) return int64_t(std::strtoll(line.c_str() + 13, nullptr, 10)) * 1024;
-  return 0;
 }
 
 // ---- threads ----------------------------------------------------------------------
@@ -464,7 +458,7 @@ Peaks measure_peaks(const PeaksOptions& opt) {
   const int64_t l3 = p.l3 > 0 ? p.l3 : int64_t(128) << 20;
   int64_t want = opt.dram_bytes > 0 ? opt.dram_bytes : opt.quick ? gib / 4 : std::max(gib, 4 * l3);
   int64_t floor = opt.dram_bytes > 0 || opt.quick ? want : gib;
-  if (const int64_t avail = mem_available(); avail > 0 && opt.dram_bytes == 0) {
+  if (const int64_t avail = mem_available_bytes(); avail > 0 && opt.dram_bytes == 0) {
     want = std::min(want, avail / 2);
     floor = std::min(floor, want);
   }

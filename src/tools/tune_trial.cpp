@@ -229,6 +229,7 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
   m.queue_p99 = percentile(qs, 99);
   m.steps = int64_t(r.steps.size());
   m.preemptions = e.n_preemptions();
+  m.swaps = e.n_swaps();
   int64_t prompt_steps = 0, prompt_rows = 0, decode_rows = 0;
   for (const StepRecord& st : r.steps) {
     m.busy_s += st.seconds;
@@ -250,6 +251,7 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
   m.prefix_hit_tokens = s1.prefix_hit_tokens - s0.prefix_hit_tokens;
   m.prompt_tokens = s1.prompt_tokens - s0.prompt_tokens;
   m.kv_tokens = int64_t(e.kv_usage(false).blocks_total) * cfg.block_size;
+  m.kv_pool_bytes = e.kv_pool_bytes();
   if (decode_steps > 0 && m.kv_tokens > 0) {
     const double kv_bytes = kv_tokens_read / double(decode_steps) * double(e.kv_pool_bytes()) / double(m.kv_tokens);
     m.kv_read_share = kv_bytes / (kv_bytes + double(model.streamed_weight_bytes()));

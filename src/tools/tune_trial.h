@@ -71,6 +71,8 @@ struct TrialMetrics {
   int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
   int64_t prefix_hit_tokens = 0, prompt_tokens = 0;
   int64_t kv_tokens = 0;              // the pool's capacity in tokens
+  int64_t kv_pool_bytes = 0;          // ... and in bytes
+  int64_t swaps = 0;                  // of the preemptions, those that swapped KV out
 };
 
 struct TrialResult {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "model/model.h"
 
 namespace ridge::tools {
@@ -29,6 +30,17 @@ const char* kv_name(DType t) {
 }
 
 double kv_bytes(DType t) { return t == DType::F32 ? 4 : is_scaled_kv_dtype(t) ? 1 : 2; }
+
+constexpr int64_t kMiB = int64_t(1) << 20;
+int64_t whole_mib(double bytes) { return std::max<int64_t>(1, int64_t(bytes) / kMiB) * kMiB; }
+
+const char* preemption_name(PreemptionMode p) {
+  switch (p) {
+    case PreemptionMode::Swap: return "swap";
+    case PreemptionMode::Auto: return "auto";
+    default: return "recompute";
+  }
+}
 
 // What the rules read of a trial, against the SLO.
 struct Symptoms {
@@ -97,6 +109,31 @@ const Rule kRules[] = {
      [](const Symptoms& s) {
        return fmt::format("the KV cache is {:.0f}% of what a decode step reads: int8 KV halves it",
                           s.m.kv_read_share * 100);
+     }},
+    {"KV pool too small",
+     [](const Symptoms& s) {
+       return (s.m.preemptions > 0 || s.m.kv_peak > 0.95) && s.m.kv_pool_bytes > 0 &&
+              2 * s.m.kv_pool_bytes <= s.o.mem_limit_bytes;
+     },
+     [](Knobs& k, const Symptoms& s) { k.kv_cache_bytes = whole_mib(2.0 * double(s.m.kv_pool_bytes)); },
+     [](const Symptoms& s) {
+       return fmt::format("the KV pool ({} MiB) peaked at {:.0f}% with {} preemptions and the machine has room "
+                          "for twice it: a larger pool",
+                          s.m.kv_pool_bytes / kMiB, s.m.kv_peak * 100, s.m.preemptions);
+     }},
+    {"preemptions recompute",
+     [](const Symptoms& s) {
+       return s.m.preemptions > 0 && s.k.preemption == PreemptionMode::Recompute && s.m.kv_pool_bytes > 0 &&
+              s.o.swap_limit_bytes >= kMiB;
+     },
+     [](Knobs& k, const Symptoms& s) {
+       k.preemption = PreemptionMode::Auto;
+       k.swap_bytes = whole_mib(double(std::min(s.m.kv_pool_bytes, s.o.swap_limit_bytes)));
+     },
+     [](const Symptoms& s) {
+       return fmt::format("{} preemptions, each recomputing its sequence's prompt and output: swap space, so that "
+                          "the engine swaps the KV out where that costs less than recomputing it",
+                          s.m.preemptions);
      }},
     {"preemption storm",
      [](const Symptoms& s) { return s.m.preemptions > 0 && is_scaled_kv_dtype(s.k.kv_dtype) && s.k.max_num_seqs > 4; },
@@ -239,6 +276,9 @@ Knobs Knobs::of(const EngineConfig& c) {
   k.spec = c.speculative.method;
   k.spec_tokens = c.speculative.num_speculative_tokens;
   k.threads = c.threads;
+  k.kv_cache_bytes = c.kv_cache_tokens > 0 ? 0 : c.kv_cache_bytes;
+  k.preemption = c.preemption;
+  k.swap_bytes = c.swap_bytes;
   return k;
 }
 
@@ -250,6 +290,9 @@ void Knobs::apply(EngineConfig& c) const {
   c.speculative.method = spec;
   c.speculative.num_speculative_tokens = spec_tokens;
   c.threads = threads;
+  if (kv_cache_bytes > 0) c.kv_cache_bytes = kv_cache_bytes, c.kv_cache_tokens = 0;
+  c.preemption = preemption;
+  c.swap_bytes = swap_bytes;
 }
 
 std::vector<std::pair<std::string, std::string>> Knobs::flags(const Knobs& base) const {
@@ -263,6 +306,10 @@ std::vector<std::pair<std::string, std::string>> Knobs::flags(const Knobs& base)
   if (spec != SpecMethod::None && spec_tokens != base.spec_tokens)
     f.emplace_back("num-speculative-tokens", std::to_string(spec_tokens));
   if (threads != base.threads) f.emplace_back("threads", std::to_string(threads));
+  if (kv_cache_bytes != base.kv_cache_bytes && kv_cache_bytes > 0)
+    f.emplace_back("kv-cache-memory", fmt::format("{}M", (kv_cache_bytes + kMiB - 1) / kMiB));
+  if (preemption != base.preemption) f.emplace_back("preemption-mode", preemption_name(preemption));
+  if (swap_bytes != base.swap_bytes) f.emplace_back("swap-space", fmt::format("{}M", (swap_bytes + kMiB - 1) / kMiB));
   return f;
 }
 
@@ -272,6 +319,9 @@ std::string Knobs::str() const {
   if (!prefix_cache) s += " no-prefix-cache";
   if (spec != SpecMethod::None) s += fmt::format(" speculative-method={} k={}", spec_method_name(spec), spec_tokens);
   if (threads > 0) s += fmt::format(" threads={}", threads);
+  if (kv_cache_bytes > 0) s += fmt::format(" kv-cache-memory={}M", (kv_cache_bytes + kMiB - 1) / kMiB);
+  if (preemption != PreemptionMode::Recompute) s += fmt::format(" preemption-mode={}", preemption_name(preemption));
+  if (swap_bytes > 0) s += fmt::format(" swap-space={}M", (swap_bytes + kMiB - 1) / kMiB);
   return s;
 }
 
@@ -333,9 +383,12 @@ CheckResult check_config(const Model& model, const Tokenizer* tok, const TuneOpt
   return res;
 }
 
-TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& o,
+TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, const TuneOptions& opts,
                 const std::function<void(const TrialRecord&)>& on_trial) {
   const Clock::time_point t0 = Clock::now();
+  TuneOptions o = opts;
+  if (o.mem_limit_bytes <= 0) o.mem_limit_bytes = int64_t(0.8 * double(mem_available_bytes()));
+  if (o.swap_limit_bytes <= 0) o.swap_limit_bytes = disk_available_bytes(o.base.swap_dir) / 2;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const int32_t n_vocab = model.hparams().n_vocab;
   const int32_t cores = o.cores > 0 ? o.cores : std::max(1, o.base.threads);
@@ -344,7 +397,8 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   res.engine_defaults = Knobs::of(EngineConfig{});
   StepModel sm = step_model_prior(model, peaks, o.base.threads);
   std::vector<StepRecord> all_steps;
-  std::map<DType, int64_t> kv_tokens;  // the pool's capacity, as measured per KV dtype
+  std::map<DType, int64_t> kv_tokens;  // the pool's capacity at the base's sizing, as measured per KV dtype
+  std::map<DType, double> kv_token_bytes;  // a token's bytes in the pool, per KV dtype
   const double trial_s = o.trial_s > 0 ? o.trial_s : std::max(2.0, o.budget_s / 16);
   double deadline = std::max(10.0, o.budget_s / 3);
 
@@ -380,7 +434,8 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     }
     rec.wall_s = std::chrono::duration<double>(Clock::now() - w0).count();
     rec.m = tr.m;
-    kv_tokens[k.kv_dtype] = tr.m.kv_tokens;
+    if (k.kv_cache_bytes == 0) kv_tokens[k.kv_dtype] = tr.m.kv_tokens;
+    if (tr.m.kv_tokens > 0) kv_token_bytes[k.kv_dtype] = double(tr.m.kv_pool_bytes) / double(tr.m.kv_tokens);
     rec.objective = objective_value(tr.m, o.objective, k.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     // The step model's error on these steps before they join its fit, then after.
     if (k.threads == o.base.threads) {
@@ -396,7 +451,14 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   auto report = [&](size_t i) {
     if (on_trial) on_trial(res.trials[i]);
   };
-  auto kv_capacity = [&](DType t) -> int64_t {
+  auto kv_capacity = [&](const Knobs& k) -> int64_t {
+    const DType t = k.kv_dtype;
+    if (k.kv_cache_bytes > 0) {  // a pool of its own size: bytes over a token's bytes
+      if (auto it = kv_token_bytes.find(t); it != kv_token_bytes.end() && it->second > 0)
+        return int64_t(double(k.kv_cache_bytes) / it->second);
+      for (const auto& [d, b] : kv_token_bytes)
+        if (b > 0) return int64_t(double(k.kv_cache_bytes) / (b * kv_bytes(t) / kv_bytes(d)));
+    }
     if (auto it = kv_tokens.find(t); it != kv_tokens.end() && it->second > 0) return it->second;
     for (const auto& [d, n] : kv_tokens)
       if (n > 0) return int64_t(double(n) * kv_bytes(d) / kv_bytes(t));
@@ -518,18 +580,20 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
       add(k, "neighbor: speculation on or off");
     }
     if (cands.empty()) break;
-    // Rank by the simulation (speculation is outside it: predicted as no change).
+    // Rank by the simulation.
     EngineConfig cur_cfg = o.base;
     best.apply(cur_cfg);
-    const TrialMetrics cur_pred = simulate(sm, cur_cfg, kv_capacity(best.kv_dtype), reqs, w.max_concurrency, o.slo);
+    const TrialMetrics cur_pred = simulate(sm, cur_cfg, kv_capacity(best), reqs, w.max_concurrency, o.slo);
     std::vector<TrialMetrics> pred(cands.size());
     std::vector<double> pobj(cands.size());
     for (size_t c = 0; c < cands.size(); ++c) {
       EngineConfig cfg = o.base;
       cands[c].knobs.apply(cfg);
-      pred[c] = cands[c].knobs.spec != best.spec || cands[c].knobs.threads != best.threads
+      // Speculation and swapping are outside the simulation: predicted as no change.
+      pred[c] = cands[c].knobs.spec != best.spec || cands[c].knobs.threads != best.threads ||
+                        cands[c].knobs.preemption != best.preemption
                     ? cur_pred
-                    : simulate(sm, cfg, kv_capacity(cands[c].knobs.kv_dtype), reqs, w.max_concurrency, o.slo);
+                    : simulate(sm, cfg, kv_capacity(cands[c].knobs), reqs, w.max_concurrency, o.slo);
       pobj[c] = objective_value(pred[c], o.objective, cands[c].knobs.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
     }
     // A change of seats or budget that the simulation schedules exactly as the best point
@@ -544,7 +608,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     for (size_t c = 0; c < cands.size(); ++c) {
       const Knobs& k = cands[c].knobs;
       const bool modelled = k.kv_dtype == best.kv_dtype && k.spec == best.spec && k.spec_tokens == best.spec_tokens &&
-                            k.threads == best.threads && k.prefix_cache == best.prefix_cache;
+                            k.threads == best.threads && k.prefix_cache == best.prefix_cache &&
+                            k.kv_cache_bytes == best.kv_cache_bytes && k.preemption == best.preemption &&
+                            k.swap_bytes == best.swap_bytes;
       skip[c] = modelled && same(pred[c], cur_pred);
       if (skip[c]) {
         tried.push_back(k);

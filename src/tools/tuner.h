@@ -43,6 +43,9 @@ struct Knobs {
   SpecMethod spec = SpecMethod::None;
   int32_t spec_tokens = 4;
   int threads = 0;
+  int64_t kv_cache_bytes = 0;  // the pool; 0: as the base configuration sizes it
+  PreemptionMode preemption = PreemptionMode::Recompute;
+  int64_t swap_bytes = 0;
 
   static Knobs of(const EngineConfig& c);
   void apply(EngineConfig& c) const;
@@ -63,6 +66,9 @@ struct TuneOptions {
   int32_t final_repeats = 3; // runs of the defaults and of the chosen point at the end
   bool grid = false;         // also run the fixed grid (max_num_seqs x budget x KV dtype) once each
   uint64_t seed = 0;
+  // How far the pool and the swap space may grow (0: tune() reads them off the machine:
+  // 80% of the memory available when it starts, half the free space of the swap dir).
+  int64_t mem_limit_bytes = 0, swap_limit_bytes = 0;
 };
 
 struct TrialRecord {

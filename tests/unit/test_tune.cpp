@@ -291,6 +291,25 @@ TEST(Tuner, DiagnosisReadsTheSymptoms) {
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0].knobs.kv_dtype, DType::I8);
   EXPECT_EQ(c[0].change, "kv-cache-dtype=int8");
+  // Preemptions with an 8-bit pool already: a larger pool where the memory allows it, swap
+  // space instead of recomputing, fewer sequences.
+  Knobs k8 = k;
+  k8.kv_dtype = DType::I8;
+  m.kv_pool_bytes = int64_t(100) << 20;
+  o.mem_limit_bytes = int64_t(1) << 30;
+  o.swap_limit_bytes = int64_t(64) << 20;
+  c = diagnose(m, k8, o, sm);
+  auto has = [&](auto pred) { return std::any_of(c.begin(), c.end(), [&](const Candidate& x) { return pred(x.knobs); }); };
+  EXPECT_TRUE(has([](const Knobs& x) { return x.kv_cache_bytes == int64_t(200) << 20; }));
+  EXPECT_TRUE(has([](const Knobs& x) {
+    return x.preemption == PreemptionMode::Auto && x.swap_bytes == int64_t(64) << 20;  // the disk's limit
+  }));
+  EXPECT_TRUE(has([](const Knobs& x) { return x.max_num_seqs == 128; }));
+  o.mem_limit_bytes = int64_t(150) << 20;  // no room for twice the pool
+  o.swap_limit_bytes = 0;                  // nor any swap space
+  c = diagnose(m, k8, o, sm);
+  EXPECT_FALSE(has([](const Knobs& x) { return x.kv_cache_bytes > 0; }));
+  EXPECT_FALSE(has([](const Knobs& x) { return x.preemption != PreemptionMode::Recompute; }));
   m = TrialMetrics{};
   m.tpot_slo_pct = 0.2;  // TPOT fails with long contexts: the KV stream is a third of a step's bytes
   m.kv_read_share = 0.35;
@@ -351,11 +370,19 @@ TEST(Tuner, KnobFlagsAreWhatServeReads) {
   k.prefix_cache = false;
   k.spec = SpecMethod::Suffix;
   k.spec_tokens = 6;
+  k.kv_cache_bytes = int64_t(3) << 29;
+  k.preemption = PreemptionMode::Auto;
+  k.swap_bytes = int64_t(1) << 30;
   const auto f = k.flags(d);
   std::string s;
   for (const auto& [n, v] : f) s += n + "=" + v + ";";
-  EXPECT_EQ(s, "max-num-seqs=32;kv-cache-dtype=int8;no-prefix-cache=;speculative-method=suffix;num-speculative-tokens=6;");
+  EXPECT_EQ(s, "max-num-seqs=32;kv-cache-dtype=int8;no-prefix-cache=;speculative-method=suffix;num-speculative-tokens=6;"
+               "kv-cache-memory=1536M;preemption-mode=auto;swap-space=1024M;");
   EXPECT_TRUE(d.flags(d).empty());
+  // What serve reads back is what the knobs were.
+  EngineConfig c;
+  k.apply(c);
+  EXPECT_EQ(Knobs::of(c), k);
 }
 
 struct TinyModel {
@@ -411,7 +438,7 @@ TEST(Tuner, AShortTuningRunKeepsItsBudgetAndReports) {
   o.base.kv_cache_tokens = 8192;
   o.cores = 2;
   o.workload = builtin_workload("chat", t.m->hparams().n_ctx_train);
-  o.slo = parse_slo("ttft_p99=1ms,tpot_p99=1ms");  // unreachable on purpose
+  o.slo = parse_slo("ttft_p99=1us,tpot_p99=1us");  // unreachable on purpose, whatever the machine
   o.budget_s = 6;
   o.trial_s = 0.3;
   Peaks peaks;  // none measured: the prior's defaults
