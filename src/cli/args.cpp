@@ -14,6 +14,17 @@ void Args::append(std::string arg, std::string origin) {
   origin_.push_back(std::move(origin));
 }
 
+void Args::record(std::initializer_list<std::string_view> names, std::string value) {
+  std::string_view name = *names.begin();
+  for (auto n : names)
+    if (n.starts_with("--")) {
+      name = n;
+      break;
+    }
+  while (name.starts_with('-')) name.remove_prefix(1);
+  reads_.push_back({std::string(name), std::move(value)});
+}
+
 bool Args::given(std::initializer_list<std::string_view> names) const {
   for (const std::string& s : a_)
     for (auto n : names)
@@ -51,6 +62,7 @@ std::optional<std::string> Args::str(std::initializer_list<std::string_view> nam
       }
     }
   }
+  if (out) record(names, *out);
   return out;
 }
 
@@ -59,6 +71,7 @@ bool Args::flag(std::initializer_list<std::string_view> names) {
   for (size_t i = 0; i < a_.size(); ++i)
     for (auto n : names)
       if (!used_[i] && a_[i] == n) used_[i] = found = true;
+  if (found) record(names, "");
   return found;
 }
 

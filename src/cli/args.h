@@ -37,10 +37,21 @@ class Args {
   // Throws for anything not consumed.
   void finish() const;
 
+  // Every option read so far, in order: its first long name without the dashes, and its
+  // value ("" for a flag). What a command that writes its configuration back (ridge
+  // tune's --output) reads to carry the options it was given.
+  struct Read {
+    std::string name, value;
+  };
+  const std::vector<Read>& reads() const { return reads_; }
+
  private:
+  void record(std::initializer_list<std::string_view> names, std::string value);
+
   std::vector<std::string> a_;
   std::vector<bool> used_;
   std::vector<std::string> origin_;  // "" for the command line
+  std::vector<Read> reads_;
 };
 
 }  // namespace ridge::cli

@@ -76,8 +76,16 @@ int cmd_tune(Args& a) {
       fail("--check {}: not the JSON that ridge tune --output writes (no \"tune\" object)", *check);
     apply_config_file(a, *check, "--check");
   }
+  const size_t reads_before = a.reads().size();
   engine_config(a, o.base);
   a.finish();
+  std::vector<std::pair<std::string, std::string>> base_flags;  // carried into --output
+  for (size_t i = reads_before; i < a.reads().size(); ++i) {
+    const Args::Read& rd = a.reads()[i];
+    if (tools::is_knob_flag(rd.name)) continue;
+    std::erase_if(base_flags, [&](const auto& f) { return f.first == rd.name; });
+    base_flags.emplace_back(rd.name, rd.value);
+  }
   std::string workload = workload_flag.value_or("chat");
   std::string slo = slo_flag.value_or("ttft_p99=2s,tpot_p99=100ms"), objective = objective_flag.value_or("goodput");
   double rate = 0, recorded = 0, band = 0;
@@ -147,7 +155,7 @@ int cmd_tune(Args& a) {
     std::fprintf(stderr, "%s\n", tools::trial_line(t, o).c_str());
     std::fflush(stderr);
   });
-  tools::TuneReportContext ctx{path, peaks.cpu.empty() ? cpu_model_name() : peaks.cpu, &o};
+  tools::TuneReportContext ctx{path, peaks.cpu.empty() ? cpu_model_name() : peaks.cpu, &o, base_flags};
   std::fputs(("\n" + tools::tune_report_text(r, ctx)).c_str(), stdout);
   std::fflush(stdout);
   const std::string json = tools::tune_report_json(r, ctx);

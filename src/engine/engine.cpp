@@ -897,6 +897,7 @@ void Engine::account(const SchedulerOutput& so, const StepTally& t, double dt) {
     if (c.n_tokens - c.n_draft == 1 && start >= s->n_prompt) s->decode_share_s += fresh;
     else s->prefill_share_s += fresh;
     s->max_computed = std::max(s->max_computed, s->n_computed);
+    stats_.attn_pairs += double(c.n_tokens) * (double(start) + 0.5 * double(c.n_tokens + 1));
   }
   ++stats_.steps;
   stats_.batched_seqs += int64_t(so.chunks.size());

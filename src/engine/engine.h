@@ -86,6 +86,9 @@ struct EngineStats {
   int64_t decode_tokens = 0;        // tokens produced by decode-only steps
   int64_t decode_steps = 0, decode_rows = 0;  // decode-only steps, and the tokens they ran (drafts too)
   int64_t spec_decode_steps = 0, spec_decode_rows = 0;  // those of them that verified drafts
+  // Query-key pairs attention scored (each row against the positions before it and its
+  // own): what grows a step's time with context, beside its rows (tools/tune_model.h).
+  double attn_pairs = 0;
   int64_t swap_fallbacks = 0;       // swapped-out sequences recomputed because swap I/O failed
   // Speculative decoding, as vLLM counts it: proposals verified, tokens proposed and
   // accepted, and accepted per draft position ([i]: drafts whose token i was accepted).

@@ -22,25 +22,26 @@ double flops_per_token(const HParams& h) {
   return 2 * (double(h.n_layer) * layer + e * h.n_vocab);
 }
 
-// Solves the 3x3 system a x = b (Gaussian elimination with partial pivoting); false when
-// it is singular.
-bool solve3(double a[3][3], double b[3], double x[3]) {
-  for (int c = 0; c < 3; ++c) {
+// Solves the n x n system a x = b (Gaussian elimination with partial pivoting); false
+// when it is singular.
+template <int N>
+bool solve(double (&a)[N][N], double (&b)[N], double (&x)[N]) {
+  for (int c = 0; c < N; ++c) {
     int p = c;
-    for (int r = c + 1; r < 3; ++r)
+    for (int r = c + 1; r < N; ++r)
       if (std::fabs(a[r][c]) > std::fabs(a[p][c])) p = r;
     if (std::fabs(a[p][c]) < 1e-300) return false;
     std::swap(a[p], a[c]);
     std::swap(b[p], b[c]);
-    for (int r = c + 1; r < 3; ++r) {
+    for (int r = c + 1; r < N; ++r) {
       const double f = a[r][c] / a[c][c];
-      for (int k = c; k < 3; ++k) a[r][k] -= f * a[c][k];
+      for (int k = c; k < N; ++k) a[r][k] -= f * a[c][k];
       b[r] -= f * b[c];
     }
   }
-  for (int c = 2; c >= 0; --c) {
+  for (int c = N - 1; c >= 0; --c) {
     double s = b[c];
-    for (int k = c + 1; k < 3; ++k) s -= a[c][k] * x[k];
+    for (int k = c + 1; k < N; ++k) s -= a[c][k] * x[k];
     x[c] = s / a[c][c];
   }
   return true;
@@ -76,33 +77,44 @@ StepModel step_model_prior(const Model& m, const Peaks& peaks, int threads) {
   sm.prior_fixed_s = double(m.streamed_weight_bytes()) / (c.dram_gbs * 1e9);
   // Kernels reach about half the peak on real shapes: the prior says so, the fit corrects.
   sm.prior_per_token_s = flops_per_token(m.hparams()) / (0.5 * c.compute_gops * 1e9);
+  // A scored pair reads one position's K and V (f16) for every layer and KV head once,
+  // at the DRAM ceiling: decode's attention, which streams the cache.
+  const HParams& h = m.hparams();
+  const double kv_bytes = 2.0 * double(h.n_layer) * h.n_head_kv * (h.head_dim_k + h.head_dim_v);
+  sm.prior_per_pair_s = kv_bytes / (c.dram_gbs * 1e9);
   sm.fixed_s = sm.prior_fixed_s;
   sm.per_token_s = sm.prior_per_token_s;
+  sm.per_pair_s = sm.prior_per_pair_s;
   return sm;
 }
 
 void fit_step_model(StepModel& sm, const std::vector<StepRecord>& steps) {
-  // Normal equations of [1, tokens, seqs] -> seconds, plus pseudo-steps from the prior.
-  double a[3][3] = {}, b[3] = {};
-  auto add = [&](double tok, double seqs, double t, double w) {
-    const double x[3] = {1, tok, seqs};
-    for (int i = 0; i < 3; ++i) {
-      for (int j = 0; j < 3; ++j) a[i][j] += w * x[i] * x[j];
+  // Normal equations of [1, tokens, seqs, pairs] -> seconds, plus pseudo-steps from the prior.
+  constexpr int N = 4;
+  double a[N][N] = {}, b[N] = {};
+  auto add = [&](double tok, double seqs, double pairs, double t, double w) {
+    const double x[N] = {1, tok, seqs, pairs};
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < N; ++j) a[i][j] += w * x[i] * x[j];
       b[i] += w * x[i] * t;
     }
   };
-  auto prior = [&](double tok) { return sm.prior_fixed_s + sm.prior_per_token_s * tok; };
+  auto prior = [&](double tok, double pairs) {
+    return sm.prior_fixed_s + sm.prior_per_token_s * tok + sm.prior_per_pair_s * pairs;
+  };
   // Light enough that a few dozen real steps outweigh them, heavy enough to pin a
   // direction the steps do not vary in.
-  for (double tok : {1.0, 16.0, 256.0}) add(tok, std::min(tok, 16.0), prior(tok), 0.01);
+  for (double tok : {1.0, 16.0, 256.0}) add(tok, std::min(tok, 16.0), 0, prior(tok, 0), 0.01);
+  add(1, 1, 4096, prior(1, 4096), 0.01);
   int64_t n = 0;
   for (const StepRecord& s : steps)
-    if (s.tokens > 0) add(s.tokens, s.seqs, s.seconds, 1), ++n;
-  double x[3];
-  if (!solve3(a, b, x)) return;
+    if (s.tokens > 0) add(s.tokens, s.seqs, s.pairs, s.seconds, 1), ++n;
+  double x[N];
+  if (!solve(a, b, x)) return;
   sm.fixed_s = std::max(0.0, x[0]);
   sm.per_token_s = std::max(0.0, x[1]);
   sm.per_seq_s = std::max(0.0, x[2]);
+  sm.per_pair_s = std::max(0.0, x[3]);
   sm.fitted_steps = n;
 }
 
@@ -116,6 +128,7 @@ TrialMetrics simulate(const StepModel& sm, const EngineConfig& cfg, int64_t kv_t
   };
   const size_t n = requests.size();
   const int32_t bs = std::max(1, cfg.block_size);
+  const double kv_scale = kv_pair_scale(cfg.kv_dtype);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<double> arrival(n), ttft(n, kInf), tpot(n, kInf), end(n, kInf), first(n, 0);
   std::vector<int32_t> out(n, 0);
@@ -168,7 +181,15 @@ TrialMetrics simulate(const StepModel& sm, const EngineConfig& cfg, int64_t kv_t
       t = std::max(t, requests[next].t);
       continue;
     }
-    t += sm.at(double(tokens), double(running.size()));
+    double pairs = 0;  // attention's query-key pairs, each chunk from where its sequence stands
+    for (size_t k = 0; k < running.size(); ++k) {
+      if (take[k] == 0) continue;
+      const Seq& s = running[k];
+      const double start = s.todo > 0 ? double(requests[s.i].prompt_len - s.todo)
+                                      : double(requests[s.i].prompt_len + out[s.i] - 1);
+      pairs += double(take[k]) * (start + 0.5 * double(take[k] + 1));
+    }
+    t += sm.at(double(tokens), double(running.size()), pairs * kv_scale);
     for (size_t k = 0; k < running.size(); ++k) {
       Seq& s = running[k];
       if (take[k] == 0) continue;

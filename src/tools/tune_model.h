@@ -18,12 +18,16 @@ struct Peaks;
 
 namespace ridge::tools {
 
-// t(step) = fixed + per_token x rows + per_seq x sequences, in seconds.
+// t(step) = fixed + per_token x rows + per_seq x sequences + per_pair x attention's
+// query-key pairs (counted at f16 KV: StepRecord::pairs), in seconds. The pairs term is
+// what makes long contexts slow and an 8-bit KV cache faster.
 struct StepModel {
-  double fixed_s = 0, per_token_s = 0, per_seq_s = 0;
-  double prior_fixed_s = 0, prior_per_token_s = 0;  // the roofline's, before any fit
+  double fixed_s = 0, per_token_s = 0, per_seq_s = 0, per_pair_s = 0;
+  double prior_fixed_s = 0, prior_per_token_s = 0, prior_per_pair_s = 0;  // the roofline's, before any fit
   int64_t fitted_steps = 0;
-  double at(double tokens, double seqs) const { return fixed_s + per_token_s * tokens + per_seq_s * seqs; }
+  double at(double tokens, double seqs, double pairs = 0) const {
+    return fixed_s + per_token_s * tokens + per_seq_s * seqs + per_pair_s * pairs;
+  }
 };
 
 // The matrices' operations per token (2 per multiply-add; attention's own left out).
@@ -36,8 +40,9 @@ struct Ceilings {
 };
 Ceilings model_ceilings(const Model& m, const Peaks& peaks, int threads);
 // The roofline prior: the streamed weight bytes over the DRAM ceiling (every step reads
-// them once) and a token's operations over the compute ceiling of the weights' kernel
-// class (a decode of a quantized model runs int8 VNNI, f16/f32 runs fp32 FMA).
+// them once), a token's operations over the compute ceiling of the weights' kernel
+// class (a decode of a quantized model runs int8 VNNI, f16/f32 runs fp32 FMA), and a
+// pair's K/V bytes over the DRAM ceiling.
 StepModel step_model_prior(const Model& m, const Peaks& peaks, int threads);
 // Least squares over the steps, anchored by the prior (a few pseudo-steps at its shape,
 // so steps that hardly vary in rows do not leave a coefficient free); none negative.

@@ -177,6 +177,7 @@ std::string trial_line(const TrialRecord& t, const TuneOptions& o) {
 
 std::string tune_command_line(const TuneResult& r, const TuneReportContext& c) {
   std::string s = "ridge serve -m " + c.model;
+  for (const auto& [k, v] : c.base_flags) s += " --" + k + (v.empty() ? "" : " " + v);
   for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) s += " --" + k + (v.empty() ? "" : " " + v);
   return s;
 }
@@ -188,13 +189,15 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
   s += fmt::format("workload {} ({}), {} requests per trial at {} req/s; SLO {}; objective {}\n", o.workload.name,
                    o.workload.source, r.requests_per_trial, std::isfinite(r.rate) ? fmt::format("{:.3g}", r.rate) : "inf",
                    o.slo.str(), objective_name(o.objective));
+  const StepModel& sm = r.step_model;
   s += fmt::format("{} trials in {:.0f} s (budget {:.0f} s{}); noise band {:.1f}%; step model: {:.2f} ms + {:.3f} ms/row "
-                   "+ {:.3f} ms/seq (prior {:.2f} ms + {:.3f} ms/row), predictions off by {:.0f}% on average\n",
+                   "+ {:.3f} ms/seq + {:.3f} ms/1k attention pairs (prior {:.2f} ms + {:.3f} ms/row + {:.3f} ms/1k "
+                   "pairs), predictions off by {:.0f}% on average\n",
                    r.trials.size(), r.elapsed_s, o.budget_s,
                    r.grid_s > 0 ? fmt::format(", and {:.0f} s for the grid outside it", r.grid_s) : std::string(),
-                   r.noise_band * 100, r.step_model.fixed_s * 1e3,
-                   r.step_model.per_token_s * 1e3, r.step_model.per_seq_s * 1e3, r.step_model.prior_fixed_s * 1e3,
-                   r.step_model.prior_per_token_s * 1e3, r.mean_prediction_error * 100);
+                   r.noise_band * 100, sm.fixed_s * 1e3, sm.per_token_s * 1e3, sm.per_seq_s * 1e3, sm.per_pair_s * 1e6,
+                   sm.prior_fixed_s * 1e3, sm.prior_per_token_s * 1e3, sm.prior_per_pair_s * 1e6,
+                   r.mean_prediction_error * 100);
   s += "\nchanges tried:\n";
   for (const auto& t : r.trials)
     if (t.phase == "search")
@@ -219,7 +222,9 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
 std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
   const TuneOptions& o = *c.options;
   json flags = json::object();
-  for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) {
+  auto all = c.base_flags;
+  for (const auto& f : r.chosen.flags(r.engine_defaults)) all.push_back(f);
+  for (const auto& [k, v] : all) {
     if (v.empty()) flags[k] = true;
     else if (std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) flags[k] = std::stoll(v);
     else flags[k] = v;
@@ -255,8 +260,11 @@ std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
                {"default", {{"objective", r.default_objective}, {"goodput", r.default_goodput}, {"attainment", r.default_attainment}, {"spread", r.default_spread}}},
                {"tuned", {{"objective", r.chosen_objective}, {"goodput", r.chosen_goodput}, {"attainment", r.chosen_attainment}, {"spread", r.chosen_spread}}},
                {"step_model", {{"fixed_ms", r.step_model.fixed_s * 1e3}, {"per_row_ms", r.step_model.per_token_s * 1e3},
-                               {"per_seq_ms", r.step_model.per_seq_s * 1e3}, {"prior_fixed_ms", r.step_model.prior_fixed_s * 1e3},
-                               {"prior_per_row_ms", r.step_model.prior_per_token_s * 1e3}, {"fitted_steps", r.step_model.fitted_steps}}},
+                               {"per_seq_ms", r.step_model.per_seq_s * 1e3}, {"per_1k_pairs_ms", r.step_model.per_pair_s * 1e6},
+                               {"prior_fixed_ms", r.step_model.prior_fixed_s * 1e3},
+                               {"prior_per_row_ms", r.step_model.prior_per_token_s * 1e3},
+                               {"prior_per_1k_pairs_ms", r.step_model.prior_per_pair_s * 1e6},
+                               {"fitted_steps", r.step_model.fitted_steps}}},
                {"mean_prediction_error", r.mean_prediction_error},
                {"skipped", r.skipped},
                {"trials", trials}};
@@ -301,11 +309,12 @@ std::string tune_report_html(const TuneResult& r, const TuneReportContext& c) {
                      esc(t.verdict), ms(t.m.ttft_slo_pct), ms(t.m.tpot_slo_pct), t.m.kv_peak * 100, t.m.preemptions);
   s += "</table>\n<h2>The chosen point on the roofline</h2>\n";
   s += roofline_svg(r);
-  s += fmt::format("<p>Step model: {:.2f} ms + {:.3f} ms per row + {:.3f} ms per sequence (the roofline's prior: {:.2f} "
-                   "ms of weight stream + {:.3f} ms per row); the simulation's predictions were off by {:.0f}% on "
-                   "average.</p>\n",
+  s += fmt::format("<p>Step model: {:.2f} ms + {:.3f} ms per row + {:.3f} ms per sequence + {:.3f} ms per thousand "
+                   "attention pairs (the roofline's prior: {:.2f} ms of weight stream + {:.3f} ms per row + {:.3f} ms per "
+                   "thousand pairs of f16 K/V read); the simulation's predictions were off by {:.0f}% on average.</p>\n",
                    r.step_model.fixed_s * 1e3, r.step_model.per_token_s * 1e3, r.step_model.per_seq_s * 1e3,
-                   r.step_model.prior_fixed_s * 1e3, r.step_model.prior_per_token_s * 1e3, r.mean_prediction_error * 100);
+                   r.step_model.per_pair_s * 1e6, r.step_model.prior_fixed_s * 1e3, r.step_model.prior_per_token_s * 1e3,
+                   r.step_model.prior_per_pair_s * 1e6, r.mean_prediction_error * 100);
   s += "</body></html>\n";
   return s;
 }

@@ -5,6 +5,8 @@
 // defaults, the roofline of its steps).
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tools/tuner.h"
 
@@ -14,6 +16,9 @@ struct TuneReportContext {
   std::string model;  // the -m path
   std::string cpu;
   const TuneOptions* options = nullptr;
+  // The engine options tune was given that no knob writes (--block-size 32, --mlock, ...),
+  // by long name: the output carries them beside the chosen knobs.
+  std::vector<std::pair<std::string, std::string>> base_flags;
 };
 
 std::string trial_line(const TrialRecord& t, const TuneOptions& o);

@@ -121,10 +121,13 @@ void summarize(TrialMetrics& m, const std::vector<double>& arrival, const std::v
   m.tpot_slo_pct = pct(tpot, std::isfinite(slo.tpot_s) ? slo.tpot_pct : 99);
 }
 
+double kv_pair_scale(DType kv) { return kv == DType::F32 ? 2.0 : is_scaled_kv_dtype(kv) ? 0.5 : 1.0; }
+
 TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConfig& cfg,
                       const std::vector<TracedRequest>& requests, int32_t max_concurrency, const Slo& slo,
                       double deadline_s) {
   Engine e(model, tok, cfg);
+  const double kv_scale = kv_pair_scale(cfg.kv_dtype);
   const size_t n = requests.size();
   std::vector<double> arrival(n, 0), ttft(n, std::numeric_limits<double>::infinity()),
       tpot(n, std::numeric_limits<double>::infinity()), end(n, std::numeric_limits<double>::infinity()),
@@ -182,6 +185,7 @@ TrialResult run_trial(const Model& model, const Tokenizer* tok, const EngineConf
     // the accepted ones).
     st.tokens = int32_t(st.prompt_work ? after.computed_tokens - before.computed_tokens
                                        : after.decode_rows - before.decode_rows);
+    st.pairs = (after.attn_pairs - before.attn_pairs) * kv_scale;
     st.waiting = e.n_waiting();
     const KvUsage kv = e.kv_usage(false);
     st.kv_use = kv.blocks_total > 0 ? float(kv.blocks_in_use) / float(kv.blocks_total) : 0.f;

@@ -42,7 +42,12 @@ struct StepRecord {
   bool prompt_work = false;         // a chunk carried prompt (or recompute) tokens
   int32_t waiting = 0;              // requests waiting after it
   float kv_use = 0;                 // the pool's pages in use after it, a fraction
+  double pairs = 0;                 // attention's query-key pairs, x kv_pair_scale of the KV dtype
 };
+
+// A KV dtype's bytes per position relative to f16's: what the pairs of a step cost
+// against an f16 cache's (attention streams the cache).
+double kv_pair_scale(DType kv);
 
 struct TrialMetrics {
   int64_t requests = 0, completed = 0, good = 0;

@@ -239,7 +239,7 @@ double step_error(const StepModel& sm, const std::vector<StepRecord>& steps) {
   double s = 0;
   int64_t n = 0;
   for (const StepRecord& st : steps)
-    if (st.tokens > 0 && st.seconds > 0) s += std::fabs(sm.at(st.tokens, st.seqs) - st.seconds) / st.seconds, ++n;
+    if (st.tokens > 0 && st.seconds > 0) s += std::fabs(sm.at(st.tokens, st.seqs, st.pairs) - st.seconds) / st.seconds, ++n;
   return n ? s / double(n) : 0;
 }
 
@@ -311,6 +311,14 @@ std::vector<std::pair<std::string, std::string>> Knobs::flags(const Knobs& base)
   if (preemption != base.preemption) f.emplace_back("preemption-mode", preemption_name(preemption));
   if (swap_bytes != base.swap_bytes) f.emplace_back("swap-space", fmt::format("{}M", (swap_bytes + kMiB - 1) / kMiB));
   return f;
+}
+
+bool is_knob_flag(std::string_view name) {
+  for (std::string_view k : {"max-num-seqs", "max-num-batched-tokens", "kv-cache-dtype", "prefix-cache", "no-prefix-cache",
+                             "speculative-method", "num-speculative-tokens", "threads", "kv-cache-memory",
+                             "preemption-mode", "swap-space"})
+    if (name == k) return true;
+  return false;
 }
 
 std::string Knobs::str() const {

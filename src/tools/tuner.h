@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/config.h"
@@ -54,6 +55,10 @@ struct Knobs {
   // The flags that move these knobs from `base`, by their long names.
   std::vector<std::pair<std::string, std::string>> flags(const Knobs& base) const;
 };
+
+// Whether a flag (its long name, no dashes) is one the knobs write; the others that tune
+// was given are carried into its output unchanged.
+bool is_knob_flag(std::string_view name);
 
 struct TuneOptions {
   WorkloadSpec workload;

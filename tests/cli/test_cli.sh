@@ -406,10 +406,11 @@ expect_error "tune: an unknown workload name"          "chatty"                 
 expect_error "tune: a malformed --slo"                 "--slo.*latency"             "$RIDGE" tune -m tiny.gguf --slo latency=2s
 expect_error "tune: a malformed --budget"              "--budget.*soon"             "$RIDGE" tune -m tiny.gguf --budget soon
 expect_error "tune: an unknown --objective"            "--objective.*speed"         "$RIDGE" tune -m tiny.gguf --objective speed
-expect_ok    "tune: a short run"  "$RIDGE" tune -m tiny.gguf --budget 6s --trial-seconds 0.3 -t 2 --output tuned.json --html tune.html
-grep -q '"flags"' tuned.json && grep -q '"trials"' tuned.json && grep -q '<svg' tune.html && grep -q 'chosen: ridge serve -m' "$TMP/out" &&
-  why="" || why="tuned.json without flags or trials, tune.html without a chart, or no chosen command line"
-report "tune writes the configuration, the report and the command line" "$why"
+expect_ok    "tune: a short run"  "$RIDGE" tune -m tiny.gguf --budget 6s --trial-seconds 0.3 -t 2 --block-size 32 --output tuned.json --html tune.html
+grep -q '"flags"' tuned.json && grep -q '"trials"' tuned.json && grep -q '<svg' tune.html && grep -q 'chosen: ridge serve -m.* --block-size 32' "$TMP/out" &&
+  grep -q '"block-size": 32' tuned.json && why="" ||
+  why="tuned.json without flags, trials or the given --block-size, tune.html without a chart, or no chosen command line"
+report "tune writes the configuration (the options it was given too), the report and the command line" "$why"
 printf '{"max-num-seqs": 4}\n' >cfg_plain.json
 run "$RIDGE" tune -m tiny.gguf --check tuned.json --repeats 2 -t 2
 { ((rc == 0 || rc == 1)) && grep -qE 'median .* over 2 runs against the recorded .*(reproduced|NOT reproduced)' "$TMP/out"; } &&

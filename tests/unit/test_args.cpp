@@ -50,5 +50,23 @@ TEST(Args, AnOptionDoesNotTakeItsValueFromAConfigEntry) {
   }
 }
 
+TEST(Args, ReadsAreLoggedByTheirLongName) {
+  Args a({"-b", "512", "--mlock", "--kv-type=int8"});
+  a.append("--swap-dir=/x", "--config f.json");
+  EXPECT_EQ(a.integer({"-b", "--max-num-batched-tokens"}, 2048, 1, 1 << 20), 512);
+  EXPECT_TRUE(a.flag({"--mlock"}));
+  EXPECT_FALSE(a.flag({"--swa-full"}));                    // absent: not logged
+  EXPECT_EQ(a.str({"--port"}, "8080"), "8080");             // a default: not logged
+  EXPECT_EQ(a.str({"--kv-cache-dtype", "--kv-type"}, "auto"), "int8");
+  EXPECT_EQ(a.str({"--swap-dir"}, "/tmp"), "/x");
+  ASSERT_EQ(a.reads().size(), 4u);
+  EXPECT_EQ(a.reads()[0].name, "max-num-batched-tokens");
+  EXPECT_EQ(a.reads()[0].value, "512");
+  EXPECT_EQ(a.reads()[1].name, "mlock");
+  EXPECT_EQ(a.reads()[1].value, "");
+  EXPECT_EQ(a.reads()[2].name, "kv-cache-dtype");
+  EXPECT_EQ(a.reads()[3].value, "/x");
+}
+
 }  // namespace
 }  // namespace ridge::cli

@@ -212,17 +212,19 @@ TEST(StepModel, FitRecoversALine) {
   sm.prior_per_token_s = sm.per_token_s = 1e-5;
   std::vector<StepRecord> steps;
   for (int t : {1, 2, 4, 8, 64, 256, 512, 3, 100})
-    for (int s : {1, 4, 16}) {
-      StepRecord r;
-      r.tokens = t + s, r.seqs = s;
-      r.seconds = 0.010 + 0.0002 * r.tokens + 0.0005 * s;
-      steps.push_back(r);
-    }
+    for (int s : {1, 4, 16})
+      for (double pairs : {0.0, 3000.0 * s, 40000.0 + 7 * t}) {
+        StepRecord r;
+        r.tokens = t + s, r.seqs = s, r.pairs = pairs;
+        r.seconds = 0.010 + 0.0002 * r.tokens + 0.0005 * s + 2e-7 * pairs;
+        steps.push_back(r);
+      }
   fit_step_model(sm, steps);
   // The prior's pseudo-steps pull a little (2% here, where the prior is 5x off).
   EXPECT_NEAR(sm.fixed_s, 0.010, 2e-4);
   EXPECT_NEAR(sm.per_token_s, 0.0002, 4e-6);
   EXPECT_NEAR(sm.per_seq_s, 0.0005, 1e-5);
+  EXPECT_NEAR(sm.per_pair_s, 2e-7, 4e-9);
   EXPECT_EQ(sm.fitted_steps, int64_t(steps.size()));
 }
 
@@ -242,6 +244,19 @@ TEST(StepModel, SimulationOfAHandWorkedSchedule) {
   EXPECT_NEAR(m.ttft_p50, 0.020, 1e-12);
   EXPECT_NEAR(m.tpot_p50, 0.010, 1e-12);
   EXPECT_EQ(m.good, 1);
+  // Attention's pairs: the chunks score 4 x (0 + 2.5) and 4 x (4 + 2.5), the decodes of
+  // positions 8 and 9 score 9 and 10; an 8-bit cache reads half the bytes per pair.
+  {
+    StepModel pm;
+    pm.per_pair_s = 0.001;
+    TrialMetrics a = simulate(pm, c, 1000, one, 0, slo);
+    EXPECT_NEAR(a.ttft_p50, 0.036, 1e-12);
+    EXPECT_NEAR(a.tpot_p50, 0.0095, 1e-12);
+    EngineConfig c8 = c;
+    c8.kv_dtype = DType::I8;
+    a = simulate(pm, c8, 1000, one, 0, slo);
+    EXPECT_NEAR(a.ttft_p50, 0.018, 1e-12);
+  }
   // Three at once with two seats: the third waits for a seat and misses the TTFT limit.
   std::vector<TracedRequest> three(3, one[0]);
   for (int i = 0; i < 3; ++i) three[size_t(i)].prompt.assign(2, 5 + i), three[size_t(i)].prompt_len = 2;
@@ -400,6 +415,7 @@ TEST(Tuner, ATrialRunsEveryRequestAndCutsAtItsDeadline) {
   c.threads = 2;
   c.max_num_seqs = 4;
   c.kv_cache_tokens = 4096;
+  c.prefix_cache = false;  // every prompt token computed: the pairs below are exact
   WorkloadSpec w;
   w.input = {4, 20};
   w.output = {3, 12};
@@ -418,6 +434,15 @@ TEST(Tuner, ATrialRunsEveryRequestAndCutsAtItsDeadline) {
   EXPECT_LT(r.m.kv_read_share, 1);
   EXPECT_LE(r.m.full_seqs_share, 1.0);
   for (const auto& s : r.steps) EXPECT_LE(s.seqs, 4);
+  // Attention's pairs: every position a request computes (its prompt, its outputs but the
+  // last) scores itself and those before it; f16 KV counts them once.
+  double pairs = 0, want = 0;
+  for (const auto& s : r.steps) pairs += s.pairs;
+  for (const auto& q : reqs) {
+    const double n = q.prompt_len + q.output_tokens - 1;
+    want += n * (n + 1) / 2;
+  }
+  EXPECT_DOUBLE_EQ(pairs, want);
   // With a concurrency limit of one, every request runs alone.
   const TrialResult one = run_trial(*t.m, nullptr, c, reqs, 1, slo, 60);
   EXPECT_EQ(one.m.completed, 24);
@@ -459,9 +484,13 @@ TEST(Tuner, AShortTuningRunKeepsItsBudgetAndReports) {
   EXPECT_FALSE(r.slo_met);
   EXPECT_FALSE(r.binding.empty());
   EXPECT_NE(r.summary.find("not met"), std::string::npos);
-  TuneReportContext ctx{t.path, "test CPU", &o};
+  // The engine options tune was given beside the knobs travel into the output as they were.
+  TuneReportContext ctx{t.path, "test CPU", &o, {{"block-size", "32"}, {"mlock", ""}}};
   const std::string json = tune_report_json(r, ctx);
   EXPECT_NE(json.find("\"flags\""), std::string::npos);
+  EXPECT_NE(json.find("\"block-size\": 32"), std::string::npos) << json.substr(0, 400);
+  EXPECT_NE(json.find("\"mlock\": true"), std::string::npos);
+  EXPECT_NE(tune_command_line(r, ctx).find("--block-size 32 --mlock"), std::string::npos) << tune_command_line(r, ctx);
   EXPECT_NE(json.find("\"trials\""), std::string::npos);
   const std::string html = tune_report_html(r, ctx);
   EXPECT_NE(html.find("<svg"), std::string::npos);
