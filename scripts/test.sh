@@ -21,8 +21,8 @@ t_all=$(date +%s)
 
 # Each stage's output also goes to a log, so that a failure's summary at the very end
 # (the part of a CI log that is kept) names the failing cases, not only the stage.
-stage_log=$(mktemp)
-trap 'rm -f "$stage_log"' EXIT
+log_dir=$(mktemp -d)
+trap 'rm -rf "$log_dir"' EXIT
 
 stage() {  # name, command...
   local name=$1 t0 what
@@ -31,11 +31,12 @@ stage() {  # name, command...
   echo
   echo "=== $name"
   # tee through a process substitution, not a pipe: a process a stage leaves behind
-  # holding its output must not hold the suite (tee gets a few seconds to drain).
-  local rc=0 tee_pid i
+  # holding its output must not hold the suite (tee gets a few seconds to drain). Each
+  # stage its own log, so such a tee cannot write into the next stage's.
+  local rc=0 tee_pid i stage_log="$log_dir/$((passed + failed)).log"
   "$@" > >(tee "$stage_log") 2>&1 || rc=$?
-  tee_pid=$!
-  for i in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
+  tee_pid=${!:-}
+  for i in $(seq 50); do [ -n "$tee_pid" ] && kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
   if [ "$rc" = 0 ]; then
     passed=$((passed + 1))
     echo "=== $name: ok ($(($(date +%s) - t0)) s)"
@@ -43,8 +44,9 @@ stage() {  # name, command...
     failed=$((failed + 1))
     # ctest's list ("  420 - Suite.Case (Failed)"), GoogleTest's "[  FAILED  ] Suite.Case",
     # the shell suites' "FAIL ..." lines: at most eight, one line.
-    what=$(grep -E '^[[:space:]]*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)\)|^\[  FAILED  \] [A-Za-z]|^FAIL[ :]' "$stage_log" |
-      grep -v -E 'listed below|^\[  FAILED  \] [0-9]+ test' | sed -E 's/^[[:space:]]+//; s/ +/ /g' | sort -u | head -8 | cut -c1-160 | paste -sd ';' -)
+    what=$(grep -a -E '^[[:space:]]*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted|Not Run|ILLEGAL|OTHER_FAULT|INTERRUPT|NUMERICAL|BAD_COMMAND)\)|^\[  FAILED  \] [A-Za-z]|^FAIL[ :]' "$stage_log" |
+      grep -a -v -E 'listed below|^\[  FAILED  \] [0-9]+ test' |
+      sed -E 's/^[[:space:]]+//; s/ +/ /g; s/ \([0-9]+ ms\)$//' | sort -u | head -8 | cut -c1-160 | paste -sd ';' -)
     failures+=("$name${what:+ [$what]}")
     echo "=== $name: FAILED ($(($(date +%s) - t0)) s)"
   fi

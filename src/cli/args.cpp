@@ -14,7 +14,7 @@ void Args::append(std::string arg, std::string origin) {
   origin_.push_back(std::move(origin));
 }
 
-void Args::record(std::initializer_list<std::string_view> names, std::string value) {
+void Args::record(std::initializer_list<std::string_view> names, std::string value, bool flag) {
   std::string_view name = *names.begin();
   for (auto n : names)
     if (n.starts_with("--")) {
@@ -22,7 +22,7 @@ void Args::record(std::initializer_list<std::string_view> names, std::string val
       break;
     }
   while (name.starts_with('-')) name.remove_prefix(1);
-  reads_.push_back({std::string(name), std::move(value)});
+  reads_.push_back({std::string(name), std::move(value), flag});
 }
 
 bool Args::given(std::initializer_list<std::string_view> names) const {
@@ -62,7 +62,7 @@ std::optional<std::string> Args::str(std::initializer_list<std::string_view> nam
       }
     }
   }
-  if (out) record(names, *out);
+  if (out) record(names, *out, false);
   return out;
 }
 
@@ -71,7 +71,7 @@ bool Args::flag(std::initializer_list<std::string_view> names) {
   for (size_t i = 0; i < a_.size(); ++i)
     for (auto n : names)
       if (!used_[i] && a_[i] == n) used_[i] = found = true;
-  if (found) record(names, "");
+  if (found) record(names, "", true);
   return found;
 }
 

@@ -38,15 +38,16 @@ class Args {
   void finish() const;
 
   // Every option read so far, in order: its first long name without the dashes, and its
-  // value ("" for a flag). What a command that writes its configuration back (ridge
+  // value (none for a flag). What a command that writes its configuration back (ridge
   // tune's --output) reads to carry the options it was given.
   struct Read {
     std::string name, value;
+    bool flag = false;
   };
   const std::vector<Read>& reads() const { return reads_; }
 
  private:
-  void record(std::initializer_list<std::string_view> names, std::string value);
+  void record(std::initializer_list<std::string_view> names, std::string value, bool flag);
 
   std::vector<std::string> a_;
   std::vector<bool> used_;

@@ -79,12 +79,13 @@ int cmd_tune(Args& a) {
   const size_t reads_before = a.reads().size();
   engine_config(a, o.base);
   a.finish();
-  std::vector<std::pair<std::string, std::string>> base_flags;  // carried into --output
+  std::vector<std::pair<std::string, std::optional<std::string>>> base_flags;  // carried into --output
   for (size_t i = reads_before; i < a.reads().size(); ++i) {
     const Args::Read& rd = a.reads()[i];
     if (tools::is_knob_flag(rd.name)) continue;
     std::erase_if(base_flags, [&](const auto& f) { return f.first == rd.name; });
-    base_flags.emplace_back(rd.name, rd.value);
+    if (rd.flag) base_flags.emplace_back(rd.name, std::nullopt);
+    else base_flags.emplace_back(rd.name, rd.value);
   }
   std::string workload = workload_flag.value_or("chat");
   std::string slo = slo_flag.value_or("ttft_p99=2s,tpot_p99=100ms"), objective = objective_flag.value_or("goodput");

@@ -1,5 +1,6 @@
 #include "core/meminfo.h"
 
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 
 #include <fstream>
@@ -19,6 +20,12 @@ int64_t disk_available_bytes(const std::string& dir) {
   struct statvfs s {};
   if (statvfs(dir.c_str(), &s) != 0) return 0;
   return int64_t(s.f_bavail) * int64_t(s.f_frsize);
+}
+
+bool on_tmpfs(const std::string& dir) {
+  struct statfs s {};
+  constexpr decltype(s.f_type) kTmpfsMagic = 0x01021994;  // linux/magic.h TMPFS_MAGIC
+  return statfs(dir.c_str(), &s) == 0 && s.f_type == kTmpfsMagic;
 }
 
 }  // namespace ridge

@@ -1,7 +1,9 @@
 #include "tools/tune_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -175,10 +177,37 @@ std::string trial_line(const TrialRecord& t, const TuneOptions& o) {
   return s;
 }
 
+std::vector<std::pair<std::string, std::optional<std::string>>> tune_output_flags(const TuneResult& r,
+                                                                                  const TuneReportContext& c) {
+  auto out = c.base_flags;
+  bool draft_model = false;
+  for (const auto& [k, v] : out) draft_model |= k == "draft-model";
+  for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) {
+    // The knobs' only flags are the prefix cache's two.
+    if (v.empty()) out.emplace_back(k, std::nullopt);
+    else out.emplace_back(k, v);
+  }
+  // A draft model with no method is draft speculation (engine_config): say "none" when
+  // tuning turned speculation off.
+  if (draft_model && r.chosen.spec == SpecMethod::None) out.emplace_back("speculative-method", "none");
+  return out;
+}
+
+namespace {
+std::string shell_quoted(const std::string& v) {
+  const bool plain = !v.empty() && std::all_of(v.begin(), v.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("_./:=,+-@%", ch) != nullptr;
+  });
+  if (plain) return v;
+  std::string q = "'";
+  for (char ch : v) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+}  // namespace
+
 std::string tune_command_line(const TuneResult& r, const TuneReportContext& c) {
-  std::string s = "ridge serve -m " + c.model;
-  for (const auto& [k, v] : c.base_flags) s += " --" + k + (v.empty() ? "" : " " + v);
-  for (const auto& [k, v] : r.chosen.flags(r.engine_defaults)) s += " --" + k + (v.empty() ? "" : " " + v);
+  std::string s = "ridge serve -m " + shell_quoted(c.model);
+  for (const auto& [k, v] : tune_output_flags(r, c)) s += " --" + k + (v ? " " + shell_quoted(*v) : "");
   return s;
 }
 
@@ -222,12 +251,13 @@ std::string tune_report_text(const TuneResult& r, const TuneReportContext& c) {
 std::string tune_report_json(const TuneResult& r, const TuneReportContext& c) {
   const TuneOptions& o = *c.options;
   json flags = json::object();
-  auto all = c.base_flags;
-  for (const auto& f : r.chosen.flags(r.engine_defaults)) all.push_back(f);
-  for (const auto& [k, v] : all) {
-    if (v.empty()) flags[k] = true;
-    else if (std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) flags[k] = std::stoll(v);
-    else flags[k] = v;
+  for (const auto& [k, v] : tune_output_flags(r, c)) {
+    // A number where it reads back the same ("007" stays a string).
+    const bool integer = v && !v->empty() && v->size() <= 18 && (v->size() == 1 || (*v)[0] != '0') &&
+                         std::all_of(v->begin(), v->end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!v) flags[k] = true;
+    else if (integer) flags[k] = std::stoll(*v);
+    else flags[k] = *v;
   }
   json trials = json::array();
   for (const auto& t : r.trials) {

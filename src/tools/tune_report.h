@@ -4,6 +4,7 @@
 // rejected changes with their measured effect and reason, the chosen point against the
 // defaults, the roofline of its steps).
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,9 +18,14 @@ struct TuneReportContext {
   std::string cpu;
   const TuneOptions* options = nullptr;
   // The engine options tune was given that no knob writes (--block-size 32, --mlock, ...),
-  // by long name: the output carries them beside the chosen knobs.
-  std::vector<std::pair<std::string, std::string>> base_flags;
+  // by long name, the value absent for a flag: the output carries them beside the knobs.
+  std::vector<std::pair<std::string, std::optional<std::string>>> base_flags;
 };
+
+// What the output sets: the options tune was given, then the chosen knobs (relative to
+// the engine's defaults); a value absent for a flag.
+std::vector<std::pair<std::string, std::optional<std::string>>> tune_output_flags(const TuneResult& r,
+                                                                                  const TuneReportContext& c);
 
 std::string trial_line(const TrialRecord& t, const TuneOptions& o);
 // The chosen flags as a `ridge serve` command line.

@@ -33,6 +33,10 @@ double kv_bytes(DType t) { return t == DType::F32 ? 4 : is_scaled_kv_dtype(t) ? 
 
 constexpr int64_t kMiB = int64_t(1) << 20;
 int64_t whole_mib(double bytes) { return std::max<int64_t>(1, int64_t(bytes) / kMiB) * kMiB; }
+// A size as the flags read it: in MiB where it is whole ones, else in bytes.
+std::string size_flag(int64_t bytes) {
+  return bytes % kMiB == 0 ? fmt::format("{}M", bytes / kMiB) : fmt::format("{}b", bytes);
+}
 
 const char* preemption_name(PreemptionMode p) {
   switch (p) {
@@ -112,7 +116,8 @@ const Rule kRules[] = {
      }},
     {"KV pool too small",
      [](const Symptoms& s) {
-       return (s.m.preemptions > 0 || s.m.kv_peak > 0.95) && s.m.kv_pool_bytes > 0 &&
+       // (A draft model shares the pool's bytes with the target: not sized here.)
+       return (s.m.preemptions > 0 || s.m.kv_peak > 0.95) && s.m.kv_pool_bytes > 0 && s.k.spec != SpecMethod::Draft &&
               2 * s.m.kv_pool_bytes <= s.o.mem_limit_bytes;
      },
      [](Knobs& k, const Symptoms& s) { k.kv_cache_bytes = whole_mib(2.0 * double(s.m.kv_pool_bytes)); },
@@ -243,6 +248,16 @@ double step_error(const StepModel& sm, const std::vector<StepRecord>& steps) {
   return n ? s / double(n) : 0;
 }
 
+// Which knobs differ, a bit each (seats, budget, KV dtype, prefix cache, speculation,
+// threads, pool, preemption).
+uint32_t knob_dims(const Knobs& a, const Knobs& b) {
+  return uint32_t(a.max_num_seqs != b.max_num_seqs) | uint32_t(a.max_num_batched_tokens != b.max_num_batched_tokens) << 1 |
+         uint32_t(a.kv_dtype != b.kv_dtype) << 2 | uint32_t(a.prefix_cache != b.prefix_cache) << 3 |
+         uint32_t(a.spec != b.spec || a.spec_tokens != b.spec_tokens) << 4 | uint32_t(a.threads != b.threads) << 5 |
+         uint32_t(a.kv_cache_bytes != b.kv_cache_bytes) << 6 |
+         uint32_t(a.preemption != b.preemption || a.swap_bytes != b.swap_bytes) << 7;
+}
+
 std::string change_between(const Knobs& from, const Knobs& to) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : to.flags(from)) parts.push_back(v.empty() ? k : k + "=" + v);
@@ -307,9 +322,9 @@ std::vector<std::pair<std::string, std::string>> Knobs::flags(const Knobs& base)
     f.emplace_back("num-speculative-tokens", std::to_string(spec_tokens));
   if (threads != base.threads) f.emplace_back("threads", std::to_string(threads));
   if (kv_cache_bytes != base.kv_cache_bytes && kv_cache_bytes > 0)
-    f.emplace_back("kv-cache-memory", fmt::format("{}M", (kv_cache_bytes + kMiB - 1) / kMiB));
+    f.emplace_back("kv-cache-memory", size_flag(kv_cache_bytes));
   if (preemption != base.preemption) f.emplace_back("preemption-mode", preemption_name(preemption));
-  if (swap_bytes != base.swap_bytes) f.emplace_back("swap-space", fmt::format("{}M", (swap_bytes + kMiB - 1) / kMiB));
+  if (swap_bytes != base.swap_bytes) f.emplace_back("swap-space", size_flag(swap_bytes));
   return f;
 }
 
@@ -327,9 +342,9 @@ std::string Knobs::str() const {
   if (!prefix_cache) s += " no-prefix-cache";
   if (spec != SpecMethod::None) s += fmt::format(" speculative-method={} k={}", spec_method_name(spec), spec_tokens);
   if (threads > 0) s += fmt::format(" threads={}", threads);
-  if (kv_cache_bytes > 0) s += fmt::format(" kv-cache-memory={}M", (kv_cache_bytes + kMiB - 1) / kMiB);
+  if (kv_cache_bytes > 0) s += " kv-cache-memory=" + size_flag(kv_cache_bytes);
   if (preemption != PreemptionMode::Recompute) s += fmt::format(" preemption-mode={}", preemption_name(preemption));
-  if (swap_bytes > 0) s += fmt::format(" swap-space={}M", (swap_bytes + kMiB - 1) / kMiB);
+  if (swap_bytes > 0) s += " swap-space=" + size_flag(swap_bytes);
   return s;
 }
 
@@ -395,8 +410,12 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
                 const std::function<void(const TrialRecord&)>& on_trial) {
   const Clock::time_point t0 = Clock::now();
   TuneOptions o = opts;
-  if (o.mem_limit_bytes <= 0) o.mem_limit_bytes = int64_t(0.8 * double(mem_available_bytes()));
-  if (o.swap_limit_bytes <= 0) o.swap_limit_bytes = disk_available_bytes(o.base.swap_dir) / 2;
+  // MemAvailable counts the mapped weights' pages as reclaimable: they are not the pool's.
+  if (o.mem_limit_bytes <= 0)
+    o.mem_limit_bytes = int64_t(0.8 * double(std::max<int64_t>(0, mem_available_bytes() - model.mapped_bytes())));
+  // Swap space on a tmpfs is memory too: a larger pool is the better use of it.
+  if (o.swap_limit_bytes <= 0 && !on_tmpfs(o.base.swap_dir))
+    o.swap_limit_bytes = disk_available_bytes(o.base.swap_dir) / 2;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const int32_t n_vocab = model.hparams().n_vocab;
   const int32_t cores = o.cores > 0 ? o.cores : std::max(1, o.base.threads);
@@ -555,6 +574,7 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
   std::vector<size_t> best_runs = def_runs, grid_runs;
   std::vector<std::pair<Knobs, TrialMetrics>> promising;
   const int32_t reserve_runs = 2 * std::max(1, o.final_repeats);
+  uint32_t moved_dims = 0;  // the knobs (knob_dims bits) some search trial has moved
   while (elapsed() + mean_trial_s() * (1 + reserve_runs) < o.budget_s) {
     // The diagnoses of the best point, and of points that came within the band without
     // losing (a pattern search: a direction that did not hurt may pay a step further).
@@ -630,8 +650,20 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     size_t pick = cands.size();
     for (size_t c = 0; c < cands.size(); ++c)
       if (!skip[c] && (pick == cands.size() || pobj[c] > pobj[pick])) pick = c;
+    // Where the simulation sees no gain beyond the noise band, its ranking is noise: the
+    // first diagnosis (in the rules' order) that moves a knob no trial has moved yet
+    // goes first, so a short budget measures different directions before refining one.
+    const double cur_obj = objective_value(cur_pred, o.objective, best.threads, cores, o.slo.ttft_s, o.slo.tpot_s);
+    if (!(pobj[pick] > cur_obj + res.noise_band * std::fabs(cur_obj)))
+      for (size_t c = 0; c < cands.size(); ++c)
+        if (!skip[c] && (knob_dims(best, cands[c].knobs) & ~moved_dims) != 0) {
+          if (c != pick) cands[c].reason += "; first of the knobs not yet measured (the simulation sees no clear gain)";
+          pick = c;
+          break;
+        }
     const Candidate& c = cands[pick];
     tried.push_back(c.knobs);
+    moved_dims |= knob_dims(best, c.knobs);
     // Paired runs: the machine's speed drifts by tens of percent within an hour, so a
     // candidate is compared with a run of the best point right before it (the previous
     // trial, when that was one). A gain is then confirmed in A B B A order (best,

@@ -63,7 +63,8 @@ TEST(Args, ReadsAreLoggedByTheirLongName) {
   EXPECT_EQ(a.reads()[0].name, "max-num-batched-tokens");
   EXPECT_EQ(a.reads()[0].value, "512");
   EXPECT_EQ(a.reads()[1].name, "mlock");
-  EXPECT_EQ(a.reads()[1].value, "");
+  EXPECT_TRUE(a.reads()[1].flag);
+  EXPECT_FALSE(a.reads()[0].flag);
   EXPECT_EQ(a.reads()[2].name, "kv-cache-dtype");
   EXPECT_EQ(a.reads()[3].value, "/x");
 }

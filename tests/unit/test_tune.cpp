@@ -485,12 +485,20 @@ TEST(Tuner, AShortTuningRunKeepsItsBudgetAndReports) {
   EXPECT_FALSE(r.binding.empty());
   EXPECT_NE(r.summary.find("not met"), std::string::npos);
   // The engine options tune was given beside the knobs travel into the output as they were.
-  TuneReportContext ctx{t.path, "test CPU", &o, {{"block-size", "32"}, {"mlock", ""}}};
+  TuneReportContext ctx{t.path, "test CPU", &o, {{"block-size", "32"}, {"mlock", std::nullopt}, {"swap-dir", "007"},
+                                                 {"draft-model", "my draft.gguf"}}};
   const std::string json = tune_report_json(r, ctx);
   EXPECT_NE(json.find("\"flags\""), std::string::npos);
   EXPECT_NE(json.find("\"block-size\": 32"), std::string::npos) << json.substr(0, 400);
   EXPECT_NE(json.find("\"mlock\": true"), std::string::npos);
-  EXPECT_NE(tune_command_line(r, ctx).find("--block-size 32 --mlock"), std::string::npos) << tune_command_line(r, ctx);
+  EXPECT_NE(json.find("\"swap-dir\": \"007\""), std::string::npos);  // a string that is not a number
+  EXPECT_NE(tune_command_line(r, ctx).find("--block-size 32 --mlock --swap-dir 007 --draft-model 'my draft.gguf'"),
+            std::string::npos)
+      << tune_command_line(r, ctx);
+  // A draft model with no method would speculate: the output says none where tuning chose none.
+  if (r.chosen.spec == SpecMethod::None) {
+    EXPECT_NE(json.find("\"speculative-method\": \"none\""), std::string::npos);
+  }
   EXPECT_NE(json.find("\"trials\""), std::string::npos);
   const std::string html = tune_report_html(r, ctx);
   EXPECT_NE(html.find("<svg"), std::string::npos);
