@@ -121,11 +121,12 @@ commands:
               [--repeats N (3)] [--grid] [--seed S] [--check tuned.json] + engine options (the
               starting point)
               search the engine's configuration (max-num-seqs, max-num-batched-tokens, KV
-              dtype, prefix cache, speculation) for the workload and SLO: each round
-              diagnoses the last measured trial, predicts the candidate changes with a step
-              model, measures the best, keeps it only beyond the noise band; the chosen
-              point and the defaults then run in turn. --output: flags `ridge serve --config
-              FILE` reads; a trace recorded by `ridge serve --record FILE` replays as it came;
+              dtype, prefix cache, speculation, KV pool size, swap or recompute) for the
+              workload and SLO: each round diagnoses the last measured trial, predicts the
+              candidate changes with a step model, measures the best, keeps it only beyond
+              the noise band; the chosen point and the defaults then run in turn. --output:
+              flags `ridge serve --config FILE` reads (the chosen ones and the engine options
+              given here); a trace recorded by `ridge serve --record FILE` replays as it came;
               --check: run a tuned configuration again on its requests, exit 1 unless its
               objective is within the recorded noise band
   tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
