@@ -29,7 +29,6 @@ const char* kv_name(DType t) {
   }
 }
 
-double kv_bytes(DType t) { return t == DType::F32 ? 4 : is_scaled_kv_dtype(t) ? 1 : 2; }
 
 constexpr int64_t kMiB = int64_t(1) << 20;
 int64_t whole_mib(double bytes) { return std::max<int64_t>(1, int64_t(bytes) / kMiB) * kMiB; }
@@ -484,11 +483,11 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
       if (auto it = kv_token_bytes.find(t); it != kv_token_bytes.end() && it->second > 0)
         return int64_t(double(k.kv_cache_bytes) / it->second);
       for (const auto& [d, b] : kv_token_bytes)
-        if (b > 0) return int64_t(double(k.kv_cache_bytes) / (b * kv_bytes(t) / kv_bytes(d)));
+        if (b > 0) return int64_t(double(k.kv_cache_bytes) / (b * kv_pair_scale(t) / kv_pair_scale(d)));
     }
     if (auto it = kv_tokens.find(t); it != kv_tokens.end() && it->second > 0) return it->second;
     for (const auto& [d, n] : kv_tokens)
-      if (n > 0) return int64_t(double(n) * kv_bytes(d) / kv_bytes(t));
+      if (n > 0) return int64_t(double(n) * kv_pair_scale(d) / kv_pair_scale(t));
     return int64_t(1) << 40;
   };
 
