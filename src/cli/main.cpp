@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "model/mkmodel.h"
@@ -171,7 +172,8 @@ Long work (loading, quantize, mkmodel, perplexity, roofline, bench) shows its pr
 stderr: one updating line on a terminal, a line every few seconds otherwise; --quiet
 (any command) silences it.
 The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
-RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path.
+RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path; RIDGE_AMX=off keeps the int8 GEMM off
+the AMX tiles (Sapphire Rapids and later), on makes their absence an error.
 )";
 
 // `ridge CMD --help`: CMD's lines of the usage (its line and the indented ones under it).
@@ -225,6 +227,10 @@ int main(int argc, char** argv) {
   }
   ridge::cli::Args args(std::move(rest));
   try {
+    // The SIMD path's environment, read here so that a bad value is this error and not
+    // one thrown on a worker thread.
+    ridge::active_isa();
+    ridge::amx_active();
     if (cmd == "generate") return ridge::cli::cmd_generate(args);
     if (cmd == "mkmodel") return ridge::cli::cmd_mkmodel(args);
     if (cmd == "quantize") return ridge::cli::cmd_quantize(args);

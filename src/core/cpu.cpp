@@ -1,6 +1,8 @@
 #include "core/cpu.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -39,6 +41,8 @@ CpuFeatures detect() {
   f.avx512vnni = (c & bit_AVX512VNNI) && zmm_os;
   f.avx512vbmi = (c & (1u << 1)) && zmm_os;  // CPUID.(7,0):ECX[1]
   f.avx512fp16 = (d & (1u << 23)) && zmm_os;  // CPUID.(7,0):EDX[23]
+  // AMX-TILE EDX[24], AMX-INT8 EDX[25]; XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA).
+  f.amx_int8 = (d & (1u << 24)) && (d & (1u << 25)) && (xcr0 & (3ull << 17)) == (3ull << 17);
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512bf16 = (a & (1u << 5)) && zmm_os;
   f.avxvnni = (a & (1u << 4)) && ymm_os;
@@ -131,5 +135,42 @@ Fp8Path fp8_path() {
 void set_fp8_path(Fp8Path p) { g_fp8_path.store(int(p)); }  // fp8_path() caps it when read
 
 const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::Bf16 ? "bf16" : "f16c"; }
+
+namespace {
+// Linux hands a process the AMX tile data state only when asked (the 8 KiB of it per
+// thread would otherwise enlarge every signal frame); the request covers every thread.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+bool amx_from_env() {
+  const char* e = std::getenv("RIDGE_AMX");
+  if (!e || !*e) return true;
+  const std::string_view s(e);
+  if (s == "off" || s == "0") return false;
+  if (s != "on" && s != "1") fail("RIDGE_AMX={} is not one of on, off", s);
+  if (!amx_supported()) fail("RIDGE_AMX={} but this CPU (or its OS) offers no AMX-INT8", s);
+  return true;
+}
+std::atomic<int> g_amx{-1};
+}  // namespace
+
+bool amx_supported() {
+  static const bool ok = cpu_features().amx_int8 && best_isa() == Isa::Avx512 && request_amx_permission();
+  return ok;
+}
+
+bool amx_active() {
+  int v = g_amx.load(std::memory_order_relaxed);
+  if (v < 0) g_amx.store(v = amx_from_env() ? 1 : 0, std::memory_order_relaxed);
+  return v == 1 && amx_supported() && active_isa() == Isa::Avx512;
+}
+
+void set_amx(bool on) { g_amx.store(on ? 1 : 0); }
 
 }  // namespace ridge

@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false, avx512vbmi = false;
+  bool amx_int8 = false;  // AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0)
 };
 
 const CpuFeatures& cpu_features();
@@ -31,5 +32,15 @@ bool fp8_bf16_available();
 Fp8Path fp8_path();
 void set_fp8_path(Fp8Path p);  // tests; fp8_path() caps it at what the CPU path has
 const char* fp8_path_name(Fp8Path p);
+
+// AMX (Sapphire Rapids and later): the int8 GEMM of 32-block weights at 2 or more rows
+// runs its integer dots on the tile unit (kernels/cpu/gemm_amx.cpp) and keeps the
+// AVX-512 kernels' float epilogue, so every bit of the result is the same. Available when
+// the CPU and OS have it, the AVX-512 path is active and Linux grants the process the
+// tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once). RIDGE_AMX=off turns it
+// off (on: an error where it cannot run); set_amx() for tests, capped the same way.
+bool amx_supported();   // CPU + OS + permission, whatever RIDGE_ISA / RIDGE_AMX say
+bool amx_active();      // amx_supported() and the AVX-512 path active and not turned off
+void set_amx(bool on);  // tests
 
 }  // namespace ridge

@@ -153,7 +153,11 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
         r.m = m;
         r.k = s.k;
         r.n_out = s.n_out;
-        r.path = packed ? "packed-" + std::string(isa_name(active_isa())) : "dot-" + std::string(isa_name(active_isa()));
+        // The tile kernels take the row chunks (of at most 48) from amx_min_rows() up.
+        const bool amx = packed && amx_active() && kernels::detail::gemm_amx_has(t) &&
+                         std::min<int64_t>(m, 48) >= kernels::amx_min_rows(t);
+        r.path = amx ? std::string("packed-amx") : packed ? "packed-" + std::string(isa_name(active_isa()))
+                                                          : "dot-" + std::string(isa_name(active_isa()));
         const double sec = median(per_call);
         r.us = sec * 1e6;
         r.bytes = double(mat_bytes) + 4.0 * double(m) * double(s.k + s.n_out);

@@ -432,6 +432,47 @@ TEST(GemmIsas, Avx2GivesAvx512Bits) {
   }
 }
 
+// The AMX tile kernels (gemm_amx.cpp) give the AVX-512 kernels' bits for every 32-block
+// format: decode batches and prefill chunks, row groups of every size (2 to 16 rows, and
+// the overlapping last group of 17, 33, 61 and 100 rows), several 32-block chunks of the
+// codes (k = 2080: 65 blocks), a partial last panel, 1 and 2 threads. Needs a CPU with AMX.
+TEST(GemmAmx, GivesTheAvx512Bits) {
+  if (!amx_supported()) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8";
+  struct Restore {
+    ~Restore() {
+      set_amx_min_rows(0);
+      set_amx(true);
+      set_isa(best_isa());
+    }
+  } restore;
+  set_isa(Isa::Avx512);
+  set_amx_min_rows(2);
+  ThreadPool p1(1), p2(2);
+  for (const DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4}) {
+    const int64_t k = 2080, n_out = 170;
+    const Mat w = make(t, k, n_out, 21);
+    for (const int64_t m : {2, 3, 5, 9, 16, 17, 33, 48, 61, 100}) {
+      const auto x = acts(m, k, uint32_t(90 + m));
+      set_amx(false);
+      const auto want = run(p2, w, x, m, true);
+      set_amx(true);
+      ASSERT_TRUE(amx_active());
+      const auto got2 = run(p2, w, x, m, true), got1 = run(p1, w, x, m, true);
+      EXPECT_EQ(0, std::memcmp(got2.data(), want.data(), want.size() * sizeof(float))) << dtype_name(t) << " m = " << m;
+      EXPECT_EQ(0, std::memcmp(got1.data(), want.data(), want.size() * sizeof(float))) << dtype_name(t) << " m = " << m;
+    }
+  }
+}
+
+// RIDGE_ISA below avx512 turns the tile kernels off with the AVX-512 ones.
+TEST(GemmAmx, FollowsTheIsa) {
+  if (!amx_supported()) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8";
+  set_isa(Isa::Avx2);
+  EXPECT_FALSE(amx_active());
+  set_isa(best_isa());
+  EXPECT_TRUE(amx_active());
+}
+
 // FP8 weights holding every finite E4M3 code (subnormals, the extremes, both zeros) in
 // every lane position, on both paths the CPU has: the value is within f32 accumulation
 // (1e-5 of sum |w a|) of the exact sum of e4m3(code) x d x a in double, a taken as the

@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/cpu.h"
@@ -42,14 +43,30 @@ GemmPath gemm_path(DType t) {
   return GemmPath::None;
 }
 
+// A test's override of amx_min_rows (0: none).
+std::atomic<int64_t> g_amx_min_rows{0};
+
 }  // namespace
+
+// Below these rows the AVX-512 kernels were as fast or faster where measured
+// (docs/BENCHMARKS.md, issue 22 session 31): a decode batch is a DRAM stream that their
+// 4 panels in flight keep up with, while each tile block waits on its stored C before
+// the epilogue can read it. Q8_0, whose AVX-512 kernel needs no unpacking, gains later.
+int64_t amx_min_rows(DType t) {
+  const int64_t forced = g_amx_min_rows.load(std::memory_order_relaxed);
+  return forced > 0 ? forced : t == DType::Q8_0 ? 48 : 32;
+}
+void set_amx_min_rows(int64_t rows) { g_amx_min_rows.store(rows <= 0 ? 0 : rows < 2 ? 2 : rows, std::memory_order_relaxed); }
 
 bool gemm_available(DType t) { return gemm_path(t) != GemmPath::None; }
 bool gemm_on_avx2(DType t) { return gemm_path(t) == GemmPath::Avx2; }
 
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   switch (gemm_path(g.type)) {
-    case GemmPath::Avx512: return detail::gemm_panels_avx512(g, m0, m1, p0, p1);
+    case GemmPath::Avx512:
+      if (m1 - m0 >= amx_min_rows(g.type) && amx_active() && detail::gemm_amx_has(g.type))
+        return detail::gemm_panels_amx(g, m0, m1, p0, p1);
+      return detail::gemm_panels_avx512(g, m0, m1, p0, p1);
     case GemmPath::Avx2: return detail::gemm_panels_avx2(g, m0, m1, p0, p1);
     case GemmPath::None: fail("no packed GEMM for {} on this CPU path", dtype_name(g.type));
   }

@@ -78,6 +78,11 @@ struct GemmArgs {
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 
+// The 32-block formats run their integer dots on AMX tiles (gemm_amx.cpp, where
+// core/cpu.h amx_active()) in calls of at least this many rows; same bits either way.
+int64_t amx_min_rows(DType t);
+void set_amx_min_rows(int64_t rows);  // tests: every type from `rows` (at least 2; 0: the defaults)
+
 namespace detail {
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void quantize_act_gemm_avx512(const float* x, ActQ8* y, int64_t n);
@@ -85,6 +90,8 @@ void round_bf16_avx512(const float* x, uint16_t* y, int64_t n);  // core/fp16.h 
 bool gemm_avx2_has(DType t);  // every packed type but FP8
 void gemm_panels_avx2(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void quantize_act_gemm_avx2(const float* x, ActQ8* y, int64_t n);
+bool gemm_amx_has(DType t);  // the 32-block formats (gemm_amx.cpp)
+void gemm_panels_amx(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 }
 
 }  // namespace ridge::kernels

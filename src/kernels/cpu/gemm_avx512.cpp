@@ -248,20 +248,6 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
 }
 
 
-// The 16 rows' scales of a block (sc: the block's start in a panel): f16 d, or MXFP4's
-// E8M0 byte as 2^(e - 128) (quant::mxfp4_scale: e < 2 the subnormals 2^-128, 2^-127).
-template <Fmt F>
-inline __attribute__((always_inline)) __m512 block_scales(const uint8_t* sc) {
-  if constexpr (FmtInfo<F>::kLut) {
-    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, sub));
-  } else {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
-  }
-}
-
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
 // exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
