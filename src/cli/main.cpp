@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
     // The SIMD path's environment, read here so that a bad value is this error and not
     // one thrown on a worker thread.
     ridge::active_isa();
-    ridge::amx_active();
+    ridge::check_amx_env();
     if (cmd == "generate") return ridge::cli::cmd_generate(args);
     if (cmd == "mkmodel") return ridge::cli::cmd_mkmodel(args);
     if (cmd == "quantize") return ridge::cli::cmd_quantize(args);

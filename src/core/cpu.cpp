@@ -142,7 +142,8 @@ namespace {
 bool request_amx_permission() {
 #if defined(__linux__) && defined(SYS_arch_prctl)
   constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return syscall(SYS_arch_prctl, static_cast<unsigned long>(kArchReqXcompPerm),
+                 static_cast<unsigned long>(kXfeatureXtiledata)) == 0;
 #else
   return false;
 #endif
@@ -155,6 +156,7 @@ bool amx_from_env() {
   if (s == "off" || s == "0") return false;
   if (s != "on" && s != "1") fail("RIDGE_AMX={} is not one of on, off", s);
   if (!amx_supported()) fail("RIDGE_AMX={} but this CPU (or its OS) offers no AMX-INT8", s);
+  if (active_isa() != Isa::Avx512) fail("RIDGE_AMX={} needs the avx512 path, and RIDGE_ISA lowers it", s);
   return true;
 }
 std::atomic<int> g_amx{-1};
@@ -165,9 +167,22 @@ bool amx_supported() {
   return ok;
 }
 
+void check_amx_env() {
+  if (g_amx.load() < 0) g_amx.store(amx_from_env() ? 1 : 0);
+}
+
 bool amx_active() {
   int v = g_amx.load(std::memory_order_relaxed);
-  if (v < 0) g_amx.store(v = amx_from_env() ? 1 : 0, std::memory_order_relaxed);
+  if (v < 0) {
+    // First read on a worker thread (an entry point that did not call check_amx_env):
+    // a bad value turns the tiles off here instead of throwing through the pool.
+    try {
+      v = amx_from_env() ? 1 : 0;
+    } catch (const Error&) {
+      v = 0;
+    }
+    g_amx.store(v, std::memory_order_relaxed);
+  }
   return v == 1 && amx_supported() && active_isa() == Isa::Avx512;
 }
 

@@ -41,6 +41,7 @@ const char* fp8_path_name(Fp8Path p);
 // off (on: an error where it cannot run); set_amx() for tests, capped the same way.
 bool amx_supported();   // CPU + OS + permission, whatever RIDGE_ISA / RIDGE_AMX say
 bool amx_active();      // amx_supported() and the AVX-512 path active and not turned off
+void check_amx_env();   // reads RIDGE_AMX now: a bad value is this call's error (main)
 void set_amx(bool on);  // tests
 
 }  // namespace ridge

@@ -87,6 +87,7 @@ std::string kernel_cpu_id() {
   if (f.avx512bf16) feats += " bf16";
   if (f.avx512fp16) feats += " fp16";
   if (f.avx512vbmi) feats += " vbmi";
+  if (amx_active()) feats += " amx";  // the 32-block formats' prefill on tiles (kernels/cpu/gemm.h)
   Peaks caches;
   read_cache_sizes(caches);
   return fmt::format("{} | family {} model {} stepping {} | {} | L2 {} KiB", cpu_model_name(), family, model, a & 0xF,

@@ -688,7 +688,12 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
     bool keep = false;
     std::string how;
     size_t b2_run = 0;  // the closing reference run of a confirmation (0: none)
-    if (gain > 0 && elapsed() + mean_trial_s() * (2 + reserve_runs) < o.budget_s) {
+    // A first gain inside half the band is not worth two more runs: on a few requests a
+    // single reference run that happens to lose one or two of them would then carry the
+    // A B B A means past the band (a neutral change kept as +18%: docs/BENCHMARKS.md,
+    // issue 27 session 31).
+    const bool worth_confirming = gain > 0.5 * res.noise_band;
+    if (worth_confirming && elapsed() + mean_trial_s() * (2 + reserve_runs) < o.budget_s) {
       res.trials[i].verdict = fmt::format("{:+.1f}% against #{}: confirm", gain * 100, res.trials[b1].index);
       report(i);
       const size_t c2 = run(c.knobs, reqs, "search", c.change, "confirming #" + std::to_string(res.trials[i].index), &pred[pick]);
@@ -704,7 +709,9 @@ TuneResult tune(const Model& model, const Tokenizer* tok, const Peaks& peaks, co
       i = c2;
     } else {
       how = fmt::format("{:+.1f}% against #{}{}", gain * 100, res.trials[b1].index,
-                        gain > 0 ? ", no budget left to confirm it" : "");
+                        !worth_confirming && gain > 0 ? ", inside half the noise band"
+                        : gain > 0                    ? ", no budget left to confirm it"
+                                                      : "");
     }
     TrialRecord& last = res.trials[i];
     if (keep) {

@@ -439,9 +439,10 @@ TEST(GemmIsas, Avx2GivesAvx512Bits) {
 TEST(GemmAmx, GivesTheAvx512Bits) {
   if (!amx_supported()) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8";
   struct Restore {
+    bool amx = amx_active();
     ~Restore() {
       set_amx_min_rows(0);
-      set_amx(true);
+      set_amx(amx);
       set_isa(best_isa());
     }
   } restore;
@@ -467,10 +468,13 @@ TEST(GemmAmx, GivesTheAvx512Bits) {
 // RIDGE_ISA below avx512 turns the tile kernels off with the AVX-512 ones.
 TEST(GemmAmx, FollowsTheIsa) {
   if (!amx_supported()) GTEST_SKIP() << "this CPU (or its OS) offers no AMX-INT8";
+  const bool was = amx_active();
+  set_amx(true);
   set_isa(Isa::Avx2);
   EXPECT_FALSE(amx_active());
   set_isa(best_isa());
   EXPECT_TRUE(amx_active());
+  set_amx(was);
 }
 
 // FP8 weights holding every finite E4M3 code (subnormals, the extremes, both zeros) in

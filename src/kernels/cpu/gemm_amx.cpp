@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "kernels/cpu/gemm.h"
@@ -47,7 +48,7 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-TileConfig tile_config(int r) {
+constexpr TileConfig tile_config(int r) {
   TileConfig c;
   for (int t : {0, 1}) c.rows[t] = uint8_t(r), c.colsb[t] = 32;
   for (int t : {2, 3}) c.rows[t] = 8, c.colsb[t] = 64;
@@ -55,15 +56,23 @@ TileConfig tile_config(int r) {
   return c;
 }
 
+// Every row count's configuration in memory: GCC's _tile_loadconfig tells the compiler of
+// only 8 of the 64 bytes it reads, so a configuration on the stack could be half written.
+template <int... Rs>
+constexpr auto tile_configs(std::integer_sequence<int, Rs...>) {
+  return std::array<TileConfig, sizeof...(Rs)>{tile_config(Rs)...};
+}
+alignas(64) constexpr auto kTileConfigs = tile_configs(std::make_integer_sequence<int, 17>{});
+
 // The thread's tiles shaped for R rows. The configuration stays loaded between calls:
 // releasing the tiles after each call (TILERELEASE) took microseconds on the machine
 // measured, and a thread holding its tile state costs only a larger save at a context
-// switch.
+// switch. This file is ridge's only user of the tiles: `shaped` is right only while
+// nothing else on the thread loads a configuration or releases the tiles.
 inline void use_tiles(int r) {
   thread_local int shaped = 0;
   if (shaped == r) return;
-  const TileConfig cfg = tile_config(r);
-  _tile_loadconfig(&cfg);
+  _tile_loadconfig(&kTileConfigs[size_t(r)]);
   shaped = r;
 }
 
@@ -96,9 +105,12 @@ inline void make_codes(const uint8_t* w, int64_t b0, int64_t b1, Codes* codes) {
   }
 }
 
-// C = A x B of one block into c ([R][16] int32), on tile set K.
+// C = A x B of one block into c ([R][16] int32), on tile set K. GCC's tile load and store
+// intrinsics declare no memory operands: the compiler barriers keep the stores of the
+// codes before the loads and the reads of c after the store.
 template <int K>
 inline __attribute__((always_inline)) void block_dot(const int8_t* a, int64_t stride, const Codes& b, int32_t* c) {
+  asm volatile("" ::: "memory");
   if constexpr (K == 0) {
     _tile_loadd(0, a, stride);
     _tile_loadd(2, b, 64);
@@ -112,6 +124,7 @@ inline __attribute__((always_inline)) void block_dot(const int8_t* a, int64_t st
     _tile_dpbssd(5, 1, 3);
     _tile_stored(5, c, 64);
   }
+  asm volatile("" ::: "memory");
 }
 
 // R activation rows (a: their first, stride lda blocks) against one panel over blocks
