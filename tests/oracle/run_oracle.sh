@@ -15,6 +15,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0
 failn=0
+skipn=0
+
+# llama.cpp's prebuilt CPU variant for AMX machines (libggml-cpu-sapphirerapids.so, which
+# its loader picks by itself there) aborts in its scheduler on the deepseek2 files
+# ("ggml-backend.cpp:1294: GGML_ASSERT(*cur_backend_id != -1)"); the other variants run
+# them. Only that abort, on a CPU with AMX, is a visible skip: there is no reference to
+# compare with (checked by hand with that variant hidden: docs/BENCHMARKS.md, session 31).
+llama_amx_abort() {  # output
+  grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qF 'GGML_ASSERT(*cur_backend_id != -1)' <<< "$1"
+}
 
 check() {  # name, command...
   local name=$1
@@ -22,6 +32,9 @@ check() {  # name, command...
   if out=$("$@" 2>&1); then
     pass=$((pass + 1))
     echo "PASS $name: $(echo "$out" | grep -E '^oracle:|OK|passed' | tail -1)"
+  elif llama_amx_abort "$out"; then
+    skipn=$((skipn + 1))
+    echo "SKIP $name: llama.cpp's AMX CPU variant aborts on this model (ggml-backend.cpp:1294), no reference"
   else
     failn=$((failn + 1))
     echo "FAIL $name"
@@ -233,5 +246,5 @@ for spec in llama:tiny qwen2:tiny qwen3:tiny phi3:tiny gpt2:tiny gemma3:gemma3-t
     done
   done
 done
-echo "oracle: $pass passed, $failn failed"
+echo "oracle: $pass passed, $failn failed, $skipn skipped"
 [ "$failn" = 0 ]
