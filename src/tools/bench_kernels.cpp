@@ -153,9 +153,8 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
         r.m = m;
         r.k = s.k;
         r.n_out = s.n_out;
-        // The tile kernels take the row chunks (of at most 48) from amx_min_rows() up.
-        const bool amx = packed && amx_active() && kernels::detail::gemm_amx_has(t) &&
-                         std::min<int64_t>(m, 48) >= kernels::amx_min_rows(t);
+        // The path of the first row chunk (a last, smaller one may run another).
+        const bool amx = packed && kernels::gemm_on_amx(t, std::min(m, kernels::kGemmRowChunk));
         r.path = amx ? std::string("packed-amx") : packed ? "packed-" + std::string(isa_name(active_isa()))
                                                           : "dot-" + std::string(isa_name(active_isa()));
         const double sec = median(per_call);

@@ -178,9 +178,7 @@ class Tuner {
         if (!kernels::tunable_for(p, t)) continue;
         // A prefill chunk of a 32-block format runs on the AMX tiles, which have no
         // register tiles to size: the race would time noise.
-        if (p.name == "tile_rows" && amx_active() && kernels::detail::gemm_amx_has(t) &&
-            kernels::amx_min_rows(t) <= 48)
-          continue;
+        if (p.name == "tile_rows" && kernels::gemm_on_amx(t, kernels::kGemmRowChunk)) continue;
         TuneTrial tr;
         tr.type = t;
         tr.param = std::string(p.name);

@@ -58,14 +58,17 @@ int64_t amx_min_rows(DType t) {
 }
 void set_amx_min_rows(int64_t rows) { g_amx_min_rows.store(rows <= 0 ? 0 : rows < 2 ? 2 : rows, std::memory_order_relaxed); }
 
+bool gemm_on_amx(DType t, int64_t rows) {
+  return rows >= amx_min_rows(t) && amx_active() && detail::gemm_amx_has(t);
+}
+
 bool gemm_available(DType t) { return gemm_path(t) != GemmPath::None; }
 bool gemm_on_avx2(DType t) { return gemm_path(t) == GemmPath::Avx2; }
 
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   switch (gemm_path(g.type)) {
     case GemmPath::Avx512:
-      if (m1 - m0 >= amx_min_rows(g.type) && amx_active() && detail::gemm_amx_has(g.type))
-        return detail::gemm_panels_amx(g, m0, m1, p0, p1);
+      if (gemm_on_amx(g.type, m1 - m0)) return detail::gemm_panels_amx(g, m0, m1, p0, p1);
       return detail::gemm_panels_avx512(g, m0, m1, p0, p1);
     case GemmPath::Avx2: return detail::gemm_panels_avx2(g, m0, m1, p0, p1);
     case GemmPath::None: fail("no packed GEMM for {} on this CPU path", dtype_name(g.type));

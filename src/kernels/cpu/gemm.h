@@ -82,6 +82,10 @@ void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
 // core/cpu.h amx_active()) in calls of at least this many rows; same bits either way.
 int64_t amx_min_rows(DType t);
 void set_amx_min_rows(int64_t rows);  // tests: every type from `rows` (at least 2; 0: the defaults)
+// Whether a gemm_panels call of `rows` activation rows of type t runs on the tiles.
+bool gemm_on_amx(DType t, int64_t rows);
+// The most activation rows Matmul gives one gemm_panels call (its row chunk).
+inline constexpr int64_t kGemmRowChunk = 48;
 
 namespace detail {
 void gemm_panels_avx512(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);

@@ -124,7 +124,7 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // issue 6 sessions 4 and 7).
   // The panels per task, the prefetch distance, the weight streams per decode task and a
   // decode batch's row tiles are tuned per CPU (tuning.h); none changes a bit of y.
-  constexpr int64_t mc = 48;
+  constexpr int64_t mc = kGemmRowChunk;
   const TypeTuning& tn = kernel_tuning().of(w.type);
   auto panels_per_task = [&](int64_t np) -> int64_t {
     if (m > mc) return 4;
@@ -195,7 +195,7 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
     }
   });
   // Every item's panels in one round: tasks as run_packed makes them per item.
-  constexpr int64_t mc = 48;
+  constexpr int64_t mc = kGemmRowChunk;
   const TypeTuning& tn = kernel_tuning().of(w0.type);
   const int64_t pbytes = panel_bytes(w0.type, k);
   struct Seg {
