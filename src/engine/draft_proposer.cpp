@@ -1,6 +1,7 @@
 #include "engine/draft_proposer.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "core/error.h"
@@ -33,13 +34,45 @@ DraftModelProposer::DraftModelProposer(const Model& draft, const EngineConfig& c
   runner_ = std::make_unique<ModelRunner>(draft, cfg_, pool);
   bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size,
                                        runner_->page_groups());
-  // The warm-up (draft_proposer.h): one block of token 0, in a block given back after.
+  // The warm-up (draft_proposer.h): one block of token 0, then two tokens one at a time
+  // (the faster one times a one-sequence forward), in blocks given back after.
+  constexpr int32_t kTimed = 2;
   const int32_t n = std::min(runner_->kv_layout().block_size, std::max(1, cfg_.max_num_batched_tokens));
-  Sequence warm(-1, std::vector<int32_t>(size_t(n), 0), RequestParams{}, draft.hparams().n_vocab, 0);
-  if (bm_->reserve(warm.blocks, n)) {
+  Sequence warm(-1, std::vector<int32_t>(size_t(n + kTimed), 0), RequestParams{}, draft.hparams().n_vocab, 0);
+  if (bm_->reserve(warm.blocks, n + kTimed)) {
+    const auto w0 = std::chrono::steady_clock::now();
     runner_->run({{&warm, n}}, *bm_, rows_);
+    // The catch-up rate until a catch-up is measured (first touches make it high: the
+    // engine weighs a catch-up before it lets a draft explore, so the error is a cautious one).
+    catchup_s_per_token_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / n;
+    warm.n_computed = n;
+    double best = 0;
+    for (int32_t i = 0; i < kTimed; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      runner_->run({{&warm, 1}}, *bm_, rows_);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = i == 0 ? dt : std::min(best, dt);
+      ++warm.n_computed;
+    }
+    forward_s_[0] = best;
     bm_->release(warm.blocks);
   }
+}
+
+int DraftModelProposer::forward_bucket(int32_t n_seqs) {
+  constexpr int kLast = int(std::tuple_size_v<decltype(forward_s_)>) - 1;
+  return n_seqs <= 1 ? 0 : std::min(kLast, int(std::bit_width(uint32_t(n_seqs - 1))));
+}
+
+void DraftModelProposer::time_forward(int32_t n_seqs, double seconds) {
+  double& f = forward_s_[size_t(forward_bucket(n_seqs))];
+  f = f > 0 ? 0.8 * f + 0.2 * seconds : seconds;
+}
+
+double DraftModelProposer::token_seconds(int32_t n_seqs) const {
+  for (int b = forward_bucket(n_seqs); b >= 0; --b)
+    if (forward_s_[size_t(b)] > 0) return forward_s_[size_t(b)];
+  return 0;
 }
 
 double DraftModelProposer::setup_seconds(int64_t seq, std::span<const int32_t> tokens) const {
@@ -228,7 +261,11 @@ void DraftModelProposer::propose(std::span<const Ask> asks) {
     for (const Live& l : live)
       if (l.alive && j < l.a->max_tokens) chunks.push_back({l.s, l.s->pending()});
     if (chunks.empty()) break;
+    // A forward's own time: the first may carry a few tokens of catch-up.
+    const bool plain = std::all_of(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.n_tokens == 1; });
+    const auto f0 = Clock::now();
     run(chunks);
+    if (plain) time_forward(int32_t(chunks.size()), std::chrono::duration<double>(Clock::now() - f0).count());
     for (size_t i = 0; i < chunks.size(); ++i) {
       RIDGE_ASSERT(rows_[i] >= 0);
       Sequence* s = chunks[i].seq;

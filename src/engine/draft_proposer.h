@@ -12,7 +12,8 @@
 //
 // A forward of one block at construction touches the pool's first pages and the forward's
 // buffers, which the first drafting step would otherwise pay for (on a small model,
-// many steps' time).
+// many steps' time); two one-token forwards after it time a drafting forward of one
+// sequence before any step needs to know (token_seconds).
 //
 // The draft's pool holds as many tokens as the target's (the engine splits the KV memory
 // between them by their bytes per token). When it is full, the shadows used least
@@ -22,6 +23,7 @@
 // counted) instead of running them again: n > 1 choices and requests with one system
 // prompt run it once.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -53,6 +55,10 @@ class DraftModelProposer final : public Proposer {
   bool costly() const override { return true; }
   // The tokens the shadow has not run, at the measured catch-up time per token.
   double setup_seconds(int64_t seq, std::span<const int32_t> tokens) const override;
+  // A drafting forward's measured time at this many sequences, or, not measured yet, the
+  // time at the largest measured count below it (a forward over more sequences takes no
+  // less); one sequence's is timed at construction.
+  double token_seconds(int32_t n_seqs) const override;
   void retire(int64_t seq, std::span<const int32_t> tokens) override;
 
   // Of the last propose(): seconds spent catching up (not drafting), and forwards run.
@@ -92,7 +98,12 @@ class DraftModelProposer final : public Proposer {
   std::vector<int32_t> rows_;
   std::span<const float> logits_;
   double catchup_s_ = 0;
-  double catchup_s_per_token_ = 0;  // measured (decaying mean); 0 until a catch-up ran
+  double catchup_s_per_token_ = 0;  // measured (decaying mean), first from the warm-up block
+  // A drafting forward's seconds by sequences in it (powers of two: 1, 2, 3-4, 5-8, ...):
+  // decaying means, 0 until measured.
+  std::array<double, 10> forward_s_{};
+  static int forward_bucket(int32_t n_seqs);
+  void time_forward(int32_t n_seqs, double seconds);
   int64_t n_forwards_ = 0;
   int64_t catchup_tokens_ = 0, shared_tokens_ = 0;
 };

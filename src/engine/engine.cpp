@@ -127,6 +127,42 @@ Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg
   cost_ = std::make_unique<Cost>(*this);
   SchedulerConfig sc{cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.preemption, cfg.aging_steps};
   sched_ = std::make_unique<Scheduler>(sc, *bm_, radix_.get(), cost_.get());
+  if (draft_) time_target_rows();
+}
+
+// Whether a draft model can ever pay at batch 1 depends on what a verified row adds to a
+// one-row step (from the decode kernel to the small-batch one, the head's second row),
+// which otherwise only exploring with the draft would show. So, as the draft times its
+// own forward at load: a warm-up block (the pages and buffers a first step would touch),
+// then one-row and two-row (one draft verified) forwards, the faster of two each.
+void Engine::time_target_rows() {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kReps = 2;
+  if (cfg_.max_num_batched_tokens < 2) return;  // no two-row step can run
+  const int32_t n = std::min(bm_->block_size(), std::max(1, cfg_.max_num_batched_tokens - 2));
+  Sequence s(-1, std::vector<int32_t>(size_t(n), 0), RequestParams{}, model_.hparams().n_vocab, 0);
+  if (!bm_->reserve(s.blocks, n + 3 * kReps)) return;
+  std::vector<int32_t> rows, prompt_rows;
+  runner_->run({{&s, n}}, *bm_, rows, prompt_rows);
+  s.n_computed = n;
+  auto timed = [&](int32_t n_rows) {
+    s.tokens.push_back(0);  // the pending token
+    s.draft.assign(size_t(n_rows - 1), 0);
+    const auto t0 = Clock::now();
+    runner_->run({{&s, n_rows, n_rows - 1}}, *bm_, rows, prompt_rows);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    s.tokens.insert(s.tokens.end(), s.draft.begin(), s.draft.end());  // accepted
+    s.n_computed += n_rows;
+    return dt;
+  };
+  double one = 1e30, two = 1e30;
+  for (int i = 0; i < kReps; ++i) {
+    one = std::min(one, timed(1));
+    two = std::min(two, timed(2));
+  }
+  s.draft.clear();
+  bm_->release(s.blocks);
+  target_row_s_ = std::max(0.0, two - one);
 }
 
 void Engine::make_suffix() {
@@ -501,6 +537,7 @@ void Engine::speculate(SchedulerOutput& so) {
     if (spec_config(*s).adaptive) adaptive_want += want[i];
   }
   const bool hopeless = !spec_policy_.worth_asking(n_decodes, so.n_tokens(), adaptive_want);
+  const std::vector<Proposer*> too_dear = dear_proposers(so, n_decodes, want);
   std::vector<SpecPolicy::Candidate> cand;
   std::vector<int32_t> take(n, 0), avail(n, 0);
   std::vector<Proposer*> later(n, nullptr);  // costly: asked after the choice
@@ -517,6 +554,7 @@ void Engine::speculate(SchedulerOutput& so) {
       continue;
     }
     Proposer* p = proposer(sc.method);
+    if (sc.adaptive && std::find(too_dear.begin(), too_dear.end(), p) != too_dear.end()) continue;
     if (p && p->costly()) {
       later[i] = p;
       avail[i] = want[i];
@@ -569,6 +607,47 @@ void Engine::speculate(SchedulerOutput& so) {
   }
   propose_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
+}
+
+// The costly proposers that cannot pay in this step even with every token right: with
+// B decodes in a plain step of time T, B' of them asking proposer p for a tokens each,
+// certain, give B + B'a tokens in at least T + a t + r, t being p's time per position
+// at B' sequences and r what verified rows add (at batch 1 the timed second row, else
+// 0); that beats B / T only if a (B' T - B t) > B r for some a up to the deepest ask.
+// Such a proposer (a draft model as dear as the target) is not asked, explored or
+// probed for its adaptive sequences; nor is any costly proposer before T is known
+// (SpecPolicy::plain_seconds), or while what its steps could save would not repay its
+// catch-up on text it has not seen within kSpecRepaySteps steps of right tokens (a
+// draft that barely pays is not worth running a long prompt through).
+std::vector<Proposer*> Engine::dear_proposers(const SchedulerOutput& so, int32_t n_decodes,
+                                              const std::vector<int32_t>& want) const {
+  std::vector<Proposer*> dear;
+  const double plain = spec_policy_.plain_seconds(n_decodes);
+  const bool known = plain > 0;
+  struct Asked {
+    Proposer* p;
+    int32_t n, k;      // adaptive sequences asking it, the most tokens one wants
+    double setup = 0;  // their catch-ups (Proposer::setup_seconds)
+  };
+  std::vector<Asked> asked;
+  for (size_t i = 0; i < so.chunks.size(); ++i) {
+    const Sequence& s = *so.chunks[i].seq;
+    const SpeculativeConfig& sc = spec_config(s);
+    Proposer* p = want[i] > 0 && sc.adaptive ? proposer(sc.method) : nullptr;
+    if (!p || !p->costly()) continue;
+    auto it = std::find_if(asked.begin(), asked.end(), [&](const Asked& a) { return a.p == p; });
+    if (it == asked.end()) it = asked.insert(asked.end(), {p, 0, 0});
+    ++it->n;
+    it->k = std::max(it->k, want[i]);
+    it->setup += p->setup_seconds(s.id, s.tokens);
+  }
+  const double b = n_decodes, r = n_decodes == 1 ? target_row_s_ : 0.0;
+  for (const Asked& a : asked) {
+    // Seconds a step with every drafted token right saves against plain steps.
+    const double saved = (double(a.k) * (double(a.n) * plain - b * a.p->token_seconds(a.n)) - b * r) / b;
+    if (!known || saved * kSpecRepaySteps <= a.setup) dear.push_back(a.p);
+  }
+  return dear;
 }
 
 const SpeculativeConfig& Engine::spec_config(const Sequence& s) const {

@@ -211,6 +211,9 @@ class Engine {
   int32_t ask_cheap(Sequence& s, Proposer* p, int32_t n, std::vector<float>* confidence);
   const SpeculativeConfig& spec_config(const Sequence& s) const;
   Proposer* proposer(SpecMethod m) const;  // null for Ngram (made per request) and None
+  void time_target_rows();
+  std::vector<Proposer*> dear_proposers(const SchedulerOutput& so, int32_t n_decodes,
+                                        const std::vector<int32_t>& want) const;
   void make_suffix();
   void retire(const Sequence& s, bool learn);  // tell the proposers a sequence ended
 
@@ -236,11 +239,15 @@ class Engine {
   SpecPolicy spec_policy_;
   double probe_credit_ = 0;
   static constexpr double kSpecProbeShare = 0.01;  // of the decode time that probes may take
+  static constexpr double kSpecRepaySteps = 16;    // dear_proposers: steps to repay a catch-up
   Proposer* external_ = nullptr;
   std::unique_ptr<SuffixProposer> suffix_;
   std::unique_ptr<Model> draft_model_;
   std::unique_ptr<DraftModelProposer> draft_;  // declared after pool_ and draft_model_: destroyed before them
   double draft_catchup_s_ = 0;  // of this step
+  // With a draft model: what a verified row adds to a one-row step at least, timed at
+  // load (time_target_rows).
+  double target_row_s_ = 0;
   double propose_s_ = 0;        // of this step
   EngineStats stats_;
   std::vector<int32_t> rows_;

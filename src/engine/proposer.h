@@ -44,6 +44,10 @@ class Proposer {
   // the cost per token (a draft model catching up on text it has not seen): the engine
   // weighs it before probing a sequence it has not speculated on for a while.
   virtual double setup_seconds(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) const { return 0; }
+  // Seconds each proposed position costs a step that asks n_seqs sequences at once (a
+  // draft model's forward over them), at least: the engine does not let a proposer whose
+  // tokens cost as much as the target's own explore at all. 0 where it is negligible.
+  virtual double token_seconds(int32_t /*n_seqs*/) const { return 0; }
   // A sequence ended; `tokens` are its prompt and output when it finished normally
   // (empty when aborted). Proposers that keep state per sequence drop it here.
   virtual void retire(int64_t /*seq*/, std::span<const int32_t> /*tokens*/) {}

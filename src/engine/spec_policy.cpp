@@ -19,6 +19,8 @@ void SpecPolicy::observe(int32_t n_decodes, int64_t rows, bool drafts, double se
     f.pw = kDecay * f.pw + 1;
     f.py = kDecay * f.py + seconds;
     f.pr = kDecay * f.pr + double(rows);
+    f.plast = seconds;
+    ++f.pn;
     return;
   }
   const double x = double(rows);
@@ -50,6 +52,11 @@ SpecPolicy::StepCost SpecPolicy::cost(int32_t n_decodes) const {
     return c;
   }
   return c;
+}
+
+double SpecPolicy::plain_seconds(int32_t n_decodes) const {
+  const Fit& f = fit_[size_t(bucket(n_decodes))];
+  return f.pn >= kPlainSteps ? std::min(f.py / f.pw, f.plast) : 0.0;
 }
 
 bool SpecPolicy::worth_asking(int32_t n_decodes, int64_t step_rows, int32_t max_tokens) const {

@@ -50,6 +50,11 @@ class SpecPolicy {
     double at(double rows, bool drafts) const { return drafts ? fixed_s + per_row_s * rows : plain_s; }
   };
   StepCost cost(int32_t n_decodes) const;
+  // The time of this batch size's decode steps without drafts: the lower of their mean
+  // and the last one (a fresh engine's first steps touch new pages); 0 before
+  // kPlainSteps of them.
+  double plain_seconds(int32_t n_decodes) const;
+  static constexpr int kPlainSteps = 4;
 
   static constexpr double kPriorChance = 0.25;
   static constexpr int kPriorMax = 4;     // tokens per step, cycling 1..kPriorMax
@@ -60,6 +65,8 @@ class SpecPolicy {
   StepCost own_cost(int b) const;
   struct Fit {  // decaying sums: steps without drafts, and least squares of time on rows with them
     double pw = 0, py = 0, pr = 0;  // pr: the plain steps' rows
+    double plast = 0;               // the last plain step's time
+    int64_t pn = 0;                 // plain steps seen
     double w = 0, x = 0, y = 0, xx = 0, xy = 0, yy = 0;
     int64_t n = 0;  // steps seen
   };

@@ -377,7 +377,8 @@ TEST_F(SpeculativeDraftModel, DraftPoolPressure) {
 }
 
 // The draft's warm-up gives its block back; a sequence's catch-up is priced from the
-// measured catch-ups (what a probe weighs), and nothing once the shadow has the text.
+// warm-up and then the measured catch-ups (what a probe and the engine's check of a dear
+// draft weigh), and nothing once the shadow has the text.
 TEST_F(SpeculativeDraftModel, WarmUpAndCatchUpCost) {
   const auto dm = Model::load(draft("draft-setup.gguf", DType::Q8_0, 1));
   EngineConfig cfg;
@@ -387,7 +388,9 @@ TEST_F(SpeculativeDraftModel, WarmUpAndCatchUpCost) {
   EXPECT_EQ(d.blocks().n_free(), d.blocks().n_total());
   std::vector<int32_t> toks(40);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + i % 50);
-  EXPECT_EQ(d.setup_seconds(7, toks), 0.0) << "nothing measured yet";
+  EXPECT_GT(d.setup_seconds(7, toks), 0.0) << "priced from the timed warm-up block";
+  EXPECT_GT(d.token_seconds(1), 0.0) << "a one-sequence forward, timed at construction";
+  EXPECT_EQ(d.token_seconds(4), d.token_seconds(1)) << "no forward of 4 yet: the one below it";
   std::vector<int32_t> out;
   const Proposer::Ask ask{7, toks, 3, &out};
   d.propose({&ask, 1});
@@ -703,6 +706,43 @@ TEST_F(SpeculativeRandomModel, SampledDistributionUnchanged) {
   ASSERT_GE(df, 3);
 }
 
+// A costly proposer whose every token costs a plain step or more cannot pay even when
+// always right (Engine::dear_proposers): an adaptive engine never asks it, not even to
+// explore; one that costs nothing is asked once the plain step time is known.
+class PricedProposer final : public Proposer {
+ public:
+  explicit PricedProposer(double token_s) : token_s_(token_s) {}
+  void propose(std::span<const Ask> asks) override {
+    for (const Ask& a : asks) {
+      ++asked;
+      a.out->assign(size_t(a.max_tokens), a.tokens.back());
+    }
+  }
+  bool costly() const override { return true; }
+  double token_seconds(int32_t) const override { return token_s_; }
+  int64_t asked = 0;
+
+ private:
+  double token_s_;
+};
+
+TEST_F(SpeculativeRandomModel, ADraftAsDearAsTheTargetIsNeverAsked) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(16) << 20;
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::External, 4, 1, 1, /*adaptive=*/true);
+  const auto reqs = repeating_prompts(1, model_->hparams().n_vocab, 5, 32, false);
+  auto asks = [&](double token_s) {
+    PricedProposer p(token_s);
+    Engine e(*model_, nullptr, cfg);
+    e.set_proposer(&p);
+    e.add_request(reqs[0].prompt, reqs[0].p);
+    while (e.has_work()) e.step();
+    return p.asked;
+  };
+  EXPECT_EQ(asks(10.0), 0) << "ten seconds a token against a step of well under one";
+  EXPECT_GT(asks(0.0), 0);
+}
+
 // A request chooses: off while the engine speculates, or on while it does not.
 TEST_F(SpeculativeRandomModel, PerRequestChoice) {
   auto reqs = repeating_prompts(6, model_->hparams().n_vocab, 5, 16, false);
@@ -821,6 +861,25 @@ TEST(SpecPolicy, NeighborsLine) {
   // 4 decodes: 4 rows with drafts would take 26 ms against 20 plain (a 6 ms jump).
   EXPECT_NEAR(b.at(2, true) - b.plain_s, 0.006, 1e-6);
   EXPECT_FALSE(p.cost(16).known) << "only the next size up or down";
+}
+
+// The plain step time a proposer's price is weighed against: none before kPlainSteps
+// plain steps, then the lower of their mean and the last (a fresh engine's first steps
+// touch new pages and run slow).
+TEST(SpecPolicy, PlainSeconds) {
+  SpecPolicy p;
+  p.observe(1, 1, false, 0.050);
+  for (int i = 1; i < SpecPolicy::kPlainSteps; ++i) {
+    EXPECT_EQ(p.plain_seconds(1), 0.0) << i;
+    p.observe(1, 2, true, 0.100);  // steps with drafts do not count
+    p.observe(1, 1, false, 0.010);
+  }
+  EXPECT_NEAR(p.plain_seconds(1), 0.010, 1e-12);
+  EXPECT_EQ(p.plain_seconds(2), 0.0) << "another batch size";
+  for (int i = 0; i < 40; ++i) p.observe(1, 1, false, 0.010);
+  p.observe(1, 1, false, 0.030);
+  EXPECT_GT(p.plain_seconds(1), 0.010);
+  EXPECT_LT(p.plain_seconds(1), 0.030) << "the mean, below the last step";
 }
 
 TEST(SpecPolicy, StepCostFit) {
