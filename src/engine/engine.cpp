@@ -598,9 +598,13 @@ void Engine::speculate(SchedulerOutput& so) {
     take[i] = grammar_prefix(*s, take[i]);  // a proposal the grammar refuses is not worth a row
     if (take[i] == 0) {
       s->spec_idle += avail[i] > 0;
+      // A cheap proposer's proposal (not a costly one's or a hopeless step's: not asked).
+      if (avail[i] > 0 && !later[i] && !deferred[i] && s->spec_shadow.empty() && spec_config(*s).adaptive)
+        s->spec_shadow.assign(s->draft.begin(), s->draft.begin() + std::min<ptrdiff_t>(avail[i], ptrdiff_t(s->draft.size())));
       continue;
     }
     s->spec_idle = 0;
+    s->spec_shadow.clear();  // verification measures it now
     const int32_t got = sched_->grant_draft(so, so.chunks[i], take[i]);
     n_drafts += got > 0;
     n_tokens += got;
@@ -693,8 +697,24 @@ void Engine::ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>&
     if (later[i]) take[i] = std::min(take[i], int32_t(so.chunks[i].seq->draft.size()));
 }
 
-// A sequence whose proposals were not worth a row still verifies one token now and then,
-// so its acceptance is measured again (text that starts repeating): the one idle longest,
+// A cheap proposal the policy did not take is scored against the tokens the sequence goes
+// on to produce: a verification would have accepted exactly the prefix they match (the
+// sampler draws the same token with or without it: proposer.h), so the sequence's
+// acceptance follows its text with no row spent on measuring it.
+void score_shadow(Sequence& s, int32_t tok) {
+  if (s.spec_shadow.empty()) return;
+  const int32_t n = int32_t(s.spec_shadow.size());
+  const bool match = tok == s.spec_shadow[size_t(s.spec_shadow_ok)];
+  if (match && ++s.spec_shadow_ok < n) return;
+  s.spec_acc = 0.9 * s.spec_acc + s.spec_shadow_ok;
+  s.spec_rej = 0.9 * s.spec_rej + (match ? 0 : 1);
+  s.spec_shadow.clear();
+  s.spec_shadow_ok = 0;
+}
+
+// A sequence whose costly proposer's proposals were not worth a row still verifies one
+// token now and then, so its acceptance is measured again (text that starts repeating;
+// a cheap proposer's is scored for free, score_shadow): the one idle longest,
 // when the probe credit covers the share of the step a row costs (and the draft model's
 // catch-up it would need). The credit grows by kSpecProbeShare per step, so probes
 // never take more than that share of the time.
@@ -704,7 +724,9 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   size_t best = so.chunks.size();
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     const Sequence* s = so.chunks[i].seq;
-    if (take[i] == 0 && avail[i] > 0 && (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
+    const Proposer* p = proposer(spec_config(*s).method);
+    if (take[i] == 0 && avail[i] > 0 && p && p->costly() &&
+        (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
       best = i;
   }
   if (best == so.chunks.size()) return false;
@@ -939,6 +961,7 @@ std::vector<TokenEvent> Engine::postprocess(const SchedulerOutput& so, const Sam
     const size_t first_lp = s->logprobs.size() - (s->params.logprobs >= 0 ? size_t(n) : 0);
     for (int32_t j = 0; j < n; ++j) {
       const int32_t tok = sampled.tokens[size_t(rows_[i] + j)];
+      score_shadow(*s, tok);
       s->tokens.push_back(tok);
       ++t.produced;
       const bool failed = j + 1 == n && s->matcher && s->matcher->failed();

@@ -105,6 +105,11 @@ struct EngineStats {
   int64_t jump_drafts = 0, jump_tokens = 0, jump_accepted = 0;
 };
 
+// A cheap proposal the policy did not take (s.spec_shadow), scored against tok, the next
+// token s produced: at its end or first mismatch, the acceptance a verification would
+// have measured joins s's decaying counts (engine.cpp says why that is exact).
+void score_shadow(Sequence& s, int32_t tok);
+
 class Engine {
  public:
   Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg);

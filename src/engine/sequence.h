@@ -92,6 +92,10 @@ struct Sequence {
   int32_t spec_k = 0;
   double spec_acc = 0, spec_rej = 0;
   int32_t spec_idle = 0;  // decode steps with a proposal not worth a row since it last verified one
+  // A cheap proposal not taken, scored against the tokens that follow (Engine::score_shadow):
+  // its tokens and how many of them matched so far.
+  std::vector<int32_t> spec_shadow;
+  int32_t spec_shadow_ok = 0;
   int32_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
   // The draft is the span the grammar forces (jump-forward), not a proposer's guess; the
   // decaying counts of its tokens the model took and of its spans cut short.

@@ -706,6 +706,31 @@ TEST_F(SpeculativeRandomModel, SampledDistributionUnchanged) {
   ASSERT_GE(df, 3);
 }
 
+// An untaken proposal is scored as a verification would have scored it: the prefix the
+// produced tokens match is accepted, the first mismatch is a rejection, then it is done.
+TEST(SpecShadow, ScoredLikeAVerification) {
+  Sequence s(1, {1, 2, 3}, RequestParams{}, 16, 0);
+  score_shadow(s, 4);  // no shadow: nothing to score
+  EXPECT_EQ(s.spec_acc, 0.0);
+  EXPECT_EQ(s.spec_rej, 0.0);
+  s.spec_shadow = {5, 6, 7};
+  score_shadow(s, 5);
+  score_shadow(s, 6);
+  EXPECT_EQ(s.spec_acc, 0.0) << "still open";
+  score_shadow(s, 9);
+  EXPECT_EQ(s.spec_acc, 2.0);
+  EXPECT_EQ(s.spec_rej, 1.0);
+  EXPECT_TRUE(s.spec_shadow.empty());
+  s.spec_shadow = {8, 9};
+  score_shadow(s, 8);
+  score_shadow(s, 9);
+  EXPECT_DOUBLE_EQ(s.spec_acc, 0.9 * 2 + 2);
+  EXPECT_DOUBLE_EQ(s.spec_rej, 0.9 * 1) << "all of it matched: no rejection";
+  EXPECT_TRUE(s.spec_shadow.empty());
+  score_shadow(s, 3);
+  EXPECT_DOUBLE_EQ(s.spec_acc, 0.9 * 2 + 2);
+}
+
 // A costly proposer whose every token costs a plain step or more cannot pay even when
 // always right (Engine::dear_proposers): an adaptive engine never asks it, not even to
 // explore; one that costs nothing is asked once the plain step time is known.
