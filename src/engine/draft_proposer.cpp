@@ -34,26 +34,27 @@ DraftModelProposer::DraftModelProposer(const Model& draft, const EngineConfig& c
   runner_ = std::make_unique<ModelRunner>(draft, cfg_, pool);
   bm_ = std::make_unique<BlockManager>(runner_->kv_layout().n_blocks, runner_->kv_layout().block_size,
                                        runner_->page_groups());
-  // The warm-up (draft_proposer.h): one block of token 0, then two tokens one at a time
-  // (the faster one times a one-sequence forward), in blocks given back after.
+  // The warm-up (draft_proposer.h): a block of token 0 (first touches), a second block
+  // timed (the catch-up rate until a catch-up is measured), then one token at a time,
+  // each with its logits as a drafting forward has them, the faster timing a
+  // one-sequence forward; in blocks given back after.
   constexpr int32_t kTimed = 2;
   const int32_t n = std::min(runner_->kv_layout().block_size, std::max(1, cfg_.max_num_batched_tokens));
-  Sequence warm(-1, std::vector<int32_t>(size_t(n + kTimed), 0), RequestParams{}, draft.hparams().n_vocab, 0);
-  if (bm_->reserve(warm.blocks, n + kTimed)) {
-    const auto w0 = std::chrono::steady_clock::now();
+  Sequence warm(-1, std::vector<int32_t>(size_t(n), 0), RequestParams{}, draft.hparams().n_vocab, 0);
+  if (bm_->reserve(warm.blocks, 2 * n + kTimed)) {
+    using Clock = std::chrono::steady_clock;
     runner_->run({{&warm, n}}, *bm_, rows_);
-    // The catch-up rate until a catch-up is measured (first touches make it high: the
-    // engine weighs a catch-up before it lets a draft explore, so the error is a cautious one).
-    catchup_s_per_token_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() / n;
     warm.n_computed = n;
+    auto forward = [&](int32_t tokens) {  // `tokens` more, the last with its logits
+      warm.tokens.resize(warm.tokens.size() + size_t(tokens), 0);
+      const auto t0 = Clock::now();
+      runner_->run({{&warm, tokens}}, *bm_, rows_);
+      warm.n_computed += tokens;
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    catchup_s_per_token_ = forward(n) / n;
     double best = 0;
-    for (int32_t i = 0; i < kTimed; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      runner_->run({{&warm, 1}}, *bm_, rows_);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = i == 0 ? dt : std::min(best, dt);
-      ++warm.n_computed;
-    }
+    for (int32_t i = 0; i < kTimed; ++i) best = i == 0 ? forward(1) : std::min(best, forward(1));
     forward_s_[0] = best;
     bm_->release(warm.blocks);
   }

@@ -537,7 +537,7 @@ void Engine::speculate(SchedulerOutput& so) {
     if (spec_config(*s).adaptive) adaptive_want += want[i];
   }
   const bool hopeless = !spec_policy_.worth_asking(n_decodes, so.n_tokens(), adaptive_want);
-  const std::vector<Proposer*> too_dear = dear_proposers(so, n_decodes, want);
+  const std::vector<bool> too_dear = dear_asks(so, n_decodes, want);
   std::vector<SpecPolicy::Candidate> cand;
   std::vector<int32_t> take(n, 0), avail(n, 0);
   std::vector<Proposer*> later(n, nullptr);  // costly: asked after the choice
@@ -548,13 +548,13 @@ void Engine::speculate(SchedulerOutput& so) {
     if (want[i] <= 0) continue;
     Sequence* s = so.chunks[i].seq;
     const SpeculativeConfig& sc = spec_config(*s);
+    if (too_dear[i]) continue;
     if (sc.adaptive && hopeless) {
       deferred[i] = true;
       avail[i] = want[i];
       continue;
     }
     Proposer* p = proposer(sc.method);
-    if (sc.adaptive && std::find(too_dear.begin(), too_dear.end(), p) != too_dear.end()) continue;
     if (p && p->costly()) {
       later[i] = p;
       avail[i] = want[i];
@@ -575,7 +575,7 @@ void Engine::speculate(SchedulerOutput& so) {
     }
   }
   spec_policy_.choose(n_decodes, so.n_tokens(), cand, take);
-  const bool probed = probe(so, n_decodes, avail, take);
+  const bool probed = probe(so, n_decodes, avail, deferred, take);
   for (size_t i = 0; i < n; ++i) {
     if (!deferred[i] || take[i] == 0) continue;
     Sequence* s = so.chunks[i].seq;  // the probe's: ask its proposer now
@@ -596,60 +596,69 @@ void Engine::speculate(SchedulerOutput& so) {
   for (size_t i = 0; i < n; ++i) {
     Sequence* s = so.chunks[i].seq;
     take[i] = grammar_prefix(*s, take[i]);  // a proposal the grammar refuses is not worth a row
-    if (take[i] == 0) {
-      s->spec_idle += avail[i] > 0;
-      // A cheap proposer's proposal (not a costly one's or a hopeless step's: not asked).
-      if (avail[i] > 0 && !later[i] && !deferred[i] && s->spec_shadow.empty() && spec_config(*s).adaptive)
-        s->spec_shadow.assign(s->draft.begin(), s->draft.begin() + std::min<ptrdiff_t>(avail[i], ptrdiff_t(s->draft.size())));
+    const int32_t got = take[i] > 0 ? sched_->grant_draft(so, so.chunks[i], take[i]) : 0;
+    if (got > 0) {
+      s->spec_idle = 0;
+      clear_shadow(*s);  // the verification measures it now
+      ++n_drafts;
+      n_tokens += got;
       continue;
     }
-    s->spec_idle = 0;
-    s->spec_shadow.clear();  // verification measures it now
-    const int32_t got = sched_->grant_draft(so, so.chunks[i], take[i]);
-    n_drafts += got > 0;
-    n_tokens += got;
+    s->spec_idle += avail[i] > 0;
+    // A proposal made and not run (a hopeless step's deferred sequences made none) is
+    // scored as the grammar would have cut it.
+    if (!s->draft.empty() && !deferred[i] && s->spec_shadow.empty() && spec_config(*s).adaptive)
+      s->spec_shadow.assign(s->draft.begin(), s->draft.begin() + grammar_prefix(*s, int32_t(s->draft.size())));
   }
   propose_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   span.end({{"drafts", n_drafts}, {"tokens", n_tokens}});
 }
 
-// The costly proposers that cannot pay in this step even with every token right: with
-// B decodes in a plain step of time T, B' of them asking proposer p for a tokens each,
-// certain, give B + B'a tokens in at least T + a t + r, t being p's time per position
-// at B' sequences and r what verified rows add (at batch 1 the timed second row, else
-// 0); that beats B / T only if a (B' T - B t) > B r for some a up to the deepest ask.
-// Such a proposer (a draft model as dear as the target) is not asked, explored or
-// probed for its adaptive sequences; nor is any costly proposer before T is known
-// (SpecPolicy::plain_seconds), or while what its steps could save would not repay its
-// catch-up on text it has not seen within kSpecRepaySteps steps of right tokens (a
-// draft that barely pays is not worth running a long prompt through).
-std::vector<Proposer*> Engine::dear_proposers(const SchedulerOutput& so, int32_t n_decodes,
-                                              const std::vector<int32_t>& want) const {
-  std::vector<Proposer*> dear;
-  const double plain = spec_policy_.plain_seconds(n_decodes);
-  const bool known = plain > 0;
+// The adaptive sequences whose costly proposer cannot pay in this step even with every
+// token right: with B decodes in a plain step of time T, B' of them asking proposer p for
+// a tokens each, certain, give B + B'a tokens in at least T + a t + r, t being p's time
+// per position at B' sequences and r what verified rows add (the timed second row when
+// the step is one row, else 0); that beats B / T only if a (B' T - B t) > B r for some a
+// up to the deepest ask. Such a proposer (a draft model as dear as the target) is not
+// asked, explored or probed; nor is any costly proposer before T is known
+// (SpecPolicy::plain_seconds). And a sequence is left out whose catch-up on text the
+// proposer has not seen its share of those savings would not repay within
+// kSpecRepaySteps steps (or the tokens it has left): a draft that barely pays is not
+// worth running a long prompt through.
+std::vector<bool> Engine::dear_asks(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& want) const {
+  const size_t n = so.chunks.size();
+  std::vector<bool> dear(n, false);
   struct Asked {
     Proposer* p;
-    int32_t n, k;      // adaptive sequences asking it, the most tokens one wants
-    double setup = 0;  // their catch-ups (Proposer::setup_seconds)
+    int32_t n, k;  // adaptive sequences asking it, the most tokens one wants
   };
   std::vector<Asked> asked;
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
-    const Sequence& s = *so.chunks[i].seq;
-    const SpeculativeConfig& sc = spec_config(s);
+  std::vector<Proposer*> costly(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    const SpeculativeConfig& sc = spec_config(*so.chunks[i].seq);
     Proposer* p = want[i] > 0 && sc.adaptive ? proposer(sc.method) : nullptr;
     if (!p || !p->costly()) continue;
+    costly[i] = p;
     auto it = std::find_if(asked.begin(), asked.end(), [&](const Asked& a) { return a.p == p; });
     if (it == asked.end()) it = asked.insert(asked.end(), {p, 0, 0});
     ++it->n;
     it->k = std::max(it->k, want[i]);
-    it->setup += p->setup_seconds(s.id, s.tokens);
   }
-  const double b = n_decodes, r = n_decodes == 1 ? target_row_s_ : 0.0;
+  if (asked.empty()) return dear;
+  const double plain = spec_policy_.plain_seconds(n_decodes);
+  const double b = n_decodes, r = so.n_tokens() == 1 ? target_row_s_ : 0.0;
   for (const Asked& a : asked) {
-    // Seconds a step with every drafted token right saves against plain steps.
-    const double saved = (double(a.k) * (double(a.n) * plain - b * a.p->token_seconds(a.n)) - b * r) / b;
-    if (!known || saved * kSpecRepaySteps <= a.setup) dear.push_back(a.p);
+    // Seconds a step with every drafted token right saves against plain steps, per
+    // sequence asking.
+    const double saved = plain <= 0 ? 0.0
+                                     : (double(a.k) * (double(a.n) * plain - b * a.p->token_seconds(a.n)) - b * r) /
+                                           (b * double(a.n));
+    for (size_t i = 0; i < n; ++i) {
+      if (costly[i] != a.p) continue;
+      const Sequence& s = *so.chunks[i].seq;
+      const double steps = std::min<double>(kSpecRepaySteps, std::max(0, s.params.max_tokens - s.n_generated()));
+      dear[i] = saved <= 0 || saved * steps <= a.p->setup_seconds(s.id, s.tokens);
+    }
   }
   return dear;
 }
@@ -704,28 +713,34 @@ void Engine::ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>&
 void score_shadow(Sequence& s, int32_t tok) {
   if (s.spec_shadow.empty()) return;
   const int32_t n = int32_t(s.spec_shadow.size());
+  RIDGE_ASSERT(s.spec_shadow_ok >= 0 && s.spec_shadow_ok < n);
   const bool match = tok == s.spec_shadow[size_t(s.spec_shadow_ok)];
   if (match && ++s.spec_shadow_ok < n) return;
   s.spec_acc = 0.9 * s.spec_acc + s.spec_shadow_ok;
   s.spec_rej = 0.9 * s.spec_rej + (match ? 0 : 1);
+  clear_shadow(s);
+}
+
+void clear_shadow(Sequence& s) {
   s.spec_shadow.clear();
   s.spec_shadow_ok = 0;
 }
 
 // A sequence whose costly proposer's proposals were not worth a row still verifies one
-// token now and then, so its acceptance is measured again (text that starts repeating;
-// a cheap proposer's is scored for free, score_shadow): the one idle longest,
-// when the probe credit covers the share of the step a row costs (and the draft model's
-// catch-up it would need). The credit grows by kSpecProbeShare per step, so probes
-// never take more than that share of the time.
+// token now and then, so its acceptance is measured again (text that starts repeating; a
+// cheap proposal is scored for free, score_shadow), and so does one of a step the line
+// calls hopeless (only a step with drafts refits the line): the one idle longest, when
+// the probe credit covers the share of the step a row costs (and the draft model's
+// forward and catch-up it would need). The credit grows by kSpecProbeShare per step,
+// so probes never take more than that share of the time.
 bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
-                   std::vector<int32_t>& take) {
+                   const std::vector<bool>& deferred, std::vector<int32_t>& take) {
   probe_credit_ = std::min(1.0, probe_credit_ + kSpecProbeShare);
   size_t best = so.chunks.size();
   for (size_t i = 0; i < so.chunks.size(); ++i) {
     const Sequence* s = so.chunks[i].seq;
     const Proposer* p = proposer(spec_config(*s).method);
-    if (take[i] == 0 && avail[i] > 0 && p && p->costly() &&
+    if (take[i] == 0 && avail[i] > 0 && (deferred[i] || (p && p->costly())) &&
         (best == so.chunks.size() || s->spec_idle > so.chunks[best].seq->spec_idle))
       best = i;
   }
@@ -736,7 +751,7 @@ bool Engine::probe(const SchedulerOutput& so, int32_t n_decodes, const std::vect
   // A draft model's catch-up too must fit in the credit (speculate() charges what it took).
   const Sequence* s = so.chunks[best].seq;
   const Proposer* p = proposer(spec_config(*s).method);
-  const double setup = p ? p->setup_seconds(s->id, s->tokens) / std::max(1e-12, c.plain_s) : 0.0;
+  const double setup = p ? (p->setup_seconds(s->id, s->tokens) + p->token_seconds(1)) / std::max(1e-12, c.plain_s) : 0.0;
   if (probe_credit_ < share + setup) return false;
   probe_credit_ -= share;
   take[best] = 1;

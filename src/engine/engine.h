@@ -109,6 +109,7 @@ struct EngineStats {
 // token s produced: at its end or first mismatch, the acceptance a verification would
 // have measured joins s's decaying counts (engine.cpp says why that is exact).
 void score_shadow(Sequence& s, int32_t tok);
+void clear_shadow(Sequence& s);
 
 class Engine {
  public:
@@ -211,14 +212,13 @@ class Engine {
   static void think_step(Sequence& s, int32_t tok);  // ... after a drawn token
   void on_verified(Sequence* s, int32_t n_draft, int32_t n_accepted);
   bool probe(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& avail,
-             std::vector<int32_t>& take);  // whether it added a token to verify
+             const std::vector<bool>& deferred, std::vector<int32_t>& take);  // whether it added a token to verify
   void ask_costly(const SchedulerOutput& so, const std::vector<Proposer*>& later, std::vector<int32_t>& take);
   int32_t ask_cheap(Sequence& s, Proposer* p, int32_t n, std::vector<float>* confidence);
   const SpeculativeConfig& spec_config(const Sequence& s) const;
   Proposer* proposer(SpecMethod m) const;  // null for Ngram (made per request) and None
   void time_target_rows();
-  std::vector<Proposer*> dear_proposers(const SchedulerOutput& so, int32_t n_decodes,
-                                        const std::vector<int32_t>& want) const;
+  std::vector<bool> dear_asks(const SchedulerOutput& so, int32_t n_decodes, const std::vector<int32_t>& want) const;
   void make_suffix();
   void retire(const Sequence& s, bool learn);  // tell the proposers a sequence ended
 
@@ -244,7 +244,7 @@ class Engine {
   SpecPolicy spec_policy_;
   double probe_credit_ = 0;
   static constexpr double kSpecProbeShare = 0.01;  // of the decode time that probes may take
-  static constexpr double kSpecRepaySteps = 16;    // dear_proposers: steps to repay a catch-up
+  static constexpr double kSpecRepaySteps = 16;    // dear_asks: steps to repay a catch-up
   Proposer* external_ = nullptr;
   std::unique_ptr<SuffixProposer> suffix_;
   std::unique_ptr<Model> draft_model_;

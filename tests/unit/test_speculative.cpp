@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "engine/draft_proposer.h"
@@ -736,19 +737,24 @@ TEST(SpecShadow, ScoredLikeAVerification) {
 // explore; one that costs nothing is asked once the plain step time is known.
 class PricedProposer final : public Proposer {
  public:
-  explicit PricedProposer(double token_s) : token_s_(token_s) {}
+  explicit PricedProposer(double token_s, int64_t dear_setup_seq = -1)
+      : token_s_(token_s), dear_setup_seq_(dear_setup_seq) {}
   void propose(std::span<const Ask> asks) override {
     for (const Ask& a : asks) {
       ++asked;
+      seqs.insert(a.seq);
       a.out->assign(size_t(a.max_tokens), a.tokens.back());
     }
   }
   bool costly() const override { return true; }
   double token_seconds(int32_t) const override { return token_s_; }
+  double setup_seconds(int64_t seq, std::span<const int32_t>) const override { return seq == dear_setup_seq_ ? 10.0 : 0.0; }
   int64_t asked = 0;
+  std::set<int64_t> seqs;
 
  private:
   double token_s_;
+  int64_t dear_setup_seq_;
 };
 
 TEST_F(SpeculativeRandomModel, ADraftAsDearAsTheTargetIsNeverAsked) {
@@ -766,6 +772,23 @@ TEST_F(SpeculativeRandomModel, ADraftAsDearAsTheTargetIsNeverAsked) {
   };
   EXPECT_EQ(asks(10.0), 0) << "ten seconds a token against a step of well under one";
   EXPECT_GT(asks(0.0), 0);
+}
+
+// A catch-up the savings cannot repay leaves out that sequence only, not the others the
+// same proposer drafts for.
+TEST_F(SpeculativeRandomModel, ACatchUpTooLongToRepayLeavesOutOneSequence) {
+  EngineConfig cfg;
+  cfg.kv_cache_bytes = int64_t(16) << 20;
+  cfg.speculative = SpeculativeConfig::make(SpecMethod::External, 4, 1, 1, /*adaptive=*/true);
+  const auto reqs = repeating_prompts(2, model_->hparams().n_vocab, 5, 32, false);
+  Engine e(*model_, nullptr, cfg);
+  std::vector<int64_t> ids;
+  for (const auto& r : reqs) ids.push_back(e.add_request(r.prompt, r.p));
+  PricedProposer p(0.0, ids[0]);
+  e.set_proposer(&p);
+  while (e.has_work()) e.step();
+  EXPECT_EQ(p.seqs.count(ids[0]), 0u) << "ten seconds of catch-up";
+  EXPECT_EQ(p.seqs.count(ids[1]), 1u);
 }
 
 // A request chooses: off while the engine speculates, or on while it does not.
