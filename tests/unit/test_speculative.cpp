@@ -733,7 +733,7 @@ TEST(SpecShadow, ScoredLikeAVerification) {
 }
 
 // A costly proposer whose every token costs a plain step or more cannot pay even when
-// always right (Engine::dear_proposers): an adaptive engine never asks it, not even to
+// always right (Engine::dear_asks): an adaptive engine never asks it, not even to
 // explore; one that costs nothing is asked once the plain step time is known.
 class PricedProposer final : public Proposer {
  public:
