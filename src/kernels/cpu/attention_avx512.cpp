@@ -101,11 +101,12 @@ ATTN_INLINE __m512 load16(const uint8_t* row, int64_t i, __mmask16 m) {
     } else if constexpr (T == DType::F8_E5M2) {
       return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
     } else {
-      const __m256i w = _mm256_cvtepu8_epi16(b);
-      const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
-      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
+      // Sign-extended, a negative code's high byte is all ones: shifted by 7 the sign
+      // lands on bits 15 and 14, and the mask keeps 15 and the magnitude's bits 7-13.
+      const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(int16_t(0xBF80)));
       const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
-      return _mm512_mask_mov_ps(f, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)), _mm512_set1_ps(__builtin_nanf("")));
+      const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_or_si256(h, _mm256_set1_epi16(int16_t(0x8000))), _mm256_set1_epi16(int16_t(0xBF80)));
+      return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
     }
   } else if constexpr (T == DType::F16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
