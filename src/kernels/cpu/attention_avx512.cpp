@@ -88,10 +88,15 @@ inline constexpr bool kScaled = is_scaled_kv_dtype(T);
 template <DType T>
 inline constexpr int64_t kEsz = T == DType::F32 ? 4 : kScaled<T> ? 1 : 2;
 
+// A scaled dtype's codes come out of load16 in units of kCodeUnit, which the scales that
+// multiply them take in (a multiply per scale, not per code).
+template <DType T>
+inline constexpr float kCodeUnit = T == DType::F8_E4M3 ? 256.f : 1.f;
+
 // Elements [i, i + 16) of a cache row in f32, lanes outside m zero (and not read). The
-// 8-bit codes as their values (times the position's scale later): E5M2 is the top byte of
-// a half; E4M3's exponent and mantissa shifted into a half's are its value times 2^-8
-// (subnormals included), and S.1111.111 is NaN.
+// 8-bit codes as their values in kCodeUnit (times the position's scale later): E5M2 is the
+// top byte of a half; E4M3's exponent and mantissa shifted into a half's are its value
+// times 2^-8 (subnormals included), and S.1111.111 is NaN.
 template <DType T>
 ATTN_INLINE __m512 load16(const uint8_t* row, int64_t i, __mmask16 m) {
   if constexpr (kScaled<T>) {
@@ -104,7 +109,7 @@ ATTN_INLINE __m512 load16(const uint8_t* row, int64_t i, __mmask16 m) {
       // Sign-extended, a negative code's high byte is all ones: shifted by 7 the sign
       // lands on bits 15 and 14, and the mask keeps 15 and the magnitude's bits 7-13.
       const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7), _mm256_set1_epi16(int16_t(0xBF80)));
-      const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
+      const __m512 f = _mm512_cvtph_ps(h);
       const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_or_si256(h, _mm256_set1_epi16(int16_t(0x8000))), _mm256_set1_epi16(int16_t(0xBF80)));
       return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
     }
@@ -221,8 +226,10 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
   const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(kNegInf);
   if constexpr (kScaled<T>) {  // each key's dot product times its scale
     __m512 ks[G];
-    ATTN_UNROLL for (int g = 0; g < G; ++g)
+    ATTN_UNROLL for (int g = 0; g < G; ++g) {
       ks[g] = _mm512_maskz_loadu_ps(gr[g].slots, reinterpret_cast<const float*>(gr[g].ks + koff));
+      if constexpr (kCodeUnit<T> != 1.f) ks[g] = _mm512_mul_ps(ks[g], _mm512_set1_ps(kCodeUnit<T>));
+    }
     ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g) acc[r][g] = _mm512_mul_ps(acc[r][g], ks[g]);
   }
   ATTN_UNROLL for (int r = 0; r < R; ++r) ATTN_UNROLL for (int g = 0; g < G; ++g)
@@ -445,14 +452,15 @@ void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, int32_t live, const floa
 }
 
 // A scaled value's scale goes with its probability (kv_view.h): p[r][lane of key j] x
-// sv_j for rows [r0, r0 + n) of one head, whose V scales lie vsoff past its tiles, over
-// the tile's keys. After the softmax's sums, which are of the probabilities themselves.
-void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int32_t n, int64_t vsoff) {
+// sv_j x unit (the codes' kCodeUnit) for rows [r0, r0 + n) of one head, whose V scales
+// lie vsoff past its tiles, over the tile's keys. After the softmax's sums, which are of
+// the probabilities themselves.
+void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int32_t n, int64_t vsoff, float unit) {
   for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {
     const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
     for (int32_t g = 0; g < gpb && 16 * g < tl.keys[b]; ++g) {
       const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // dead lanes stay 0
-      const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
+      const __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sv + 16 * g), _mm512_set1_ps(unit));
       for (int32_t r = 0; r < n; ++r) {
         float* pr = p + r * ldp + (b * gpb + g) * 16;
         _mm512_mask_storeu_ps(pr, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr), s));
@@ -774,7 +782,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     }
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
-        scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo, h * a.v_head_stride + a.v_scales_off);
+        scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo, h * a.v_head_stride + a.v_scales_off,
+                            kCodeUnit<T>);
     if constexpr (!kScaled<T>) {
       if (a.v_dim0 >= 0) {  // values out of each head's K tiles, transposed once for its rows
         for (int32_t h = 0; h < nh; ++h) {
@@ -837,7 +846,7 @@ void kv_codes_to_f32_avx512(DType t, const uint8_t* src, float* dst, int64_t n) 
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_lanes(int32_t(n - i < 16 ? n - i : 16));
     const __m512 v = t == DType::I8        ? load16<DType::I8>(src, i, m)
-                     : t == DType::F8_E4M3 ? load16<DType::F8_E4M3>(src, i, m)
+                     : t == DType::F8_E4M3 ? _mm512_mul_ps(load16<DType::F8_E4M3>(src, i, m), _mm512_set1_ps(kCodeUnit<DType::F8_E4M3>))
                                            : load16<DType::F8_E5M2>(src, i, m);
     _mm512_mask_storeu_ps(dst + i, m, v);
   }
