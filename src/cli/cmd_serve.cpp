@@ -46,7 +46,16 @@ int cmd_serve(Args& a) {
   const auto at_budget = a.str({"--auto-tune-batched-tokens"});
   const auto at_k = a.str({"--auto-tune-speculative-tokens"});
   at.interval_s = a.number({"--auto-tune-interval"}, at.interval_s, 0.1, 3600);
+  server::KvEventsOptions kvo;
+  kvo.endpoint = a.str({"--kv-events-endpoint"}, "");
+  kvo.replay_endpoint = a.str({"--kv-events-replay-endpoint"}, "");
+  kvo.topic = a.str({"--kv-events-topic"}, "");
+  kvo.buffer_steps = a.integer({"--kv-events-buffer-steps"}, kvo.buffer_steps, 1, int64_t(1) << 30);
   a.finish();
+  if (kvo.endpoint.empty() && (!kvo.replay_endpoint.empty() || !kvo.topic.empty() || a.given({"--kv-events-buffer-steps"})))
+    fail("--kv-events-replay-endpoint, --kv-events-topic and --kv-events-buffer-steps need --kv-events-endpoint");
+  if (!kvo.endpoint.empty() && !ec.prefix_cache)
+    fail("--kv-events-endpoint: the events are the prefix cache's, and --no-prefix-cache turns it off");
   if (!at.enabled && (at_slo || at_budget || at_k || a.given({"--auto-tune-interval"})))
     fail("--auto-tune-slo, --auto-tune-batched-tokens, --auto-tune-speculative-tokens and --auto-tune-interval need "
          "--auto-tune");
@@ -65,6 +74,8 @@ int cmd_serve(Args& a) {
   if (at_k) range(*at_k, "--auto-tune-speculative-tokens", at.min_k, at.max_k);
   // Created before the model loads, so a path that cannot be written fails at once.
   if (record) so.loop.recorder = std::make_shared<TraceRecorder>(*record, server::steady_seconds());
+  // Likewise an endpoint that cannot be bound or connected.
+  if (!kvo.endpoint.empty()) so.loop.kv_events = std::make_shared<server::KvEventsPublisher>(kvo);
   server::ToolFormat tool_format = server::ToolFormat::None;
   if (tool_parser != "auto") {
     tool_format = server::tool_format_from_name(tool_parser);

@@ -36,7 +36,10 @@ commands:
               ttft_p99=2s,tpot_p99=100ms] [--auto-tune-batched-tokens MIN:MAX (64:the budget)]
               [--auto-tune-speculative-tokens MIN:MAX] [--auto-tune-interval S (5)]] (the
               token budget and speculation depth follow the SLO online, each change logged)
-              + engine options
+              [--kv-events-endpoint tcp://*:5557 [--kv-events-replay-endpoint tcp://*:5558]
+              [--kv-events-topic T] [--kv-events-buffer-steps N (10000)]] (the prefix
+              cache's blocks stored and removed, as vLLM's KV events over ZeroMQ, for a
+              cache-aware router) + engine options
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named

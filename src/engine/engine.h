@@ -147,6 +147,12 @@ class Engine {
   int64_t n_swaps() const { return sched_->n_swaps(); }
   const BlockManager& blocks() const { return *bm_; }
   const RadixCache* prefix_cache() const { return radix_.get(); }
+  // KV-cache events of the prefix cache (engine/kv_events.h), for a router: recorded
+  // from set_kv_events(true) on, taken after each step. None without a prefix cache.
+  void set_kv_events(bool on) {
+    if (radix_) radix_->record_events(on);
+  }
+  std::vector<KvEvent> take_kv_events() { return radix_ ? radix_->take_events() : std::vector<KvEvent>{}; }
   int32_t n_running() const { return sched_->n_running(); }
   int32_t n_waiting() const { return sched_->n_waiting(); }
   // The longest sequence the pool holds alone (window layers bounded by their window).

@@ -16,6 +16,12 @@ void RadixCache::release_all(Node* n) {
   }
 }
 
+void RadixCache::record_events(bool on) {
+  if (on && !record_) events_.push_back(KvEvent{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0});
+  record_ = on;
+  if (!on) events_.clear();
+}
+
 void RadixCache::block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const {
   const int32_t bs = bm_.block_size();
   key.assign(tokens.begin() + int64_t(b) * bs, tokens.begin() + int64_t(b + 1) * bs);
@@ -77,6 +83,17 @@ void RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t
       child->block = blocks[b];
       child->parent = n;
       child->depth = n->depth + 1;
+      const std::optional<uint64_t> parent = n == root_.get() ? std::nullopt : std::optional<uint64_t>(n->hash);
+      child->hash = kv_block_hash(parent, key);
+      if (record_) {
+        // A run of new blocks in one insert is one event: its chain continues the last.
+        const int32_t bs = bm_.block_size();
+        if (events_.empty() || events_.back().kind != KvEvent::Kind::BlockStored || !parent ||
+            events_.back().hashes.back() != *parent)
+          events_.push_back(KvEvent{KvEvent::Kind::BlockStored, {}, parent, {}, bs});
+        events_.back().hashes.push_back(child->hash);
+        events_.back().tokens.insert(events_.back().tokens.end(), key.begin(), key.begin() + bs);
+      }
       bm_.retain(blocks[b]);
       if (bm_.windowed() && bm_.has_window(blocks[b])) bm_.claim(blocks[b]), child->window = true;
       ++n_nodes_;
@@ -122,6 +139,11 @@ int32_t RadixCache::evict(int32_t n) {
       if (v->window) freed += bm_.unclaim(v->block), v->window = false;
       if (!v->children.empty() || bm_.ref_count(v->block) > 1) continue;  // its window pages were the victim
       freed += bm_.release_entry(v->block);
+      if (record_) {
+        if (events_.empty() || events_.back().kind != KvEvent::Kind::BlockRemoved)
+          events_.push_back(KvEvent{KvEvent::Kind::BlockRemoved, {}, {}, {}, 0});
+        events_.back().hashes.push_back(v->hash);
+      }
       Node* parent = v->parent;
       parent->children.erase(v->key);
       --n_nodes_;

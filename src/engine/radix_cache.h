@@ -23,9 +23,11 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/kv_events.h"
 
 namespace ridge {
 
@@ -57,6 +59,13 @@ class RadixCache {
   // Every node's block is referenced, children's keys match, the tree is acyclic.
   void check_invariants() const;
 
+  // KV-cache events (engine/kv_events.h): while on, every block the tree records and every
+  // block it evicts is an event, taken (and cleared) by take_events. Turning it on records
+  // AllBlocksCleared first: a router that knew an earlier process at this address drops
+  // what it held.
+  void record_events(bool on);
+  std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
+
   struct Stats {
     int64_t queries = 0, hit_tokens = 0, query_tokens = 0, inserted_blocks = 0, evicted_blocks = 0;
   };
@@ -71,6 +80,7 @@ class RadixCache {
     Node* parent = nullptr;
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
     uint64_t last_use = 0;
+    uint64_t hash = 0;  // kv_block_hash of the key after the parent's
   };
   // The key of block b of tokens: its ids, and the namespace on a first block.
   void block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const;
@@ -86,6 +96,8 @@ class RadixCache {
   uint64_t clock_ = 0;
   int32_t n_nodes_ = 0;
   Stats stats_;
+  bool record_ = false;
+  std::vector<KvEvent> events_;
 };
 
 }  // namespace ridge

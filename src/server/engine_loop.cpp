@@ -39,6 +39,10 @@ EngineLoop::EngineLoop(Engine& engine, const Tokenizer& tok, Metrics& metrics, c
     : engine_(engine), tok_(tok), metrics_(metrics), opt_(o) {
   // Made here, so that impossible bounds are the caller's error, before any request.
   if (o.auto_tune.enabled) tuner_ = std::make_unique<AutoTuner>(engine, o.auto_tune);
+  if (o.kv_events) {
+    engine_.set_kv_events(true);
+    publish_kv_events();  // AllBlocksCleared: a fresh cache
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -291,6 +295,14 @@ void EngineLoop::finish_job_if_done(Active& a) {
   metrics_.request_finished(reason);
 }
 
+void EngineLoop::publish_kv_events() {
+  if (!opt_.kv_events) return;
+  std::vector<KvEvent> ev = engine_.take_kv_events();
+  if (ev.empty()) return;
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  opt_.kv_events->publish(ts, std::move(ev));
+}
+
 void EngineLoop::update_gauges(bool force) {
   const double now = steady_seconds();
   int32_t running = 0, waiting = 0;
@@ -383,6 +395,7 @@ void EngineLoop::run() {
         }
       }
     }
+    publish_kv_events();
     if (tuner_) {
       const std::string change = tuner_->tick(steady_seconds());
       if (!change.empty()) std::fprintf(stderr, "serve: auto-tune: %s\n", change.c_str());

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/request_trace.h"
 #include "server/auto_tune.h"
+#include "server/kv_events_publisher.h"
 
 namespace ridge {
 class Tokenizer;
@@ -88,6 +89,8 @@ struct LoopOptions {
   // --record: every finished choice is appended to this trace (engine/request_trace.h).
   std::shared_ptr<TraceRecorder> recorder;
   AutoTuneOptions auto_tune;  // --auto-tune
+  // --kv-events-endpoint: the prefix cache's events, published after each step.
+  std::shared_ptr<KvEventsPublisher> kv_events;
 };
 
 class EngineLoop {
@@ -114,6 +117,7 @@ class EngineLoop {
   void finish_job_if_done(Active& a);
   void abort_job(Active& a);
   void update_gauges(bool force);
+  void publish_kv_events();  // the events the engine recorded since the last call, as one batch
 
   Engine& engine_;
   const Tokenizer& tok_;

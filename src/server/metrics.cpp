@@ -349,6 +349,22 @@ std::string Metrics::render() const {
           double(st.prefix_queries));
   counter("ridge:prefix_cache_hits_total",
           "Prefix cache hits, in terms of number of cached tokens.", double(st.prefix_hits));
+  // What the routers that steer vLLM replicas read (llm-d's inference scheduler, NVIDIA
+  // Dynamo, SGLang's router), under vLLM's own names and labels (engine="0").
+  const std::string vl = "engine=\"0\"," + ml;
+  auto vllm = [&](std::string_view name, std::string_view help, std::string_view type, double v) {
+    header(o, name, help, type);
+    fmt::format_to(out, "{}{{{}}} {}\n", name, vl, num(v));
+  };
+  vllm("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", double(g.running));
+  vllm("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", double(g.waiting));
+  vllm("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", g.kv_cache_usage);
+  vllm("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage (vLLM's name before 0.10).", "gauge",
+       g.kv_cache_usage);
+  vllm("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", "counter",
+       double(st.prefix_queries));
+  vllm("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", "counter",
+       double(st.prefix_hits));
   counter("ridge:num_preemptions_total", "Cumulative number of preemptions from the engine.",
           double(st.preemptions));
   counter("ridge:num_swaps_total", "Preemptions that moved a request's KV to the swap space.",

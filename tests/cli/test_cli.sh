@@ -430,6 +430,9 @@ expect_error "serve --config that is not there"        "no_cfg\.json"           
 expect_error "serve --record into a missing directory" "no_dir/rec\.jsonl"          "$RIDGE" serve -m tiny.gguf --record no_dir/rec.jsonl --port 0
 
 expect_error "serve --auto-tune-slo without --auto-tune"   "need --auto-tune"          "$RIDGE" serve -m tiny.gguf --auto-tune-slo ttft_p99=1s
+expect_error "serve --kv-events-topic without an endpoint" "need --kv-events-endpoint" "$RIDGE" serve -m tiny.gguf --kv-events-topic t
+expect_error "serve --kv-events-endpoint that cannot bind" "--kv-events-endpoint tcp://\*:notaport: cannot bind" "$RIDGE" serve -m tiny.gguf --kv-events-endpoint 'tcp://*:notaport'
+expect_error "serve --kv-events-endpoint without a prefix cache" "--no-prefix-cache turns it off" "$RIDGE" serve -m tiny.gguf --kv-events-endpoint 'tcp://*:5557' --no-prefix-cache
 expect_error "serve --auto-tune with a reversed range"      "--auto-tune-batched-tokens.*512:64" "$RIDGE" serve -m tiny.gguf --auto-tune --auto-tune-batched-tokens 512:64
 expect_error "serve --auto-tune above the token budget"     "bounds 64\.\.4096.*1\.\.2048" "$RIDGE" serve -m tiny.gguf --port 0 --auto-tune --auto-tune-batched-tokens 64:4096
 

@@ -240,6 +240,26 @@ record_replay() {
 phase "serve --record, replayed by ridge tune" record_replay
 stop_server rec
 
+# KV-cache events for routers (server/kv_events_publisher.h): a stories server with a 1M
+# pool (about 100 blocks) publishes over ZeroMQ (ipc endpoints: bound, no port to race
+# for); kv_events.py decodes with pyzmq and msgpack from vLLM's documented layout (Debian's
+# python3-zmq and python3-msgpack, which scripts/setup.sh installs; Debian's python3, not
+# one a version manager put first on PATH), replays the batch it joined too late for, and
+# checks the chains against the prompts it sent and that the small pool evicted.
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+if "$PY" -c "import zmq, msgpack" 2>/dev/null; then
+  start_server kvev -m "$STORIES" --served-model-name stories -t 1 --kv-cache-memory 1M \
+    --kv-events-endpoint "ipc://$tmp/kvev.pub" --kv-events-replay-endpoint "ipc://$tmp/kvev.replay"
+  phase "KV-cache events as vLLM publishes them (ZeroMQ, msgpack, replay)" "$PY" tests/server/kv_events.py \
+    "${PORT[kvev]}" "ipc://$tmp/kvev.pub" "ipc://$tmp/kvev.replay" 16
+  stop_server kvev
+elif [ "${CI:-}" = true ]; then
+  fail "KV-cache events: $PY has no zmq or msgpack module (scripts/setup.sh installs python3-zmq and python3-msgpack)"
+else
+  echo "SKIP KV-cache events: $PY has no zmq or msgpack module (scripts/setup.sh installs them)"
+fi
+
 # serve --auto-tune: with a TPOT limit no step meets, the server halves its token budget
 # (steps with prompt work are the long ones) and logs each change.
 start_server auto -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \

@@ -329,6 +329,57 @@ TEST(RadixCache, DestructorReleasesTheTreesReferences) {
   EXPECT_NO_THROW(bm.check_invariants());
 }
 
+// KV-cache events (engine/kv_events.h): the blocks the tree records and evicts, hashes
+// chained from the prompt's start, as a router follows them.
+TEST(RadixCache, EventsNameTheBlocksStoredAndEvictedByChainedHashes) {
+  BlockManager bm(16, 4);
+  RadixCache rc(bm);
+  cached(bm, rc, iota(0, 8));  // before recording: no events
+  EXPECT_TRUE(rc.take_events().empty());
+  rc.record_events(true);
+  std::vector<KvEvent> ev = rc.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvEvent::Kind::AllBlocksCleared);
+
+  // 12 tokens sharing the first 8 with the cached prompt: one new block, child of block 2.
+  cached(bm, rc, iota(0, 12));
+  const uint64_t h0 = kv_block_hash(std::nullopt, iota(0, 4)), h1 = kv_block_hash(h0, iota(4, 4));
+  const uint64_t h2 = kv_block_hash(h1, iota(8, 4));
+  ev = rc.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, KvEvent::Kind::BlockStored);
+  EXPECT_EQ(ev[0].hashes, std::vector<uint64_t>{h2});
+  ASSERT_TRUE(ev[0].parent.has_value());
+  EXPECT_EQ(*ev[0].parent, h1);
+  EXPECT_EQ(ev[0].tokens, iota(8, 4));
+  EXPECT_EQ(ev[0].block_size, 4);
+
+  // A new prompt: one event, its chain from the start (no parent), tokens in order.
+  std::vector<int32_t> other = iota(100, 8);
+  cached(bm, rc, other);
+  ev = rc.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_FALSE(ev[0].parent.has_value());
+  const uint64_t o0 = kv_block_hash(std::nullopt, iota(100, 4));
+  EXPECT_EQ(ev[0].hashes, (std::vector<uint64_t>{o0, kv_block_hash(o0, iota(104, 4))}));
+  EXPECT_EQ(ev[0].tokens, other);
+  EXPECT_NE(h0, o0);
+  EXPECT_EQ(h0 >> 63, 0u);  // 63 bits
+
+  // Evicting everything: every stored block removed, each once.
+  EXPECT_EQ(rc.evict(100), 5);
+  ev = rc.take_events();
+  std::multiset<uint64_t> removed;
+  for (const auto& e : ev) {
+    EXPECT_EQ(e.kind, KvEvent::Kind::BlockRemoved);
+    removed.insert(e.hashes.begin(), e.hashes.end());
+  }
+  EXPECT_EQ(removed, (std::multiset<uint64_t>{h0, h1, h2, o0, kv_block_hash(o0, iota(104, 4))}));
+  rc.record_events(false);
+  cached(bm, rc, iota(0, 4));
+  EXPECT_TRUE(rc.take_events().empty());
+}
+
 // ---------------------------------------------------------------- Scheduler
 
 // Like Engine::Cost: can_swap asks whether the swap space has room for this sequence on

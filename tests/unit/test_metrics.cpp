@@ -92,6 +92,13 @@ TEST(Metrics, HelpAndTypeOncePerFamily) {
                         "ridge:engine_invariant_checks_total",
                         "ridge:engine_invariant_failures_total", "ridge:http_requests_total"})
     EXPECT_EQ(kind[c], "counter") << c;
+  // vLLM's names, which routers read, with vLLM's labels.
+  for (const char* g : {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                        "vllm:gpu_cache_usage_perc"})
+    EXPECT_EQ(kind[g], "gauge") << g;
+  for (const char* c : {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"})
+    EXPECT_EQ(kind[c], "counter") << c;
+  EXPECT_NE(t.find("vllm:num_requests_waiting{engine=\"0\",model_name="), std::string::npos);
   // Finish reasons and status classes are there from the start, at 0.
   for (const char* r : {"stop", "length", "abort"})
     EXPECT_EQ(scrape_value(t, "ridge:request_success_total",
