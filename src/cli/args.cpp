@@ -66,6 +66,31 @@ std::optional<std::string> Args::str(std::initializer_list<std::string_view> nam
   return out;
 }
 
+std::vector<std::string> Args::all(std::initializer_list<std::string_view> names) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a_.size(); ++i) {
+    if (used_[i]) continue;
+    for (auto n : names) {
+      const std::string& s = a_[i];
+      if (s == n) {
+        if (i + 1 >= a_.size() || origin_[i + 1] != origin_[i]) fail("option {} needs a value", n);
+        used_[i] = used_[i + 1] = true;
+        out.push_back(a_[i + 1]);
+        record(names, a_[i + 1], false);
+        ++i;
+        break;
+      }
+      if (s.size() > n.size() + 1 && s.compare(0, n.size(), n) == 0 && s[n.size()] == '=') {
+        used_[i] = true;
+        out.push_back(s.substr(n.size() + 1));
+        record(names, out.back(), false);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool Args::flag(std::initializer_list<std::string_view> names) {
   bool found = false;
   for (size_t i = 0; i < a_.size(); ++i)

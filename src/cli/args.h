@@ -24,6 +24,8 @@ class Args {
   std::string str(std::initializer_list<std::string_view> names, std::string dflt) {
     return str(names).value_or(std::move(dflt));
   }
+  // Every value of a repeatable option, in order (--name A --name B), consumed.
+  std::vector<std::string> all(std::initializer_list<std::string_view> names);
   bool flag(std::initializer_list<std::string_view> names);
   // Whether any of the names is on the command line (as --name or --name=VALUE), without
   // consuming it.

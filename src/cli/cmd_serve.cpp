@@ -51,9 +51,16 @@ int cmd_serve(Args& a) {
   kvo.replay_endpoint = a.str({"--kv-events-replay-endpoint"}, "");
   kvo.topic = a.str({"--kv-events-topic"}, "");
   kvo.buffer_steps = a.integer({"--kv-events-buffer-steps"}, kvo.buffer_steps, 1, int64_t(1) << 30);
+  const std::string kv_format = a.str({"--kv-events-format"}, "map");
+  kvo.format.medium = a.str({"--kv-events-medium"}, kvo.format.medium);
+  if (kv_format == "array") kvo.format.layout = server::KvEventsFormat::Layout::Array;
+  else if (kv_format != "map") fail("--kv-events-format {}: not one of map (vLLM since 2026), array (before)", kv_format);
+  if (kvo.format.medium.empty() || kvo.format.medium.size() > 31) fail("--kv-events-medium: 1 to 31 characters");
   a.finish();
-  if (kvo.endpoint.empty() && (!kvo.replay_endpoint.empty() || !kvo.topic.empty() || a.given({"--kv-events-buffer-steps"})))
-    fail("--kv-events-replay-endpoint, --kv-events-topic and --kv-events-buffer-steps need --kv-events-endpoint");
+  if (kvo.endpoint.empty() && (!kvo.replay_endpoint.empty() || !kvo.topic.empty() || a.given({"--kv-events-buffer-steps"}) ||
+                               a.given({"--kv-events-format"}) || a.given({"--kv-events-medium"})))
+    fail("--kv-events-replay-endpoint, --kv-events-topic, --kv-events-buffer-steps, --kv-events-format and "
+         "--kv-events-medium need --kv-events-endpoint");
   if (!kvo.endpoint.empty() && !ec.prefix_cache)
     fail("--kv-events-endpoint: the events are the prefix cache's, and --no-prefix-cache turns it off");
   if (!at.enabled && (at_slo || at_budget || at_k || a.given({"--auto-tune-interval"})))

@@ -16,6 +16,7 @@ int cmd_tokenize(Args& a);
 int cmd_bench(Args& a);
 int cmd_peaks(Args& a);
 int cmd_serve(Args& a);
+int cmd_router(Args& a);
 int cmd_roofline(Args& a);
 int cmd_tune_kernels(Args& a);
 int cmd_tune(Args& a);

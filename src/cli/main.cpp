@@ -37,12 +37,22 @@ commands:
               [--auto-tune-speculative-tokens MIN:MAX] [--auto-tune-interval S (5)]] (the
               token budget and speculation depth follow the SLO online, each change logged)
               [--kv-events-endpoint tcp://*:5557 [--kv-events-replay-endpoint tcp://*:5558]
-              [--kv-events-topic T] [--kv-events-buffer-steps N (10000)]] (the prefix
-              cache's blocks stored and removed, as vLLM's KV events over ZeroMQ, for a
-              cache-aware router) + engine options
+              [--kv-events-topic T] [--kv-events-buffer-steps N (10000)]
+              [--kv-events-format map|array] [--kv-events-medium GPU]] (the prefix cache's
+              blocks stored and removed, as vLLM's KV events over ZeroMQ, for a cache-aware
+              router; array: vLLM's layout before 2026) + engine options
               OpenAI-compatible server: /v1/completions, /v1/chat/completions, /v1/models,
               /health, /metrics, /tokenize, /detokenize; tools and reasoning_content in the
               format the chat template shows (auto) or the one named
+  router      --replica http://HOST:PORT[,EVENTS[,REPLAY]] [--replica ...] [--host 127.0.0.1]
+              [--port 8000] [--policy prefix|round_robin] [--health-interval S (1)]
+              [--connect-timeout S (2)] [--max-attempts N (3)] [--balance-threshold N (8)]
+              [--shutdown-timeout S]   an OpenAI-compatible front end over replicas: each
+              request to the replica whose prefix cache (from its KV events: EVENTS and
+              REPLAY are its --kv-events-endpoint and --kv-events-replay-endpoint as seen
+              from here) holds the longest prefix of the prompt, balanced by load; a
+              request a replica refuses or loses before its first token goes to another;
+              a replica that stops answering leaves the rotation until /health answers
   mkmodel     --arch llama|qwen2|qwen3|qwen3moe|phi3|gpt2|gemma3|gpt-oss --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|mxfp4
               [--seed S] [--vocab VOCAB.gguf|tokenizer.json] [--layers N] [--ctx N] [--window N] -o OUT.gguf
               presets: tiny, tinyllama-1.1b, llama3.2-1b, llama3-8b, qwen2.5-0.5b, qwen3-0.6b, phi-3-mini,
@@ -243,6 +253,7 @@ int main(int argc, char** argv) {
     if (cmd == "chat-template") return ridge::cli::cmd_chat_template(args);
     if (cmd == "tokenize") return ridge::cli::cmd_tokenize(args);
     if (cmd == "serve") return ridge::cli::cmd_serve(args);
+    if (cmd == "router") return ridge::cli::cmd_router(args);
     if (cmd == "roofline") return ridge::cli::cmd_roofline(args);
     if (cmd == "bench") return ridge::cli::cmd_bench(args);
     if (cmd == "peaks") return ridge::cli::cmd_peaks(args);

@@ -17,9 +17,22 @@ void RadixCache::release_all(Node* n) {
 }
 
 void RadixCache::record_events(bool on) {
-  if (on && !record_) events_.push_back(KvEvent{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0});
+  if (on && !record_) {
+    events_.push_back(KvEvent{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0});
+    announce(root_.get());  // what the tree holds already, parents first
+  }
   record_ = on;
   if (!on) events_.clear();
+}
+
+void RadixCache::announce(const Node* n) {
+  const int32_t bs = bm_.block_size();
+  for (const auto& [k, c] : n->children) {
+    const std::optional<uint64_t> parent = n == root_.get() ? std::nullopt : std::optional<uint64_t>(n->hash);
+    events_.push_back(KvEvent{KvEvent::Kind::BlockStored, {c->hash}, parent, {}, bs});
+    events_.back().tokens.assign(c->key.begin(), c->key.begin() + bs);
+    announce(c.get());
+  }
 }
 
 void RadixCache::block_key(std::span<const int32_t> tokens, int32_t b, int32_t ns, std::vector<int32_t>& key) const {

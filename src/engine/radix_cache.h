@@ -61,8 +61,8 @@ class RadixCache {
 
   // KV-cache events (engine/kv_events.h): while on, every block the tree records and every
   // block it evicts is an event, taken (and cleared) by take_events. Turning it on records
-  // AllBlocksCleared first: a router that knew an earlier process at this address drops
-  // what it held.
+  // AllBlocksCleared (a router that knew an earlier process at this address drops what it
+  // held), then every block the tree holds already, each after its parent.
   void record_events(bool on);
   std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
 
@@ -90,6 +90,7 @@ class RadixCache {
   // Evictable leaves and nodes whose window pages only the tree claims.
   void collect_victims(Node* n, std::vector<Node*>& out) const;
   void release_all(Node* n);
+  void announce(const Node* n);  // BlockStored for n's subtree, parents first
 
   BlockManager& bm_;
   std::unique_ptr<Node> root_;

@@ -3,7 +3,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -56,8 +60,6 @@ struct Pack {
   }
 };
 
-constexpr std::string_view kMedium = "CPU";
-
 std::string be64(int64_t v) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[size_t(i)] = char(uint64_t(v) >> (8 * (7 - i)));
@@ -66,40 +68,62 @@ std::string be64(int64_t v) {
 
 }  // namespace
 
-std::string encode_kv_event_batch(double ts, std::span<const KvEvent> events) {
+std::string encode_kv_event_batch(double ts, std::span<const KvEvent> events, const KvEventsFormat& f) {
+  const bool map = f.layout == KvEventsFormat::Layout::Map;
   Pack p;
-  p.array(2);
+  p.array(map ? 3 : 2);
   p.f64(ts);
   p.array(events.size());
+  // A field: its name first in a map, its place alone in an array.
+  auto key = [&](std::string_view k) {
+    if (map) p.str(k);
+  };
+  auto head = [&](std::string_view tag, size_t fields) {
+    if (map) {
+      p.byte(uint8_t(0x80 | (fields + 1)));  // fixmap: every event has under 15 fields
+      p.str("type");
+    } else {
+      p.array(fields + 1);
+    }
+    p.str(tag);
+  };
+  auto hashes = [&](const std::vector<uint64_t>& hs) {
+    key("block_hashes");
+    p.array(hs.size());
+    for (uint64_t h : hs) p.uint(h);
+  };
   for (const KvEvent& e : events) {
     switch (e.kind) {
       case KvEvent::Kind::BlockStored:
-        p.array(8);
-        p.str("BlockStored");
-        p.array(e.hashes.size());
-        for (uint64_t h : e.hashes) p.uint(h);
+        head("BlockStored", 7);
+        hashes(e.hashes);
+        key("parent_block_hash");
         if (e.parent) p.uint(*e.parent);
         else p.nil();
+        key("token_ids");
         p.array(e.tokens.size());
         for (int32_t t : e.tokens) p.sint(t);
+        key("block_size");
         p.sint(e.block_size);
-        p.nil();  // lora_id
-        p.str(kMedium);
-        p.nil();  // lora_name
+        key("lora_id");
+        p.nil();
+        key("medium");
+        p.str(f.medium);
+        key("lora_name");
+        p.nil();
         break;
       case KvEvent::Kind::BlockRemoved:
-        p.array(3);
-        p.str("BlockRemoved");
-        p.array(e.hashes.size());
-        for (uint64_t h : e.hashes) p.uint(h);
-        p.str(kMedium);
+        head("BlockRemoved", 2);
+        hashes(e.hashes);
+        key("medium");
+        p.str(f.medium);
         break;
       case KvEvent::Kind::AllBlocksCleared:
-        p.array(1);
-        p.str("AllBlocksCleared");
+        head("AllBlocksCleared", 0);
         break;
     }
   }
+  if (map) p.sint(0);  // data_parallel_rank
   return std::move(p.out);
 }
 
@@ -134,6 +158,10 @@ KvEventsPublisher::KvEventsPublisher(const KvEventsOptions& o) : opt_(o), z_(std
   if (!o.replay_endpoint.empty()) {
     z_->replay = std::make_unique<zmq::socket_t>(z_->ctx, zmq::socket_type::router);
     z_->replay->set(zmq::sockopt::linger, 0);
+    // A whole buffer's replay is queued at once: no high-water mark (libzmq's default of
+    // 1000 would drop the rest, the end marker too, without a word). Requests are 8 bytes.
+    z_->replay->set(zmq::sockopt::sndhwm, 0);
+    z_->replay->set(zmq::sockopt::maxmsgsize, int64_t(64));
     open(*z_->replay, o.replay_endpoint, true, "--kv-events-replay-endpoint");
   }
   thread_ = std::thread([this] { run(); });
@@ -162,6 +190,11 @@ int64_t KvEventsPublisher::published() const {
 }
 
 void KvEventsPublisher::run() {
+  // Signals go to the other threads (the server's handler): none interrupts a send here
+  // halfway through a message's frames.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   int64_t seq = 0;
   const std::string topic = opt_.topic;
   for (;;) {
@@ -175,7 +208,7 @@ void KvEventsPublisher::run() {
       stopping = stop_;
     }
     for (auto& [ts, events] : items) {
-      std::string payload = encode_kv_event_batch(ts, events);
+      std::string payload = encode_kv_event_batch(ts, events, opt_.format);
       try {
         z_->pub.send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
         z_->pub.send(zmq::buffer(be64(seq)), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
@@ -189,7 +222,7 @@ void KvEventsPublisher::run() {
       std::lock_guard lk(mu_);
       ++sent_;
     }
-    while (z_->replay) {
+    for (int served = 0; z_->replay && served < 16; ++served) {  // then the queue again
       std::vector<zmq::message_t> req;
       zmq::recv_result_t got;
       try {
@@ -199,13 +232,15 @@ void KvEventsPublisher::run() {
         break;
       }
       if (!got) break;
-      // [identity, empty, start]: as vLLM, anything else is ignored.
-      if (req.size() != 3 || req[2].size() != 8) {
+      // [identity, empty, start]: as vLLM, anything else is ignored. The start is unsigned
+      // and big-endian, of up to 8 bytes.
+      if (req.size() != 3 || req[2].size() == 0 || req[2].size() > 8) {
         std::fprintf(stderr, "serve: kv events: a malformed replay request (%zu frames) ignored\n", req.size());
         continue;
       }
-      int64_t start = 0;
-      for (size_t i = 0; i < 8; ++i) start = int64_t(uint64_t(start) << 8 | req[2].data<uint8_t>()[i]);
+      uint64_t start_u = 0;
+      for (size_t i = 0; i < req[2].size(); ++i) start_u = start_u << 8 | req[2].data<uint8_t>()[i];
+      const int64_t start = start_u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(start_u);
       const std::string id = req[0].to_string();
       auto reply = [&](const std::string& s, std::string_view body) {
         try {

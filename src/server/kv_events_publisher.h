@@ -7,14 +7,20 @@
 //  - a ZeroMQ ROUTER socket answers a replay request (the first sequence number wanted,
 //    8 bytes big-endian) with every buffered batch from it, [seq, payload] each, then
 //    [-1 as 8 bytes, empty]; the last buffer_steps batches are kept;
-//  - the payload is vLLM's KVEventBatch as msgspec encodes its array-like structs (the
-//    layout of vLLM's documented subscriber, examples/online_serving/kv_events_subscriber):
-//      [ts, [event, ...]]
-//      ["BlockStored", [hash, ...], parent hash | nil, [token id, ...], block_size,
-//       lora_id = nil, medium = "CPU", lora_name = nil]
-//      ["BlockRemoved", [hash, ...], medium = "CPU"]
-//      ["AllBlocksCleared"]
-//    (medium "CPU": ridge's cache is in host memory; vLLM's own is "GPU").
+//  - the payload is vLLM's KVEventBatch in msgpack. Current vLLM (since its PR #42892,
+//    2026) writes each event as a map tagged under "type" (--kv-events-format map, the
+//    default); before, msgspec's array-like structs, tag first (array):
+//      map:   [ts, [{"type": "BlockStored", "block_hashes": [...], "parent_block_hash":
+//              hash | nil, "token_ids": [...], "block_size": n, "lora_id": nil, "medium":
+//              M, "lora_name": nil} | {"type": "BlockRemoved", "block_hashes": [...],
+//              "medium": M} | {"type": "AllBlocksCleared"}, ...], data_parallel_rank = 0]
+//      array: [ts, [["BlockStored", hashes, parent, token ids, block_size, lora_id,
+//              medium, lora_name] | ["BlockRemoved", hashes, medium] |
+//              ["AllBlocksCleared"], ...]]
+//    M (--kv-events-medium) is "GPU" by default: routers read it as the tier of a block
+//    (GPU for an engine's own cache, CPU for offloaded copies, weighted less), and
+//    ridge's cache is its engine's own, in host memory though it is.
+// A replay client should be a DEALER: a REQ socket takes only the first of the replies.
 // An endpoint holding "*", "::", ipc:// or inproc:// is bound, any other connected (vLLM's
 // rule). The engine thread only queues; a thread of its own encodes and sends, and a
 // subscriber that is slow or gone never holds the engine up (PUB drops past its
@@ -34,16 +40,22 @@
 
 namespace ridge::server {
 
+struct KvEventsFormat {
+  enum class Layout { Map, Array } layout = Layout::Map;
+  std::string medium = "GPU";
+};
+
 struct KvEventsOptions {
   std::string endpoint;         // --kv-events-endpoint, e.g. tcp://*:5557
   std::string replay_endpoint;  // --kv-events-replay-endpoint, e.g. tcp://*:5558 (empty: no replay)
   std::string topic;            // --kv-events-topic ("" as vLLM's default)
   int64_t buffer_steps = 10000; // batches kept for replay
   int32_t hwm = 100000;         // the PUB socket's send high-water mark
+  KvEventsFormat format;        // --kv-events-format, --kv-events-medium
 };
 
 // One batch in vLLM's msgpack layout (above).
-std::string encode_kv_event_batch(double ts, std::span<const KvEvent> events);
+std::string encode_kv_event_batch(double ts, std::span<const KvEvent> events, const KvEventsFormat& f = {});
 
 class KvEventsPublisher {
  public:

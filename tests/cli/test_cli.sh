@@ -433,6 +433,11 @@ expect_error "serve --auto-tune-slo without --auto-tune"   "need --auto-tune"   
 expect_error "serve --kv-events-topic without an endpoint" "need --kv-events-endpoint" "$RIDGE" serve -m tiny.gguf --kv-events-topic t
 expect_error "serve --kv-events-endpoint that cannot bind" "--kv-events-endpoint tcp://\*:notaport: cannot bind" "$RIDGE" serve -m tiny.gguf --kv-events-endpoint 'tcp://*:notaport'
 expect_error "serve --kv-events-endpoint without a prefix cache" "--no-prefix-cache turns it off" "$RIDGE" serve -m tiny.gguf --kv-events-endpoint 'tcp://*:5557' --no-prefix-cache
+expect_error "router without a replica"                  "at least one --replica"    "$RIDGE" router --port 0
+expect_error "router with a replica that is not http"   "must start with http://"   "$RIDGE" router --port 0 --replica https://x:1
+expect_error "router with a replica without a port"     "give the port"             "$RIDGE" router --port 0 --replica http://x
+expect_error "router with too many endpoints"           "URL\[,EVENTS\[,REPLAY\]\]" "$RIDGE" router --port 0 --replica http://x:1,a,b,c
+expect_error "router with an unknown policy"            "--policy random"           "$RIDGE" router --port 0 --replica http://x:1 --policy random
 expect_error "serve --auto-tune with a reversed range"      "--auto-tune-batched-tokens.*512:64" "$RIDGE" serve -m tiny.gguf --auto-tune --auto-tune-batched-tokens 512:64
 expect_error "serve --auto-tune above the token budget"     "bounds 64\.\.4096.*1\.\.2048" "$RIDGE" serve -m tiny.gguf --port 0 --auto-tune --auto-tune-batched-tokens 64:4096
 

@@ -1,13 +1,15 @@
 """KV-cache events from a running `ridge serve --kv-events-endpoint`, decoded by a decoder
-written here from vLLM's documented layout (vllm/distributed/kv_events.py and its
-examples/online_serving/kv_events_subscriber.py: msgspec array-like structs, a tag first),
-with pyzmq and msgpack (Debian's python3-zmq and python3-msgpack), not by ridge's code:
+written here from vLLM's layout (vllm/distributed/kv_events.py), with pyzmq and msgpack
+(Debian's python3-zmq and python3-msgpack), not by ridge's code:
 
   [topic, seq (8 bytes big-endian), payload] on PUB; replay: ROUTER, request = the first
   seq wanted (8 bytes), reply = [seq, payload] per buffered batch, then [-1, b""];
-  payload = [ts, [event...]]; event = ["BlockStored", block_hashes, parent_block_hash,
-  token_ids, block_size, lora_id, medium, ...] | ["BlockRemoved", block_hashes, medium, ...]
-  | ["AllBlocksCleared"].
+  payload = [ts, [event...], data_parallel_rank?]; an event is, as current vLLM writes it,
+  a map {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids",
+  "block_size", "lora_id", "medium", ...} | {"type": "BlockRemoved", "block_hashes",
+  "medium"} | {"type": "AllBlocksCleared"}, or in vLLM's layout before 2026 (array-like
+  msgspec structs, as its examples/online_serving/kv_events_subscriber.py shows) the same
+  fields in that order after the tag: ["BlockStored", block_hashes, ...].
 
 Checks: sequence numbers from 0 without a gap once replay has filled the start (the
 startup batch is published before this subscriber joins, so replay is exercised on every
@@ -17,7 +19,7 @@ whole blocks of the prompts sent, every prompt's full blocks are found as a chai
 root, every removed block was stored and not yet removed, and a pool smaller than the
 requests evicts. Also /metrics' vLLM-named series.
 
-usage: python3 kv_events.py HTTP_PORT PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE
+usage: python3 kv_events.py HTTP_PORT PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE [map|array]
 """
 import json
 import random
@@ -29,6 +31,20 @@ import msgpack
 import zmq
 
 port, pub_ep, replay_ep, bs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+layout = sys.argv[5] if len(sys.argv) > 5 else "map"
+FIELDS = {"BlockStored": ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"],
+          "BlockRemoved": ["block_hashes", "medium"], "AllBlocksCleared": []}
+
+
+def event(ev):
+    """(tag, {field: value}) of one event in the expected layout."""
+    if layout == "map":
+        check(isinstance(ev, dict) and "type" in ev, f"not a tagged map: {ev!r}")
+        return ev.get("type"), ev
+    check(isinstance(ev, list) and ev and isinstance(ev[0], str), f"not a tag-first array: {ev!r}")
+    names = FIELDS.get(ev[0], [])
+    check(len(ev) >= 1 + len(names), f"{ev[0]} with {len(ev) - 1} fields")
+    return ev[0], dict(zip(names, ev[1:]))
 fails = []
 
 
@@ -74,7 +90,7 @@ check(len(batches) > 0, "no batch received")
 # Replay from 0: fills what was published before the subscription.
 dealer = ctx.socket(zmq.DEALER)
 dealer.connect(replay_ep)
-dealer.send_multipart([b"", b"bad"])  # malformed (not 8 bytes): ignored, the publisher goes on
+dealer.send_multipart([b"", b"malformed"])  # over 8 bytes: ignored, the publisher goes on
 dealer.send_multipart([b"", (0).to_bytes(8, "big")])
 replayed = {}
 while True:
@@ -87,7 +103,7 @@ while True:
         check(payload == b"", "the end marker carries a payload")
         break
     replayed[s] = payload
-check(min(batches) > 0, "the startup batch reached a subscriber that joined later (replay not exercised)")
+check(not batches or min(batches) > 0, "the startup batch reached a subscriber that joined later (replay not exercised)")
 for s, p in batches.items():
     check(replayed.get(s) == p, f"replayed batch {s} differs from the published one")
 seqs = sorted(set(batches) | set(replayed))
@@ -98,19 +114,24 @@ stored = {}  # hash -> (parent, tokens of the block)
 removed = set()
 n_removed = 0
 first = True
+decoded = {}  # seq -> [(tag, fields)]
 for s in seqs:
-    ts, events = msgpack.unpackb(replayed.get(s, batches.get(s)), raw=False)
+    batch = msgpack.unpackb(replayed.get(s, batches.get(s)), raw=False)
+    check(isinstance(batch, list) and len(batch) >= 2, f"batch {s}: {batch!r}")
+    ts, events = batch[0], batch[1]
+    if layout == "map":
+        check(len(batch) == 3 and batch[2] == 0, f"batch {s}: data_parallel_rank {batch[2:]!r}")
     check(isinstance(ts, float) and abs(ts - time.time()) < 600, f"batch {s}: ts {ts}")
-    for ev in events:
-        tag = ev[0]
+    decoded[s] = [event(ev) for ev in events]
+    for tag, f in decoded[s]:
         if first:
-            check(tag == "AllBlocksCleared" and len(ev) == 1, f"the first event is {ev!r}")
+            check(tag == "AllBlocksCleared" and len(f) <= 1, f"the first event is {tag} {f!r}")
             first = False
             continue
         if tag == "BlockStored":
-            hashes, parent, tokens, block_size, lora_id, medium = ev[1:7]
-            check(block_size == bs, f"block_size {block_size}")
-            check(lora_id is None and medium == "CPU", f"lora_id {lora_id!r}, medium {medium!r}")
+            hashes, parent, tokens = f["block_hashes"], f["parent_block_hash"], f["token_ids"]
+            check(f["block_size"] == bs, f"block_size {f['block_size']}")
+            check(f["lora_id"] is None and f["medium"] == "GPU", f"lora_id {f['lora_id']!r}, medium {f['medium']!r}")
             check(len(tokens) == bs * len(hashes), f"{len(tokens)} tokens for {len(hashes)} blocks")
             check(parent is None or parent in stored, f"parent {parent} not held")
             for i, h in enumerate(hashes):
@@ -119,9 +140,8 @@ for s in seqs:
                 stored[h] = (parent if i == 0 else hashes[i - 1], tokens[i * bs:(i + 1) * bs])
                 removed.discard(h)
         elif tag == "BlockRemoved":
-            hashes, medium = ev[1:3]
-            check(medium == "CPU", f"medium {medium!r}")
-            for h in hashes:
+            check(f["medium"] == "GPU", f"medium {f['medium']!r}")
+            for h in f["block_hashes"]:
                 check(h in stored, f"removed block {h} was not stored")
                 stored.pop(h, None)
                 removed.add(h)
@@ -134,10 +154,11 @@ for s in seqs:
 # rebuild the tree from every stored event, removals ignored.
 ever = {}
 for s in seqs:
-    for ev in msgpack.unpackb(replayed.get(s, batches.get(s)), raw=False)[1]:
-        if ev[0] == "BlockStored":
-            for i, h in enumerate(ev[1]):
-                ever[(ev[2] if i == 0 else ev[1][i - 1], tuple(ev[3][i * bs:(i + 1) * bs]))] = h
+    for tag, f in decoded[s]:
+        if tag == "BlockStored":
+            hs, toks = f["block_hashes"], f["token_ids"]
+            for i, h in enumerate(hs):
+                ever[(f["parent_block_hash"] if i == 0 else hs[i - 1], tuple(toks[i * bs:(i + 1) * bs]))] = h
 for i, p in enumerate(prompts):
     parent = None
     for b in range(len(p) // bs):

@@ -260,6 +260,63 @@ else
   echo "SKIP KV-cache events: $PY has no zmq or msgpack module (scripts/setup.sh installs them)"
 fi
 
+# ridge router (server/router.h) over replicas publishing KV events: tinyllama's shapes
+# in 2 layers (a 512-token prefix costs a visible prefill), four replicas with 6M pools
+# (about half of the workload's 8 shared prefixes each), a round-robin router over two and
+# a prefix-aware one over the other two; router.py runs the same requests through both
+# (hit rate and mean TTFT must favour the prefix-aware one), then kills one of its
+# replicas mid-run (no request may be lost before its first token). The killed replica
+# then comes back on its port and must rejoin the rotation.
+if "$PY" -c "import zmq, msgpack" 2>/dev/null; then
+  "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 2 --dtype q4_0 --ctx 2048 -o "$tmp/tl2.gguf" 2>/dev/null ||
+    { echo "server tests: mkmodel (tinyllama, 2 layers) failed"; exit 1; }
+  for n in ra rb pa pb; do
+    start_server "$n" -m "$tmp/tl2.gguf" -t 1 --kv-cache-memory 6M \
+      --kv-events-endpoint "ipc://$tmp/$n.pub" --kv-events-replay-endpoint "ipc://$tmp/$n.rep"
+  done
+  rep() { echo "http://127.0.0.1:${PORT[$1]},ipc://$tmp/$1.pub,ipc://$tmp/$1.rep"; }
+  # start_router NAME ARGS...: as start_server, for `ridge router --port 0`.
+  start_router() {
+    local name=$1 i
+    shift
+    "$RIDGE" router --port 0 "$@" 2>"$tmp/$name.err" &
+    PID[$name]=$!
+    PORT[$name]=""
+    for ((i = 0; i < 100; ++i)); do
+      PORT[$name]=$(sed -n 's|^router: .* on http://127\.0\.0\.1:\([0-9]*\)$|\1|p' "$tmp/$name.err")
+      [ -n "${PORT[$name]}" ] && break
+      sleep 0.1
+    done
+    [ -n "${PORT[$name]}" ] || { echo "server tests: the $name router did not start:"; cat "$tmp/$name.err"; exit 1; }
+    echo "--- $name: $(grep -m1 " on http://" "$tmp/$name.err")"
+  }
+  start_router rrouter --policy round_robin --replica "$(rep ra)" --replica "$(rep rb)"
+  start_router prouter --policy prefix --replica "$(rep pa)" --replica "$(rep pb)" --health-interval 0.2
+  router_test() {
+    "$PY" tests/server/router.py "http://127.0.0.1:${PORT[rrouter]}" "http://127.0.0.1:${PORT[prouter]}" \
+      "http://127.0.0.1:${PORT[ra]} http://127.0.0.1:${PORT[rb]}" "http://127.0.0.1:${PORT[pa]} http://127.0.0.1:${PORT[pb]}" \
+      "${PID[pa]}" || return 1
+    # The killed replica again, on its port: the router takes it back.
+    local old=${PORT[pa]} i
+    wait "${PID[pa]}" 2>/dev/null
+    unset "PID[pa]"
+    "$RIDGE" serve --port "$old" -m "$tmp/tl2.gguf" -t 1 --kv-cache-memory 6M \
+      --kv-events-endpoint "ipc://$tmp/pa.pub" --kv-events-replay-endpoint "ipc://$tmp/pa.rep" 2>"$tmp/pa2.err" &
+    PID[pa2]=$!
+    for ((i = 0; i < 100; ++i)); do
+      node -e 'fetch(process.argv[1] + "/metrics").then(r => r.text()).then(t =>
+        process.exit((t.match(/^ridge_router:replica_healthy\{[^}]*\} 1$/mg) || []).length === 2 ? 0 : 1))' \
+        "http://127.0.0.1:${PORT[prouter]}" && { echo "ok   the restarted replica is back in the rotation"; return 0; }
+      sleep 0.1
+    done
+    echo "the restarted replica did not rejoin the rotation in 10 s"; cat "$tmp/prouter.err"; return 1
+  }
+  phase "ridge router: prefix-aware against round robin, a replica killed and back" router_test
+  for n in rrouter prouter ra rb pb pa2; do [ -n "${PID[$n]:-}" ] && stop_server "$n"; done
+elif [ "${CI:-}" = true ]; then
+  fail "ridge router: $PY has no zmq or msgpack module"
+fi
+
 # serve --auto-tune: with a TPOT limit no step meets, the server halves its token budget
 # (steps with prompt work are the long ones) and logs each change.
 start_server auto -m "$tmp/spm.gguf" --served-model-name spm-random -t 1 --kv-cache-memory 4M \

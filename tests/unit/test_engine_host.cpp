@@ -336,10 +336,15 @@ TEST(RadixCache, EventsNameTheBlocksStoredAndEvictedByChainedHashes) {
   RadixCache rc(bm);
   cached(bm, rc, iota(0, 8));  // before recording: no events
   EXPECT_TRUE(rc.take_events().empty());
-  rc.record_events(true);
+  rc.record_events(true);  // a clear, then what the tree holds, parents first
   std::vector<KvEvent> ev = rc.take_events();
-  ASSERT_EQ(ev.size(), 1u);
+  ASSERT_EQ(ev.size(), 3u);
   EXPECT_EQ(ev[0].kind, KvEvent::Kind::AllBlocksCleared);
+  EXPECT_EQ(ev[1].kind, KvEvent::Kind::BlockStored);
+  EXPECT_FALSE(ev[1].parent.has_value());
+  EXPECT_EQ(ev[1].tokens, iota(0, 4));
+  EXPECT_EQ(ev[2].parent, std::optional<uint64_t>(ev[1].hashes[0]));
+  EXPECT_EQ(ev[2].tokens, iota(4, 4));
 
   // 12 tokens sharing the first 8 with the cached prompt: one new block, child of block 2.
   cached(bm, rc, iota(0, 12));

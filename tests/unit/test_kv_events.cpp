@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_events.h"
+#include "server/kv_block_index.h"
 #include "server/kv_events_publisher.h"
 
 namespace ridge::server {
@@ -28,8 +30,9 @@ std::string f64(double d) {  // 0xcb and the big-endian bits
 }
 
 TEST(KvEvents, BatchesEncodeAsVllmsArrayLikeStructs) {
+  const KvEventsFormat arr{KvEventsFormat::Layout::Array, "CPU"};
   const std::vector<KvEvent> cleared{KvEvent{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0}};
-  EXPECT_EQ(encode_kv_event_batch(1.5, cleared),
+  EXPECT_EQ(encode_kv_event_batch(1.5, cleared, arr),
             bytes({0x92}) + f64(1.5) + bytes({0x91, 0x91, 0xb0}) + "AllBlocksCleared");
 
   // Hashes in 1, 2, 4 and 8 bytes; a parent; token ids past fixint; block_size; lora_id
@@ -38,18 +41,34 @@ TEST(KvEvents, BatchesEncodeAsVllmsArrayLikeStructs) {
   std::string want = bytes({0x92}) + f64(2.0) + bytes({0x91, 0x98, 0xab}) + "BlockStored";
   want += bytes({0x94, 0x05, 0xcc, 200, 0xce, 0x00, 0x01, 0x11, 0x70, 0xcf, 0, 0, 0, 0x01, 0x23, 0x45, 0x67, 0x89});
   want += bytes({0x07, 0x94, 0x01, 0xcd, 0x01, 0x2c, 0x7f, 0xcc, 0x80, 0x01, 0xc0, 0xa3}) + "CPU" + bytes({0xc0});
-  EXPECT_EQ(encode_kv_event_batch(2.0, std::vector<KvEvent>{st}), want);
+  EXPECT_EQ(encode_kv_event_batch(2.0, std::vector<KvEvent>{st}, arr), want);
 
   // No parent: nil. Removed blocks, then a long token list (array16).
   st.parent.reset();
   st.hashes = {1};
   st.tokens.assign(20, 3);
   const KvEvent rm{KvEvent::Kind::BlockRemoved, {9, 10}, {}, {}, 0};
-  std::string got = encode_kv_event_batch(0.0, std::vector<KvEvent>{st, rm});
+  std::string got = encode_kv_event_batch(0.0, std::vector<KvEvent>{st, rm}, arr);
   want = bytes({0x92}) + f64(0.0) + bytes({0x92, 0x98, 0xab}) + "BlockStored" + bytes({0x91, 0x01, 0xc0, 0xdc, 0x00, 20});
   want += std::string(20, char(3)) + bytes({0x01, 0xc0, 0xa3}) + "CPU" + bytes({0xc0});
   want += bytes({0x93, 0xac}) + "BlockRemoved" + bytes({0x92, 0x09, 0x0a, 0xa3}) + "CPU";
   EXPECT_EQ(got, want);
+}
+
+// Current vLLM (map): [ts, [{"type": ..., fields by name}], data_parallel_rank].
+TEST(KvEvents, BatchesEncodeAsCurrentVllmsTaggedMaps) {
+  const KvEvent st{KvEvent::Kind::BlockStored, {5}, {}, {1, 2}, 2};
+  const KvEvent rm{KvEvent::Kind::BlockRemoved, {5}, {}, {}, 0};
+  const KvEvent cl{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0};
+  auto s = [](std::string_view x) { return std::string(1, char(0xa0 | x.size())) + std::string(x); };
+  std::string want = bytes({0x93}) + f64(3.0) + bytes({0x93});
+  want += bytes({0x88}) + s("type") + s("BlockStored") + s("block_hashes") + bytes({0x91, 0x05}) + s("parent_block_hash") +
+          bytes({0xc0}) + s("token_ids") + bytes({0x92, 0x01, 0x02}) + s("block_size") + bytes({0x02}) + s("lora_id") +
+          bytes({0xc0}) + s("medium") + s("GPU") + s("lora_name") + bytes({0xc0});
+  want += bytes({0x83}) + s("type") + s("BlockRemoved") + s("block_hashes") + bytes({0x91, 0x05}) + s("medium") + s("GPU");
+  want += bytes({0x81}) + s("type") + s("AllBlocksCleared");
+  want += bytes({0x00});  // data_parallel_rank
+  EXPECT_EQ(encode_kv_event_batch(3.0, std::vector<KvEvent>{st, rm, cl}), want);
 }
 
 TEST(KvEvents, AnEndpointThatCannotBeUsedIsAnErrorNamingIt) {
@@ -64,6 +83,50 @@ TEST(KvEvents, AnEndpointThatCannotBeUsedIsAnErrorNamingIt) {
   o.endpoint = "inproc://kv-events-test";
   o.replay_endpoint = "bogus://x";
   EXPECT_THROW(KvEventsPublisher p(o), std::exception);
+}
+
+// The router's view of a replica (server/kv_block_index.h) from its batches, in either
+// layout: the prompt prefix it holds, in whole blocks, as the chain of hashes says.
+TEST(KvBlockIndex, FollowsStoredAndRemovedBlocksInBothLayouts) {
+  for (auto layout : {KvEventsFormat::Layout::Map, KvEventsFormat::Layout::Array}) {
+    const KvEventsFormat f{layout, "GPU"};
+    KvBlockIndex ix(2);
+    const std::vector<int32_t> p{1, 2, 3, 4, 5, 6, 7, 8, 9};  // blocks of 4: two whole ones
+    const uint64_t h0 = kv_block_hash(std::nullopt, std::span(p).first(4));
+    const uint64_t h1 = kv_block_hash(h0, std::span(p).subspan(4, 4));
+    EXPECT_EQ(ix.matched_tokens(0, p), 0);
+    const KvEvent st{KvEvent::Kind::BlockStored, {h0, h1}, {}, {1, 2, 3, 4, 5, 6, 7, 8}, 4};
+    ASSERT_TRUE(ix.apply(0, encode_kv_event_batch(1.0, std::vector<KvEvent>{st}, f)));
+    EXPECT_EQ(ix.matched_tokens(0, p), 8);
+    EXPECT_EQ(ix.matched_tokens(1, p), 0);  // the other replica holds nothing
+    const std::vector<int32_t> q{1, 2, 3, 4, 9, 9, 9, 9};
+    EXPECT_EQ(ix.matched_tokens(0, q), 4);  // diverges in the second block
+    const KvEvent rm{KvEvent::Kind::BlockRemoved, {h1}, {}, {}, 0};
+    ASSERT_TRUE(ix.apply(0, encode_kv_event_batch(2.0, std::vector<KvEvent>{rm}, f)));
+    EXPECT_EQ(ix.matched_tokens(0, p), 4);
+    const KvEvent cl{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0};
+    ASSERT_TRUE(ix.apply(0, encode_kv_event_batch(3.0, std::vector<KvEvent>{cl, st}, f)));
+    EXPECT_EQ(ix.blocks(0), 2);
+    ix.clear(0);
+    EXPECT_EQ(ix.blocks(0), 0);
+
+    // Every truncation of a valid payload, and garbage: refused or applied, never a crash,
+    // and a refused payload changes nothing.
+    const std::string good = encode_kv_event_batch(4.0, std::vector<KvEvent>{st, rm, cl}, f);
+    for (size_t n = 0; n < good.size(); ++n) {
+      KvBlockIndex one(1);
+      one.apply(0, encode_kv_event_batch(0.0, std::vector<KvEvent>{st}, f));
+      if (!one.apply(0, std::string_view(good).substr(0, n))) {
+        EXPECT_EQ(one.blocks(0), 2) << n;
+      }
+    }
+    std::string bad = good;
+    for (size_t i = 0; i < bad.size(); i += 3) {
+      bad[i] = char(0xdd);  // an array claiming 4 G elements
+      KvBlockIndex one(1);
+      one.apply(0, bad);
+    }
+  }
 }
 
 }  // namespace
