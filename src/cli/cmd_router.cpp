@@ -17,6 +17,7 @@ int cmd_router(Args& a) {
   o.health_interval_s = a.number({"--health-interval"}, o.health_interval_s, 0.05, 3600);
   o.connect_timeout_s = a.number({"--connect-timeout"}, o.connect_timeout_s, 0.01, 600);
   o.max_attempts = int32_t(a.integer({"--max-attempts"}, o.max_attempts, 1, 64));
+  o.request_timeout_s = a.number({"--request-timeout"}, o.request_timeout_s, 0.1, 86400);
   o.balance_threshold = int32_t(a.integer({"--balance-threshold"}, o.balance_threshold, 0, 1 << 20));
   a.finish();
   if (o.replicas.empty()) fail("give at least one --replica http://HOST:PORT[,EVENTS[,REPLAY]]");

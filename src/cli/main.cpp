@@ -46,8 +46,8 @@ commands:
               format the chat template shows (auto) or the one named
   router      --replica http://HOST:PORT[,EVENTS[,REPLAY]] [--replica ...] [--host 127.0.0.1]
               [--port 8000] [--policy prefix|round_robin] [--health-interval S (1)]
-              [--connect-timeout S (2)] [--max-attempts N (3)] [--balance-threshold N (8)]
-              [--shutdown-timeout S]   an OpenAI-compatible front end over replicas: each
+              [--connect-timeout S (2)] [--request-timeout S (600)] [--max-attempts N (3)]
+              [--balance-threshold N (8)] [--shutdown-timeout S]   an OpenAI-compatible front end over replicas: each
               request to the replica whose prefix cache (from its KV events: EVENTS and
               REPLAY are its --kv-events-endpoint and --kv-events-replay-endpoint as seen
               from here) holds the longest prefix of the prompt, balanced by load; a

@@ -111,14 +111,36 @@ struct Reader {
       default: ok = false;
     }
   }
-  // An array of hashes (non-negative integers).
+  // A block hash: any non-negative integer (vLLM's use all 64 bits).
+  std::optional<uint64_t> hash() {
+    if (peek() == 0xcf) return ++i, be(8);
+    const auto v = integer();
+    if (!v || *v < 0) return ok = false, std::nullopt;
+    return uint64_t(*v);
+  }
   bool hashes(std::vector<uint64_t>& out) {
     const auto n = array();
     if (!n || *n > b.size()) return ok = false;
-    for (size_t k = 0; k < *n; ++k) {
-      const auto h = integer();
-      if (!h || *h < 0) return ok = false;
-      out.push_back(uint64_t(*h));
+    for (size_t k = 0; k < *n && ok; ++k) {
+      const auto h = hash();
+      if (!h) return ok = false;
+      out.push_back(*h);
+    }
+    return ok;
+  }
+  // An optional hash (nil: none).
+  bool parent(std::optional<uint64_t>& out) {
+    if (nil()) return true;
+    out = hash();
+    return out.has_value();
+  }
+  bool ids(std::vector<int32_t>& out) {
+    const auto n = array();
+    if (!n || *n > b.size()) return ok = false;
+    for (size_t k = 0; k < *n && ok; ++k) {
+      const auto v = integer();
+      if (!v || *v < INT32_MIN || *v > INT32_MAX) return ok = false;
+      out.push_back(int32_t(*v));
     }
     return ok;
   }
@@ -131,19 +153,27 @@ bool KvBlockIndex::apply(int32_t r, std::string_view payload) {
   struct Op {
     KvEvent::Kind kind;
     std::vector<uint64_t> hashes;
+    std::optional<uint64_t> parent;
+    std::vector<int32_t> tokens;
     int32_t block_size = 0;
   };
   std::vector<Op> ops;
   Reader rd{payload};
   const auto top = rd.array();
-  if (!top || *top < 2) return false;
+  if (!top || *top < 2 || *top > 16) return false;
   rd.skip();  // ts
   const auto n = rd.array();
   if (!n || *n > payload.size()) return false;
   for (size_t e = 0; e < *n && rd.ok; ++e) {
-    Op op{KvEvent::Kind::AllBlocksCleared, {}, 0};
+    Op op{KvEvent::Kind::AllBlocksCleared, {}, {}, {}, 0};
     std::string tag;
-    bool have_hashes = false, have_bs = false;
+    bool have_hashes = false, have_bs = false, have_tokens = false;
+    auto block_size = [&]() {
+      const auto bs = rd.integer();
+      if (!bs || *bs < 1 || *bs > (1 << 20)) return rd.ok = false;
+      op.block_size = int32_t(*bs);
+      return have_bs = true;
+    };
     if (const auto pairs = rd.map()) {  // current vLLM: named fields, the tag under "type"
       if (*pairs > payload.size()) return false;
       for (size_t k = 0; k < *pairs && rd.ok; ++k) {
@@ -154,39 +184,43 @@ bool KvBlockIndex::apply(int32_t r, std::string_view payload) {
           if (!t) return false;
           tag = *t;
         } else if (*name == "block_hashes") {
-          if (!rd.hashes(op.hashes)) return false;
-          have_hashes = true;
+          have_hashes = rd.hashes(op.hashes);
+        } else if (*name == "parent_block_hash") {
+          rd.parent(op.parent);
+        } else if (*name == "token_ids") {
+          have_tokens = rd.ids(op.tokens);
         } else if (*name == "block_size") {
-          const auto bs = rd.integer();
-          if (!bs || *bs < 1 || *bs > (1 << 20)) return false;
-          op.block_size = int32_t(*bs), have_bs = true;
+          block_size();
         } else {
           rd.skip();
         }
       }
     } else {  // vLLM before 2026: the tag, then the fields in order
       const auto fields = rd.array();
-      if (!fields || *fields < 1) return false;
+      if (!fields || *fields < 1 || *fields > payload.size()) return false;
       const auto t = rd.str();
       if (!t) return false;
       tag = *t;
       size_t used = 1;
       if (tag == "BlockStored" && *fields >= 5) {
         have_hashes = rd.hashes(op.hashes);
-        rd.skip(), rd.skip();  // parent, token ids
-        const auto bs = rd.integer();
-        if (!bs || *bs < 1 || *bs > (1 << 20)) return false;
-        op.block_size = int32_t(*bs), have_bs = true;
+        rd.parent(op.parent);
+        have_tokens = rd.ids(op.tokens);
+        block_size();
         used = 5;
       } else if (tag == "BlockRemoved" && *fields >= 2) {
         have_hashes = rd.hashes(op.hashes);
         used = 2;
       }
-      for (size_t k = used; k < *fields; ++k) rd.skip();
+      for (size_t k = used; k < *fields && rd.ok; ++k) rd.skip();
     }
-    if (tag == "BlockStored" && have_hashes && have_bs) op.kind = KvEvent::Kind::BlockStored;
+    if (!rd.ok) return false;
+    if (tag == "BlockStored" && have_hashes && have_bs && have_tokens &&
+        int64_t(op.tokens.size()) == int64_t(op.hashes.size()) * op.block_size)
+      op.kind = KvEvent::Kind::BlockStored;
     else if (tag == "BlockRemoved" && have_hashes) op.kind = KvEvent::Kind::BlockRemoved;
-    else if (tag != "AllBlocksCleared") return false;
+    else if (tag == "BlockStored" || tag == "BlockRemoved") return false;  // a known event without its fields
+    else if (tag != "AllBlocksCleared") continue;  // an event a router need not know
     ops.push_back(std::move(op));
   }
   for (size_t k = 2; k < *top && rd.ok; ++k) rd.skip();  // data_parallel_rank, if any
@@ -194,10 +228,29 @@ bool KvBlockIndex::apply(int32_t r, std::string_view payload) {
   std::lock_guard lk(mu_);
   Replica& rep = r_.at(size_t(r));
   for (const Op& op : ops) {
-    if (op.kind == KvEvent::Kind::AllBlocksCleared) rep.held.clear();
-    if (op.kind == KvEvent::Kind::BlockStored) rep.block_size = op.block_size, rep.held.insert(op.hashes.begin(), op.hashes.end());
+    if (op.kind == KvEvent::Kind::AllBlocksCleared) rep.held.clear(), rep.mine.clear();
+    if (op.kind == KvEvent::Kind::BlockStored) {
+      rep.block_size = op.block_size;
+      std::optional<uint64_t> parent;  // the router's hash of the block before
+      if (op.parent) {
+        const auto it = rep.mine.find(*op.parent);
+        if (it == rep.mine.end()) continue;  // a chain whose start was never seen
+        parent = it->second;
+      }
+      for (size_t b = 0; b < op.hashes.size(); ++b) {
+        const uint64_t h = kv_block_hash(parent, std::span(op.tokens).subspan(b * size_t(op.block_size), size_t(op.block_size)));
+        rep.mine[op.hashes[b]] = h;
+        rep.held.insert(h);
+        parent = h;
+      }
+    }
     if (op.kind == KvEvent::Kind::BlockRemoved)
-      for (uint64_t h : op.hashes) rep.held.erase(h);
+      for (uint64_t h : op.hashes) {
+        const auto it = rep.mine.find(h);
+        if (it == rep.mine.end()) continue;
+        rep.held.erase(it->second);
+        rep.mine.erase(it);
+      }
   }
   return true;
 }
@@ -205,6 +258,7 @@ bool KvBlockIndex::apply(int32_t r, std::string_view payload) {
 void KvBlockIndex::clear(int32_t r) {
   std::lock_guard lk(mu_);
   r_.at(size_t(r)).held.clear();
+  r_.at(size_t(r)).mine.clear();
 }
 
 int32_t KvBlockIndex::matched_tokens(int32_t r, std::span<const int32_t> tokens) const {

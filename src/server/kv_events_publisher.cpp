@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -158,9 +159,10 @@ KvEventsPublisher::KvEventsPublisher(const KvEventsOptions& o) : opt_(o), z_(std
   if (!o.replay_endpoint.empty()) {
     z_->replay = std::make_unique<zmq::socket_t>(z_->ctx, zmq::socket_type::router);
     z_->replay->set(zmq::sockopt::linger, 0);
-    // A whole buffer's replay is queued at once: no high-water mark (libzmq's default of
-    // 1000 would drop the rest, the end marker too, without a word). Requests are 8 bytes.
-    z_->replay->set(zmq::sockopt::sndhwm, 0);
+    // A whole buffer's replay is queued at once: a high-water mark above it (libzmq's
+    // default of 1000 would drop the rest, the end marker too, without a word), bounded
+    // so that a client that asks and never reads cannot grow it further. Requests are 8 bytes.
+    z_->replay->set(zmq::sockopt::sndhwm, int(std::min<int64_t>(o.buffer_steps + 2, 1 << 30)));
     z_->replay->set(zmq::sockopt::maxmsgsize, int64_t(64));
     open(*z_->replay, o.replay_endpoint, true, "--kv-events-replay-endpoint");
   }

@@ -88,8 +88,21 @@ class ProxyStream final : public HttpStream {
     std::lock_guard lk(mu_);
     notify_ = std::move(n);
   }
-  void cancel() override { cancelled_ = true; }
+  void cancel() override {
+    std::function<void()> c;
+    {
+      std::lock_guard lk(mu_);
+      cancelled_ = true;
+      c = on_cancel_;
+    }
+    if (c) c();
+  }
   bool cancelled() const { return cancelled_; }
+  // What cancel() does besides marking the stream (the upstream exchange in progress).
+  void on_cancel(std::function<void()> c) {
+    std::lock_guard lk(mu_);
+    on_cancel_ = std::move(c);
+  }
 
   void append(std::string_view s, bool done, int status = 200) {
     std::function<void()> n;
@@ -114,7 +127,7 @@ class ProxyStream final : public HttpStream {
   std::string buf_;
   bool done_ = false;
   int status_ = 200;
-  std::function<void()> notify_;
+  std::function<void()> notify_, on_cancel_;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -139,6 +152,7 @@ struct Router::Impl {
     std::atomic<bool> healthy{true};
     std::atomic<int32_t> inflight{0};
     std::atomic<int64_t> routed{0};
+    std::atomic<bool> resync{false};  // set when it rejoins: the events thread reads its cache again
   };
   enum class Outcome { Done, Retry, RetryDown };
 
@@ -177,16 +191,17 @@ struct Router::Impl {
         if (!tried[i]) cand.push_back(int(i));
     if (cand.empty()) return -1;
     std::lock_guard lk(rr_mu);
-    if (opt.policy == RouterOptions::Policy::RoundRobin) return cand[rr++ % cand.size()];
+    if (opt.policy == RouterOptions::Policy::RoundRobin && generation) return cand[rr++ % cand.size()];
     int least = cand[0];
     for (int c : cand)
       if (reps[size_t(c)]->inflight < reps[size_t(least)]->inflight) least = c;
+    if (!generation) return least;  // /tokenize and the like: no turn taken from the requests
     // Among the least loaded, in turns (a burst does not all land on replica 0).
     std::vector<int> ties;
     for (int c : cand)
       if (reps[size_t(c)]->inflight == reps[size_t(least)]->inflight) ties.push_back(c);
     least = ties[rr++ % ties.size()];
-    if (!generation || tokens.empty()) return least;
+    if (tokens.empty()) return least;
     int best = -1, best_m = 0;
     for (int c : cand) {
       const int32_t m = index.matched_tokens(c, tokens);
@@ -206,11 +221,23 @@ struct Router::Impl {
     tcp::resolver res(io);
     auto eps = co_await res.async_resolve(r.host, r.port, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Outcome::RetryDown;
-    beast::tcp_stream s(io);
+    if (out->cancelled()) co_return Outcome::Done;
+    auto sp = std::make_shared<beast::tcp_stream>(io);
+    beast::tcp_stream& s = *sp;
+    // The client leaving closes the upstream connection (on this thread), whatever the
+    // exchange is waiting for.
+    out->on_cancel([this, w = std::weak_ptr<beast::tcp_stream>(sp)] {
+      asio::post(io, [w] {
+        if (auto p = w.lock()) p->cancel();
+      });
+    });
     s.expires_after(std::chrono::milliseconds(int64_t(opt.connect_timeout_s * 1000)));
     co_await s.async_connect(eps, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Outcome::RetryDown;
-    s.expires_after(std::chrono::milliseconds(int64_t((timeout_s > 0 ? timeout_s : opt.request_timeout_s) * 1000)));
+    const double total = timeout_s > 0 ? timeout_s : opt.request_timeout_s;
+    // A stream's headers come at once: a replica that does not send them in
+    // header_timeout_s is hung, and the request goes elsewhere.
+    s.expires_after(std::chrono::milliseconds(int64_t((out->sse() ? std::min(total, opt.header_timeout_s) : total) * 1000)));
     http::request<http::string_body> up{req.method == "GET" ? http::verb::get : http::verb::post, req.target, 11};
     up.set(http::field::host, r.host_header);
     up.set(http::field::content_type, "application/json");
@@ -224,7 +251,8 @@ struct Router::Impl {
     http::response_parser<http::buffer_body> p;
     p.body_limit(boost::none);
     co_await http::async_read_header(s, buf, p, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return Outcome::RetryDown;  // lost before any byte
+    if (ec) co_return out->cancelled() ? Outcome::Done : Outcome::RetryDown;  // lost before any byte
+    s.expires_after(std::chrono::milliseconds(int64_t(total * 1000)));
     const int status = int(p.get().result_int());
     const bool stream = out->sse() && status == 200;
     std::array<char, 16384> chunk;
@@ -244,6 +272,7 @@ struct Router::Impl {
         forwarded = true;
       }
     }
+    if (out->cancelled()) co_return Outcome::Done;
     if (ec && !forwarded) co_return Outcome::RetryDown;  // lost before its first token
     if (ec) {  // lost mid-stream: what came is the client's, the end says what happened
       out->append("data: " + error_json(502, "the replica's stream broke off") + "\n\ndata: [DONE]\n\n", true);
@@ -265,10 +294,6 @@ struct Router::Impl {
     req.method = "POST";
     req.target = "/tokenize";
     json t = body;
-    if (!chat) {
-      t = json::object();
-      t["prompt"] = body.at("prompt");
-    }
     if (!chat && body.contains("add_special_tokens")) t["add_special_tokens"] = body["add_special_tokens"];
     req.body = t.dump();
     auto sink = std::make_shared<ProxyStream>(false);
@@ -287,9 +312,19 @@ struct Router::Impl {
     co_return ids;
   }
 
+  // Every request's stream ends, whatever is thrown.
   asio::awaitable<void> proxy(HttpRequest req, std::shared_ptr<ProxyStream> out, bool generation) {
+    try {
+      co_await route(std::move(req), out, generation);
+    } catch (const std::exception& e) {
+      ++failed;
+      out->error(500, error_json(500, std::string("router: ") + e.what()));
+    }
+  }
+
+  asio::awaitable<void> route(HttpRequest req, std::shared_ptr<ProxyStream> out, bool generation) {
     std::vector<int32_t> tokens;
-    if (generation) {
+    if (generation && opt.policy == RouterOptions::Policy::Prefix) {
       try {
         const json j = json::parse(req.body);
         const bool chat = req.target == "/v1/chat/completions";
@@ -301,6 +336,7 @@ struct Router::Impl {
           else if (first.is_string()) {
             json tb = json::object();  // built before the co_await (GCC 12: no braced lists in one)
             tb["prompt"] = first;
+            if (j.contains("add_special_tokens")) tb["add_special_tokens"] = j["add_special_tokens"];
             tokens = co_await tokenize(tb, false);
           }
         } else if (chat && j.contains("messages")) {
@@ -311,7 +347,7 @@ struct Router::Impl {
       }
     }
     std::vector<bool> tried(reps.size(), false);
-    for (int32_t attempt = 0; attempt < opt.max_attempts; ++attempt) {
+    for (int32_t attempt = 0; attempt < opt.max_attempts && !out->cancelled(); ++attempt) {
       const int ri = pick(tokens, tried, generation);
       if (ri < 0) break;
       tried[size_t(ri)] = true;
@@ -337,41 +373,38 @@ struct Router::Impl {
         ++r.routed;
         co_return;
       }
-      if (o == Outcome::RetryDown && r.healthy.exchange(false)) {
+      if (o == Outcome::RetryDown && r.healthy.exchange(false))
         std::fprintf(stderr, "router: %s stopped answering; out of the rotation\n", r.spec.url.c_str());
-        index.clear(ri);
-      }
       ++retries;
     }
     ++failed;
     out->error(503, error_json(503, "no replica could take the request"));
   }
 
-  // ---- health
-  asio::awaitable<void> health_loop() {
+  // ---- health: one loop per replica, so a hung one delays no other's checks
+  asio::awaitable<void> health_loop(size_t i) {
     asio::steady_timer t(io);
+    Replica& r = *reps[i];
     while (!stopping) {
-      for (size_t i = 0; i < reps.size(); ++i) {
-        HttpRequest req;
-        req.method = "GET";
-        req.target = "/health";
-        auto sink = std::make_shared<ProxyStream>(false);
-        Outcome o = Outcome::RetryDown;
-        try {
-          o = co_await forward(int(i), req, sink, true, std::max(1.0, opt.connect_timeout_s));
-        } catch (const std::exception&) {
-        }
-        std::string b;
-        int st = 0;
-        sink->drain(b, st);
-        const bool ok = o == Outcome::Done && st == 200;
-        Replica& r = *reps[i];
-        if (ok && !r.healthy.exchange(true)) std::fprintf(stderr, "router: %s answers again\n", r.spec.url.c_str());
-        if (!ok && r.healthy.exchange(false)) {
-          std::fprintf(stderr, "router: %s fails its health check; out of the rotation\n", r.spec.url.c_str());
-          index.clear(int32_t(i));
-        }
+      HttpRequest req;
+      req.method = "GET";
+      req.target = "/health";
+      auto sink = std::make_shared<ProxyStream>(false);
+      Outcome o = Outcome::RetryDown;
+      try {
+        o = co_await forward(int(i), req, sink, true, std::max(1.0, opt.connect_timeout_s));
+      } catch (const std::exception&) {
       }
+      std::string b;
+      int st = 0;
+      sink->drain(b, st);
+      const bool ok = o == Outcome::Done && st == 200;
+      if (ok && !r.healthy.exchange(true)) {
+        std::fprintf(stderr, "router: %s answers again\n", r.spec.url.c_str());
+        r.resync = true;  // its cache may be another process's now: read it again
+      }
+      if (!ok && r.healthy.exchange(false))
+        std::fprintf(stderr, "router: %s fails its health check; out of the rotation\n", r.spec.url.c_str());
       t.expires_after(std::chrono::milliseconds(int64_t(opt.health_interval_s * 1000)));
       beast::error_code ec;
       co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -387,48 +420,72 @@ struct Router::Impl {
       int64_t next = 0;  // the sequence number expected
     };
     std::vector<Sub> subs;
+    // A replay socket per request: a DEALER keeps what it could not send, and a reply
+    // that came after its request timed out would answer the next one.
+    auto dealer = [&](const std::string& e) {
+      auto d = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+      d->set(zmq::sockopt::linger, 0);
+      d->set(zmq::sockopt::rcvtimeo, 1000);
+      d->connect(e);
+      return d;
+    };
     for (size_t i = 0; i < reps.size(); ++i) {
       const ReplicaSpec& s = reps[i]->spec;
       if (s.events.empty()) continue;
-      Sub x{int32_t(i), std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub), nullptr, 0};
-      x.sub->set(zmq::sockopt::linger, 0);
-      x.sub->set(zmq::sockopt::subscribe, "");
-      x.sub->connect(s.events);
-      if (!s.replay.empty()) {
-        x.replay = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
-        x.replay->set(zmq::sockopt::linger, 0);
-        x.replay->set(zmq::sockopt::rcvtimeo, 2000);
-        x.replay->connect(s.replay);
+      try {
+        Sub x{int32_t(i), std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub), nullptr, 0};
+        x.sub->set(zmq::sockopt::linger, 0);
+        x.sub->set(zmq::sockopt::subscribe, "");
+        x.sub->connect(s.events);
+        if (!s.replay.empty()) x.replay = dealer(s.replay);
+        subs.push_back(std::move(x));
+      } catch (const zmq::error_t& e) {
+        std::fprintf(stderr, "router: %s: its events (%s) cannot be read: %s\n", s.url.c_str(), s.events.c_str(), e.what());
       }
-      subs.push_back(std::move(x));
     }
     if (subs.empty()) return;
     std::vector<zmq::pollitem_t> items;
     for (auto& x : subs) items.push_back({x.sub->handle(), 0, ZMQ_POLLIN, 0});
-    // Batches [from, ...) of one replica again, in order, applied; false if it did not answer.
+    // Batches [from, ...) of one replica again, in order, applied. False when it did not
+    // answer, or no longer holds `from`: what the router knows of it is then incomplete.
     auto replay = [&](Sub& x, int64_t from) {
       if (!x.replay) return false;
+      bool whole = true;
       try {
         x.replay->send(zmq::buffer(std::string_view()), zmq::send_flags::sndmore);
         x.replay->send(zmq::buffer(be64(from)), zmq::send_flags::none);
-        for (;;) {
+        for (bool first = true;; first = false) {
           std::vector<zmq::message_t> m;
-          if (!zmq::recv_multipart(*x.replay, std::back_inserter(m))) return false;  // timed out
+          if (!zmq::recv_multipart(*x.replay, std::back_inserter(m))) {  // timed out
+            x.replay = dealer(reps[size_t(x.r)]->spec.replay);
+            return false;
+          }
           if (m.size() != 3) continue;
           const int64_t seq = from_be64(m[1]);
-          if (seq == -1) return true;
-          if (seq >= x.next && index.apply(x.r, m[2].to_string_view())) x.next = seq + 1;
+          if (seq == -1) return whole;
+          if (first && seq != from) whole = false;
+          if (seq >= x.next || !whole) {
+            if (!index.apply(x.r, m[2].to_string_view())) whole = false;
+            x.next = seq + 1;
+          }
         }
       } catch (const zmq::error_t&) {
+        x.replay = dealer(reps[size_t(x.r)]->spec.replay);
         return false;
       }
     };
-    // A router that starts after its replicas asks each for what it has published so far
-    // (as much as its replay buffer still holds): a replica serving only cache hits
-    // publishes nothing that would reveal a gap.
-    for (auto& x : subs)
-      if (x.replay) replay(x, 0);
+    // All of a replica's state again: at start (a router that starts after its replicas:
+    // one serving only cache hits publishes nothing that would show a gap), after a
+    // restart, and when it rejoins the rotation.
+    auto resync = [&](Sub& x) {
+      index.clear(x.r);
+      x.next = 0;
+      replay(x, 0);
+    };
+    for (auto& x : subs) resync(x);
     while (!stopping) {
+      for (auto& x : subs)
+        if (reps[size_t(x.r)]->resync.exchange(false)) resync(x);
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
       } catch (const zmq::error_t&) {
@@ -446,16 +503,14 @@ struct Router::Impl {
         if (m.size() != 3) continue;
         const int64_t seq = from_be64(m[1]);
         if (seq < 0) continue;
-        if (seq < x.next) {  // numbering started again: a new process at that address
-          if (seq == 0) index.clear(x.r), x.next = 0;
-          else continue;
+        if (seq < x.next) {  // numbering started again: another process at that address
+          resync(x);
+          if (seq < x.next) continue;  // the replay had it
         }
-        if (seq > x.next && !replay(x, x.next)) {
-          // A gap nobody can fill: what this replica holds is unknown until it says.
-          index.clear(x.r);
-        }
+        if (seq > x.next && !replay(x, x.next)) index.clear(x.r);  // a gap nobody could fill
         if (seq >= x.next) {
-          index.apply(x.r, m[2].to_string_view());
+          // A batch that does not decode leaves the view unknown: forget it until the next.
+          if (!index.apply(x.r, m[2].to_string_view())) index.clear(x.r);
           x.next = seq + 1;
         }
       }
@@ -556,7 +611,7 @@ uint16_t Router::listen() { return impl_->http->listen(); }
 void Router::run() {
   Impl& m = *impl_;
   m.work.emplace(m.io.get_executor());
-  asio::co_spawn(m.io, m.health_loop(), asio::detached);
+  for (size_t i = 0; i < m.reps.size(); ++i) asio::co_spawn(m.io, m.health_loop(i), asio::detached);
   m.up_thread = std::thread([&m] { m.io.run(); });
   m.ev_thread = std::thread([&m] {
     try {

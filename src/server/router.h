@@ -1,6 +1,7 @@
 // ridge router: an OpenAI-compatible front end over replicas of `ridge serve` (or any
 // server that speaks vLLM's API and, for prefix-aware routing, publishes vLLM's KV-cache
-// events: server/kv_events_publisher.h).
+// events: server/kv_events_publisher.h; blocks are matched by the token ids the events
+// carry, not by the engine's own hashes: server/kv_block_index.h).
 //
 // Policy, per request (completions and chat; other endpoints go to the least loaded):
 //  - the prompt's tokens (its ids, or a replica's /tokenize for text and messages) are
@@ -14,7 +15,12 @@
 //    before its first token (a stream is held back until its first text) is left for the
 //    next best, up to max_attempts replicas; after the first token nothing is retried;
 //  - a replica whose /health fails, or whose connection is refused, is out of the
-//    rotation, and its blocks are forgotten; /health answering again brings it back.
+//    rotation; /health answering again brings it back, and its cache is read again from
+//    its events' replay (another process may answer at that address now);
+//  - a client that leaves closes the exchange with the replica;
+//  - a streamed request is answered 200 at once (the HTTP server starts streams so): an
+//    error from the replica, or no replica, comes as an SSE error event, as vLLM sends an
+//    error during a stream.
 // The router's own /metrics (ridge_router:*) counts what went where.
 #pragma once
 #include <cstdint>
@@ -39,6 +45,7 @@ struct RouterOptions {
   double health_interval_s = 1;
   double connect_timeout_s = 2;
   double request_timeout_s = 600;  // an upstream response must end within this
+  double header_timeout_s = 30;    // a stream's headers must come within this
   int32_t max_attempts = 3;
   int32_t balance_threshold = 8;
 };

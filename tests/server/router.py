@@ -135,6 +135,49 @@ print(f"router: prefix-cache hit rate {hr_rr:.3f} (round robin) vs {hr_px:.3f} (
 check(hr_px > hr_rr, "the prefix-aware router's replicas hit their prefix caches more often")
 check(tt_px < tt_rr, "the prefix-aware router's mean TTFT is lower")
 
+
+def router_metrics(url):
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for l in text.splitlines():
+        if l.startswith("ridge_router:"):
+            out[l.rsplit(" ", 1)[0]] = float(l.rsplit(" ", 1)[1])
+    return out
+
+
+m = router_metrics(px_url)
+check(m.get("ridge_router:matched_tokens_total", 0) > 0, "the router found cached prefixes through the events")
+
+# Text prompts: the router asks a replica's /tokenize, and routes the same text again to
+# the replica that has its blocks; distinct texts take turns over idle replicas.
+def complete(url, body):
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+text = " ".join(f"word{i}" for i in range(120))
+before = router_metrics(px_url)
+complete(px_url, {"prompt": text, "max_tokens": 2, "temperature": 0})
+time.sleep(0.5)  # its blocks' events reach the router
+mid = router_metrics(px_url)
+complete(px_url, {"prompt": text, "max_tokens": 2, "temperature": 0})
+after = router_metrics(px_url)
+gain = after["ridge_router:matched_tokens_total"] - mid["ridge_router:matched_tokens_total"]
+check(gain >= 64, f"a text prompt sent again is routed to the replica holding it ({gain:g} tokens matched)")
+per = [k for k in after if k.startswith("ridge_router:requests_total{")]
+moved = [after[k] - before.get(k, 0) for k in per]
+check(max(moved) == 2, f"both went to one replica ({moved})")
+before = after
+for i in range(4):
+    complete(px_url, {"prompt": f"text number {i} " + " ".join(str(i * 7 + k) for k in range(40)),
+                      "max_tokens": 2, "temperature": 0})
+after = router_metrics(px_url)
+moved = [after[k] - before.get(k, 0) for k in per]
+check(min(moved) >= 1, f"distinct texts, one at a time, took turns over the replicas ({moved})")
+
 # Phase 3: a replica killed a third of the way through.
 killed = []
 res_k = run(px_url, on_half=lambda: (os.kill(kill_pid, signal.SIGKILL), killed.append(time.time())))

@@ -306,10 +306,30 @@ if "$PY" -c "import zmq, msgpack" 2>/dev/null; then
     for ((i = 0; i < 100; ++i)); do
       node -e 'fetch(process.argv[1] + "/metrics").then(r => r.text()).then(t =>
         process.exit((t.match(/^ridge_router:replica_healthy\{[^}]*\} 1$/mg) || []).length === 2 ? 0 : 1))' \
-        "http://127.0.0.1:${PORT[prouter]}" && { echo "ok   the restarted replica is back in the rotation"; return 0; }
+        "http://127.0.0.1:${PORT[prouter]}" && break
       sleep 0.1
     done
-    echo "the restarted replica did not rejoin the rotation in 10 s"; cat "$tmp/prouter.err"; return 1
+    ((i < 100)) || { echo "the restarted replica did not rejoin the rotation in 10 s"; cat "$tmp/prouter.err"; return 1; }
+    echo "ok   the restarted replica is back in the rotation"
+    # Its cache as its new process's events tell it: new prompts, some to it.
+    "$PY" - "http://127.0.0.1:${PORT[prouter]}" "http://127.0.0.1:$old" <<'PYEOF' || return 1
+import json, sys, time, urllib.request
+router, rep = sys.argv[1], sys.argv[2]
+for i in range(4):
+    body = {"prompt": [1000 + 37 * i + k for k in range(96)], "max_tokens": 2, "temperature": 0}
+    urllib.request.urlopen(urllib.request.Request(router + "/v1/completions", data=json.dumps(body).encode(),
+                                                  headers={"Content-Type": "application/json"}), timeout=60).read()
+for _ in range(50):
+    text = urllib.request.urlopen(router + "/metrics", timeout=10).read().decode()
+    n = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+         if l.startswith('ridge_router:replica_cached_blocks{replica="' + rep + '"}')]
+    if n and n[0] > 0:
+        print(f"ok   the restarted replica's blocks are known again ({n[0]:g})")
+        sys.exit(0)
+    time.sleep(0.1)
+print("FAIL the router knows no block of the restarted replica")
+sys.exit(1)
+PYEOF
   }
   phase "ridge router: prefix-aware against round robin, a replica killed and back" router_test
   for n in rrouter prouter ra rb pb pa2; do [ -n "${PID[$n]:-}" ] && stop_server "$n"; done
