@@ -129,5 +129,32 @@ TEST(KvBlockIndex, FollowsStoredAndRemovedBlocksInBothLayouts) {
   }
 }
 
+// Another engine's hashes (vLLM's: sha256-based, all 64 bits): the index keys blocks by
+// its own chain over the token ids, so they match ridge's prompts all the same; a chain
+// whose parent was never announced cannot be keyed; unknown event types are skipped.
+TEST(KvBlockIndex, MatchesAnyEnginesEventsByTheirTokenIds) {
+  KvBlockIndex ix(1);
+  const std::vector<int32_t> p{5, 6, 7, 8, 9, 10, 11, 12};
+  const KvEvent a{KvEvent::Kind::BlockStored, {0xF000000000000001ull}, {}, {5, 6, 7, 8}, 4};
+  const KvEvent b{KvEvent::Kind::BlockStored, {0xF000000000000002ull}, 0xF000000000000001ull, {9, 10, 11, 12}, 4};
+  const KvEvent orphan{KvEvent::Kind::BlockStored, {0xE000000000000009ull}, 0xDEADull, {1, 1, 1, 1}, 4};
+  ASSERT_TRUE(ix.apply(0, encode_kv_event_batch(1.0, std::vector<KvEvent>{a, b, orphan})));
+  EXPECT_EQ(ix.matched_tokens(0, p), 8);
+  EXPECT_EQ(ix.blocks(0), 2);  // the orphan left out
+  const KvEvent rm{KvEvent::Kind::BlockRemoved, {0xF000000000000002ull}, {}, {}, 0};
+  ASSERT_TRUE(ix.apply(0, encode_kv_event_batch(2.0, std::vector<KvEvent>{rm})));
+  EXPECT_EQ(ix.matched_tokens(0, p), 4);
+
+  // A batch with an event of a type the router does not know: the rest still applies.
+  std::string batch = encode_kv_event_batch(3.0, std::vector<KvEvent>{b});
+  // [ts, [ev], 0] -> [ts, [{"type": "Future"}, ev], 0]: the events array grows by one.
+  const size_t at = 1 + 9;  // fixarray(3) + float64
+  ASSERT_EQ(uint8_t(batch[at]), 0x91);
+  batch[at] = char(0x92);
+  batch.insert(at + 1, std::string("\x81\xa4" "type" "\xa6" "Future", 13));
+  ASSERT_TRUE(ix.apply(0, batch));
+  EXPECT_EQ(ix.matched_tokens(0, p), 8);
+}
+
 }  // namespace
 }  // namespace ridge::server
