@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
       libbenchmark-dev libfmt-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev
       libboost1.81-dev chromium libzmq3-dev cppzmq-dev python3-zmq python3-msgpack
+      openmpi-bin libopenmpi-dev
       clang libclang-rt-14-dev)
 
 missing=()

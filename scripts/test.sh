@@ -90,6 +90,7 @@ stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/r
 stage "structured output: ridge's token masks vs XGrammar" node tests/grammar/xgrammar_masks.mjs --ridge "$BUILD/ridge" --docs 3
 stage "structured output: JSON-Schema-Test-Suite (draft 4)" node tests/grammar/json_schema_suite.mjs --ridge "$BUILD/ridge"
 stage "server: OpenAI API via the openai client" bash tests/server/run_server_tests.sh "$BUILD/ridge"
+stage "tensor parallelism over MPI (mpirun on one box)" bash tests/mpi/run_mpi_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
 stage "fuzz: GGUF and safetensors readers" bash scripts/fuzz.sh
 

@@ -15,6 +15,8 @@
 
 #include "core/error.h"
 #include "core/text_file.h"
+#include "core/threadpool.h"
+#include "dist/comm.h"
 #include "kernels/cpu/gemm.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tools/kernel_cache.h"
@@ -139,9 +141,11 @@ void kernel_flags(Args& a, int threads) {
 }
 
 std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c) {
-  if (c.device != Device::Cpu) return Model::load(path, false);
+  TpShard shard;
+  if (c.tensor_parallel_size > 1) shard = {dist::world()->rank(), c.tensor_parallel_size};
+  if (c.device != Device::Cpu) return Model::load(path, false, shard);
   prepare_kernels();
-  return Model::load(path);
+  return Model::load(path, true, shard);
 }
 
 void prepare_kernels() {
@@ -193,6 +197,21 @@ void engine_config(Args& a, EngineConfig& c) {
   else if (dev == "cuda") c.device = Device::Cuda;
   else fail("--device {} is not one of cpu, cuda", dev);
   forward_config(a, c);
+  // Under mpirun every process is a rank of one split model: the world is the tensor
+  // parallel size (pipeline parallelism, which would multiply it, is not there yet).
+  c.tensor_parallel_size = int32_t(a.integer({"--tensor-parallel-size", "-tp"}, 1, 1, 4096));
+  const dist::Comm* w = dist::world();
+  const int world = w ? w->size() : 1;
+  if (c.tensor_parallel_size != world) {
+    if (world == 1)
+      fail("--tensor-parallel-size {} needs {} processes: start ridge under mpirun -np {}", c.tensor_parallel_size,
+           c.tensor_parallel_size, c.tensor_parallel_size);
+    fail("mpirun started {} processes but --tensor-parallel-size is {}: the world size must equal the tensor parallel "
+         "size",
+         world, c.tensor_parallel_size);
+  }
+  if (c.tensor_parallel_size > 1 && c.threads == 0)  // the cores shared among the ranks of this machine
+    c.threads = std::max(1, default_thread_count() / c.tensor_parallel_size);
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);

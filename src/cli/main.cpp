@@ -1,5 +1,6 @@
 // ridge: an LLM inference engine. Dispatches to the subcommands; every user error ends
 // in a one-line message and exit code 1, never a crash.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -10,6 +11,8 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "dist/comm.h"
+#include "engine/tp_worker.h"
 #include "model/mkmodel.h"
 
 namespace {
@@ -218,9 +221,45 @@ bool command_help(const std::string& cmd) {
   return true;
 }
 
+int run(int argc, char** argv);
+
 }  // namespace
 
+// Under mpirun every process runs main: rank 0 the command, the others the worker side
+// of a tensor-parallel model (engine/tp_worker.h) until rank 0 stops them.
 int main(int argc, char** argv) {
+  try {
+    ridge::dist::init(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ridge: error: %s\n", e.what());
+    return 1;
+  }
+  ridge::dist::Comm* w = ridge::dist::world();
+  if (w && w->rank() != 0) {
+    // mpirun passes a SIGTERM or SIGINT on to every rank: rank 0 shuts down (its server
+    // drains) and then stops the workers, which must outlive it until then.
+    std::signal(SIGTERM, SIG_IGN);
+    std::signal(SIGINT, SIG_IGN);
+    int code = 1;
+    try {
+      code = ridge::run_tp_worker(*w);
+    } catch (const std::exception& e) {
+      w->abort(1, e.what());
+    }
+    ridge::dist::finalize();
+    return code;
+  }
+  const int code = run(argc, argv);
+  if (w) {
+    ridge::tp_send_stop(*w, code);
+    ridge::dist::finalize();
+  }
+  return code;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
@@ -240,6 +279,11 @@ int main(int argc, char** argv) {
   }
   ridge::cli::Args args(std::move(rest));
   try {
+    if (const ridge::dist::Comm* w = ridge::dist::world();
+        w && w->size() > 1 && cmd != "generate" && cmd != "serve" && cmd != "bench")
+      ridge::fail("mpirun started {} processes, but {} runs in one: generate, serve and bench throughput take "
+                  "--tensor-parallel-size",
+                  w->size(), cmd);
     // The SIMD path's environment, read here so that a bad value is this error and not
     // one thrown on a worker thread.
     ridge::active_isa();
@@ -273,3 +317,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace

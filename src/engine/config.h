@@ -46,6 +46,9 @@ enum class Device { Cpu, Cuda };
 
 struct EngineConfig {
   Device device = Device::Cpu;      // --device: cuda puts the weights, KV pool and activations on the GPU
+  // Processes the model is split over (Megatron's tensor parallelism over MPI: the world
+  // mpirun starts, model/tp_shard.h); 1: this process alone.
+  int32_t tensor_parallel_size = 1;
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;

@@ -7,6 +7,7 @@
 #include "core/meminfo.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "engine/tp_worker.h"
 #include "model/forward.h"
 
 namespace ridge {
@@ -74,13 +75,33 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
   return (kl.block_bytes() * g.pages() + cfg.block_size - 1) / cfg.block_size;
 }
 
+namespace {
+
+// Tensor parallel: the ranks, after the checks of what does not run split yet.
+dist::Comm* tp_ranks(const Model& m, const EngineConfig& cfg, const std::string& path) {
+  if (!m.tp_shard().on()) return nullptr;
+  dist::Comm* c = dist::world();
+  RIDGE_CHECK(c && c->size() == m.tp_shard().size && c->rank() == 0, "a split model's runner runs on rank 0 of its ranks");
+  RIDGE_CHECK(!path.empty(), "a split model's runner needs the path its ranks load");
+  const int n = m.tp_shard().size;
+  if (cfg.device != Device::Cpu) fail("--tensor-parallel-size {}: the CUDA backend does not run split models yet", n);
+  if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
+    fail("--tensor-parallel-size {}: preemption by swap (each rank's share of the blocks) is not done yet; use "
+         "--preemption-mode recompute without --swap-space", n);
+  return c;
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : backend_(make_backend(m, cfg, pool)),
+    : tp_(tp_ranks(m, cfg, m.path())),
+      backend_(make_backend(m, cfg, pool)),
       kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), kv_groups_for(m.hparams(), !cfg.swa_full),
                                     backend_.get())) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
-  fwd_ = std::make_unique<Forward>(m, *kv_, *backend_);
+  if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks});
+  fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
   if (backend_->device_free_bytes() >= 0) {
     // A device: one token through the model puts the weights there now, not in the first
     // request's time (the backend uploads each on first use). Its K/V lands in a free
@@ -134,7 +155,20 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
     batch_.add(toks, s.n_computed, table, last ? Logits::Last : Logits::None, s.n_expand);
     if (last) rows[i] = r++;
   }
-  return fwd_->run(batch_);
+  if (!tp_) return fwd_->run(batch_);
+  // The ranks run the step together: a batch the forward would refuse is refused before
+  // they start, and a failure after that ends them all (they wait in its collectives).
+  fwd_->validate(batch_);
+  tp_send_batch(*tp_, batch_);
+  try {
+    return fwd_->run(batch_);
+  } catch (const std::exception& e) {
+    tp_->abort(1, e.what());
+  }
+}
+
+ModelRunner::~ModelRunner() {
+  if (tp_) tp_send_release(*tp_);
 }
 
 }  // namespace ridge

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/threadpool.h"
+#include "dist/comm.h"
 #include "engine/config.h"
 #include "engine/scheduler.h"
 #include "engine/swap_space.h"
@@ -23,7 +24,11 @@ class ModelRunner {
  public:
   // Throws ridge::Error when the pool would hold no block, or the swap space cannot be
   // made (a --swap-dir that cannot hold it).
+  // A model split over ranks (m.tp_shard()): this is rank 0's runner; it sends the setup
+  // to the other ranks (engine/tp_worker.h: they load their shards of m.path()) and each
+  // batch before running its own part.
   ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool);
+  ~ModelRunner();
 
   // rows[i] = index of chunk i's logit row (its first: a chunk with drafts has one per
   // token), or -1. prompt_rows[i] = the first of a row per token of a prompt chunk that
@@ -54,6 +59,8 @@ class ModelRunner {
   perf::OpProfile& profile() { return fwd_->profile(); }
 
  private:
+  // Tensor parallel: the ranks that run the other shards (null: one process).
+  dist::Comm* tp_ = nullptr;
   std::unique_ptr<kernels::Backend> backend_;  // the device the forward's operations run on
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<SwapSpace> swap_;

@@ -11,8 +11,10 @@
 
 namespace ridge {
 
-Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend)
-    : m_(model), h_(model.hparams()), kv_(kv), be_(backend) {
+Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* tp)
+    : m_(model), h_(model.hparams()), kv_(kv), be_(backend), tp_(model.tp_shard().on() ? tp : nullptr) {
+  RIDGE_CHECK(!model.tp_shard().on() || (tp && tp->size() == model.tp_shard().size && tp->rank() == model.tp_shard().rank),
+              "a model split over {} ranks needs their communicator", model.tp_shard().size);
   const KVLayout& l = kv.layout();
   const KvGroups& g = kv.groups();
   RIDGE_CHECK(int32_t(g.page.size()) == h_.n_layer && (!g.grouped() || g.window == h_.n_swa),
@@ -158,13 +160,37 @@ std::span<const float> Forward::run(const Batch& b) {
                           h_.norm_eps);
     });
   }
-  logits_.reserve(rows * h_.n_vocab);
-  op(perf::Op::Output, perf::matmul_class(w.output.type), -1,
-     perf::matmul_cost(rows, E, h_.n_vocab, w.output.type), [&] {
-       be_.matmul(w.output, result_norm_.data(), rows, logits_.data());
-       if (h_.final_softcap > 0) be_.softcap(logits_.data(), h_.final_softcap, rows * h_.n_vocab);
-     });
-  return be_.to_host(logits_.data(), rows * h_.n_vocab);
+  const int64_t V = w.output.n_out;  // the vocabulary, or this rank's rows of it
+  logits_.reserve(rows * V);
+  op(perf::Op::Output, perf::matmul_class(w.output.type), -1, perf::matmul_cost(rows, E, V, w.output.type), [&] {
+    be_.matmul(w.output, result_norm_.data(), rows, logits_.data());
+    if (h_.final_softcap > 0) be_.softcap(logits_.data(), h_.final_softcap, rows * V);
+  });
+  if (!tp_) return be_.to_host(logits_.data(), rows * V);
+  // Every rank's [rows][its vocabulary rows] to rank 0, then laid out as [rows][n_vocab].
+  const TpSplit& sp = m_.tp_split();
+  std::vector<int64_t> counts;
+  for (const int64_t n : sp.vocab_rows) counts.push_back(n * rows);
+  if (tp_->rank() == 0) tp_logits_.resize(size_t(rows * h_.n_vocab));
+  float* all = tp_all_logits_.reserve(rows * h_.n_vocab);
+  op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * h_.n_vocab)}, [&] {
+    tp_->gather(logits_.data(), counts, tp_logits_.data());
+    if (tp_->rank() != 0) return;
+    const float* src = tp_logits_.data();
+    for (int64_t v0 = 0, i = 0; i < int64_t(counts.size()); v0 += sp.vocab_rows[size_t(i)], ++i) {
+      const int64_t n = sp.vocab_rows[size_t(i)];
+      for (int64_t r = 0; r < rows; ++r) std::copy(src + r * n, src + (r + 1) * n, all + r * h_.n_vocab + v0);
+      src += rows * n;
+    }
+  });
+  if (tp_->rank() != 0) return {};
+  return be_.to_host(all, rows * h_.n_vocab);
+}
+
+void Forward::tp_reduce(int32_t il, float* y) {
+  const int64_t n = T_ * h_.n_embd;
+  op(perf::Op::TpComm, perf::ComputeClass::None, il, perf::OpCost{0, 4.0 * double(n)},
+     [&] { tp_->all_reduce_sum(y, n); });
 }
 
 void Forward::attention_block(int32_t il) {
@@ -215,11 +241,19 @@ void Forward::attention_block(int32_t il) {
   perf::OpCost oc = perf::matmul_cost(T, no, E, L.wo.type);
   if (!L.bo.empty()) oc += perf::bias_cost(T, E);
   if (!L.post_attn_norm.empty()) oc += perf::rms_norm_cost(T, E);
-  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, oc, [&] {
-    be_.matmul(L.wo, kqv, T, attn_out);
+  // Tensor parallel: the bias and the norm go on the sum of the ranks' parts.
+  const auto epilogue = [&] {
     if (!L.bo.empty()) be_.add_bias(attn_out, L.bo.data(), T, E);
     if (!L.post_attn_norm.empty()) be_.rms_norm(attn_out, L.post_attn_norm.data(), attn_out, T, E, h_.norm_eps);
+  };
+  op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, oc, [&] {
+    be_.matmul(L.wo, kqv, T, attn_out);
+    if (!tp_) epilogue();
   });
+  if (tp_) {
+    tp_reduce(il, attn_out);
+    if (!L.bo.empty() || !L.post_attn_norm.empty()) op(perf::Op::AttnOut, perf::ComputeClass::Fp32Fma, il, {}, epilogue);
+  }
   attn_residual(il, attn_out);
 }
 
@@ -259,8 +293,8 @@ void Forward::ffn_block(int32_t il) {
   if (geglu) ac.flops += double(T * F), ac.bytes += 4.0 * double(T) * double(F);  // the product with up
   const bool post = !L.post_ffn_norm.empty();
   if (post) dc += perf::rms_norm_cost(T, E);
-  auto post_norm = [&] {
-    if (post) be_.rms_norm(out, L.post_ffn_norm.data(), out, T, E, h_.norm_eps);
+  auto post_norm = [&] {  // tensor parallel: on the ranks' sum, below
+    if (post && !tp_) be_.rms_norm(out, L.post_ffn_norm.data(), out, T, E, h_.norm_eps);
   };
   if (be_.takes_rows(L.w_down)) {
     dc.flops += ac.flops;
@@ -280,6 +314,12 @@ void Forward::ffn_block(int32_t il) {
       be_.matmul(L.w_down, act, T, out);
       post_norm();
     });
+  }
+  if (tp_) {
+    tp_reduce(il, out);
+    if (post)
+      op(perf::Op::FfnDown, perf::ComputeClass::Fp32Fma, il, {},
+         [&] { be_.rms_norm(out, L.post_ffn_norm.data(), out, T, E, h_.norm_eps); });
   }
   ffn_residual(il, out);
 }
@@ -313,8 +353,13 @@ void Forward::gelu_ffn_block(int32_t il) {
   op(perf::Op::FfnDown, perf::matmul_class(L.w_down.type), il, dc, [&] {
     if (act_in_down) be_.gelu_matmul(L.w_down, up, b_up, T, out);
     else be_.matmul(L.w_down, act, T, out);
-    if (!L.b_down.empty()) be_.add_bias(out, L.b_down.data(), T, E);
+    if (!L.b_down.empty() && !tp_) be_.add_bias(out, L.b_down.data(), T, E);
   });
+  if (tp_) {
+    tp_reduce(il, out);
+    if (!L.b_down.empty())
+      op(perf::Op::FfnDown, perf::ComputeClass::Fp32Fma, il, {}, [&] { be_.add_bias(out, L.b_down.data(), T, E); });
+  }
   ffn_residual(il, out);
 }
 
@@ -431,6 +476,7 @@ void Forward::moe_ffn_block(int32_t il) {
     op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
        [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
     if (L.down_shexp.data) shared_experts(il, xn, out);
+    if (tp_) tp_reduce(il, out);
     return ffn_residual(il, out);
   }
   op(perf::Op::FfnGateUp, perf::matmul_class(wt), il, gu, [&] {
@@ -473,6 +519,7 @@ void Forward::moe_ffn_block(int32_t il) {
   op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, mix,
      [&] { be_.moe_combine(y, moe_row_.data(), moe_w_.data(), T, K, E, out); });
   if (L.down_shexp.data) shared_experts(il, xn, out);
+  if (tp_) tp_reduce(il, out);
   ffn_residual(il, out);
 }
 

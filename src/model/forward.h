@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "dist/comm.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -18,11 +19,15 @@ namespace ridge {
 
 class Forward {
  public:
-  Forward(const Model& model, KVCache& kv, kernels::Backend& backend);
+  // tp: the ranks of a tensor-parallel model (model.tp_shard().size of them), or null.
+  Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* tp = nullptr);
 
   // Writes the batch's K/V into the cache and returns the logits,
-  // [batch.n_logit_rows()][n_vocab], valid until the next call.
+  // [batch.n_logit_rows()][n_vocab], valid until the next call. Tensor parallel: every
+  // rank runs it on the same batch; rank 0 gets the logits, the others an empty span.
   std::span<const float> run(const Batch& batch);
+  // Throws ridge::Error on a batch run() would refuse (before any rank starts on it).
+  void validate(const Batch& b) const;
 
   // The most the named intermediates and the matmul's quantized activations take for a
   // step of `tokens` tokens with `rows` logit rows (they grow to the largest step seen).
@@ -37,8 +42,10 @@ class Forward {
   void set_mla_scratch_bytes(int64_t n) { mla_scratch_bytes_ = n; }
 
  private:
-  void validate(const Batch& b) const;
   void attention_block(int32_t il);
+  // Tensor parallelism: y [T][n_embd], this rank's partial sum of a row-parallel matmul,
+  // becomes the sum over all ranks (op TpComm).
+  void tp_reduce(int32_t il, float* y);
   // Multi-head latent attention (forward_mla.cpp) in the absorbed form: the cache holds
   // each token's latent and rope key; each head's query is taken into the latent space
   // (attn_k_b) and its latent output out of it (attn_v_b), so attention itself is MQA
@@ -93,6 +100,8 @@ class Forward {
   const HParams& h_;
   KVCache& kv_;
   kernels::Backend& be_;
+  dist::Comm* tp_ = nullptr;  // set when the model is split over ranks
+  std::vector<float> tp_logits_;  // [ranks][rows][their vocabulary rows] as gathered
   kernels::RopeParams rope_;
   kernels::RopeParams rope_swa_;  // the sliding-window layers' (rope_dim 0: as rope_)
 
@@ -181,7 +190,8 @@ class Forward {
   kernels::Activations mla_qg_{be_};      // [TX][n_head][dqk] the expanded rows' queries [q_pe | q_nope]
   kernels::Activations mla_og_{be_};      // [TX][g][dv] the group's outputs
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
-  kernels::Activations logits_{be_};      // [rows][n_vocab]
+  kernels::Activations logits_{be_};      // [rows][n_vocab] (tensor parallel: this rank's vocabulary rows)
+  kernels::Activations tp_all_logits_{be_};  // [rows][n_vocab] tensor parallel, rank 0: every rank's
 };
 
 }  // namespace ridge

@@ -14,12 +14,14 @@
 
 namespace ridge {
 
-std::unique_ptr<Model> Model::load(const std::string& path, bool pack) {
-  if (is_hf_checkpoint_dir(path)) return from_file(open_hf_checkpoint(path), pack);
-  return from_file(gguf::File::open(path), pack);
+std::unique_ptr<Model> Model::load(const std::string& path, bool pack, TpShard shard) {
+  std::unique_ptr<Model> m = is_hf_checkpoint_dir(path) ? from_file(open_hf_checkpoint(path), pack, shard)
+                                                         : from_file(gguf::File::open(path), pack, shard);
+  m->path_ = path;
+  return m;
 }
 
-std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack) {
+std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack, TpShard shard) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
   const gguf::File& f = *m->file_;
@@ -37,6 +39,8 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
     fail("{}: {}.vocab_size = {} but token_embd.weight has {} rows", f.name(), h.arch, *nv, h.n_vocab);
   Weights& w = m->w_;
   arch.load(ld, h, w);
+  m->shard_ = shard;
+  m->split_ = shard_weights(shard, f.name(), h, w, m->sliced_);
   m->derive_weights();
   // The embedding tables are gathered a row per token, not streamed.
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);

@@ -11,6 +11,7 @@
 #include "kernels/tensors.h"
 #include "model/arch.h"
 #include "model/hparams.h"
+#include "model/tp_shard.h"
 
 namespace ridge {
 
@@ -78,13 +79,19 @@ class Model {
   // GGUF file or a Hugging Face checkpoint directory (model/hf_checkpoint.h).
   // pack: repack the matrices into GEMM panels (kernels/cpu/packed.h) when the active
   // CPU path has a packed GEMM for their type; RIDGE_REPACK=0 turns it off.
-  static std::unique_ptr<Model> load(const std::string& path, bool pack = true);
-  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f, bool pack = true);
+  // shard: this process's part under tensor parallelism (model/tp_shard.h); hparams()
+  // then has the local shape.
+  static std::unique_ptr<Model> load(const std::string& path, bool pack = true, TpShard shard = {});
+  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f, bool pack = true, TpShard shard = {});
 
   const gguf::File& file() const { return *file_; }
+  // What load() was given (the file, or the checkpoint's directory); empty from from_file.
+  const std::string& path() const { return path_; }
   const HParams& hparams() const { return hp_; }
   const ArchSpec& arch() const { return *arch_; }
   const Weights& weights() const { return w_; }
+  const TpShard& tp_shard() const { return shard_; }
+  const TpSplit& tp_split() const { return split_; }
   // Bytes of all weight tensors, and of those streamed per token (all but token_embd).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t streamed_weight_bytes() const { return streamed_bytes_; }
@@ -105,11 +112,15 @@ class Model {
   void derive_weights();  // fills derived_ and the views into it
   void note_live_ranges();  // fills live_ and mapped_bytes_ after packing
   std::unique_ptr<gguf::File> file_;
+  std::string path_;
   HParams hp_;
   const ArchSpec* arch_ = nullptr;
   Weights w_;
   Arena packed_;  // panels of every packable matrix, 64-byte aligned each
   Arena derived_;  // matrices made at load (derive_weights), in GGUF row layout
+  Arena sliced_;   // tensor parallelism: this rank's columns of the row-parallel matrices
+  TpShard shard_;
+  TpSplit split_;
   int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
   int64_t mapped_bytes_ = 0, vector_bytes_ = 0;
   std::vector<std::pair<const uint8_t*, size_t>> live_;  // file ranges still read

@@ -17,7 +17,8 @@ std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {
       "token_embd", "attn_norm",   "attn_qkv",    "attn_q_b",  "attn_k_b",   "attn_kv_b", "rope_kv",      "attention",
       "attn_v_b",   "attn_out",    "attn_residual", "ffn_norm", "ffn_router", "ffn_gate_up", "ffn_act",
-      "ffn_down",   "ffn_moe_mix", "ffn_shexp",   "ffn_residual", "result_norm", "output", "sampling"};
+      "ffn_down",   "ffn_moe_mix", "ffn_shexp",   "ffn_residual", "result_norm", "output", "sampling",
+      "tp_comm"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Op::kCount));
   return op < Op::kCount ? kNames[size_t(op)] : "?";
 }

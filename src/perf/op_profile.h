@@ -38,6 +38,7 @@ enum class Op : uint8_t {
   ResultNorm,   // final RMSNorm of the rows that need logits
   Output,       // the vocabulary head
   Sampling,     // penalties, softmax, top-k/p cuts, the draw (engine, per logit row)
+  TpComm,       // tensor parallelism: partial sums all-reduced across ranks, logits gathered
   kCount
 };
 std::string_view op_name(Op op);  // "token_embd", "attn_norm", "attn_qkv", ...

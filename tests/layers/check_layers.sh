@@ -15,12 +15,13 @@ declare -A allowed=(
   [quant]="core"
   [tokenizer]="core gguf"
   [kernels]="core quant"
-  [model]="core perf gguf quant kernels"
+  [dist]="core"
+  [model]="core perf gguf quant kernels dist"
   [grammar]="core"
-  [engine]="core perf gguf quant kernels model tokenizer grammar"
+  [engine]="core perf gguf quant kernels model dist tokenizer grammar"
   [server]="core perf tokenizer grammar engine"
-  [tools]="core perf gguf quant kernels model tokenizer grammar engine"
-  [cli]="core perf gguf quant kernels model tokenizer grammar engine server tools"
+  [tools]="core perf gguf quant kernels model dist tokenizer grammar engine"
+  [cli]="core perf gguf quant kernels model dist tokenizer grammar engine server tools"
 )
 
 [ -d "$src" ] || { echo "layers: no source directory $src"; exit 2; }

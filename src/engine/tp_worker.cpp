@@ -1,0 +1,138 @@
+#include "engine/tp_worker.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threadpool.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace ridge {
+namespace {
+
+enum class Msg : int32_t { Setup = 1, Step = 2, Release = 3, Stop = 4 };
+
+// The fixed part of every message; the payload's size follows from it.
+struct Header {
+  Msg msg = Msg::Stop;
+  int32_t a = 0, b = 0, c = 0;  // Step: tokens, sequences, block table entries; Stop: the exit status
+  int64_t bytes = 0;            // Setup: the JSON's bytes
+};
+
+bool g_stopped = false;
+
+void send_header(dist::Comm& c, Header h) { c.broadcast_idle(&h, sizeof h); }
+
+// A step's ints: the tokens, then per sequence (n_tokens, pos0, logits, expand_until,
+// table entries), then the tables one after another.
+constexpr int32_t kSeqInts = 5;
+
+}  // namespace
+
+bool tp_stopped() { return g_stopped; }
+
+void tp_send_setup(dist::Comm& c, const TpSetup& s) {
+  const nlohmann::json j = {{"model", s.model},
+                            {"threads", s.cfg.threads},
+                            {"kv_dtype", int(s.cfg.kv_dtype)},
+                            {"block_size", s.cfg.block_size},
+                            {"swa_full", s.cfg.swa_full},
+                            {"mlock", s.cfg.mlock},
+                            {"n_pages", s.n_pages}};
+  std::string text = j.dump();
+  send_header(c, {Msg::Setup, 0, 0, 0, int64_t(text.size())});
+  c.broadcast(text.data(), int64_t(text.size()));
+}
+
+void tp_send_batch(dist::Comm& c, const Batch& b) {
+  std::vector<int32_t> ints(b.tokens);
+  int32_t entries = 0;
+  for (const SeqSlice& s : b.seqs) {
+    ints.insert(ints.end(), {s.n_tokens, s.pos0, int32_t(s.logits), s.expand_until, int32_t(s.block_table.size())});
+    entries += int32_t(s.block_table.size());
+  }
+  for (const SeqSlice& s : b.seqs) ints.insert(ints.end(), s.block_table.begin(), s.block_table.end());
+  send_header(c, {Msg::Step, int32_t(b.tokens.size()), int32_t(b.seqs.size()), entries, 0});
+  c.broadcast(ints.data(), int64_t(ints.size() * sizeof(int32_t)));
+}
+
+void tp_send_stop(dist::Comm& c, int code) {
+  if (g_stopped) return;
+  g_stopped = true;
+  send_header(c, {Msg::Stop, code, 0, 0, 0});
+}
+
+namespace {
+
+// One setup's model, pool and forward, running rank 0's steps until it lets them go.
+// Returns the exit status on a stop, -1 on a release.
+int serve_setup(dist::Comm& c, const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EngineConfig cfg;
+  cfg.threads = j.at("threads").get<int>();
+  cfg.kv_dtype = DType(j.at("kv_dtype").get<int>());
+  cfg.block_size = j.at("block_size").get<int32_t>();
+  cfg.swa_full = j.at("swa_full").get<bool>();
+  cfg.mlock = j.at("mlock").get<bool>();
+  const int64_t n_pages = j.at("n_pages").get<int64_t>();
+
+  const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, TpShard{c.rank(), c.size()});
+  if (cfg.mlock) m->lock_in_memory();
+  ThreadPool pool(cfg.threads > 0 ? cfg.threads : default_thread_count());
+  const std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(pool);
+  KVLayout kl = kv_layout_for(m->hparams(), cfg.block_size, 0, cfg.kv_dtype);
+  const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full);
+  kl.n_layer = g.slots;
+  kl.n_blocks = int32_t(n_pages);
+  KVCache kv(kl, g, be.get());
+  Forward fwd(*m, kv, *be, &c);
+
+  Header h;
+  Batch b;
+  std::vector<int32_t> ints, tables;
+  for (;;) {
+    c.broadcast_idle(&h, sizeof h);
+    if (h.msg == Msg::Stop) return h.a;
+    if (h.msg == Msg::Release) return -1;
+    if (h.msg != Msg::Step) c.abort(1, "a message from rank 0 that is no step");
+    const int64_t n = int64_t(h.a) + int64_t(h.b) * kSeqInts + h.c;
+    ints.resize(size_t(n));
+    c.broadcast(ints.data(), n * int64_t(sizeof(int32_t)));
+    // The batch's tables are spans into `tables`, filled before any span is made.
+    tables.assign(ints.begin() + h.a + int64_t(h.b) * kSeqInts, ints.end());
+    b.tokens.assign(ints.begin(), ints.begin() + h.a);
+    b.seqs.clear();
+    int64_t at = 0;
+    for (int32_t i = 0; i < h.b; ++i) {
+      const int32_t* s = ints.data() + h.a + int64_t(i) * kSeqInts;
+      b.seqs.push_back({s[0], s[1], std::span<const int32_t>(tables).subspan(size_t(at), size_t(s[4])), Logits(s[2]), s[3]});
+      at += s[4];
+    }
+    fwd.run(b);
+  }
+}
+
+}  // namespace
+
+void tp_send_release(dist::Comm& c) {
+  if (!g_stopped) send_header(c, {Msg::Release, 0, 0, 0, 0});
+}
+
+int run_tp_worker(dist::Comm& c) {
+  for (;;) {
+    Header h;
+    c.broadcast_idle(&h, sizeof h);
+    if (h.msg == Msg::Stop) return h.a;
+    if (h.msg != Msg::Setup) c.abort(1, "a message from rank 0 that is no setup");
+    std::string text(size_t(h.bytes), '\0');
+    c.broadcast(text.data(), h.bytes);
+    if (const int code = serve_setup(c, text); code >= 0) return code;
+  }
+}
+
+}  // namespace ridge

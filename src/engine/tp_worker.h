@@ -1,0 +1,44 @@
+// Tensor parallelism's control plane: rank 0 runs the engine (scheduler, sampling, HTTP)
+// and sends every forward step to the other ranks, which run the same forward on their
+// shards and meet rank 0 in its collectives (model/forward.h). What crosses is small: the
+// setup once (the model's path and the options that shape the forward and the KV pool,
+// whose size rank 0 decides), then per step the batch (token ids, positions, block
+// tables). The KV cache needs nothing else: each rank writes its heads' K/V in the forward,
+// and the block tables rank 0's block manager keeps name the same blocks on every rank.
+//
+// Every message starts with a fixed header through Comm::broadcast_idle, so a worker
+// waiting for the next step sleeps instead of spinning a core.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "dist/comm.h"
+#include "engine/config.h"
+#include "model/batch.h"
+
+namespace ridge {
+
+// What a worker needs to build its side of the model runner.
+struct TpSetup {
+  std::string model;     // the path every rank loads its shard of
+  EngineConfig cfg;      // threads, KV dtype, block size, window pages, MLA form, mlock
+  int64_t n_pages = 0;   // the KV pool rank 0 made (pages)
+};
+
+// Rank 0's side.
+void tp_send_setup(dist::Comm& c, const TpSetup& s);
+void tp_send_batch(dist::Comm& c, const Batch& b);
+// Lets the workers go from the current setup (a runner's end): they free its model and
+// wait for the next setup.
+void tp_send_release(dist::Comm& c);
+// Ends the workers (they exit with `code`): rank 0's exit. Once; later calls do nothing.
+void tp_send_stop(dist::Comm& c, int code);
+bool tp_stopped();
+
+// A worker's whole life: waits for rank 0's setup, loads its shard, runs every step rank
+// 0 sends until a release (then waits for the next setup) or the stop, and returns the
+// exit status rank 0 sent. Its errors end the job
+// (Comm::abort with the message).
+int run_tp_worker(dist::Comm& c);
+
+}  // namespace ridge

@@ -1,0 +1,42 @@
+// Tensor parallelism's split of a loaded model (Megatron-LM's): this process keeps the
+// query heads [r nh/N, (r+1) nh/N) of every layer with their KV heads and the matching
+// columns of the attention output, a part of the FFN's hidden units (rows of gate and up,
+// columns of down; each expert's likewise), and a part of the output head's vocabulary
+// rows. The forward then runs unchanged on the local shapes, with one all-reduce after
+// each row-parallel matrix (wo, down) and the logits gathered (model/forward.h).
+//
+// Fewer KV heads than ranks: each rank keeps the one KV head its query heads read (the
+// head's K/V is then computed and cached on several ranks, as vLLM does). Row parts stay
+// views of the file; column parts are copied, a row's blocks [k0, k1) at a time, so every
+// cut lies on a whole block of the matrix's format. The FFN is cut on w_down's blocks into
+// N parts as even as whole blocks allow.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/hparams.h"
+
+namespace ridge {
+
+struct Weights;
+
+struct TpShard {
+  int32_t rank = 0, size = 1;
+  bool on() const { return size > 1; }
+};
+
+// What the split left this rank besides its weights: its rows of the vocabulary, and every
+// rank's count of them (for the logits' gather).
+struct TpSplit {
+  int64_t vocab0 = 0, vocab1 = 0;
+  std::vector<int64_t> vocab_rows;  // [size]
+};
+
+// Cuts w (views of the whole model) to shard's part and h to the local shape (n_head,
+// n_head_kv, n_ff, n_ff_exp; n_vocab stays the model's). Column parts are copied into
+// store. Throws ridge::Error naming the model (name) and what does not divide.
+TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Weights& w, Arena& store);
+
+}  // namespace ridge

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Tensor parallelism over MPI (issue 28), on one box: ranks on the loopback under
+# `mpirun --oversubscribe`, one thread each.
+#   1. greedy tokens at --tensor-parallel-size 2 and 4 equal one process's, for every
+#      architecture in f32 and q8_0 (q4_0 for llama), and for batched prompts through
+#      chunked prefill, the prefix cache and recompute preemption;
+#   2. the server at TP 2 answers completions (plain and streamed) as one process does,
+#      and shuts down cleanly on SIGTERM;
+#   3. errors: a world size that is not the TP size, TP without mpirun, heads that do not
+#      split, swap under TP, a command that does not run split; each exits non-zero with
+#      its message, in bounded time;
+#   4. a rank killed mid-run ends the job on every rank, and mpirun names the rank.
+# usage: tests/mpi/run_mpi_tests.sh [RIDGE_BINARY]
+set -u
+cd "$(dirname "$0")/../.."
+RIDGE=$(realpath "${1:-build/ridge}")
+[ -x "$RIDGE" ] || { echo "mpi tests: $RIDGE is not an executable"; exit 1; }
+if ! command -v mpirun >/dev/null; then
+  if [ "${CI:-}" = true ]; then echo "mpi tests: FAILED: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; fi
+  echo "mpi tests: SKIPPED (no mpirun: scripts/setup.sh installs openmpi-bin)"
+  exit 0
+fi
+# Open MPI refuses root unless told; CI and these machines run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export RIDGE_KERNEL_CACHE=off RIDGE_KERNEL_AUTOTUNE=0
+MPI=(mpirun --oversubscribe --bind-to none)
+tmp=$(mktemp -d /tmp/ridge-mpi-tests.XXXXXX)
+trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { echo "PASS  $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL  $1: $2"; failed=$((failed + 1)); }
+
+gen() {  # N MODEL ARGS...: greedy text at tensor parallel size N
+  local n=$1 m=$2
+  shift 2
+  if [ "$n" = 1 ]; then
+    timeout 120 "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet "$@"
+  else
+    timeout 120 "${MPI[@]}" -np "$n" "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet --tensor-parallel-size "$n" "$@"
+  fi
+}
+
+# The greedy ids of two --dump-json files agree up to the first step whose top-2 margin in
+# the first is under 0.02 (random weights: a near tie may go either way on a different
+# summation order), and over at least 4 tokens.
+same_tokens() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(f)) for f in sys.argv[1:3])
+except Exception as e:
+    print(f"no result: {e}"); sys.exit(1)
+ids_a, ids_b, margins = a["ids"], b["ids"], a["margins"]
+n = 0
+for x, y, m in zip(ids_a, ids_b, margins):
+    if m < 0.02: break
+    if x != y:
+        print(f"token {n} differs ({y} against {x}, margin {m:.3f})"); sys.exit(1)
+    n += 1
+if n < 4:
+    print(f"only {n} of {len(ids_a)} tokens had a clear margin"); sys.exit(1)
+print(f"{n} of {len(ids_a)} tokens compared")
+PY
+}
+
+# --- 1. tokens ---------------------------------------------------------------------------
+for spec in "llama tiny 2,4" "qwen2 tiny 2,4" "qwen3 tiny 2,4" "qwen3moe qwen3moe-tiny 2" "llama mixtral-tiny 2,4" \
+            "gemma3 gemma3-tiny 2,4" "gpt2 tiny 2,4" "phi3 tiny 2,4" "gpt-oss gpt-oss-tiny 2"; do
+  read -r arch preset sizes <<<"$spec"
+  dtypes="f32 q8_0"
+  [ "$arch/$preset" = llama/tiny ] && dtypes="f32 q8_0 q4_0"
+  for dt in $dtypes; do
+    m="$tmp/$arch-$preset-$dt.gguf"
+    # Seed 1: with seed 3 gpt-oss's q8_0 file has a near tie in a router's top 4 at token
+    # 5, which TP's other summation order flips (the logits' margin does not show it).
+    "$RIDGE" mkmodel --arch "$arch" --preset "$preset" --dtype "$dt" --seed 1 -o "$m" >/dev/null 2>&1 ||
+      { bad "mkmodel $arch $preset $dt" "failed"; continue; }
+    gen 1 "$m" -p "hello world" -n 24 --dump-json "$tmp/tp1.json" >/dev/null 2>&1
+    for n in ${sizes//,/ }; do
+      gen "$n" "$m" -p "hello world" -n 24 --dump-json "$tmp/tp$n.json" >/dev/null 2>"$tmp/err"
+      if why=$(same_tokens "$tmp/tp1.json" "$tmp/tp$n.json"); then ok "$arch $preset $dt: TP $n = TP 1 ($why)"
+      else bad "$arch $preset $dt: TP $n" "$why $(head -c 300 "$tmp/err")"; fi
+    done
+  done
+done
+
+# Batched prompts: chunked prefill (32-token steps), the prefix cache (shared openings) and
+# a pool small enough to preempt by recompute.
+m="$tmp/llama-tiny-q8_0.gguf"
+for i in 1 2 3 4 5 6; do echo "the same long opening of every prompt here, then prompt number $i and its own words"; done >"$tmp/prompts.txt"
+# --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V, so half
+# the bytes make the same 160-token pool (six prompts of 85 tokens preempt in it).
+for pool in "" "80K 40K"; do
+  read -r p1 p2 <<<"$pool"
+  flags="--max-num-batched-tokens 32${p1:+ (pool 160 tokens)}"
+  want=$(gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${p1:+--kv-cache-memory $p1} 2>"$tmp/err1")
+  got=$(gen 2 "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${p2:+--kv-cache-memory $p2} 2>"$tmp/err")
+  if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "6 prompts ($flags): TP 2 = TP 1"
+  else bad "6 prompts ($flags): TP 2" "differs from TP 1 $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
+done
+
+# --- 2. the server -----------------------------------------------------------------------
+serve_at() {  # N ERR: starts the server at TP N on --port 0; sets spid, sport
+  local n=$1 err=$2 i
+  if [ "$n" = 1 ]; then "$RIDGE" serve -m "$m" --port 0 -t 1 2>"$err" &
+  else "${MPI[@]}" -np "$n" "$RIDGE" serve -m "$m" --port 0 -t 1 --tensor-parallel-size "$n" 2>"$err" & fi
+  spid=$!
+  sport=""
+  for ((i = 0; i < 300; ++i)); do
+    sport=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$err")
+    [ -n "$sport" ] && return
+    kill -0 "$spid" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+ask() {  # PORT STREAM: a greedy completion's text
+  curl -s --max-time 60 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"once upon a time\", \"max_tokens\": 16, \"temperature\": 0, \"stream\": $2}" |
+    if [ "$2" = true ]; then sed -n 's/^data: //p' | grep -v DONE | sed -n 's/.*"text":"\([^"]*\)".*/\1/p' | tr -d '\n'
+    else sed -n 's/.*"text":"\([^"]*\)".*/\1/p'; fi
+}
+declare -A text
+for n in 1 2; do
+  serve_at "$n" "$tmp/serve$n.err"
+  if [ -z "$sport" ]; then bad "serve at TP $n" "did not start: $(head -c 300 "$tmp/serve$n.err")"; continue; fi
+  text[$n]=$(ask "$sport" false)
+  text[s$n]=$(ask "$sport" true)
+  # SIGTERM to the server (rank 0): it drains, then lets the workers go; all exit 0. (A
+  # signal to mpirun itself reaches every rank the same way, but mpirun then reports
+  # the job as signalled.)
+  r0=$spid
+  for p in $(pgrep -f "$RIDGE serve"); do
+    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && r0=$p
+  done
+  kill -TERM "$r0"
+  for ((i = 0; i < 200; ++i)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$spid" 2>/dev/null; then bad "serve at TP $n" "still running 20 s after SIGTERM"; kill -9 "$spid"
+  else wait "$spid"; rc=$?; [ "$rc" = 0 ] && ok "serve at TP $n exits 0 on SIGTERM" || bad "serve at TP $n" "exit $rc after SIGTERM"; fi
+done
+if [ -n "${text[1]:-}" ] && [ "${text[1]}" = "${text[2]:-}" ] && [ "${text[s1]:-}" = "${text[s2]:-}" ] && [ "${text[1]}" = "${text[s1]}" ]; then
+  ok "serve: completions at TP 2 (plain and streamed) = TP 1"
+else
+  bad "serve: completions at TP 2" "'${text[2]:-}' / '${text[s2]:-}' against '${text[1]:-}' / '${text[s1]:-}'"
+fi
+
+# --- 3. errors ---------------------------------------------------------------------------
+expect_error() {  # NAME PATTERN CMD...: exits non-zero within 60 s, PATTERN on stderr
+  local name=$1 pat=$2
+  shift 2
+  timeout 60 "$@" >/dev/null 2>"$tmp/e"
+  local rc=$?
+  if [ $rc = 124 ]; then bad "$name" "still running after 60 s"
+  elif [ $rc = 0 ]; then bad "$name" "exit 0"
+  elif ! grep -qE -- "$pat" "$tmp/e"; then bad "$name" "no '$pat' in: $(head -c 300 "$tmp/e")"
+  else ok "$name"; fi
+}
+expect_error "TP 2 without mpirun" "needs 2 processes.*mpirun -np 2" "$RIDGE" generate -m "$m" -p hi -n 2 --tensor-parallel-size 2
+expect_error "world 2 without --tensor-parallel-size" "mpirun started 2 processes but --tensor-parallel-size is 1" \
+  "${MPI[@]}" -np 2 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1
+expect_error "world 3, TP 2" "mpirun started 3 processes but --tensor-parallel-size is 2" \
+  "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2
+expect_error "heads that do not split over 3 ranks" "attention heads do not split into 3" \
+  "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 3
+expect_error "swap space under TP" "preemption by swap" \
+  "${MPI[@]}" -np 2 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2 --swap-space 1M --preemption-mode swap
+expect_error "a command that runs in one process" "mpirun started 2 processes, but info runs in one" \
+  "${MPI[@]}" -np 2 "$RIDGE" info -m "$m"
+
+# --- 4. a rank killed mid-run ---------------------------------------------------------------
+serve_at 2 "$tmp/kill.err"
+if [ -z "$sport" ]; then
+  bad "rank killed" "server did not start: $(head -c 300 "$tmp/kill.err")"
+else
+  ask "$sport" false >/dev/null
+  victim=""
+  for p in $(pgrep -f "$RIDGE serve"); do
+    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+  done
+  if [ -z "$victim" ]; then bad "rank killed" "no process of rank 1 found"; kill -9 "$spid"
+  else
+    kill -9 "$victim"
+    for ((i = 0; i < 300; ++i)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$spid" 2>/dev/null; then bad "rank killed" "mpirun still running 30 s after rank 1 was killed"; kill -9 "$spid"
+    else
+      wait "$spid"; rc=$?
+      left=$(pgrep -f "$RIDGE serve" | wc -l)
+      if [ "$rc" != 0 ] && [ "$left" = 0 ] && grep -q "rank 1" "$tmp/kill.err"; then ok "a rank killed ends every rank (exit $rc), naming rank 1"
+      else bad "rank killed" "exit $rc, $left ridge processes left, stderr: $(tail -c 300 "$tmp/kill.err")"; fi
+    fi
+  fi
+fi
+
+echo "mpi: $passed passed, $failed failed"
+[ "$failed" = 0 ]
