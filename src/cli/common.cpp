@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -142,10 +143,12 @@ void kernel_flags(Args& a, int threads) {
 
 std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c) {
   TpShard shard;
+  PpStage pp;
   if (c.tensor_parallel_size > 1) shard = {dist::world()->rank(), c.tensor_parallel_size};
-  if (c.device != Device::Cpu) return Model::load(path, false, shard);
+  if (c.pipeline_parallel_size > 1) pp.stage = dist::world()->rank(), pp.size = c.pipeline_parallel_size;
+  if (c.device != Device::Cpu) return Model::load(path, false, shard, pp);
   prepare_kernels();
-  return Model::load(path, true, shard);
+  return Model::load(path, true, shard, pp);
 }
 
 void prepare_kernels() {
@@ -177,6 +180,13 @@ void prepare_kernels() {
   }
 }
 
+void prepare_kernels_worker() {
+  KernelFlags& f = kernel_flags_state();
+  f.dir = kernel_cache_dir("");
+  f.autotune = false;
+  prepare_kernels();
+}
+
 void forward_config(Args& a, EngineConfig& c) {
   c.threads = threads_flag(a);
   kernel_flags(a, c.threads);
@@ -200,18 +210,28 @@ void engine_config(Args& a, EngineConfig& c) {
   // Under mpirun every process is a rank of one split model: the world is the tensor
   // parallel size (pipeline parallelism, which would multiply it, is not there yet).
   c.tensor_parallel_size = int32_t(a.integer({"--tensor-parallel-size", "-tp"}, 1, 1, 4096));
+  c.pipeline_parallel_size = int32_t(a.integer({"--pipeline-parallel-size", "-pp"}, 1, 1, 4096));
+  const int split = c.tensor_parallel_size * c.pipeline_parallel_size;
   const dist::Comm* w = dist::world();
   const int world = w ? w->size() : 1;
-  if (c.tensor_parallel_size != world) {
+  if (split != world) {
     if (world == 1)
-      fail("--tensor-parallel-size {} needs {} processes: start ridge under mpirun -np {}", c.tensor_parallel_size,
-           c.tensor_parallel_size, c.tensor_parallel_size);
-    fail("mpirun started {} processes but --tensor-parallel-size is {}: the world size must equal the tensor parallel "
-         "size",
-         world, c.tensor_parallel_size);
+      fail("--tensor-parallel-size {} x --pipeline-parallel-size {} needs {} processes: start ridge under mpirun -np {}",
+           c.tensor_parallel_size, c.pipeline_parallel_size, split, split);
+    fail("mpirun started {} processes but --tensor-parallel-size is {} and --pipeline-parallel-size {}: the world "
+         "size must be their product",
+         world, c.tensor_parallel_size, c.pipeline_parallel_size);
   }
-  if (c.tensor_parallel_size > 1 && c.threads == 0)  // the cores shared among the ranks of this machine
-    c.threads = std::max(1, default_thread_count() / c.tensor_parallel_size);
+  if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
+    fail("--tensor-parallel-size and --pipeline-parallel-size together are not done yet: use one of them");
+  if (split > 1 && c.threads == 0) {
+    // The cores this rank may run on (mpirun binds each rank to a core or a set), shared
+    // with the ranks on this machine when it does not bind.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : default_thread_count();
+    c.threads = std::max(1, std::min(mine, default_thread_count() / dist::local_ranks()));
+  }
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);

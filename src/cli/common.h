@@ -54,6 +54,9 @@ void forward_config(Args& a, EngineConfig& c);
 // and saves them. A cache that cannot be used is a warning, never an error.
 void kernel_flags(Args& a, int threads);
 void prepare_kernels();
+// A tensor-parallel worker's: the cache of $RIDGE_KERNEL_CACHE (or the default), never a
+// tuning run of its own (rank 0 tunes, before it sends the setup).
+void prepare_kernels_worker();
 // The model for a run on c.device: the CPU's kernels prepared and the weights repacked
 // into their panels; for CUDA neither (the device reads the GGUF rows).
 std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -242,7 +243,7 @@ int main(int argc, char** argv) {
     std::signal(SIGINT, SIG_IGN);
     int code = 1;
     try {
-      code = ridge::run_tp_worker(*w);
+      code = ridge::run_tp_worker(*w, [] { ridge::cli::prepare_kernels_worker(); });
     } catch (const std::exception& e) {
       w->abort(1, e.what());
     }
@@ -277,12 +278,14 @@ int run(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quiet")) ridge::Progress::set_quiet(true);
     else rest.emplace_back(argv[i]);
   }
+  const bool bench_throughput = cmd == "bench" && !rest.empty() && rest[0] == "throughput";
   ridge::cli::Args args(std::move(rest));
   try {
     if (const ridge::dist::Comm* w = ridge::dist::world();
-        w && w->size() > 1 && cmd != "generate" && cmd != "serve" && cmd != "bench")
+        w && w->size() > 1 && cmd != "generate" && cmd != "serve" &&
+        !bench_throughput)
       ridge::fail("mpirun started {} processes, but {} runs in one: generate, serve and bench throughput take "
-                  "--tensor-parallel-size",
+                  "--tensor-parallel-size and --pipeline-parallel-size",
                   w->size(), cmd);
     // The SIMD path's environment, read here so that a bad value is this error and not
     // one thrown on a worker thread.

@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -21,6 +25,53 @@ namespace {
 Comm g_world;
 bool g_started = false;
 int g_stderr = 2;  // the stderr this process started with (ranks > 0 write theirs to /dev/null)
+
+// The watchdog: a collective that waits longer than the timeout for the other ranks ends
+// the job (a rank that died is mpirun's to notice; one that hangs, stopped or looping,
+// is this). The idle wait for rank 0's next message is no collective in flight.
+std::atomic<int64_t> g_since_ns{0};  // when the collective in flight began; 0: none
+std::atomic<const char*> g_what{""};
+int64_t g_timeout_ns = 0;
+
+int64_t now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+struct InFlight {
+  explicit InFlight(const char* what) {
+    g_what.store(what, std::memory_order_relaxed);
+    g_since_ns.store(now_ns(), std::memory_order_release);
+  }
+  ~InFlight() { g_since_ns.store(0, std::memory_order_release); }
+};
+
+void start_watchdog() {
+  double s = 600;
+  if (const char* e = std::getenv("RIDGE_TP_TIMEOUT")) {
+    char* end = nullptr;
+    s = std::strtod(e, &end);
+    if (end == e || *end || !(s > 0)) g_world.abort(1, fmt::format("RIDGE_TP_TIMEOUT={} is not a positive number of seconds", e));
+  }
+  g_timeout_ns = int64_t(s * 1e9);
+  std::thread([s] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const int64_t t0 = g_since_ns.load(std::memory_order_acquire);
+      if (t0 != 0 && now_ns() - t0 > g_timeout_ns) {
+        // Not MPI_Abort: the main thread is inside MPI. A rank that exits without
+        // finalizing makes mpirun end the others.
+        const std::string line =
+            fmt::format("ridge: rank {}: error: the {} has waited {:g} s for the other ranks (RIDGE_TP_TIMEOUT): one "
+                        "is not answering; ending the job\n",
+                        g_world.rank(), g_what.load(std::memory_order_relaxed), s);
+        [[maybe_unused]] const ssize_t n = ::write(g_stderr, line.data(), line.size());
+        std::_Exit(1);
+      }
+    }
+  }).detach();
+}
 
 #if RIDGE_MPI
 void check(int rc, const char* what) {
@@ -41,9 +92,16 @@ int count32(int64_t n, const char* what) {
 }  // namespace
 
 bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
+  // A launcher of more than one process (mpirun -np 1, or a scheduler's single task, is
+  // one process: no MPI needed).
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* n = std::getenv(v); n && std::atoi(n) > 1) return true;
   return false;
+}
+
+int local_ranks() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return g_started && n && std::atoi(n) > 0 ? std::atoi(n) : g_world.size();
 }
 
 void init(int* argc, char*** argv) {
@@ -58,6 +116,7 @@ void init(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_world.size_);
   if (provided < MPI_THREAD_SERIALIZED)
     g_world.abort(1, "this MPI library does not let a second thread make MPI calls (MPI_THREAD_SERIALIZED)");
+  if (g_world.size_ > 1) start_watchdog();
   if (g_world.rank_ != 0) {
     g_stderr = ::dup(2);
     const int null = ::open("/dev/null", O_WRONLY);
@@ -92,18 +151,21 @@ void Comm::abort(int code, const std::string& message) {
 #if RIDGE_MPI
 void Comm::all_reduce_sum(float* x, int64_t n) {
   if (size_ == 1) return;
+  const InFlight f("all-reduce");
   check(MPI_Allreduce(MPI_IN_PLACE, x, count32(n, "all-reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
 }
 
 int64_t Comm::all_reduce_min(int64_t v) {
   if (size_ == 1) return v;
   long long x = v;
+  const InFlight f("all-reduce");
   check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD), "all-reduce");
   return x;
 }
 
 void Comm::broadcast(void* bytes, int64_t n) {
   if (size_ == 1) return;
+  const InFlight f("broadcast");
   check(MPI_Bcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast");
 }
 
@@ -111,7 +173,10 @@ void Comm::broadcast_idle(void* bytes, int64_t n) {
   if (size_ == 1) return;
   MPI_Request req;
   check(MPI_Ibcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, MPI_COMM_WORLD, &req), "broadcast");
-  if (rank_ == 0) return check(MPI_Wait(&req, MPI_STATUS_IGNORE), "broadcast");
+  if (rank_ == 0) {
+    const InFlight f("broadcast of a step");
+    return check(MPI_Wait(&req, MPI_STATUS_IGNORE), "broadcast");
+  }
   // Poll, sleeping longer the longer the wait (up to a millisecond: a step's start is
   // late by at most that after an idle spell, and an idle worker costs no core).
   long ns = 20'000;
@@ -122,6 +187,35 @@ void Comm::broadcast_idle(void* bytes, int64_t n) {
     nanosleep(&ts, nullptr);
     if (ns < 1'000'000) ns *= 2;
   }
+}
+
+void Comm::send(int to, const float* x, int64_t n) {
+  const InFlight f("send to the next stage");
+  check(MPI_Send(x, count32(n, "send"), MPI_FLOAT, to, 0, MPI_COMM_WORLD), "send");
+}
+
+void Comm::recv(int from, float* x, int64_t n) {
+  const InFlight f("receive from another stage");
+  check(MPI_Recv(x, count32(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "receive");
+}
+
+void Comm::post_recv(int from, float* x, int64_t n) {
+  MPI_Request r;
+  check(MPI_Irecv(x, count32(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, &r), "receive");
+  static_assert(sizeof(MPI_Request) <= sizeof(int64_t));
+  int64_t v = 0;
+  std::memcpy(&v, &r, sizeof r);
+  pending_.push_back(v);
+}
+
+void Comm::wait_all() {
+  const InFlight f("receive of the logits");
+  for (const int64_t v : pending_) {
+    MPI_Request r;
+    std::memcpy(&r, &v, sizeof r);
+    check(MPI_Wait(&r, MPI_STATUS_IGNORE), "receive");
+  }
+  pending_.clear();
 }
 
 void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
@@ -136,6 +230,7 @@ void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
     off[size_t(r)] = count32(at, "gather");
     at += counts[size_t(r)];
   }
+  const InFlight f("gather of the logits");
   check(MPI_Gatherv(x, cnt[size_t(rank_)], MPI_FLOAT, out, cnt.data(), off.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
         "gather");
 }
@@ -146,6 +241,10 @@ int64_t Comm::all_reduce_min(int64_t v) { return v; }
 void Comm::broadcast(void*, int64_t) {}
 void Comm::broadcast_idle(void*, int64_t) {}
 void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) { std::copy(x, x + counts[0], out); }
+void Comm::send(int, const float*, int64_t) { fail("no other rank to send to (built without MPI)"); }
+void Comm::recv(int, float*, int64_t) { fail("no other rank to receive from (built without MPI)"); }
+void Comm::post_recv(int, float*, int64_t) { fail("no other rank to receive from (built without MPI)"); }
+void Comm::wait_all() {}
 #endif
 
 }  // namespace ridge::dist

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace ridge::dist {
 
@@ -34,6 +35,13 @@ class Comm {
   // Rank r's x[counts[r]] into rank 0's out, rank after rank (out: sum of counts; unused
   // elsewhere).
   void gather(const float* x, std::span<const int64_t> counts, float* out);
+  // x[n] to rank `to` / from rank `from` (pipeline stages): blocking, in the order sent.
+  void send(int to, const float* x, int64_t n);
+  void recv(int from, float* x, int64_t n);
+  // A receive posted now and completed by wait_all (in the order posted): the first stage
+  // posts its logits' receives before its own work, so the last never waits on it.
+  void post_recv(int from, float* x, int64_t n);
+  void wait_all();
   // Ends every rank of the job with exit status code (after this rank's message, if any,
   // on the stderr it started with).
   [[noreturn]] void abort(int code, const std::string& message = {});
@@ -41,6 +49,7 @@ class Comm {
  private:
   friend void init(int* argc, char*** argv);
   int rank_ = 0, size_ = 1;
+  std::vector<int64_t> pending_;  // MPI requests (as integers: no <mpi.h> here)
 };
 
 // Whether this process was started by an MPI launcher (its environment says so).
@@ -52,6 +61,8 @@ bool launched_by_mpi();
 void init(int* argc, char*** argv);
 // The world of this process: null unless init() started MPI.
 Comm* world();
+// The ranks of the world on this machine (they share its memory and cores): 1 without MPI.
+int local_ranks();
 // Ends MPI (after the last collective). Safe to call without init().
 void finalize();
 

@@ -49,6 +49,8 @@ struct EngineConfig {
   // Processes the model is split over (Megatron's tensor parallelism over MPI: the world
   // mpirun starts, model/tp_shard.h); 1: this process alone.
   int32_t tensor_parallel_size = 1;
+  // Pipeline stages the layers are cut into, one process each (model/tp_shard.h PpStage).
+  int32_t pipeline_parallel_size = 1;
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;

@@ -41,11 +41,14 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg, const kernels::Bac
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(h, !cfg.swa_full);
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
   kl.n_layer = g.slots;  // a page: `slots` layers of a block
   const int64_t per_block = kl.block_bytes() * g.pages();
-  const int64_t bytes = be.device_free_bytes() >= 0 ? device_budget_bytes(m, cfg, be)
-                                                    : ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
+  int64_t bytes = be.device_free_bytes() >= 0 ? device_budget_bytes(m, cfg, be)
+                                              : ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
+  // A split model: the ranks on this machine each make a pool of this many pages, out of
+  // the same free memory (--kv-cache-memory is each rank's as given).
+  if ((m.tp_shard().on() || m.pp_stage().on()) && cfg.kv_cache_bytes <= 0) bytes /= dist::local_ranks();
   const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
@@ -70,37 +73,45 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
   const HParams& h = m.hparams();
   // A block of every page: a windowed pool's pages carry a few unused slots.
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(h, !cfg.swa_full);
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
   kl.n_layer = g.slots;
   return (kl.block_bytes() * g.pages() + cfg.block_size - 1) / cfg.block_size;
 }
 
 namespace {
 
-// Tensor parallel: the ranks, after the checks of what does not run split yet.
-dist::Comm* tp_ranks(const Model& m, const EngineConfig& cfg, const std::string& path) {
-  if (!m.tp_shard().on()) return nullptr;
+// A split model's ranks (tensor or pipeline parallel), after the checks of what does not
+// run split yet; null for a model of this process alone.
+dist::Comm* split_ranks(const Model& m, const EngineConfig& cfg, const std::string& path) {
+  if (!m.tp_shard().on() && !m.pp_stage().on()) return nullptr;
   dist::Comm* c = dist::world();
-  RIDGE_CHECK(c && c->size() == m.tp_shard().size && c->rank() == 0, "a split model's runner runs on rank 0 of its ranks");
+  const int n = m.tp_shard().on() ? m.tp_shard().size : m.pp_stage().size;
+  RIDGE_CHECK(c && c->size() == n && c->rank() == 0, "a split model's runner runs on rank 0 of its ranks");
   RIDGE_CHECK(!path.empty(), "a split model's runner needs the path its ranks load");
-  const int n = m.tp_shard().size;
-  if (cfg.device != Device::Cpu) fail("--tensor-parallel-size {}: the CUDA backend does not run split models yet", n);
+  const std::string flag = fmt::format("{} {}", m.tp_shard().on() ? "--tensor-parallel-size" : "--pipeline-parallel-size", n);
+  if (cfg.device != Device::Cpu) fail("{}: the CUDA backend does not run split models yet", flag);
   if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
-    fail("--tensor-parallel-size {}: preemption by swap (each rank's share of the blocks) is not done yet; use "
-         "--preemption-mode recompute without --swap-space", n);
+    fail("{}: preemption by swap (each rank's share of the blocks) is not done yet; use --preemption-mode recompute "
+         "without --swap-space", flag);
+  if (m.pp_stage().on() && kv_groups_for(m.hparams(), !cfg.swa_full).grouped())
+    fail("{}: the window layers' own KV pages would differ from stage to stage; use --swa-full", flag);
   return c;
+}
+
+// The pool's pages: a page of every layer this process runs (a pipeline stage: its own).
+KvGroups groups_for(const Model& m, const EngineConfig& cfg) {
+  return kv_groups_for(m.hparams(), !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
 }
 
 }  // namespace
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : tp_(tp_ranks(m, cfg, m.path())),
+    : tp_(split_ranks(m, cfg, m.path())),
       backend_(make_backend(m, cfg, pool)),
-      kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), kv_groups_for(m.hparams(), !cfg.swa_full),
-                                    backend_.get())) {
+      kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), groups_for(m, cfg), backend_.get())) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
-  if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks});
+  if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
   fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
   if (backend_->device_free_bytes() >= 0) {
     // A device: one token through the model puts the weights there now, not in the first

@@ -11,6 +11,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "perf/tracer.h"
 
 namespace ridge {
 namespace {
@@ -43,7 +44,11 @@ void tp_send_setup(dist::Comm& c, const TpSetup& s) {
                             {"block_size", s.cfg.block_size},
                             {"swa_full", s.cfg.swa_full},
                             {"mlock", s.cfg.mlock},
-                            {"n_pages", s.n_pages}};
+                            {"n_pages", s.n_pages},
+                            {"tp", s.tp},
+                            {"pp", s.pp},
+                            {"trace", perf::trace_path()},
+                            {"trace_origin", perf::trace_origin_ns()}};
   std::string text = j.dump();
   send_header(c, {Msg::Setup, 0, 0, 0, int64_t(text.size())});
   c.broadcast(text.data(), int64_t(text.size()));
@@ -71,7 +76,7 @@ namespace {
 
 // One setup's model, pool and forward, running rank 0's steps until it lets them go.
 // Returns the exit status on a stop, -1 on a release.
-int serve_setup(dist::Comm& c, const std::string& text) {
+int serve_setup(dist::Comm& c, const std::string& text, const std::function<void()>& before_load) {
   const nlohmann::json j = nlohmann::json::parse(text);
   EngineConfig cfg;
   cfg.threads = j.at("threads").get<int>();
@@ -80,13 +85,36 @@ int serve_setup(dist::Comm& c, const std::string& text) {
   cfg.swa_full = j.at("swa_full").get<bool>();
   cfg.mlock = j.at("mlock").get<bool>();
   const int64_t n_pages = j.at("n_pages").get<int64_t>();
+  // Rank 0 traces: this rank too, into FILE.rankN.json on rank 0's time axis (one machine's
+  // clock), its ops on a track of its own.
+  struct TraceGuard {
+    bool on = false;
+    ~TraceGuard() {
+      if (on) perf::trace_stop();
+    }
+  } trace;
+  if (std::string path = j.at("trace").get<std::string>(); !path.empty()) {
+    const std::string rank = fmt::format(".rank{}", c.rank());
+    path = path.size() > 5 && path.ends_with(".json") ? path.insert(path.size() - 5, rank) : path + rank;
+    perf::TraceOptions o;
+    o.origin_ns = j.at("trace_origin").get<int64_t>();
+    o.process_name = fmt::format("ridge rank {}", c.rank());
+    perf::trace_start(path, o);
+    trace.on = true;
+    perf::trace_thread_name(fmt::format("rank {}", c.rank()));
+  }
 
-  const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, TpShard{c.rank(), c.size()});
+  if (before_load) before_load();
+  TpShard tp;
+  PpStage pp;
+  if (j.at("tp").get<int>() > 1) tp = {c.rank(), c.size()};
+  if (j.at("pp").get<int>() > 1) pp.stage = c.rank(), pp.size = c.size();
+  const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, tp, pp);
   if (cfg.mlock) m->lock_in_memory();
   ThreadPool pool(cfg.threads > 0 ? cfg.threads : default_thread_count());
   const std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(pool);
   KVLayout kl = kv_layout_for(m->hparams(), cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full);
+  const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full, m->pp_stage().first, m->pp_stage().end);
   kl.n_layer = g.slots;
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());
@@ -123,7 +151,7 @@ void tp_send_release(dist::Comm& c) {
   if (!g_stopped) send_header(c, {Msg::Release, 0, 0, 0, 0});
 }
 
-int run_tp_worker(dist::Comm& c) {
+int run_tp_worker(dist::Comm& c, const std::function<void()>& before_load) {
   for (;;) {
     Header h;
     c.broadcast_idle(&h, sizeof h);
@@ -131,7 +159,7 @@ int run_tp_worker(dist::Comm& c) {
     if (h.msg != Msg::Setup) c.abort(1, "a message from rank 0 that is no setup");
     std::string text(size_t(h.bytes), '\0');
     c.broadcast(text.data(), h.bytes);
-    if (const int code = serve_setup(c, text); code >= 0) return code;
+    if (const int code = serve_setup(c, text, before_load); code >= 0) return code;
   }
 }
 

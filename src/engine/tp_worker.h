@@ -10,6 +10,7 @@
 // waiting for the next step sleeps instead of spinning a core.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "dist/comm.h"
@@ -23,6 +24,7 @@ struct TpSetup {
   std::string model;     // the path every rank loads its shard of
   EngineConfig cfg;      // threads, KV dtype, block size, window pages, MLA form, mlock
   int64_t n_pages = 0;   // the KV pool rank 0 made (pages)
+  int32_t tp = 1, pp = 1;  // tensor parallel or pipeline parallel, over the world's ranks
 };
 
 // Rank 0's side.
@@ -39,6 +41,8 @@ bool tp_stopped();
 // 0 sends until a release (then waits for the next setup) or the stop, and returns the
 // exit status rank 0 sent. Its errors end the job
 // (Comm::abort with the message).
-int run_tp_worker(dist::Comm& c);
+// before_load runs after each setup arrives, before the shard is loaded (the command
+// line's side: the kernel cache rank 0 may just have written).
+int run_tp_worker(dist::Comm& c, const std::function<void()>& before_load = {});
 
 }  // namespace ridge

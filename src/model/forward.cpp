@@ -11,15 +11,18 @@
 
 namespace ridge {
 
-Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* tp)
-    : m_(model), h_(model.hparams()), kv_(kv), be_(backend), tp_(model.tp_shard().on() ? tp : nullptr) {
-  RIDGE_CHECK(!model.tp_shard().on() || (tp && tp->size() == model.tp_shard().size && tp->rank() == model.tp_shard().rank),
+Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* ranks)
+    : m_(model), h_(model.hparams()), kv_(kv), be_(backend), tp_(model.tp_shard().on() ? ranks : nullptr),
+      pp_(model.pp_stage().on() ? ranks : nullptr) {
+  RIDGE_CHECK(!model.tp_shard().on() || (ranks && ranks->size() == model.tp_shard().size && ranks->rank() == model.tp_shard().rank),
               "a model split over {} ranks needs their communicator", model.tp_shard().size);
+  RIDGE_CHECK(!model.pp_stage().on() || (ranks && ranks->size() == model.pp_stage().size && ranks->rank() == model.pp_stage().stage),
+              "a model cut into {} stages needs their communicator", model.pp_stage().size);
   const KVLayout& l = kv.layout();
   const KvGroups& g = kv.groups();
   RIDGE_CHECK(int32_t(g.page.size()) == h_.n_layer && (!g.grouped() || g.window == h_.n_swa),
               "KV cache groups are not the model's");
-  for (int32_t il = 0; il < h_.n_layer; ++il)
+  for (int32_t il = model.pp_stage().first; il < model.pp_stage().end; ++il)
     RIDGE_CHECK(g.page[size_t(il)] < g.pages() && g.slot[size_t(il)] < l.n_layer &&
                     (!g.grouped() || (g.page[size_t(il)] >= g.n_global) == h_.swa_layer(il)),
                 "KV cache groups: layer {} has no place", il);
@@ -93,7 +96,62 @@ int64_t Forward::activation_bytes(const HParams& h, int64_t tokens, int64_t rows
   return 4 * (tokens * per_token + rows * (E + h.n_vocab)) + act_q;
 }
 
+// A pipeline's step in micro-batches: about `parts` equal runs of the step's tokens (a
+// sequence's slice cut where a run ends: its first piece writes the K/V its second reads,
+// on every stage before the second), so the stages work on different runs at once.
+namespace {
+
+std::vector<Batch> micro_batches(const Batch& b, int32_t parts) {
+  const int64_t T = int64_t(b.tokens.size());
+  parts = int32_t(std::clamp<int64_t>(parts, 1, std::max<int64_t>(T, 1)));
+  std::vector<Batch> out(static_cast<size_t>(parts));
+  const auto run_end = [&](int32_t p) { return (int64_t(p) + 1) * T / parts; };  // run p: [run_end(p - 1), run_end(p))
+  int64_t t = 0;
+  int32_t p = 0;
+  for (const SeqSlice& s : b.seqs) {
+    int32_t done = 0;
+    while (done < s.n_tokens) {
+      while (t >= run_end(p)) ++p;  // the run token t falls in
+      const int32_t n = int32_t(std::min<int64_t>(s.n_tokens - done, run_end(p) - t));
+      const bool last = done + n == s.n_tokens;
+      const Logits lg = s.logits == Logits::All ? Logits::All : last ? s.logits : Logits::None;
+      out[size_t(p)].add(std::span<const int32_t>(b.tokens).subspan(size_t(t), size_t(n)), s.pos0 + done, s.block_table,
+                         lg, s.expand_until);
+      done += n;
+      t += n;
+    }
+  }
+  std::erase_if(out, [](const Batch& x) { return x.tokens.empty(); });
+  return out;
+}
+
+}  // namespace
+
 std::span<const float> Forward::run(const Batch& b) {
+  if (!pp_) return run_pass(b);
+  validate(b);
+  const PpStage& pp = m_.pp_stage();
+  const std::vector<Batch> parts = micro_batches(b, pp.size);
+  if (!pp.is_first()) {
+    for (const Batch& mb : parts) run_pass(mb);
+    return {};
+  }
+  // The first stage (rank 0, the engine's): every part's logits come back from the last
+  // stage, in order, into one buffer; their receives are posted before the work.
+  const int64_t rows = b.n_logit_rows();
+  float* lg = pp_logits_.reserve(rows * h_.n_vocab);
+  for (int64_t r = 0; const Batch& mb : parts) {
+    const int64_t n = mb.n_logit_rows();
+    if (n > 0) pp_->post_recv(pp.size - 1, lg + r * h_.n_vocab, n * h_.n_vocab);
+    r += n;
+  }
+  for (const Batch& mb : parts) run_pass(mb);
+  op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * h_.n_vocab)},
+     [&] { pp_->wait_all(); });
+  return be_.to_host(lg, rows * h_.n_vocab);
+}
+
+std::span<const float> Forward::run_pass(const Batch& b) {
   validate(b);
   residual_ = nullptr;  // nothing carries over from a run that threw
   const Weights& w = m_.weights();
@@ -132,18 +190,30 @@ std::span<const float> Forward::run(const Batch& b) {
   profile_.add_tokens(T);
 
   x_.reserve(T * E);
-  perf::OpCost ec = perf::embed_cost(T, E, w.tok_embd.type);
-  if (!w.pos_embd.empty()) ec.flops += double(T * E), ec.bytes += 12.0 * double(T * E);  // a position row added
-  if (h_.embd_scale > 0) ec.flops += double(T * E);
-  op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, ec, [&] {
-    be_.embed(w.tok_embd, x_.data());
-    if (!w.pos_embd.empty()) be_.add_positions(w.pos_embd.data(), x_.data(), E);
-    if (h_.embd_scale > 0) be_.scale(x_.data(), h_.embd_scale, T * E);
-  });
+  const PpStage& pp = m_.pp_stage();
+  if (pp_ && !pp.is_first()) {  // a later pipeline stage: the residual stream from the one before
+    op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(T * E)},
+       [&] { pp_->recv(pp.stage - 1, x_.data(), T * E); });
+  } else {
+    perf::OpCost ec = perf::embed_cost(T, E, w.tok_embd.type);
+    if (!w.pos_embd.empty()) ec.flops += double(T * E), ec.bytes += 12.0 * double(T * E);  // a position row added
+    if (h_.embd_scale > 0) ec.flops += double(T * E);
+    op(perf::Op::TokenEmbd, perf::ComputeClass::None, -1, ec, [&] {
+      be_.embed(w.tok_embd, x_.data());
+      if (!w.pos_embd.empty()) be_.add_positions(w.pos_embd.data(), x_.data(), E);
+      if (h_.embd_scale > 0) be_.scale(x_.data(), h_.embd_scale, T * E);
+    });
+  }
 
-  for (int32_t il = 0; il < h_.n_layer; ++il) {
+  for (int32_t il = pp.first; il < pp.end; ++il) {
     attention_block(il);
     ffn_block(il);
+  }
+  if (pp_ && !pp.is_last()) {  // the residual stream to the next stage (ffn_residual left none pending)
+    RIDGE_CHECK(!residual_, "a residual add left across a pipeline stage");
+    op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(T * E)},
+       [&] { pp_->send(pp.stage + 1, x_.data(), T * E); });
+    return {};  // the logits come from the last stage (run)
   }
 
   // Final norm on the rows that need logits only (the head is the largest matmul).
@@ -166,6 +236,12 @@ std::span<const float> Forward::run(const Batch& b) {
     be_.matmul(w.output, result_norm_.data(), rows, logits_.data());
     if (h_.final_softcap > 0) be_.softcap(logits_.data(), h_.final_softcap, rows * V);
   });
+  if (pp_ && !pp.is_first()) {  // the last stage: the logits to the first
+    if (rows > 0)
+      op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * V)},
+         [&] { pp_->send(0, logits_.data(), rows * V); });
+    return {};
+  }
   if (!tp_) return be_.to_host(logits_.data(), rows * V);
   // Every rank's [rows][its vocabulary rows] to rank 0, then laid out as [rows][n_vocab].
   const TpSplit& sp = m_.tp_split();
@@ -553,7 +629,7 @@ void Forward::shared_experts(int32_t il, const float* xn, float* out) {
 void Forward::ffn_residual(int32_t il, const float* out) {
   const int64_t T = T_, E = h_.n_embd;
   const auto& layers = m_.weights().layers;
-  if (il + 1 < h_.n_layer && norm_in_matmul(layers[size_t(il) + 1].wqkv)) {
+  if (il + 1 < m_.pp_stage().end && norm_in_matmul(layers[size_t(il) + 1].wqkv)) {  // not across a stage
     residual_ = out;  // the next layer's attention norm adds it
   } else {
     op(perf::Op::FfnResidual, perf::ComputeClass::Fp32Fma, il, perf::residual_cost(T, E),

@@ -19,12 +19,14 @@ namespace ridge {
 
 class Forward {
  public:
-  // tp: the ranks of a tensor-parallel model (model.tp_shard().size of them), or null.
-  Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* tp = nullptr);
+  // ranks: the processes of a model split by tensor parallelism (model.tp_shard()) or
+  // pipeline parallelism (model.pp_stage()), or null.
+  Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* ranks = nullptr);
 
   // Writes the batch's K/V into the cache and returns the logits,
   // [batch.n_logit_rows()][n_vocab], valid until the next call. Tensor parallel: every
-  // rank runs it on the same batch; rank 0 gets the logits, the others an empty span.
+  // rank runs it on the same batch (pipeline: each stage its layers, passing the residual
+  // stream on); rank 0 gets the logits, the others an empty span.
   std::span<const float> run(const Batch& batch);
   // Throws ridge::Error on a batch run() would refuse (before any rank starts on it).
   void validate(const Batch& b) const;
@@ -42,6 +44,8 @@ class Forward {
   void set_mla_scratch_bytes(int64_t n) { mla_scratch_bytes_ = n; }
 
  private:
+  // One pass of the layers over b (a pipeline stage's: its layers over a micro-batch).
+  std::span<const float> run_pass(const Batch& b);
   void attention_block(int32_t il);
   // Tensor parallelism: y [T][n_embd], this rank's partial sum of a row-parallel matmul,
   // becomes the sum over all ranks (op TpComm).
@@ -100,7 +104,8 @@ class Forward {
   const HParams& h_;
   KVCache& kv_;
   kernels::Backend& be_;
-  dist::Comm* tp_ = nullptr;  // set when the model is split over ranks
+  dist::Comm* tp_ = nullptr;  // set when the model's layers are split over ranks
+  dist::Comm* pp_ = nullptr;  // set when its layers are cut into pipeline stages
   std::vector<float> tp_logits_;  // [ranks][rows][their vocabulary rows] as gathered
   kernels::RopeParams rope_;
   kernels::RopeParams rope_swa_;  // the sliding-window layers' (rope_dim 0: as rope_)
@@ -191,6 +196,7 @@ class Forward {
   kernels::Activations mla_og_{be_};      // [TX][g][dv] the group's outputs
   kernels::Activations result_norm_{be_}; // [rows][n_embd] final norm of the logit rows
   kernels::Activations logits_{be_};      // [rows][n_vocab] (tensor parallel: this rank's vocabulary rows)
+  kernels::Activations pp_logits_{be_};      // [rows][n_vocab] pipeline, first stage: every micro-batch's
   kernels::Activations tp_all_logits_{be_};  // [rows][n_vocab] tensor parallel, rank 0: every rank's
 };
 

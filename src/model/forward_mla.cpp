@@ -98,6 +98,7 @@ void Forward::mla_attention_block(int32_t il) {
   float* attn_out = attn_out_.reserve(T * E);
   op(perf::Op::AttnOut, perf::matmul_class(L.wo.type), il, perf::matmul_cost(T, int64_t(nh) * dv, E, L.wo.type),
      [&] { be_.matmul(L.wo, o, T, attn_out); });
+  if (tp_) tp_reduce(il, attn_out);
   attn_residual(il, attn_out);
 }
 

@@ -18,15 +18,16 @@ KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, D
   return l;
 }
 
-KvGroups kv_groups_for(const HParams& h, bool bounded) {
+KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t first, int32_t end) {
+  if (end < 0) end = h.n_layer;
   KvGroups g;
   std::vector<int32_t> global, window;
-  for (int32_t il = 0; il < h.n_layer; ++il) (h.swa_layer(il) ? window : global).push_back(il);
+  for (int32_t il = first; il < end; ++il) (h.swa_layer(il) ? window : global).push_back(il);
   g.page.assign(size_t(h.n_layer), 0);
-  g.slot.resize(size_t(h.n_layer));
+  g.slot.assign(size_t(h.n_layer), 0);
   if (!bounded || global.empty() || window.empty()) {
-    g.slots = h.n_layer;
-    for (int32_t il = 0; il < h.n_layer; ++il) g.slot[size_t(il)] = il;
+    g.slots = end - first;
+    for (int32_t il = first; il < end; ++il) g.slot[size_t(il)] = il - first;
     return g;
   }
   // The smaller kind's count, widened while a block would take over 64 pages (a file

@@ -33,8 +33,10 @@ struct KvGroups {
   int32_t pages() const { return n_global + n_window; }
   bool grouped() const { return n_window > 0; }
 };
-// bounded = false (or a model without both kinds of layer): one page per entry.
-KvGroups kv_groups_for(const HParams& h, bool bounded);
+// bounded = false (or a model without both kinds of layer): one page per entry. Layers
+// [first, end) only (a pipeline stage's; end -1: the last layer's): the others get no
+// slot (their entries are 0 and never read).
+KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t first = 0, int32_t end = -1);
 
 class KVCache : public KVView {
  public:

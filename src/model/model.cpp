@@ -14,14 +14,14 @@
 
 namespace ridge {
 
-std::unique_ptr<Model> Model::load(const std::string& path, bool pack, TpShard shard) {
-  std::unique_ptr<Model> m = is_hf_checkpoint_dir(path) ? from_file(open_hf_checkpoint(path), pack, shard)
-                                                         : from_file(gguf::File::open(path), pack, shard);
+std::unique_ptr<Model> Model::load(const std::string& path, bool pack, TpShard shard, PpStage pp) {
+  std::unique_ptr<Model> m = is_hf_checkpoint_dir(path) ? from_file(open_hf_checkpoint(path), pack, shard, pp)
+                                                         : from_file(gguf::File::open(path), pack, shard, pp);
   m->path_ = path;
   return m;
 }
 
-std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack, TpShard shard) {
+std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool pack, TpShard shard, PpStage pp) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
   const gguf::File& f = *m->file_;
@@ -41,6 +41,8 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
   arch.load(ld, h, w);
   m->shard_ = shard;
   m->split_ = shard_weights(shard, f.name(), h, w, m->sliced_);
+  cut_layers(pp, f.name(), h, w);
+  m->pp_ = pp;
   m->derive_weights();
   // The embedding tables are gathered a row per token, not streamed.
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);
@@ -127,8 +129,10 @@ void Model::pack_weights() {
     std::vector<kernels::WeightView*> parts;
     kernels::WeightView* fused;
   };
-  std::vector<Group> groups{{{&w_.output}, nullptr}};
+  std::vector<Group> groups;
+  if (w_.output.data) groups.push_back({{&w_.output}, nullptr});  // none on a pipeline's earlier stages
   for (auto& L : w_.layers) {
+    if (!L.wo.data) continue;  // a layer another pipeline stage runs
     if (L.wkv_c.data) {  // latent attention: q (or q_a), the latent and the rope key read one input
       groups.push_back({{L.wq_a.data ? &L.wq_a : &L.wq, &L.wkv_c, &L.wk_pe}, &L.wqkv});
       if (L.wq_b.data) groups.push_back({{&L.wq_b}, nullptr});

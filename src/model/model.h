@@ -81,8 +81,10 @@ class Model {
   // CPU path has a packed GEMM for their type; RIDGE_REPACK=0 turns it off.
   // shard: this process's part under tensor parallelism (model/tp_shard.h); hparams()
   // then has the local shape.
-  static std::unique_ptr<Model> load(const std::string& path, bool pack = true, TpShard shard = {});
-  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f, bool pack = true, TpShard shard = {});
+  // pp: this process's stage under pipeline parallelism; only its layers are kept.
+  static std::unique_ptr<Model> load(const std::string& path, bool pack = true, TpShard shard = {}, PpStage pp = {});
+  static std::unique_ptr<Model> from_file(std::unique_ptr<gguf::File> f, bool pack = true, TpShard shard = {},
+                                          PpStage pp = {});
 
   const gguf::File& file() const { return *file_; }
   // What load() was given (the file, or the checkpoint's directory); empty from from_file.
@@ -92,6 +94,8 @@ class Model {
   const Weights& weights() const { return w_; }
   const TpShard& tp_shard() const { return shard_; }
   const TpSplit& tp_split() const { return split_; }
+  // The layers this process runs (all of them unless pipeline parallel).
+  const PpStage& pp_stage() const { return pp_; }
   // Bytes of all weight tensors, and of those streamed per token (all but token_embd).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t streamed_weight_bytes() const { return streamed_bytes_; }
@@ -121,6 +125,7 @@ class Model {
   Arena sliced_;   // tensor parallelism: this rank's columns of the row-parallel matrices
   TpShard shard_;
   TpSplit split_;
+  PpStage pp_;
   int64_t weight_bytes_ = 0, streamed_bytes_ = 0;
   int64_t mapped_bytes_ = 0, vector_bytes_ = 0;
   std::vector<std::pair<const uint8_t*, size_t>> live_;  // file ranges still read

@@ -74,8 +74,6 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   }
   RIDGE_CHECK(r >= 0 && r < N, "rank {} of {}", r, N);
   const auto refuse = [&](const std::string& why) { fail("{}: --tensor-parallel-size {}: {}", name, N, why); };
-  if (h.mla()) refuse(fmt::format("{}'s latent attention is not split across ranks yet", h.arch));
-  if (h.n_expert_shared > 0) refuse("shared experts are not split across ranks yet");
   const int32_t nh = h.n_head, nkv = h.n_head_kv;
   if (nh % N != 0) refuse(fmt::format("{} attention heads do not split into {} equal parts", nh, N));
   if (nkv % N != 0 && N % nkv != 0)
@@ -85,14 +83,18 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   // the one shared by this rank's group.
   const Range kv = nkv % N == 0 ? Range{int64_t(nkv / N) * r, int64_t(nkv / N) * (r + 1)}
                                 : Range{r / (N / nkv), r / (N / nkv) + 1};
-  const int64_t dk = h.head_dim_k, dv = h.head_dim_v;
+  // Latent attention (deepseek2) keeps its one latent "KV head" on every rank and splits
+  // the heads' own matrices: q (or q_b), the per-head k_b and v_b, wo's columns.
+  const int64_t dk = h.head_dim_k, dv = h.head_dim_v, dq = h.mla() ? h.head_dim_qk_mla : dk;
+  const int64_t dvo = h.mla() ? h.head_dim_v_mla : dv;  // a head's width in wo's input
 
   // The FFN's cut: on the largest block of the layers' down matrices, so every layer's
   // hidden units split the same way (the local n_ff is one number).
-  int64_t unit = 1, unit_exp = 1;
+  int64_t unit = 1, unit_exp = 1, unit_sh = 1;
   for (const LayerWeights& L : w.layers) {
     if (L.w_down.data) unit = std::max(unit, block_of(L.w_down));
     for (const auto& d : L.down_exps) unit_exp = std::max(unit_exp, block_of(d));
+    if (L.down_shexp.data) unit_sh = std::max(unit_sh, block_of(L.down_shexp));
   }
   const auto ffn_part = [&](int64_t n, int64_t u, const char* what) {
     if (n % u != 0) refuse(fmt::format("{} of {} units are no whole number of {}-element blocks", what, n, u));
@@ -104,16 +106,23 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   const bool experts = std::any_of(w.layers.begin(), w.layers.end(), [](const LayerWeights& L) { return !L.down_exps.empty(); });
   const Range f = dense ? ffn_part(h.n_ff, unit, "the FFN's hidden layer") : Range{};
   const Range fe = experts ? ffn_part(h.n_ff_exp, unit_exp, "an expert's hidden layer") : Range{};
+  const int64_t n_sh = int64_t(h.n_ff_exp) * h.n_expert_shared;  // the shared experts' width, as one SwiGLU
+  const Range fs = n_sh > 0 ? ffn_part(n_sh, unit_sh, "the shared experts' hidden layer") : Range{};
 
   Columns cols;
   for (LayerWeights& L : w.layers) {
-    const int64_t o0 = q.lo * dv, o1 = q.hi * dv;  // wo's columns: this rank's heads' outputs
+    const int64_t o0 = q.lo * dvo, o1 = q.hi * dvo;  // wo's columns: this rank's heads' outputs
     if (o0 % block_of(L.wo) != 0 || o1 % block_of(L.wo) != 0)
       refuse(fmt::format("attn_output's columns [{}, {}) cut {}'s blocks of {}", o0, o1, dtype_name(L.wo.type),
                          block_of(L.wo)));
-    L.wq = rows(L.wq, {q.lo * dk, q.hi * dk});
-    L.wk = rows(L.wk, {kv.lo * dk, kv.hi * dk});
-    L.wv = rows(L.wv, {kv.lo * dv, kv.hi * dv});
+    if (L.wq.data) L.wq = rows(L.wq, {q.lo * dq, q.hi * dq});
+    if (L.wq_b.data) L.wq_b = rows(L.wq_b, {q.lo * dq, q.hi * dq});
+    if (L.wk.data) L.wk = rows(L.wk, {kv.lo * dk, kv.hi * dk});
+    if (L.wv.data) L.wv = rows(L.wv, {kv.lo * dv, kv.hi * dv});
+    if (!L.wk_b.empty()) {  // per head
+      L.wk_b = {L.wk_b.begin() + q.lo, L.wk_b.begin() + q.hi};
+      L.wv_b = {L.wv_b.begin() + q.lo, L.wv_b.begin() + q.hi};
+    }
     L.bq = slice(L.bq, {q.lo * dk, q.hi * dk});
     L.bk = slice(L.bk, {kv.lo * dk, kv.hi * dk});
     L.bv = slice(L.bv, {kv.lo * dv, kv.hi * dv});
@@ -124,6 +133,11 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
       L.w_up = rows(L.w_up, f);
       L.b_up = slice(L.b_up, f);
       cols.add(L.w_down, f);
+    }
+    if (L.down_shexp.data) {
+      L.gate_shexp = rows(L.gate_shexp, fs);
+      L.up_shexp = rows(L.up_shexp, fs);
+      cols.add(L.down_shexp, fs);
     }
     for (size_t e = 0; e < L.down_exps.size(); ++e) {
       L.gate_exps[e] = rows(L.gate_exps[e], fe);
@@ -160,6 +174,18 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   if (dense) h.n_ff = int32_t(f.n());
   if (experts) h.n_ff_exp = int32_t(fe.n());
   return out;
+}
+
+void cut_layers(PpStage& s, const std::string& name, const HParams& h, Weights& w) {
+  s.first = int32_t(int64_t(h.n_layer) * s.stage / s.size);
+  s.end = int32_t(int64_t(h.n_layer) * (s.stage + 1) / s.size);
+  if (!s.on()) return;
+  if (h.mla()) fail("{}: --pipeline-parallel-size {}: {}'s latent attention is not cut into stages yet", name, s.size, h.arch);
+  if (h.n_layer < s.size)
+    fail("{}: --pipeline-parallel-size {}: {} layers leave a stage without one", name, s.size, h.n_layer);
+  for (int32_t il = 0; il < h.n_layer; ++il)
+    if (il < s.first || il >= s.end) w.layers[size_t(il)] = LayerWeights{};
+  if (!s.is_last()) w.output = {};
 }
 
 }  // namespace ridge

@@ -27,6 +27,22 @@ struct TpShard {
   bool on() const { return size > 1; }
 };
 
+// Pipeline parallelism's split: stage s of `size` runs layers [first, end) (the layers
+// divided as evenly as whole layers allow); the first stage also embeds the tokens, the
+// last also computes the logits.
+struct PpStage {
+  int32_t stage = 0, size = 1;
+  int32_t first = 0, end = 0;  // set by cut_layers
+  bool on() const { return size > 1; }
+  bool is_first() const { return stage == 0; }
+  bool is_last() const { return stage == size - 1; }
+};
+
+// Drops from w every layer outside stage s's range (and the output head unless it is the
+// last stage), so they are neither packed nor read; sets s.first and s.end. Throws
+// ridge::Error naming the model when a stage would get no layer.
+void cut_layers(PpStage& s, const std::string& name, const HParams& h, Weights& w);
+
 // What the split left this rank besides its weights: its rows of the vocabulary, and every
 // rank's count of them (for the logits' gather).
 struct TpSplit {

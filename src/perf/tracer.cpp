@@ -195,13 +195,17 @@ class Writer {
     stopping_.store(false);
     stats_ = {};
     io_error_ = false;
-    origin_ns_.store(trace_clock_ns(), std::memory_order_relaxed);
+    origin_ns_.store(o.origin_ns > 0 ? o.origin_ns : trace_clock_ns(), std::memory_order_relaxed);
     write_raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     open_ = true;
     thread_ = std::thread([this] { loop(); });
   }
 
   int64_t origin() const { return origin_ns_.load(std::memory_order_relaxed); }
+  std::string path() {
+    std::lock_guard lk(mu_);
+    return f_ ? path_ : std::string();
+  }
 
   // Appends one event (a JSON object without separator); false when it was dropped.
   // Metadata (track names) may use a reserve beyond the buffer's capacity: rare, and
@@ -603,12 +607,15 @@ int64_t trace_clock_ns() {
 void trace_start(const std::string& path, const TraceOptions& o) {
   g_writer.start(path, o);
   g_generation.fetch_add(1, std::memory_order_acq_rel);
-  emit_meta("process_name", kEnginePid, 0, {{"name", "ridge"}});
+  emit_meta("process_name", kEnginePid, 0, {{"name", o.process_name}});
   emit_meta("process_sort_index", kEnginePid, 0, {{"sort_index", 1}});
   emit_meta("process_name", kRequestPid, 0, {{"name", "requests"}});
   emit_meta("process_sort_index", kRequestPid, 0, {{"sort_index", 2}});
   detail::g_trace_on.store(true, std::memory_order_release);
 }
+
+std::string trace_path() { return trace_on() ? g_writer.path() : std::string(); }
+int64_t trace_origin_ns() { return trace_on() ? g_writer.origin() : 0; }
 
 TraceStats trace_stop() {
   const int64_t t = trace_clock_ns();
@@ -697,6 +704,8 @@ void trace_start(const std::string& path, const TraceOptions&) {
   fail("--trace {}: this ridge was built without the tracer (cmake -DRIDGE_TRACE=OFF)", path);
 }
 TraceStats trace_stop() { return {}; }
+std::string trace_path() { return {}; }
+int64_t trace_origin_ns() { return 0; }
 
 #endif  // RIDGE_TRACE
 

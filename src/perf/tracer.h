@@ -30,7 +30,9 @@
 //       <op> [op]         X  one op of the forward, named by perf::op_name (token_embd,
 //                            attn_norm, attn_qkv, rope_kv, attention, attn_out,
 //                            attn_residual, ffn_norm, ffn_gate_up, ffn_act, ffn_down,
-//                            ffn_residual, result_norm, output); args: layer (absent for
+//                            ffn_residual, result_norm, output; tp_comm: a split
+//                            model's all-reduces, gathers and stage hand-offs, which
+//                            include waiting for the other ranks); args: layer (absent for
 //                            whole-model ops), tokens, seqs, decodes (the batch shape),
 //                            flops, bytes, intensity (flops/byte), gflop_per_s, gb_per_s
 //     sample [engine]     X  logits -> tokens (penalties, sampling, logprobs); args: rows
@@ -112,6 +114,10 @@ struct TraceOptions {
   size_t buffer_bytes = size_t(4) << 20;  // each of the two buffers
   int flush_ms = 200;                     // the writer's period
   bool hold_writer = false;               // tests: write nothing until trace_stop (forces drops)
+  // Another trace's time origin (trace_origin_ns), so that the files of one job's
+  // processes on one machine share a time axis; 0: now.
+  int64_t origin_ns = 0;
+  std::string process_name = "ridge";     // the engine process's name in the viewer
 };
 
 struct TraceStats {
@@ -127,6 +133,9 @@ void trace_start(const std::string& path, const TraceOptions& o = {});
 // Ends open request tracks, flushes, writes the footer: the file is valid JSON. Safe to
 // call when no trace is open (returns zeros).
 TraceStats trace_stop();
+// The open trace's file and time origin (on trace_clock_ns' clock); empty and 0 when none.
+std::string trace_path();
+int64_t trace_origin_ns();
 
 // The commands' guard: starts a trace when a path is given and closes it on every exit
 // (return or exception), then reports "LABEL: trace FILE: N events, D dropped" on stderr.
