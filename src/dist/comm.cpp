@@ -218,6 +218,20 @@ void Comm::wait_all() {
   pending_.clear();
 }
 
+void Comm::barrier_idle() {
+  if (size_ == 1) return;
+  MPI_Request req;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+  long ns = 20'000;
+  for (int done = 0;;) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "barrier");
+    if (done) return;
+    const timespec ts{0, ns};
+    nanosleep(&ts, nullptr);
+    if (ns < 1'000'000) ns *= 2;
+  }
+}
+
 void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
   if (size_ == 1) {
     std::copy(x, x + counts[0], out);
@@ -245,6 +259,7 @@ void Comm::send(int, const float*, int64_t) { fail("no other rank to send to (bu
 void Comm::recv(int, float*, int64_t) { fail("no other rank to receive from (built without MPI)"); }
 void Comm::post_recv(int, float*, int64_t) { fail("no other rank to receive from (built without MPI)"); }
 void Comm::wait_all() {}
+void Comm::barrier_idle() {}
 #endif
 
 }  // namespace ridge::dist

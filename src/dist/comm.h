@@ -32,6 +32,9 @@ class Comm {
   // ranks sleep between polls instead of spinning a core. Rank 0 must use it for the same
   // message (a non-blocking collective matches only its kind).
   void broadcast_idle(void* bytes, int64_t n);
+  // Every rank here, waited for as broadcast_idle waits (a shard's load may take long):
+  // rank 0 knows its workers are ready, and no collective of the first step times it.
+  void barrier_idle();
   // Rank r's x[counts[r]] into rank 0's out, rank after rank (out: sum of counts; unused
   // elsewhere).
   void gather(const float* x, std::span<const int64_t> counts, float* out);

@@ -113,6 +113,7 @@ ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& po
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
   if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
   fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
+  if (tp_) tp_wait_ready(*tp_);
   if (backend_->device_free_bytes() >= 0) {
     // A device: one token through the model puts the weights there now, not in the first
     // request's time (the backend uploads each on first use). Its K/V lands in a free

@@ -37,6 +37,8 @@ constexpr int32_t kSeqInts = 5;
 
 bool tp_stopped() { return g_stopped; }
 
+void tp_wait_ready(dist::Comm& c) { c.barrier_idle(); }
+
 void tp_send_setup(dist::Comm& c, const TpSetup& s) {
   const nlohmann::json j = {{"model", s.model},
                             {"threads", s.cfg.threads},
@@ -119,6 +121,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());
   Forward fwd(*m, kv, *be, &c);
+  c.barrier_idle();  // ready: rank 0's runner waits for every shard before its first step
 
   Header h;
   Batch b;

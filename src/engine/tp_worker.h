@@ -29,6 +29,8 @@ struct TpSetup {
 
 // Rank 0's side.
 void tp_send_setup(dist::Comm& c, const TpSetup& s);
+// Returns once every worker has loaded its shard and made its pool (after the setup).
+void tp_wait_ready(dist::Comm& c);
 void tp_send_batch(dist::Comm& c, const Batch& b);
 // Lets the workers go from the current setup (a runner's end): they free its model and
 // wait for the next setup.
