@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -224,14 +223,8 @@ void engine_config(Args& a, EngineConfig& c) {
   }
   if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
     fail("--tensor-parallel-size and --pipeline-parallel-size together are not done yet: use one of them");
-  if (split > 1 && c.threads == 0) {
-    // The cores this rank may run on (mpirun binds each rank to a core or a set), shared
-    // with the ranks on this machine when it does not bind.
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : default_thread_count();
-    c.threads = std::max(1, std::min(mine, default_thread_count() / dist::local_ranks()));
-  }
+  // Without -t a split model's ranks each take dist::default_threads() (the engine and
+  // the workers: the cores each may use, shared on one machine).
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));
   if (auto m = a.str({"--kv-cache-memory"})) c.kv_cache_bytes = parse_bytes(*m, "--kv-cache-memory");
   c.mem_fraction = a.number({"--mem-fraction"}, c.mem_fraction, 0.001, 1.0);

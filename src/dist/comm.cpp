@@ -1,6 +1,7 @@
 #include "dist/comm.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,10 +94,20 @@ int count32(int64_t n, const char* what) {
 
 bool launched_by_mpi() {
   // A launcher of more than one process (mpirun -np 1, or a scheduler's single task, is
-  // one process: no MPI needed).
+  // one process: no MPI needed). Slurm's srun with PMIx says PMIX_RANK and its task count.
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
     if (const char* n = std::getenv(v); n && std::atoi(n) > 1) return true;
-  return false;
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  return std::getenv("PMIX_RANK") && tasks && std::atoi(tasks) > 1;
+}
+
+int default_threads() {
+  const int hw = std::max(1, int(std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : hw;
+  if (mine < hw) return std::max(1, mine);  // bound by the launcher (or taskset): its cores
+  return std::max(1, hw / local_ranks());
 }
 
 int local_ranks() {

@@ -66,6 +66,9 @@ void init(int* argc, char*** argv);
 Comm* world();
 // The ranks of the world on this machine (they share its memory and cores): 1 without MPI.
 int local_ranks();
+// Threads for a rank that was given none: the cores it may run on (mpirun may bind it to
+// one or a few), or, where it is not bound, the machine's cores shared among its ranks.
+int default_threads();
 // Ends MPI (after the last collective). Safe to call without init().
 void finalize();
 

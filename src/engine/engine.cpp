@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "perf/op_cost.h"
 #include "perf/tracer.h"
 #include "tokenizer/tokenizer.h"
@@ -93,7 +94,10 @@ class Engine::Cost : public PreemptionCost {
 };
 
 Engine::Engine(const Model& model, const Tokenizer* tok, const EngineConfig& cfg)
-    : model_(model), tok_(tok), cfg_(cfg), pool_(cfg.threads > 0 ? cfg.threads : default_thread_count()) {
+    : model_(model),
+      tok_(tok),
+      cfg_(cfg),
+      pool_(cfg.threads > 0 ? cfg.threads : dist::world() ? dist::default_threads() : default_thread_count()) {
   check_speculative(cfg.speculative);
   if (cfg.mlock) model.lock_in_memory();
   EngineConfig target = cfg;

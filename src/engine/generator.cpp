@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "perf/tracer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -14,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 Generator::Generator(const Model& model, const Tokenizer* tok, const GenOptions& opt)
-    : model_(model), tok_(tok), opt_(opt), threads_(opt.threads > 0 ? opt.threads : default_thread_count()) {
+    : model_(model), tok_(tok), opt_(opt), threads_(opt.threads > 0 ? opt.threads : dist::world() ? dist::default_threads() : default_thread_count()) {
   RIDGE_CHECK(opt_.max_num_batched_tokens > 0, "max_num_batched_tokens must be positive");
 }
 

@@ -49,10 +49,15 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg, const kernels::Bac
   // A split model: the ranks on this machine each make a pool of this many pages, out of
   // the same free memory (--kv-cache-memory is each rank's as given).
   if ((m.tp_shard().on() || m.pp_stage().on()) && cfg.kv_cache_bytes <= 0) bytes /= dist::local_ranks();
-  const int64_t n_blocks = bytes / per_block;
+  // Pipeline stages differ by a layer at most, and every stage makes this many pages:
+  // counted at the largest stage's page size, so none takes more than its bytes.
+  int64_t per_page = per_block;
+  if (const PpStage& pp = m.pp_stage(); pp.on())
+    per_page = per_block / (pp.end - pp.first) * ((h.n_layer + pp.size - 1) / pp.size);
+  const int64_t n_blocks = bytes / per_page;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
-         bytes, per_block, cfg.block_size, (per_block + cfg.block_size - 1) / cfg.block_size);
+         bytes, per_page, cfg.block_size, (per_page + cfg.block_size - 1) / cfg.block_size);
   RIDGE_CHECK(n_blocks * g.pages() < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
   kl.n_blocks = int32_t(n_blocks * g.pages());  // pages
   return kl;
@@ -112,8 +117,13 @@ ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& po
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
   if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
-  fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
-  if (tp_) tp_wait_ready(*tp_);
+  try {
+    fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
+    if (tp_) tp_wait_ready(*tp_);
+  } catch (const std::exception& e) {  // the workers wait in the ready barrier: end them all
+    if (tp_) tp_->abort(1, e.what());
+    throw;
+  }
   if (backend_->device_free_bytes() >= 0) {
     // A device: one token through the model puts the weights there now, not in the first
     // request's time (the backend uploads each on first use). Its K/V lands in a free

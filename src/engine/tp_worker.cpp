@@ -113,7 +113,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   if (j.at("pp").get<int>() > 1) pp.stage = c.rank(), pp.size = c.size();
   const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, tp, pp);
   if (cfg.mlock) m->lock_in_memory();
-  ThreadPool pool(cfg.threads > 0 ? cfg.threads : default_thread_count());
+  ThreadPool pool(cfg.threads > 0 ? cfg.threads : dist::default_threads());  // -t as given to rank 0, else this rank's own
   const std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(pool);
   KVLayout kl = kv_layout_for(m->hparams(), cfg.block_size, 0, cfg.kv_dtype);
   const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full, m->pp_stage().first, m->pp_stage().end);

@@ -35,6 +35,11 @@ bad() { echo "FAIL  $1: $2"; failed=$((failed + 1)); }
 gen() {  # N MODEL ARGS...: greedy text at tensor parallel size N (PP=N: pipeline stages)
   local n=$1 m=$2 flag=--tensor-parallel-size
   shift 2
+  local a prev=""
+  for a in "$@"; do  # a failed run must leave no earlier run's result behind
+    [ "$prev" = --dump-json ] && rm -f "$a"
+    prev=$a
+  done
   if [[ $n == PP=* ]]; then n=${n#PP=}; flag=--pipeline-parallel-size; fi
   if [ "$n" = 1 ]; then
     timeout 120 "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet "$@"
@@ -113,9 +118,18 @@ done
 # a pool small enough to preempt by recompute.
 m="$tmp/llama-tiny-q8_0.gguf"
 for i in 1 2 3 4 5 6; do echo "the same long opening of every prompt here, then prompt number $i and its own words"; done >"$tmp/prompts.txt"
-# --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V, so half
-# the bytes make the same 160-token pool (six prompts of 85 tokens preempt in it).
-for pool in "" "80K 40K"; do
+# Speculation (n-gram drafts verified with a logit row per token) through the split forward.
+gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --speculative-method ngram --dump-json "$tmp/one.json" >/dev/null 2>"$tmp/err1"
+for n in 2 PP=2; do
+  gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --speculative-method ngram --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
+  if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts with ngram speculation: $n = one process ($why)"
+  else bad "6 prompts with ngram speculation: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
+done
+
+# --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V (one of
+# two KV heads), at PP 2 half too (two of four layers), so half the bytes make the same
+# 160-token pool (six prompts of 85 tokens preempt in it).
+for pool in "" "160K 80K"; do
   read -r p1 p2 <<<"$pool"
   flags="--max-num-batched-tokens 32${p1:+ (pool 160 tokens)}"
   gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${p1:+--kv-cache-memory $p1} \
@@ -130,10 +144,11 @@ for pool in "" "80K 40K"; do
 done
 
 # --- 2. the server -----------------------------------------------------------------------
-serve_at() {  # N ERR: starts the server at TP N on --port 0; sets spid, sport
-  local n=$1 err=$2 i
+serve_at() {  # N ERR: starts the server at TP N (PP=N: pipeline stages) on --port 0; sets spid, sport
+  local n=$1 err=$2 i flag=--tensor-parallel-size
+  if [[ $n == PP=* ]]; then n=${n#PP=}; flag=--pipeline-parallel-size; fi
   if [ "$n" = 1 ]; then "$RIDGE" serve -m "$m" --port 0 -t 1 2>"$err" &
-  else "${MPI[@]}" -np "$n" "$RIDGE" serve -m "$m" --port 0 -t 1 --tensor-parallel-size "$n" 2>"$err" & fi
+  else "${MPI[@]}" -np "$n" "$RIDGE" serve -m "$m" --port 0 -t 1 $flag "$n" 2>"$err" & fi
   spid=$!
   sport=""
   for ((i = 0; i < 300; ++i)); do
@@ -150,9 +165,9 @@ ask() {  # PORT STREAM: a greedy completion's text
     else sed -n 's/.*"text":"\([^"]*\)".*/\1/p'; fi
 }
 declare -A text
-for n in 1 2; do
+for n in 1 2 PP=2; do
   serve_at "$n" "$tmp/serve$n.err"
-  if [ -z "$sport" ]; then bad "serve at TP $n" "did not start: $(head -c 300 "$tmp/serve$n.err")"; continue; fi
+  if [ -z "$sport" ]; then bad "serve at $n" "did not start: $(head -c 300 "$tmp/serve$n.err")"; continue; fi
   text[$n]=$(ask "$sport" false)
   text[s$n]=$(ask "$sport" true)
   # SIGTERM to the server (rank 0): it drains, then lets the workers go; all exit 0. (A
@@ -164,14 +179,16 @@ for n in 1 2; do
   done
   kill -TERM "$r0"
   for ((i = 0; i < 200; ++i)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$spid" 2>/dev/null; then bad "serve at TP $n" "still running 20 s after SIGTERM"; kill -9 "$spid"
-  else wait "$spid"; rc=$?; [ "$rc" = 0 ] && ok "serve at TP $n exits 0 on SIGTERM" || bad "serve at TP $n" "exit $rc after SIGTERM"; fi
+  if kill -0 "$spid" 2>/dev/null; then bad "serve at $n" "still running 20 s after SIGTERM"; kill -9 "$spid"
+  else wait "$spid"; rc=$?; [ "$rc" = 0 ] && ok "serve at $n exits 0 on SIGTERM" || bad "serve at $n" "exit $rc after SIGTERM"; fi
 done
-if [ -n "${text[1]:-}" ] && [ "${text[1]}" = "${text[2]:-}" ] && [ "${text[s1]:-}" = "${text[s2]:-}" ] && [ "${text[1]}" = "${text[s1]}" ]; then
-  ok "serve: completions at TP 2 (plain and streamed) = TP 1"
-else
-  bad "serve: completions at TP 2" "'${text[2]:-}' / '${text[s2]:-}' against '${text[1]:-}' / '${text[s1]:-}'"
-fi
+for n in 2 PP=2; do
+  if [ -n "${text[1]:-}" ] && [ "${text[1]}" = "${text[$n]:-}" ] && [ "${text[s1]:-}" = "${text[s$n]:-}" ] && [ "${text[1]}" = "${text[s1]}" ]; then
+    ok "serve: completions at $n (plain and streamed) = one process"
+  else
+    bad "serve: completions at $n" "'${text[$n]:-}' / '${text[s$n]:-}' against '${text[1]:-}' / '${text[s1]:-}'"
+  fi
+done
 
 # --- 3. errors ---------------------------------------------------------------------------
 expect_error() {  # NAME PATTERN CMD...: exits non-zero within 60 s, PATTERN on stderr
