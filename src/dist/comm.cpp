@@ -84,6 +84,19 @@ void check(int rc, const char* what) {
   }
 }
 
+// Waits for req by polling, sleeping longer the longer the wait (up to a millisecond: a
+// step's start is late by at most that after an idle spell, and an idle rank costs no core).
+void wait_sleeping(MPI_Request& req, const char* what) {
+  long ns = 20'000;
+  for (int done = 0;;) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    const timespec ts{0, ns};
+    nanosleep(&ts, nullptr);
+    if (ns < 1'000'000) ns *= 2;
+  }
+}
+
 int count32(int64_t n, const char* what) {
   if (n < 0 || n > int64_t(1 << 30) * 2 - 1) g_world.abort(1, fmt::format("{}: {} elements in one message", what, n));
   return int(n);
@@ -188,16 +201,7 @@ void Comm::broadcast_idle(void* bytes, int64_t n) {
     const InFlight f("broadcast of a step");
     return check(MPI_Wait(&req, MPI_STATUS_IGNORE), "broadcast");
   }
-  // Poll, sleeping longer the longer the wait (up to a millisecond: a step's start is
-  // late by at most that after an idle spell, and an idle worker costs no core).
-  long ns = 20'000;
-  for (int done = 0;;) {
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "broadcast");
-    if (done) return;
-    const timespec ts{0, ns};
-    nanosleep(&ts, nullptr);
-    if (ns < 1'000'000) ns *= 2;
-  }
+  wait_sleeping(req, "broadcast");
 }
 
 void Comm::send(int to, const float* x, int64_t n) {
@@ -233,14 +237,7 @@ void Comm::barrier_idle() {
   if (size_ == 1) return;
   MPI_Request req;
   check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
-  long ns = 20'000;
-  for (int done = 0;;) {
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "barrier");
-    if (done) return;
-    const timespec ts{0, ns};
-    nanosleep(&ts, nullptr);
-    if (ns < 1'000'000) ns *= 2;
-  }
+  wait_sleeping(req, "barrier");
 }
 
 void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
