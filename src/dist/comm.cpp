@@ -179,14 +179,6 @@ void Comm::all_reduce_sum(float* x, int64_t n) {
   check(MPI_Allreduce(MPI_IN_PLACE, x, count32(n, "all-reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
 }
 
-int64_t Comm::all_reduce_min(int64_t v) {
-  if (size_ == 1) return v;
-  long long x = v;
-  const InFlight f("all-reduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD), "all-reduce");
-  return x;
-}
-
 void Comm::broadcast(void* bytes, int64_t n) {
   if (size_ == 1) return;
   const InFlight f("broadcast");
@@ -259,7 +251,6 @@ void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
 #else
 // One process: every collective is the identity.
 void Comm::all_reduce_sum(float*, int64_t) {}
-int64_t Comm::all_reduce_min(int64_t v) { return v; }
 void Comm::broadcast(void*, int64_t) {}
 void Comm::broadcast_idle(void*, int64_t) {}
 void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) { std::copy(x, x + counts[0], out); }

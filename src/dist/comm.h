@@ -24,8 +24,6 @@ class Comm {
   // Every rank's x[n] summed element-wise, in place, on every rank: one all-reduce. Two
   // ranks add the same two numbers, so every rank gets the same bits.
   void all_reduce_sum(float* x, int64_t n);
-  // The smallest of every rank's v, on every rank.
-  int64_t all_reduce_min(int64_t v);
   // Rank 0's bytes[n] into every rank's (n known to all).
   void broadcast(void* bytes, int64_t n);
   // As broadcast, for a wait that may be long (an idle server's workers): the waiting

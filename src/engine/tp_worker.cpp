@@ -35,8 +35,6 @@ constexpr int32_t kSeqInts = 5;
 
 }  // namespace
 
-bool tp_stopped() { return g_stopped; }
-
 void tp_wait_ready(dist::Comm& c) { c.barrier_idle(); }
 
 void tp_send_setup(dist::Comm& c, const TpSetup& s) {

@@ -37,7 +37,6 @@ void tp_send_batch(dist::Comm& c, const Batch& b);
 void tp_send_release(dist::Comm& c);
 // Ends the workers (they exit with `code`): rank 0's exit. Once; later calls do nothing.
 void tp_send_stop(dist::Comm& c, int code);
-bool tp_stopped();
 
 // A worker's whole life: waits for rank 0's setup, loads its shard, runs every step rank
 // 0 sends until a release (then waits for the next setup) or the stop, and returns the
