@@ -143,8 +143,11 @@ void kernel_flags(Args& a, int threads) {
 std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c) {
   TpShard shard;
   PpStage pp;
-  if (c.tensor_parallel_size > 1) shard = {dist::world()->rank(), c.tensor_parallel_size};
-  if (c.pipeline_parallel_size > 1) pp.stage = dist::world()->rank(), pp.size = c.pipeline_parallel_size;
+  if (c.tensor_parallel_size > 1 || c.pipeline_parallel_size > 1) {
+    const dist::Grid g = dist::Grid::of(dist::world()->rank(), c.tensor_parallel_size, c.pipeline_parallel_size);
+    if (g.tp > 1) shard = {g.tp_rank, g.tp};
+    if (g.pp > 1) pp.stage = g.stage, pp.size = g.pp;
+  }
   if (c.device != Device::Cpu) return Model::load(path, false, shard, pp);
   prepare_kernels();
   return Model::load(path, true, shard, pp);
@@ -206,8 +209,8 @@ void engine_config(Args& a, EngineConfig& c) {
   else if (dev == "cuda") c.device = Device::Cuda;
   else fail("--device {} is not one of cpu, cuda", dev);
   forward_config(a, c);
-  // Under mpirun every process is a rank of one split model: the world is the tensor
-  // parallel size (pipeline parallelism, which would multiply it, is not there yet).
+  // Under mpirun every process is a rank of one split model: the world is the grid of
+  // pipeline stages by tensor-parallel ranks (dist::Grid).
   c.tensor_parallel_size = int32_t(a.integer({"--tensor-parallel-size", "-tp"}, 1, 1, 4096));
   c.pipeline_parallel_size = int32_t(a.integer({"--pipeline-parallel-size", "-pp"}, 1, 1, 4096));
   const int split = c.tensor_parallel_size * c.pipeline_parallel_size;
@@ -221,8 +224,6 @@ void engine_config(Args& a, EngineConfig& c) {
          "size must be their product",
          world, c.tensor_parallel_size, c.pipeline_parallel_size);
   }
-  if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
-    fail("--tensor-parallel-size and --pipeline-parallel-size together are not done yet: use one of them");
   // Without -t a split model's ranks each take dist::default_threads() (the engine and
   // the workers: the cores each may use, shared on one machine).
   c.max_num_seqs = int32_t(a.integer({"--max-num-seqs"}, c.max_num_seqs, 1, 1 << 20));

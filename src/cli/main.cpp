@@ -159,9 +159,9 @@ flags only):
   --device cpu|cuda (cpu; cuda: weights, KV pool and activations on the GPU, where this
   ridge was built with nvcc and a device is there, else an error saying which is missing),
   --tensor-parallel-size N, --pipeline-parallel-size N (alias -tp, -pp; 1: under `mpirun
-  -np N` the model's heads and FFN, or its layers, split over N ranks; RIDGE_TP_TIMEOUT
-  seconds (600) end a job whose ranks stop answering; README: one model over several
-  processes),
+  -np N` the model's heads and FFN, or its layers, split over N ranks; both: TP x PP
+  ranks, stages of TP ranks; RIDGE_TP_TIMEOUT seconds (600) end a job whose ranks stop
+  answering; README: one model over several processes),
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),

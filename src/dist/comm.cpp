@@ -97,6 +97,14 @@ void wait_sleeping(MPI_Request& req, const char* what) {
   }
 }
 
+MPI_Comm mpi_comm(int64_t handle) {
+  if (handle == 0) return MPI_COMM_WORLD;
+  MPI_Comm c;
+  static_assert(sizeof(MPI_Comm) <= sizeof(int64_t));
+  std::memcpy(&c, &handle, sizeof c);
+  return c;
+}
+
 int count32(int64_t n, const char* what) {
   if (n < 0 || n > int64_t(1 << 30) * 2 - 1) g_world.abort(1, fmt::format("{}: {} elements in one message", what, n));
   return int(n);
@@ -161,9 +169,18 @@ void finalize() {
   g_started = false;
 }
 
+Ranks::Ranks(Comm& world, int32_t tp, int32_t pp) : grid_(Grid::of(world.rank(), tp, pp)), world_(&world), tp_(&world) {
+  RIDGE_CHECK(tp >= 1 && pp >= 1 && world.size() == tp * pp, "{} ranks are no grid of {} x {}", world.size(), tp, pp);
+  if (tp > 1 && pp > 1) {
+    stage_ = world.split(grid_.stage);
+    tp_ = stage_.get();
+    RIDGE_CHECK(tp_->size() == tp && tp_->rank() == grid_.tp_rank, "a stage's communicator is not its grid row");
+  }
+}
+
 void Comm::abort(int code, const std::string& message) {
   if (!message.empty()) {
-    const std::string line = fmt::format("ridge: rank {}: error: {}\n", rank_, message);
+    const std::string line = fmt::format("ridge: rank {}: error: {}\n", g_world.rank(), message);
     [[maybe_unused]] const ssize_t n = ::write(g_stderr, line.data(), line.size());
   }
 #if RIDGE_MPI
@@ -173,22 +190,44 @@ void Comm::abort(int code, const std::string& message) {
 }
 
 #if RIDGE_MPI
+Comm::~Comm() {
+  int done = 0;
+  if (handle_ != 0 && (MPI_Finalized(&done), !done)) {
+    MPI_Comm c = mpi_comm(handle_);
+    MPI_Comm_free(&c);
+  }
+}
+
+std::unique_ptr<Comm> Comm::split(int color) {
+  auto out = std::make_unique<Comm>();
+  MPI_Comm c;
+  {
+    const InFlight f("split of the ranks");
+    check(MPI_Comm_split(mpi_comm(handle_), color, rank_, &c), "split of the ranks");
+  }
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c, &out->rank_);
+  MPI_Comm_size(c, &out->size_);
+  std::memcpy(&out->handle_, &c, sizeof c);
+  return out;
+}
+
 void Comm::all_reduce_sum(float* x, int64_t n) {
   if (size_ == 1) return;
   const InFlight f("all-reduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, x, count32(n, "all-reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, x, count32(n, "all-reduce"), MPI_FLOAT, MPI_SUM, mpi_comm(handle_)), "all-reduce");
 }
 
 void Comm::broadcast(void* bytes, int64_t n) {
   if (size_ == 1) return;
   const InFlight f("broadcast");
-  check(MPI_Bcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast");
+  check(MPI_Bcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, mpi_comm(handle_)), "broadcast");
 }
 
 void Comm::broadcast_idle(void* bytes, int64_t n) {
   if (size_ == 1) return;
   MPI_Request req;
-  check(MPI_Ibcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, MPI_COMM_WORLD, &req), "broadcast");
+  check(MPI_Ibcast(bytes, count32(n, "broadcast"), MPI_BYTE, 0, mpi_comm(handle_), &req), "broadcast");
   if (rank_ == 0) {
     const InFlight f("broadcast of a step");
     return check(MPI_Wait(&req, MPI_STATUS_IGNORE), "broadcast");
@@ -198,17 +237,17 @@ void Comm::broadcast_idle(void* bytes, int64_t n) {
 
 void Comm::send(int to, const float* x, int64_t n) {
   const InFlight f("send to the next stage");
-  check(MPI_Send(x, count32(n, "send"), MPI_FLOAT, to, 0, MPI_COMM_WORLD), "send");
+  check(MPI_Send(x, count32(n, "send"), MPI_FLOAT, to, 0, mpi_comm(handle_)), "send");
 }
 
 void Comm::recv(int from, float* x, int64_t n) {
   const InFlight f("receive from another stage");
-  check(MPI_Recv(x, count32(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "receive");
+  check(MPI_Recv(x, count32(n, "receive"), MPI_FLOAT, from, 0, mpi_comm(handle_), MPI_STATUS_IGNORE), "receive");
 }
 
 void Comm::post_recv(int from, float* x, int64_t n) {
   MPI_Request r;
-  check(MPI_Irecv(x, count32(n, "receive"), MPI_FLOAT, from, 0, MPI_COMM_WORLD, &r), "receive");
+  check(MPI_Irecv(x, count32(n, "receive"), MPI_FLOAT, from, 0, mpi_comm(handle_), &r), "receive");
   static_assert(sizeof(MPI_Request) <= sizeof(int64_t));
   int64_t v = 0;
   std::memcpy(&v, &r, sizeof r);
@@ -228,7 +267,7 @@ void Comm::wait_all() {
 void Comm::barrier_idle() {
   if (size_ == 1) return;
   MPI_Request req;
-  check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+  check(MPI_Ibarrier(mpi_comm(handle_), &req), "barrier");
   wait_sleeping(req, "barrier");
 }
 
@@ -245,11 +284,13 @@ void Comm::gather(const float* x, std::span<const int64_t> counts, float* out) {
     at += counts[size_t(r)];
   }
   const InFlight f("gather of the logits");
-  check(MPI_Gatherv(x, cnt[size_t(rank_)], MPI_FLOAT, out, cnt.data(), off.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
+  check(MPI_Gatherv(x, cnt[size_t(rank_)], MPI_FLOAT, out, cnt.data(), off.data(), MPI_FLOAT, 0, mpi_comm(handle_)),
         "gather");
 }
 #else
 // One process: every collective is the identity.
+Comm::~Comm() = default;
+std::unique_ptr<Comm> Comm::split(int) { return std::make_unique<Comm>(); }
 void Comm::all_reduce_sum(float*, int64_t) {}
 void Comm::broadcast(void*, int64_t) {}
 void Comm::broadcast_idle(void*, int64_t) {}

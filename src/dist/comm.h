@@ -10,6 +10,7 @@
 // the others and names the rank; a rank that fails calls abort(), which does the same.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,8 +19,17 @@ namespace ridge::dist {
 
 class Comm {
  public:
+  Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();
+
   int rank() const { return rank_; }
   int size() const { return size_; }
+
+  // The ranks of this communicator with the same color, as a communicator of their own
+  // (ranked in this one's order): every rank of this one calls it, at the same point.
+  std::unique_ptr<Comm> split(int color);
 
   // Every rank's x[n] summed element-wise, in place, on every rank: one all-reduce. Two
   // ranks add the same two numbers, so every rank gets the same bits.
@@ -44,13 +54,47 @@ class Comm {
   void post_recv(int from, float* x, int64_t n);
   void wait_all();
   // Ends every rank of the job with exit status code (after this rank's message, if any,
-  // on the stderr it started with).
+  // on the stderr it started with, naming its rank in the world).
   [[noreturn]] void abort(int code, const std::string& message = {});
 
  private:
   friend void init(int* argc, char*** argv);
   int rank_ = 0, size_ = 1;
-  std::vector<int64_t> pending_;  // MPI requests (as integers: no <mpi.h> here)
+  int64_t handle_ = 0;            // its MPI communicator (as an integer: no <mpi.h> here); 0: the world
+  std::vector<int64_t> pending_;  // MPI requests, likewise
+};
+
+// A split model's ranks as a grid of pipeline stages by tensor-parallel ranks: world rank
+// = stage x tp + tp_rank. A stage's ranks are neighbours, which the usual placement
+// (mpirun fills a host's slots in rank order) puts on one host: tensor parallelism's
+// all-reduces, one per matrix, stay on the host, and the stages' hand-offs, one per step,
+// cross the network.
+struct Grid {
+  int32_t tp = 1, pp = 1;            // the sizes
+  int32_t tp_rank = 0, stage = 0;    // this process's place
+  static Grid of(int world_rank, int32_t tp, int32_t pp) { return {tp, pp, world_rank % tp, world_rank / tp}; }
+  int world_rank(int32_t at_stage, int32_t at_tp_rank) const { return at_stage * tp + at_tp_rank; }
+  int32_t world_size() const { return tp * pp; }
+};
+
+// The communicators of a split model's forward: its stage's ranks for tensor
+// parallelism's collectives (the world itself without stages), the world for the
+// stages' hand-offs (by Grid::world_rank).
+class Ranks {
+ public:
+  // Every rank of world calls it, at the same point (a split of the world when tp and pp
+  // are both above 1).
+  Ranks(Comm& world, int32_t tp, int32_t pp);
+  const Grid& grid() const { return grid_; }
+  Comm* tp() const { return grid_.tp > 1 ? tp_ : nullptr; }  // null: no tensor parallelism
+  Comm* pp() const { return grid_.pp > 1 ? world_ : nullptr; }  // null: no stages
+  Comm& world() const { return *world_; }
+
+ private:
+  Grid grid_;
+  Comm* world_;
+  std::unique_ptr<Comm> stage_;  // the stage's ranks, when there are several stages of several
+  Comm* tp_;
 };
 
 // Whether this process was started by an MPI launcher (its environment says so).

@@ -85,20 +85,23 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
 
 namespace {
 
-// A split model's ranks (tensor or pipeline parallel), after the checks of what does not
-// run split yet; null for a model of this process alone.
+// A split model's ranks (tensor or pipeline parallel, or both), after the checks of what
+// does not run split yet; null for a model of this process alone.
 dist::Comm* split_ranks(const Model& m, const EngineConfig& cfg, const std::string& path) {
-  if (!m.tp_shard().on() && !m.pp_stage().on()) return nullptr;
+  const TpShard& ts = m.tp_shard();
+  const PpStage& ps = m.pp_stage();
+  if (!ts.on() && !ps.on()) return nullptr;
   dist::Comm* c = dist::world();
-  const int n = m.tp_shard().on() ? m.tp_shard().size : m.pp_stage().size;
-  RIDGE_CHECK(c && c->size() == n && c->rank() == 0, "a split model's runner runs on rank 0 of its ranks");
+  RIDGE_CHECK(c && c->size() == ts.size * ps.size && c->rank() == 0, "a split model's runner runs on rank 0 of its ranks");
   RIDGE_CHECK(!path.empty(), "a split model's runner needs the path its ranks load");
-  const std::string flag = fmt::format("{} {}", m.tp_shard().on() ? "--tensor-parallel-size" : "--pipeline-parallel-size", n);
+  const std::string flag = ts.on() && ps.on() ? fmt::format("--tensor-parallel-size {} --pipeline-parallel-size {}", ts.size, ps.size)
+                           : ts.on()          ? fmt::format("--tensor-parallel-size {}", ts.size)
+                                              : fmt::format("--pipeline-parallel-size {}", ps.size);
   if (cfg.device != Device::Cpu) fail("{}: the CUDA backend does not run split models yet", flag);
   if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
     fail("{}: preemption by swap (each rank's share of the blocks) is not done yet; use --preemption-mode recompute "
          "without --swap-space", flag);
-  if (m.pp_stage().on() && kv_groups_for(m.hparams(), !cfg.swa_full).grouped())
+  if (ps.on() && kv_groups_for(m.hparams(), !cfg.swa_full).grouped())
     fail("{}: the window layers' own KV pages would differ from stage to stage; use --swa-full", flag);
   return c;
 }
@@ -111,17 +114,20 @@ KvGroups groups_for(const Model& m, const EngineConfig& cfg) {
 }  // namespace
 
 ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool)
-    : tp_(split_ranks(m, cfg, m.path())),
+    : world_(split_ranks(m, cfg, m.path())),
       backend_(make_backend(m, cfg, pool)),
       kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), groups_for(m, cfg), backend_.get())) {
   if (cfg.swap_bytes > 0)
     swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
-  if (tp_) tp_send_setup(*tp_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
+  if (world_) {
+    tp_send_setup(*world_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
+    ranks_ = std::make_unique<dist::Ranks>(*world_, m.tp_shard().size, m.pp_stage().size);
+  }
   try {
-    fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, tp_);
-    if (tp_) tp_wait_ready(*tp_);
+    fwd_ = std::make_unique<Forward>(m, *kv_, *backend_, ranks_.get());
+    if (world_) tp_wait_ready(*world_);
   } catch (const std::exception& e) {  // the workers wait in the ready barrier: end them all
-    if (tp_) tp_->abort(1, e.what());
+    if (world_) world_->abort(1, e.what());
     throw;
   }
   if (backend_->device_free_bytes() >= 0) {
@@ -177,20 +183,20 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
     batch_.add(toks, s.n_computed, table, last ? Logits::Last : Logits::None, s.n_expand);
     if (last) rows[i] = r++;
   }
-  if (!tp_) return fwd_->run(batch_);
+  if (!world_) return fwd_->run(batch_);
   // The ranks run the step together: a batch the forward would refuse is refused before
   // they start, and a failure after that ends them all (they wait in its collectives).
   fwd_->validate(batch_);
-  tp_send_batch(*tp_, batch_);
+  tp_send_batch(*world_, batch_);
   try {
     return fwd_->run(batch_);
   } catch (const std::exception& e) {
-    tp_->abort(1, e.what());
+    world_->abort(1, e.what());
   }
 }
 
 ModelRunner::~ModelRunner() {
-  if (tp_) tp_send_release(*tp_);
+  if (world_) tp_send_release(*world_);
 }
 
 }  // namespace ridge

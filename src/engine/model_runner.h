@@ -24,7 +24,7 @@ class ModelRunner {
  public:
   // Throws ridge::Error when the pool would hold no block, or the swap space cannot be
   // made (a --swap-dir that cannot hold it).
-  // A model split over ranks (m.tp_shard()): this is rank 0's runner; it sends the setup
+  // A model split over ranks (m.tp_shard(), m.pp_stage()): this is rank 0's runner; it sends the setup
   // to the other ranks (engine/tp_worker.h: they load their shards of m.path()) and each
   // batch before running its own part.
   ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& pool);
@@ -59,8 +59,10 @@ class ModelRunner {
   perf::OpProfile& profile() { return fwd_->profile(); }
 
  private:
-  // Tensor parallel: the ranks that run the other shards (null: one process).
-  dist::Comm* tp_ = nullptr;
+  // A split model: the world, whose other ranks run the other shards and stages (null:
+  // one process), and how the forward's collectives run over it.
+  dist::Comm* world_ = nullptr;
+  std::unique_ptr<dist::Ranks> ranks_;
   std::unique_ptr<kernels::Backend> backend_;  // the device the forward's operations run on
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<SwapSpace> swap_;

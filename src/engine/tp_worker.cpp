@@ -104,11 +104,14 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
     perf::trace_thread_name(fmt::format("rank {}", c.rank()));
   }
 
+  // The grid first: its split is a collective rank 0 makes right after the setup.
+  const dist::Ranks ranks(c, j.at("tp").get<int32_t>(), j.at("pp").get<int32_t>());
+  const dist::Grid& grid = ranks.grid();
   if (before_load) before_load();
   TpShard tp;
   PpStage pp;
-  if (j.at("tp").get<int>() > 1) tp = {c.rank(), c.size()};
-  if (j.at("pp").get<int>() > 1) pp.stage = c.rank(), pp.size = c.size();
+  if (grid.tp > 1) tp = {grid.tp_rank, grid.tp};
+  if (grid.pp > 1) pp.stage = grid.stage, pp.size = grid.pp;
   const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, tp, pp);
   if (cfg.mlock) m->lock_in_memory();
   ThreadPool pool(cfg.threads > 0 ? cfg.threads : dist::default_threads());  // -t as given to rank 0, else this rank's own
@@ -118,7 +121,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   kl.n_layer = g.slots;
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());
-  Forward fwd(*m, kv, *be, &c);
+  Forward fwd(*m, kv, *be, &ranks);
   c.barrier_idle();  // ready: rank 0's runner waits for every shard before its first step
 
   Header h;

@@ -11,13 +11,15 @@
 
 namespace ridge {
 
-Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* ranks)
-    : m_(model), h_(model.hparams()), kv_(kv), be_(backend), tp_(model.tp_shard().on() ? ranks : nullptr),
-      pp_(model.pp_stage().on() ? ranks : nullptr) {
-  RIDGE_CHECK(!model.tp_shard().on() || (ranks && ranks->size() == model.tp_shard().size && ranks->rank() == model.tp_shard().rank),
-              "a model split over {} ranks needs their communicator", model.tp_shard().size);
-  RIDGE_CHECK(!model.pp_stage().on() || (ranks && ranks->size() == model.pp_stage().size && ranks->rank() == model.pp_stage().stage),
-              "a model cut into {} stages needs their communicator", model.pp_stage().size);
+Forward::Forward(const Model& model, KVCache& kv, kernels::Backend& backend, const dist::Ranks* ranks)
+    : m_(model), h_(model.hparams()), kv_(kv), be_(backend), tp_(ranks ? ranks->tp() : nullptr),
+      pp_(ranks ? ranks->pp() : nullptr), grid_(ranks ? ranks->grid() : dist::Grid{}) {
+  const TpShard& ts = model.tp_shard();
+  const PpStage& ps = model.pp_stage();
+  RIDGE_CHECK(ts.size == grid_.tp && ts.rank == grid_.tp_rank && (!tp_ || tp_->size() == ts.size),
+              "a model split over {} ranks needs their communicator", ts.size);
+  RIDGE_CHECK(ps.size == grid_.pp && ps.stage == grid_.stage, "a model cut into {} stages needs their communicator",
+              ps.size);
   const KVLayout& l = kv.layout();
   const KvGroups& g = kv.groups();
   RIDGE_CHECK(int32_t(g.page.size()) == h_.n_layer && (!g.grouped() || g.window == h_.n_swa),
@@ -132,17 +134,19 @@ std::span<const float> Forward::run(const Batch& b) {
   validate(b);
   const PpStage& pp = m_.pp_stage();
   const std::vector<Batch> parts = micro_batches(b, pp.size);
-  if (!pp.is_first()) {
+  if (!pp.is_first() || grid_.tp_rank != 0) {
     for (const Batch& mb : parts) run_pass(mb);
     return {};
   }
-  // The first stage (rank 0, the engine's): every part's logits come back from the last
-  // stage, in order, into one buffer; their receives are posted before the work.
+  // World rank 0, the engine's: every part's logits come back from the last stage (its
+  // first tensor-parallel rank, which gathers them), in order, into one buffer; their
+  // receives are posted before the work.
   const int64_t rows = b.n_logit_rows();
   float* lg = pp_logits_.reserve(rows * h_.n_vocab);
+  const int last = grid_.world_rank(pp.size - 1, 0);
   for (int64_t r = 0; const Batch& mb : parts) {
     const int64_t n = mb.n_logit_rows();
-    if (n > 0) pp_->post_recv(pp.size - 1, lg + r * h_.n_vocab, n * h_.n_vocab);
+    if (n > 0) pp_->post_recv(last, lg + r * h_.n_vocab, n * h_.n_vocab);
     r += n;
   }
   for (const Batch& mb : parts) run_pass(mb);
@@ -193,7 +197,7 @@ std::span<const float> Forward::run_pass(const Batch& b) {
   const PpStage& pp = m_.pp_stage();
   if (pp_ && !pp.is_first()) {  // a later pipeline stage: the residual stream from the one before
     op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(T * E)},
-       [&] { pp_->recv(pp.stage - 1, x_.data(), T * E); });
+       [&] { pp_->recv(grid_.world_rank(pp.stage - 1, grid_.tp_rank), x_.data(), T * E); });
   } else {
     perf::OpCost ec = perf::embed_cost(T, E, w.tok_embd.type);
     if (!w.pos_embd.empty()) ec.flops += double(T * E), ec.bytes += 12.0 * double(T * E);  // a position row added
@@ -212,7 +216,7 @@ std::span<const float> Forward::run_pass(const Batch& b) {
   if (pp_ && !pp.is_last()) {  // the residual stream to the next stage (ffn_residual left none pending)
     RIDGE_CHECK(!residual_, "a residual add left across a pipeline stage");
     op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(T * E)},
-       [&] { pp_->send(pp.stage + 1, x_.data(), T * E); });
+       [&] { pp_->send(grid_.world_rank(pp.stage + 1, grid_.tp_rank), x_.data(), T * E); });
     return {};  // the logits come from the last stage (run)
   }
 
@@ -236,31 +240,35 @@ std::span<const float> Forward::run_pass(const Batch& b) {
     be_.matmul(w.output, result_norm_.data(), rows, logits_.data());
     if (h_.final_softcap > 0) be_.softcap(logits_.data(), h_.final_softcap, rows * V);
   });
-  if (pp_ && !pp.is_first()) {  // the last stage: the logits to the first
+  // Tensor parallel: every rank's [rows][its vocabulary rows] to the stage's first rank,
+  // laid out there as [rows][n_vocab].
+  const float* out = logits_.data();
+  if (tp_) {
+    const TpSplit& sp = m_.tp_split();
+    std::vector<int64_t> counts;
+    for (const int64_t n : sp.vocab_rows) counts.push_back(n * rows);
+    if (tp_->rank() == 0) tp_logits_.resize(size_t(rows * h_.n_vocab));
+    float* all = tp_all_logits_.reserve(rows * h_.n_vocab);
+    op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * h_.n_vocab)}, [&] {
+      tp_->gather(logits_.data(), counts, tp_logits_.data());
+      if (tp_->rank() != 0) return;
+      const float* src = tp_logits_.data();
+      for (int64_t v0 = 0, i = 0; i < int64_t(counts.size()); v0 += sp.vocab_rows[size_t(i)], ++i) {
+        const int64_t n = sp.vocab_rows[size_t(i)];
+        for (int64_t r = 0; r < rows; ++r) std::copy(src + r * n, src + (r + 1) * n, all + r * h_.n_vocab + v0);
+        src += rows * n;
+      }
+    });
+    if (tp_->rank() != 0) return {};
+    out = all;
+  }
+  if (pp_) {  // the last stage: the logits to world rank 0 (run)
     if (rows > 0)
-      op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * V)},
-         [&] { pp_->send(0, logits_.data(), rows * V); });
+      op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * h_.n_vocab)},
+         [&] { pp_->send(0, out, rows * h_.n_vocab); });
     return {};
   }
-  if (!tp_) return be_.to_host(logits_.data(), rows * V);
-  // Every rank's [rows][its vocabulary rows] to rank 0, then laid out as [rows][n_vocab].
-  const TpSplit& sp = m_.tp_split();
-  std::vector<int64_t> counts;
-  for (const int64_t n : sp.vocab_rows) counts.push_back(n * rows);
-  if (tp_->rank() == 0) tp_logits_.resize(size_t(rows * h_.n_vocab));
-  float* all = tp_all_logits_.reserve(rows * h_.n_vocab);
-  op(perf::Op::TpComm, perf::ComputeClass::None, -1, perf::OpCost{0, 4.0 * double(rows * h_.n_vocab)}, [&] {
-    tp_->gather(logits_.data(), counts, tp_logits_.data());
-    if (tp_->rank() != 0) return;
-    const float* src = tp_logits_.data();
-    for (int64_t v0 = 0, i = 0; i < int64_t(counts.size()); v0 += sp.vocab_rows[size_t(i)], ++i) {
-      const int64_t n = sp.vocab_rows[size_t(i)];
-      for (int64_t r = 0; r < rows; ++r) std::copy(src + r * n, src + (r + 1) * n, all + r * h_.n_vocab + v0);
-      src += rows * n;
-    }
-  });
-  if (tp_->rank() != 0) return {};
-  return be_.to_host(all, rows * h_.n_vocab);
+  return be_.to_host(out, rows * h_.n_vocab);
 }
 
 void Forward::tp_reduce(int32_t il, float* y) {

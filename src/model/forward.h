@@ -19,14 +19,14 @@ namespace ridge {
 
 class Forward {
  public:
-  // ranks: the processes of a model split by tensor parallelism (model.tp_shard()) or
-  // pipeline parallelism (model.pp_stage()), or null.
-  Forward(const Model& model, KVCache& kv, kernels::Backend& backend, dist::Comm* ranks = nullptr);
+  // ranks: the processes of a model split by tensor parallelism (model.tp_shard()),
+  // pipeline parallelism (model.pp_stage()) or both, or null.
+  Forward(const Model& model, KVCache& kv, kernels::Backend& backend, const dist::Ranks* ranks = nullptr);
 
   // Writes the batch's K/V into the cache and returns the logits,
-  // [batch.n_logit_rows()][n_vocab], valid until the next call. Tensor parallel: every
-  // rank runs it on the same batch (pipeline: each stage its layers, passing the residual
-  // stream on); rank 0 gets the logits, the others an empty span.
+  // [batch.n_logit_rows()][n_vocab], valid until the next call. Split: every rank runs it
+  // on the same batch (pipeline: each stage its layers, passing the residual stream on);
+  // world rank 0 gets the logits, the others an empty span.
   std::span<const float> run(const Batch& batch);
   // Throws ridge::Error on a batch run() would refuse (before any rank starts on it).
   void validate(const Batch& b) const;
@@ -104,8 +104,9 @@ class Forward {
   const HParams& h_;
   KVCache& kv_;
   kernels::Backend& be_;
-  dist::Comm* tp_ = nullptr;  // set when the model's layers are split over ranks
-  dist::Comm* pp_ = nullptr;  // set when its layers are cut into pipeline stages
+  dist::Comm* tp_ = nullptr;  // set when the model's layers are split over ranks: this stage's
+  dist::Comm* pp_ = nullptr;  // set when its layers are cut into pipeline stages: the world
+  dist::Grid grid_;           // this rank's place (pp_'s ranks: grid_.world_rank)
   std::vector<float> tp_logits_;  // [ranks][rows][their vocabulary rows] as gathered
   kernels::RopeParams rope_;
   kernels::RopeParams rope_swa_;  // the sliding-window layers' (rope_dim 0: as rope_)

@@ -39,10 +39,11 @@ std::unique_ptr<Model> Model::from_file(std::unique_ptr<gguf::File> file, bool p
     fail("{}: {}.vocab_size = {} but token_embd.weight has {} rows", f.name(), h.arch, *nv, h.n_vocab);
   Weights& w = m->w_;
   arch.load(ld, h, w);
-  m->shard_ = shard;
-  m->split_ = shard_weights(shard, f.name(), h, w, m->sliced_);
+  // The stage's layers first: the shard then copies only their columns.
   cut_layers(pp, f.name(), h, w);
   m->pp_ = pp;
+  m->shard_ = shard;
+  m->split_ = shard_weights(shard, f.name(), h, w, m->sliced_);
   m->derive_weights();
   // The embedding tables are gathered a row per token, not streamed.
   m->streamed_bytes_ = m->weight_bytes_ - (w.tied_output ? 0 : row_bytes(w.tok_embd.type, h.n_embd) * h.n_vocab);

@@ -111,6 +111,7 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
 
   Columns cols;
   for (LayerWeights& L : w.layers) {
+    if (!L.wo.data) continue;  // another pipeline stage's layer (cut_layers)
     const int64_t o0 = q.lo * dvo, o1 = q.hi * dvo;  // wo's columns: this rank's heads' outputs
     if (o0 % block_of(L.wo) != 0 || o1 % block_of(L.wo) != 0)
       refuse(fmt::format("attn_output's columns [{}, {}) cut {}'s blocks of {}", o0, o1, dtype_name(L.wo.type),
@@ -167,7 +168,7 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
     out.vocab_rows.push_back(hi - lo);
     if (i == r) out.vocab0 = lo, out.vocab1 = hi;
   }
-  w.output = rows(w.output, {out.vocab0, out.vocab1});
+  if (w.output.data) w.output = rows(w.output, {out.vocab0, out.vocab1});  // none before the last stage
 
   h.n_head = int32_t(q.n());
   h.n_head_kv = int32_t(kv.n());

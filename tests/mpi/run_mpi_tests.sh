@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Tensor parallelism over MPI (issue 28), on one box: ranks on the loopback under
-# `mpirun --oversubscribe`, one thread each.
-#   1. greedy tokens at --tensor-parallel-size 2 and 4 equal one process's, for every
-#      architecture in f32 and q8_0 (q4_0 for llama), and for batched prompts through
-#      chunked prefill, the prefix cache and recompute preemption;
-#   2. the server at TP 2 answers completions (plain and streamed) as one process does,
-#      and shuts down cleanly on SIGTERM;
-#   3. errors: a world size that is not the TP size, TP without mpirun, heads that do not
+# Tensor and pipeline parallelism over MPI (issue 28), on one box: ranks on the loopback
+# under `mpirun --oversubscribe`, one thread each. A split is spelled N (tensor parallel),
+# PP=N (pipeline stages) or TxP (both).
+#   1. greedy tokens at TP 2 and 4, PP 2 (and 4) and TP 2 x PP 2 equal one process's, for
+#      every architecture in f32 and q8_0 (q4_0 for llama), and for batched prompts
+#      through chunked prefill, the prefix cache, recompute preemption and speculation;
+#   2. the server split each way answers completions (plain and streamed) as one process
+#      does, and shuts down cleanly on SIGTERM;
+#   3. errors: a world size that is not TP x PP, a split without mpirun, heads that do not
 #      split, swap under TP, a command that does not run split; each exits non-zero with
 #      its message, in bounded time;
 #   4. a rank killed mid-run ends the job on every rank, and mpirun names the rank;
@@ -32,19 +33,30 @@ failed=0
 ok() { echo "PASS  $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL  $1: $2"; failed=$((failed + 1)); }
 
-gen() {  # N MODEL ARGS...: greedy text at tensor parallel size N (PP=N: pipeline stages)
-  local n=$1 m=$2 flag=--tensor-parallel-size
+# split N: sets np (processes) and split_flags for a split spelled N (tensor parallel),
+# PP=N (pipeline stages) or TxP (both: T tensor-parallel ranks in each of P stages).
+split() {
+  case $1 in
+    PP=*) np=${1#PP=}; split_flags="--pipeline-parallel-size $np" ;;
+    *x*) np=$((${1%x*} * ${1#*x})); split_flags="--tensor-parallel-size ${1%x*} --pipeline-parallel-size ${1#*x}" ;;
+    *) np=$1; split_flags="--tensor-parallel-size $1" ;;
+  esac
+}
+split_name() { case $1 in PP=*) echo "PP ${1#PP=}" ;; *x*) echo "TP ${1%x*} x PP ${1#*x}" ;; *) echo "TP $1" ;; esac; }
+
+gen() {  # N MODEL ARGS...: greedy text split as N (see split)
+  local n=$1 m=$2 np split_flags
   shift 2
   local a prev=""
   for a in "$@"; do  # a failed run must leave no earlier run's result behind
     [ "$prev" = --dump-json ] && rm -f "$a"
     prev=$a
   done
-  if [[ $n == PP=* ]]; then n=${n#PP=}; flag=--pipeline-parallel-size; fi
   if [ "$n" = 1 ]; then
     timeout 120 "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet "$@"
   else
-    timeout 120 "${MPI[@]}" -np "$n" "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet $flag "$n" "$@"
+    split "$n"
+    timeout 120 "${MPI[@]}" -np "$np" "$RIDGE" generate -m "$m" --temp 0 -t 1 --seed 1 --quiet $split_flags "$@"
   fi
 }
 
@@ -87,9 +99,9 @@ PY
 # --- 1. tokens ---------------------------------------------------------------------------
 # Each spec: architecture, preset, the sizes to run (PP=N: pipeline stages), and the
 # flags both sides run with (window models keep every position under PP: --swa-full).
-for spec in "llama tiny 2,4,PP=2,PP=4" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4,PP=2" "qwen3moe qwen3moe-tiny 2,PP=2" \
-            "llama mixtral-tiny 2,4,PP=2" "gemma3 gemma3-tiny 2,4" "gemma3 gemma3-tiny PP=2 --swa-full" \
-            "gpt2 tiny 2,4,PP=2" "phi3 tiny 2,4,PP=2" "gpt-oss gpt-oss-tiny 2" "gpt-oss gpt-oss-tiny PP=2 --swa-full" \
+for spec in "llama tiny 2,4,PP=2,PP=4,2x2" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4,PP=2,2x2" "qwen3moe qwen3moe-tiny 2,PP=2,2x2" \
+            "llama mixtral-tiny 2,4,PP=2" "gemma3 gemma3-tiny 2,4" "gemma3 gemma3-tiny PP=2,2x2 --swa-full" \
+            "gpt2 tiny 2,4,PP=2,2x2" "phi3 tiny 2,4,PP=2" "gpt-oss gpt-oss-tiny 2" "gpt-oss gpt-oss-tiny PP=2,2x2 --swa-full" \
             "deepseek2 deepseek-v2-lite-tiny 2" "deepseek2 deepseek-v3-tiny 2"; do
   read -r arch preset sizes extra <<<"$spec"
   layers=""
@@ -104,7 +116,7 @@ for spec in "llama tiny 2,4,PP=2,PP=4" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4,PP=
       { bad "mkmodel $arch $preset $dt" "failed"; continue; }
     gen 1 "$m" -p "hello world" -n 24 $extra --dump-json "$tmp/one.json" >/dev/null 2>&1
     for n in ${sizes//,/ }; do
-      name=$([[ $n == PP=* ]] && echo "PP ${n#PP=}" || echo "TP $n")
+      name=$(split_name "$n")
       gen "$n" "$m" -p "hello world" -n 24 $extra --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
       margin=1e-3
       [ "$dt" = f32 ] || margin=0.1
@@ -120,7 +132,7 @@ m="$tmp/llama-tiny-q8_0.gguf"
 for i in 1 2 3 4 5 6; do echo "the same long opening of every prompt here, then prompt number $i and its own words"; done >"$tmp/prompts.txt"
 # Speculation (n-gram drafts verified with a logit row per token) through the split forward.
 gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --speculative-method ngram --dump-json "$tmp/one.json" >/dev/null 2>"$tmp/err1"
-for n in 2 PP=2; do
+for n in 2 PP=2 2x2; do
   gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --speculative-method ngram --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
   if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts with ngram speculation: $n = one process ($why)"
   else bad "6 prompts with ngram speculation: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
@@ -129,14 +141,17 @@ done
 # --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V (one of
 # two KV heads), at PP 2 half too (two of four layers), so half the bytes make the same
 # 160-token pool (six prompts of 85 tokens preempt in it).
-for pool in "" "160K 80K"; do
-  read -r p1 p2 <<<"$pool"
+for pool in "" "160K 80K 40K"; do
+  read -r p1 p2 p4 <<<"$pool"
   flags="--max-num-batched-tokens 32${p1:+ (pool 160 tokens)}"
   gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${p1:+--kv-cache-memory $p1} \
     --dump-json "$tmp/one.json" >/dev/null 2>"$tmp/err1"
-  for n in 2 PP=2; do
-    # A pipeline stage holds all heads of half the layers: half the bytes per token too.
-    gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${p2:+--kv-cache-memory $p2} \
+  for n in 2 PP=2 2x2; do
+    # A pipeline stage holds all heads of half the layers: half the bytes per token too;
+    # at 2 x 2 a rank holds half the heads of half the layers.
+    mem=$p2
+    [ "$n" = 2x2 ] && mem=$p4
+    gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 ${mem:+--kv-cache-memory $mem} \
       --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
     if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts ($flags): $n = one process ($why)"
     else bad "6 prompts ($flags): $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
@@ -144,11 +159,10 @@ for pool in "" "160K 80K"; do
 done
 
 # --- 2. the server -----------------------------------------------------------------------
-serve_at() {  # N ERR: starts the server at TP N (PP=N: pipeline stages) on --port 0; sets spid, sport
-  local n=$1 err=$2 i flag=--tensor-parallel-size
-  if [[ $n == PP=* ]]; then n=${n#PP=}; flag=--pipeline-parallel-size; fi
+serve_at() {  # N ERR: starts the server split as N (see split) on --port 0; sets spid, sport
+  local n=$1 err=$2 i np split_flags
   if [ "$n" = 1 ]; then "$RIDGE" serve -m "$m" --port 0 -t 1 2>"$err" &
-  else "${MPI[@]}" -np "$n" "$RIDGE" serve -m "$m" --port 0 -t 1 $flag "$n" 2>"$err" & fi
+  else split "$n"; "${MPI[@]}" -np "$np" "$RIDGE" serve -m "$m" --port 0 -t 1 $split_flags 2>"$err" & fi
   spid=$!
   sport=""
   for ((i = 0; i < 300; ++i)); do
@@ -165,7 +179,7 @@ ask() {  # PORT STREAM: a greedy completion's text
     else sed -n 's/.*"text":"\([^"]*\)".*/\1/p'; fi
 }
 declare -A text
-for n in 1 2 PP=2; do
+for n in 1 2 PP=2 2x2; do
   serve_at "$n" "$tmp/serve$n.err"
   if [ -z "$sport" ]; then bad "serve at $n" "did not start: $(head -c 300 "$tmp/serve$n.err")"; continue; fi
   text[$n]=$(ask "$sport" false)
@@ -182,7 +196,7 @@ for n in 1 2 PP=2; do
   if kill -0 "$spid" 2>/dev/null; then bad "serve at $n" "still running 20 s after SIGTERM"; kill -9 "$spid"
   else wait "$spid"; rc=$?; [ "$rc" = 0 ] && ok "serve at $n exits 0 on SIGTERM" || bad "serve at $n" "exit $rc after SIGTERM"; fi
 done
-for n in 2 PP=2; do
+for n in 2 PP=2 2x2; do
   if [ -n "${text[1]:-}" ] && [ "${text[1]}" = "${text[$n]:-}" ] && [ "${text[s1]:-}" = "${text[s$n]:-}" ] && [ "${text[1]}" = "${text[s1]}" ]; then
     ok "serve: completions at $n (plain and streamed) = one process"
   else
@@ -206,6 +220,8 @@ expect_error "world 2 without --tensor-parallel-size" "mpirun started 2 processe
   "${MPI[@]}" -np 2 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1
 expect_error "world 3, TP 2" "mpirun started 3 processes but --tensor-parallel-size is 2" \
   "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2
+expect_error "world 4, TP 2 x PP 3" "mpirun started 4 processes but --tensor-parallel-size is 2 and --pipeline-parallel-size 3" \
+  "${MPI[@]}" -np 4 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2 --pipeline-parallel-size 3
 expect_error "heads that do not split over 3 ranks" "attention heads do not split into 3" \
   "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 3
 expect_error "swap space under TP" "preemption by swap" \
