@@ -36,24 +36,29 @@ std::unique_ptr<kernels::Backend> make_backend(const Model& m, const EngineConfi
   return kernels::make_cuda_backend();
 }
 
+// The bytes of a page of the pool's. Pipeline stages differ by a layer at most, and every
+// stage makes the same number of pages: counted at the largest stage's page size, so none
+// takes more than its bytes (window and global pages are alike on every stage already).
+int64_t page_bytes(const Model& m, const KVLayout& kl, const KvGroups& g) {
+  const int64_t per_block = kl.block_bytes() * g.pages();
+  const PpStage& pp = m.pp_stage();
+  if (!pp.on() || g.grouped()) return per_block;
+  return per_block / (pp.end - pp.first) * ((m.hparams().n_layer + pp.size - 1) / pp.size);
+}
+
 // The pool: cfg.kv_cache_bytes (ModelRunner::kv_budget_bytes), or a device's budget.
 KVLayout pool_layout(const Model& m, const EngineConfig& cfg, const kernels::Backend& be) {
   const HParams& h = m.hparams();
   RIDGE_CHECK(cfg.block_size > 0 && cfg.block_size <= 1024, "block size {} is out of range (1..1024)", cfg.block_size);
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().stage, m.pp_stage().size);
   kl.n_layer = g.slots;  // a page: `slots` layers of a block
-  const int64_t per_block = kl.block_bytes() * g.pages();
   int64_t bytes = be.device_free_bytes() >= 0 ? device_budget_bytes(m, cfg, be)
                                               : ModelRunner::kv_budget_bytes(cfg, m.mapped_bytes());
   // A split model: the ranks on this machine each make a pool of this many pages, out of
   // the same free memory (--kv-cache-memory is each rank's as given).
   if ((m.tp_shard().on() || m.pp_stage().on()) && cfg.kv_cache_bytes <= 0) bytes /= dist::local_ranks();
-  // Pipeline stages differ by a layer at most, and every stage makes this many pages:
-  // counted at the largest stage's page size, so none takes more than its bytes.
-  int64_t per_page = per_block;
-  if (const PpStage& pp = m.pp_stage(); pp.on())
-    per_page = per_block / (pp.end - pp.first) * ((h.n_layer + pp.size - 1) / pp.size);
+  const int64_t per_page = page_bytes(m, kl, g);
   const int64_t n_blocks = bytes / per_page;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
@@ -78,9 +83,9 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
   const HParams& h = m.hparams();
   // A block of every page: a windowed pool's pages carry a few unused slots.
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
+  const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().stage, m.pp_stage().size);
   kl.n_layer = g.slots;
-  return (kl.block_bytes() * g.pages() + cfg.block_size - 1) / cfg.block_size;
+  return (page_bytes(m, kl, g) + cfg.block_size - 1) / cfg.block_size;
 }
 
 namespace {
@@ -101,14 +106,12 @@ dist::Comm* split_ranks(const Model& m, const EngineConfig& cfg, const std::stri
   if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
     fail("{}: preemption by swap (each rank's share of the blocks) is not done yet; use --preemption-mode recompute "
          "without --swap-space", flag);
-  if (ps.on() && kv_groups_for(m.hparams(), !cfg.swa_full).grouped())
-    fail("{}: the window layers' own KV pages would differ from stage to stage; use --swa-full", flag);
   return c;
 }
 
 // The pool's pages: a page of every layer this process runs (a pipeline stage: its own).
 KvGroups groups_for(const Model& m, const EngineConfig& cfg) {
-  return kv_groups_for(m.hparams(), !cfg.swa_full, m.pp_stage().first, m.pp_stage().end);
+  return kv_groups_for(m.hparams(), !cfg.swa_full, m.pp_stage().stage, m.pp_stage().size);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   ThreadPool pool(cfg.threads > 0 ? cfg.threads : dist::default_threads());  // -t as given to rank 0, else this rank's own
   const std::unique_ptr<kernels::Backend> be = kernels::make_cpu_backend(pool);
   KVLayout kl = kv_layout_for(m->hparams(), cfg.block_size, 0, cfg.kv_dtype);
-  const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full, m->pp_stage().first, m->pp_stage().end);
+  const KvGroups g = kv_groups_for(m->hparams(), !cfg.swa_full, m->pp_stage().stage, m->pp_stage().size);
   kl.n_layer = g.slots;
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());

@@ -47,6 +47,9 @@ class Forward {
   // One pass of the layers over b (a pipeline stage's: its layers over a micro-batch).
   std::span<const float> run_pass(const Batch& b);
   void attention_block(int32_t il);
+  // Layer il's slot in a page of the KV pool (a pipeline stage's pool holds its own
+  // layers, from slot 0).
+  int32_t kv_slot(int32_t il) const { return kv_.groups().slot[size_t(il)]; }
   // Tensor parallelism: y [T][n_embd], this rank's partial sum of a row-parallel matmul,
   // becomes the sum over all ranks (op TpComm).
   void tp_reduce(int32_t il, float* y);

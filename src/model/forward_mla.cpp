@@ -75,7 +75,7 @@ void Forward::mla_attention_block(int32_t il) {
     // Some rows expand: the cache rows go in first (the expanded rows read their own
     // position back), then each form over its own rows, then the outputs back in order.
     kernels::QkvRopeArgs wa{nullptr, K, cn};
-    wa.n_kv_head = 1, wa.dk = dk, wa.dv = C, wa.kv = &kv_, wa.layer = il;
+    wa.n_kv_head = 1, wa.dk = dk, wa.dv = C, wa.kv = &kv_, wa.layer = kv_slot(il);
     op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
        perf::rope_kv_cost(h_.attn_shape(), T, false, false, kv_.layout().dtype), [&] { be_.qkv_rope(wa); });
     const int64_t TA = int64_t(mla_a_rows_.size()), TX = int64_t(mla_x_rows_.size());
@@ -148,12 +148,12 @@ void Forward::mla_absorbed(int32_t il, const float* q, int64_t Tn, bool write_kv
 
   kernels::QkvRopeArgs qa{Q, write_kv ? k_.data() : nullptr, write_kv ? mla_cn_.data() : nullptr};
   qa.n_head = nh, qa.n_kv_head = write_kv ? 1 : 0, qa.dk = dk, qa.dv = C, qa.eps = h_.norm_eps, qa.kv = &kv_,
-  qa.layer = il;
+  qa.layer = kv_slot(il);
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il,
      perf::rope_kv_cost(h_.attn_shape(), T, false, false, kv_.layout().dtype), [&] { be_.qkv_rope(qa); });
 
   float* kqv = kqv_.reserve(T * nh * C);  // [T][nh][C] the heads' outputs in the latent space
-  const kernels::AttentionArgs aa{Q, kqv, nh, 1, dk, C, h_.attn_scale(), &kv_, il};
+  const kernels::AttentionArgs aa{Q, kqv, nh, 1, dk, C, h_.attn_scale(), &kv_, kv_slot(il)};
   op(perf::Op::Attention, attention_class(), il,
      perf::attention_cost(h_.attn_shape(), seq_shape_, kv_.layout().dtype), [&] { be_.attention(aa); });
 

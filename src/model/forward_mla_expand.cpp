@@ -81,7 +81,7 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
   float* q = mla_qg_.reserve(TX * nh * dqk);
   be_.begin_step({x_pos_, x_seq_, x_pos_, xt_tables_, rope_, {}});
   kernels::QkvRopeArgs qa{q, nullptr, nullptr};
-  qa.n_head = nh, qa.dk = dqk, qa.kv = &kv_, qa.layer = il;
+  qa.n_head = nh, qa.dk = dqk, qa.kv = &kv_, qa.layer = kv_slot(il);
   op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, perf::rope_kv_cost(h_.attn_shape(), TX, false, false, DType::F32),
      [&] {
        for (int32_t h = 0; h < nh; ++h) {
@@ -143,7 +143,7 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
       op(perf::Op::AttnKvB, perf::matmul_class(L.wk_b_t[0].type), il, cost, [&] {
         if (h0 == 0) {
           be_.begin_step(read);
-          be_.kv_read(kv_, il, kc);
+          be_.kv_read(kv_, kv_slot(il), kc);
           be_.copy_rows(kc + R, dk, lat, C, NC, C);
         }
         // k_nope and v of each head of the group, from the one latent input: the heads of

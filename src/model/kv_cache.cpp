@@ -3,10 +3,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "model/tp_shard.h"
 
 namespace ridge {
 
@@ -18,30 +20,43 @@ KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, D
   return l;
 }
 
-KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t first, int32_t end) {
-  if (end < 0) end = h.n_layer;
+KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t stage, int32_t stages) {
+  RIDGE_CHECK(stages >= 1 && stage >= 0 && stage < stages && stages <= h.n_layer, "stage {} of {} over {} layers", stage,
+              stages, h.n_layer);
+  const auto first_of = [&](int32_t s) { return stage_first_layer(h.n_layer, s, stages); };
+  const int32_t first = first_of(stage), end = first_of(stage + 1);
   KvGroups g;
-  std::vector<int32_t> global, window;
-  for (int32_t il = first; il < end; ++il) (h.swa_layer(il) ? window : global).push_back(il);
   g.page.assign(size_t(h.n_layer), 0);
   g.slot.assign(size_t(h.n_layer), 0);
-  if (!bounded || global.empty() || window.empty()) {
+  // Each stage's global and window layers.
+  std::vector<int32_t> n_glob(size_t(stages), 0), n_win(size_t(stages), 0);
+  for (int32_t s = 0; s < stages; ++s)
+    for (int32_t il = first_of(s); il < first_of(s + 1); ++il) ++(h.swa_layer(il) ? n_win : n_glob)[size_t(s)];
+  const int64_t all_glob = std::accumulate(n_glob.begin(), n_glob.end(), int64_t(0));
+  const int64_t all_win = std::accumulate(n_win.begin(), n_win.end(), int64_t(0));
+  if (!bounded || all_glob == 0 || all_win == 0) {
     g.slots = end - first;
     for (int32_t il = first; il < end; ++il) g.slot[size_t(il)] = il - first;
     return g;
   }
-  // The smaller kind's count, widened while a block would take over 64 pages (a file
-  // with one global layer in a hundred).
-  g.slots = int32_t(std::min(global.size(), window.size()));
-  auto pages = [&](size_t n) { return (int32_t(n) + g.slots - 1) / g.slots; };
-  while (pages(global.size()) + pages(window.size()) > 64) g.slots *= 2;
-  g.n_global = pages(global.size());
-  g.n_window = pages(window.size());
+  // A page holds the smaller kind's count of layers (the largest such count of a stage),
+  // widened while an entry would take over 64 pages (a file with one global layer in a
+  // hundred).
+  g.slots = 1;
+  for (int32_t s = 0; s < stages; ++s) g.slots = std::max(g.slots, std::min(n_glob[size_t(s)], n_win[size_t(s)]));
+  const auto pages = [&](const std::vector<int32_t>& n) {
+    int32_t most = 0;
+    for (const int32_t c : n) most = std::max(most, (c + g.slots - 1) / g.slots);
+    return most;
+  };
+  while (pages(n_glob) + pages(n_win) > 64) g.slots *= 2;
+  g.n_global = std::max(1, pages(n_glob));
+  g.n_window = pages(n_win);
   g.window = h.n_swa;
-  for (size_t i = 0; i < global.size(); ++i)
-    g.page[size_t(global[i])] = int32_t(i) / g.slots, g.slot[size_t(global[i])] = int32_t(i) % g.slots;
-  for (size_t i = 0; i < window.size(); ++i)
-    g.page[size_t(window[i])] = g.n_global + int32_t(i) / g.slots, g.slot[size_t(window[i])] = int32_t(i) % g.slots;
+  for (int32_t il = first, i_glob = 0, i_win = 0; il < end; ++il) {
+    if (h.swa_layer(il)) g.page[size_t(il)] = g.n_global + i_win / g.slots, g.slot[size_t(il)] = i_win++ % g.slots;
+    else g.page[size_t(il)] = i_glob / g.slots, g.slot[size_t(il)] = i_glob++ % g.slots;
+  }
   return g;
 }
 

@@ -33,10 +33,12 @@ struct KvGroups {
   int32_t pages() const { return n_global + n_window; }
   bool grouped() const { return n_window > 0; }
 };
-// bounded = false (or a model without both kinds of layer): one page per entry. Layers
-// [first, end) only (a pipeline stage's; end -1: the last layer's): the others get no
-// slot (their entries are 0 and never read).
-KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t first = 0, int32_t end = -1);
+// bounded = false (or a model without both kinds of layer): one page per entry. A
+// pipeline stage (stage of stages, model/tp_shard.h) gets slots for its own layers only
+// (the others' entries are 0 and never read), in pages laid out as every other stage's:
+// rank 0's block manager names the same pages on every stage, so the pages per entry and
+// the slots per page are the largest any stage needs (a stage may leave some unused).
+KvGroups kv_groups_for(const HParams& h, bool bounded, int32_t stage = 0, int32_t stages = 1);
 
 class KVCache : public KVView {
  public:

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -63,12 +65,17 @@ void Model::derive_weights() {
   // the decompression runs in the int8 GEMM as the file's other matrices do. Ranks that
   // are no multiple of 32 take f16.
   const int64_t C = hp_.n_lora_kv, nope = hp_.head_dim_qk_mla - hp_.rope_dim;
-  const DType src = w_.layers.empty() ? DType::F32 : w_.layers[0].wk_b[0].type;
+  // (A pipeline stage holds its own layers only: the others have no heads.)
+  const auto first = std::find_if(w_.layers.begin(), w_.layers.end(), [](const LayerWeights& L) { return !L.wk_b.empty(); });
+  if (first == w_.layers.end()) return;
+  const DType src = first->wk_b[0].type;
   const DType t = src == DType::F32 || src == DType::F16 || src == DType::BF16 ? src
                   : C % 32 == 0                                              ? DType::Q8_0
                                                                               : DType::F16;
   const int64_t head_bytes = row_bytes(t, C) * nope;
-  derived_ = Arena(size_t(head_bytes * hp_.n_head * hp_.n_layer));
+  int64_t heads = 0;
+  for (const auto& L : w_.layers) heads += int64_t(L.wk_b.size());
+  derived_ = Arena(size_t(head_bytes * heads));
   // The views first (and the checks, on this thread), then every head's transpose over the
   // pool: a V3 file has 7,808 heads of 64K values, seconds of load on one core.
   std::vector<std::pair<const kernels::WeightView*, uint8_t*>> work;
@@ -217,8 +224,8 @@ void Model::lock_in_memory() const {
   for (const auto& [p, n] : live_) file_->lock_pages(p, n);
   packed_.lock();
   // The derived matrices are read from derived_ only where they were not packed.
-  if (derived_.size() && !w_.layers.empty() && !w_.layers[0].wk_b_t.empty() && !w_.layers[0].wk_b_t[0].packed)
-    derived_.lock();
+  const auto first = std::find_if(w_.layers.begin(), w_.layers.end(), [](const LayerWeights& L) { return !L.wk_b_t.empty(); });
+  if (derived_.size() && first != w_.layers.end() && !first->wk_b_t[0].packed) derived_.lock();
 }
 
 }  // namespace ridge

@@ -178,10 +178,9 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
 }
 
 void cut_layers(PpStage& s, const std::string& name, const HParams& h, Weights& w) {
-  s.first = int32_t(int64_t(h.n_layer) * s.stage / s.size);
-  s.end = int32_t(int64_t(h.n_layer) * (s.stage + 1) / s.size);
+  s.first = stage_first_layer(h.n_layer, s.stage, s.size);
+  s.end = stage_first_layer(h.n_layer, s.stage + 1, s.size);
   if (!s.on()) return;
-  if (h.mla()) fail("{}: --pipeline-parallel-size {}: {}'s latent attention is not cut into stages yet", name, s.size, h.arch);
   if (h.n_layer < s.size)
     fail("{}: --pipeline-parallel-size {}: {} layers leave a stage without one", name, s.size, h.n_layer);
   for (int32_t il = 0; il < h.n_layer; ++il)

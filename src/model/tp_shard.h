@@ -38,6 +38,12 @@ struct PpStage {
   bool is_last() const { return stage == size - 1; }
 };
 
+// The first layer of stage `stage` of `size` over n_layer layers (stage `size`: n_layer),
+// the layers divided as evenly as whole layers allow.
+inline int32_t stage_first_layer(int32_t n_layer, int32_t stage, int32_t size) {
+  return int32_t(int64_t(n_layer) * stage / size);
+}
+
 // Drops from w every layer outside stage s's range (and the output head unless it is the
 // last stage), so they are neither packed nor read; sets s.first and s.end. Throws
 // ridge::Error naming the model when a stage would get no layer.

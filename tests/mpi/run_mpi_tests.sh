@@ -97,12 +97,12 @@ PY
 }
 
 # --- 1. tokens ---------------------------------------------------------------------------
-# Each spec: architecture, preset, the sizes to run (PP=N: pipeline stages), and the
-# flags both sides run with (window models keep every position under PP: --swa-full).
+# Each spec: architecture, preset, the splits to run, and the flags both sides run with.
 for spec in "llama tiny 2,4,PP=2,PP=4,2x2" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4,PP=2,2x2" "qwen3moe qwen3moe-tiny 2,PP=2,2x2" \
-            "llama mixtral-tiny 2,4,PP=2" "gemma3 gemma3-tiny 2,4" "gemma3 gemma3-tiny PP=2,2x2 --swa-full" \
-            "gpt2 tiny 2,4,PP=2,2x2" "phi3 tiny 2,4,PP=2" "gpt-oss gpt-oss-tiny 2" "gpt-oss gpt-oss-tiny PP=2,2x2 --swa-full" \
-            "deepseek2 deepseek-v2-lite-tiny 2" "deepseek2 deepseek-v3-tiny 2"; do
+            "llama mixtral-tiny 2,4,PP=2" "gemma3 gemma3-tiny 2,4,PP=2,2x2" "gemma3 gemma3-tiny PP=2 --swa-full" \
+            "gpt2 tiny 2,4,PP=2,2x2" "phi3 tiny 2,4,PP=2" "gpt-oss gpt-oss-tiny 2,PP=2,2x2" "gpt-oss gpt-oss-tiny PP=2 --swa-full" \
+            "deepseek2 deepseek-v2-lite-tiny 2,PP=2,2x2" "deepseek2 deepseek-v3-tiny 2,PP=2" \
+            "deepseek2 deepseek-v2-lite-tiny PP=2,2x2 --mla-prefill expanded"; do
   read -r arch preset sizes extra <<<"$spec"
   layers=""
   [[ $sizes == *PP=4* ]] && layers="--layers 4"
@@ -136,6 +136,21 @@ for n in 2 PP=2 2x2; do
   gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --speculative-method ngram --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
   if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts with ngram speculation: $n = one process ($why)"
   else bad "6 prompts with ngram speculation: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
+done
+
+# Window layers' own pages through the stages (every stage's pages laid out alike): a
+# window of 16 that 6 prompts of 85 tokens outgrow, pages dropped as they go, in a pool
+# that holds about one of them at a time (144K: 6 blocks of 16 tokens at one process; a
+# stage's pages hold fewer layers, so its share of the same bytes holds more).
+w="$tmp/gemma3-w16.gguf"
+"$RIDGE" mkmodel --preset gemma3-tiny --window 16 --dtype q8_0 --seed 1 -o "$w" >/dev/null 2>&1 || bad "mkmodel gemma3 window 16" failed
+gen 1 "$w" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 --kv-cache-memory 144K --dump-json "$tmp/one.json" \
+  >/dev/null 2>"$tmp/err1"
+for n in PP=2 2x2; do
+  gen "$n" "$w" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 --kv-cache-memory 144K \
+    --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
+  if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts through window pages of 16 tokens: $n = one process ($why)"
+  else bad "6 prompts through window pages: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
 done
 
 # --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V (one of

@@ -31,6 +31,10 @@
 #                    too large; filled up when it fits), swap I/O faults injected
 #                    (RIDGE_SWAP_FAULTS), 48 concurrent greedy requests equal to each
 #                    request alone (needs root for the mount, else that part is skipped)
+# SERVER_SPLIT=N (or PP=N, or TxP): every server above runs split over MPI ranks
+# (tests/mpi/launch.py: tensor parallel, pipeline stages, or both) and must pass the same
+# tests; the parts that start servers of their own (the router's replicas, sigterm.mjs)
+# or use what a split does not run (swap preemption) are left to the one-process run.
 # usage: tests/server/run_server_tests.sh [RIDGE_BINARY]   (default: $RIDGE_BIN, else build/ridge)
 # Skips (exit 0) with a message when ../shared is absent, unless CI=true (then it fails).
 # SERVER_TESTS_ONLY=REGEX runs only the matching tests of the .mjs files.
@@ -56,10 +60,18 @@ command -v node >/dev/null 2>&1 && [ -d node_modules/openai ] || skip "needs nod
 [ -x "$RIDGE" ] || { echo "server tests: $RIDGE is not an executable (build ridge first)"; exit 1; }
 
 unset RIDGE_API_KEY  # the servers' keys are set here, not by the environment
+SPLIT=${SERVER_SPLIT:-}
+if [ -n "$SPLIT" ]; then
+  command -v mpirun >/dev/null || skip "SERVER_SPLIT=$SPLIT needs mpirun (scripts/setup.sh installs openmpi-bin)"
+  export RIDGE_SERVE_LAUNCH="/usr/bin/python3 tests/mpi/launch.py $SPLIT"
+  export RIDGE_KERNEL_CACHE=off RIDGE_KERNEL_AUTOTUNE=0
+  echo "server tests: every server split as $SPLIT over MPI ranks"
+fi
 tmp="$(mktemp -d /tmp/ridge-server-tests.XXXXXX)"
 declare -A PID PORT
 cleanup() {
   for name in "${!PID[@]}"; do
+    pkill -KILL -P "${PID[$name]}" 2>/dev/null  # a launcher's mpirun
     kill -KILL "${PID[$name]}" 2>/dev/null
   done
   rm -rf "$tmp"
@@ -181,8 +193,16 @@ stop_server qwen
   { echo "server tests: mkmodel (deepseek) failed"; exit 1; }
 # 128 tokens of KV either way: the AVX-512 attention reads the values out of the keys, so
 # the latent is stored once; elsewhere twice (model/kv_cache.cpp kv_layout_for).
-ds_kv=64K
-grep -qw avx512_vnni /proc/cpuinfo || ds_kv=128K
+ds_kv=64
+grep -qw avx512_vnni /proc/cpuinfo || ds_kv=128
+# Split: every tensor-parallel rank keeps the whole latent (it is one "KV head"), so its
+# share of the pool the launcher divides among all ranks must be as large as one process's.
+case $SPLIT in
+  "" | PP=*) ;;
+  *x*) ds_kv=$((ds_kv * ${SPLIT%x*})) ;;
+  *) ds_kv=$((ds_kv * SPLIT)) ;;
+esac
+ds_kv=${ds_kv}K
 start_server ds -m "$tmp/ds.gguf" --served-model-name ds-random -t 1 --kv-cache-memory $ds_kv
 ds_serve() {
   local url="http://127.0.0.1:${PORT[ds]}"
@@ -267,7 +287,9 @@ fi
 # (hit rate and mean TTFT must favour the prefix-aware one), then kills one of its
 # replicas mid-run (no request may be lost before its first token). The killed replica
 # then comes back on its port and must rejoin the rotation.
-if "$PY" -c "import zmq, msgpack" 2>/dev/null; then
+if [ -n "$SPLIT" ]; then
+  echo "SKIP ridge router: its replicas run in one process each (the one-process run tests it)"
+elif "$PY" -c "import zmq, msgpack" 2>/dev/null; then
   "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 2 --dtype q4_0 --ctx 2048 -o "$tmp/tl2.gguf" 2>/dev/null ||
     { echo "server tests: mkmodel (tinyllama, 2 layers) failed"; exit 1; }
   for n in ra rb pa pb; do
@@ -382,8 +404,10 @@ stop_server stories INT
   phase "trace of the stories server" node tests/server/check_trace.mjs "$tmp/stories.trace.json"
 
 # These two start their own servers: the ones above are gone, so they have the machine.
-phase "SIGTERM at random moments" node tests/server/sigterm.mjs --ridge "$RIDGE" --model "$STORIES"
-phase "swap preemption under faults" bash tests/server/swap_faults.sh "$RIDGE" "$STORIES"
+if [ -z "$SPLIT" ]; then
+  phase "SIGTERM at random moments" node tests/server/sigterm.mjs --ridge "$RIDGE" --model "$STORIES"
+  phase "swap preemption under faults" bash tests/server/swap_faults.sh "$RIDGE" "$STORIES"
+fi
 
 echo "server tests: total $(($(date +%s) - t_all)) s"
 if ((${#failures[@]})); then

@@ -1,12 +1,14 @@
 # Sourced by the server test scripts. serve_start ERR_FILE ARGS...: runs
 # `$RIDGE serve --port 0 ARGS` in the background with stderr in ERR_FILE and waits for its
 # "on http://127.0.0.1:PORT" line; sets pid, and port (empty when the server exited, or
-# was not listening after 30 s).
+# was not listening after 30 s). RIDGE_SERVE_LAUNCH, when set, is a command that runs
+# the server for it (tests/mpi/launch.py SPLIT: split over MPI ranks), standing for the
+# server's process (signals, exit status).
 serve_start() {
   local err=$1 i
   shift
   : >"$err"
-  "$RIDGE" serve --port 0 "$@" 2>"$err" &
+  ${RIDGE_SERVE_LAUNCH:-} "$RIDGE" serve --port 0 "$@" 2>"$err" &
   pid=$!
   port=""
   for ((i = 0; i < 300; ++i)); do

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "engine/engine.h"
 #include "engine/radix_cache.h"
@@ -57,6 +58,45 @@ TEST(KvGroups, LayersGoToPagesOfTheirKind) {
   EXPECT_FALSE(g.grouped());
   h.n_swa = 0;
   EXPECT_FALSE(kv_groups_for(h, true).grouped());
+}
+
+// Pipeline stages: every stage's pages are laid out alike (rank 0's block manager names
+// them for all), each stage's layers have a place of their kind and no two share one, and
+// the layers of other stages have none; one stage is the whole model's grouping.
+TEST(KvGroups, PipelineStagesShareOneLayout) {
+  HParams h;
+  for (const auto& [n_layer, period, stages] :
+       std::vector<std::tuple<int32_t, int32_t, int32_t>>{{26, 6, 2}, {26, 6, 3}, {24, 2, 4}, {7, 6, 2}, {12, 6, 4}}) {
+    h.n_layer = n_layer, h.n_swa = 64, h.swa_period = period;
+    const KvGroups one = kv_groups_for(h, true, 0, 1), whole = kv_groups_for(h, true);
+    EXPECT_EQ(one.slots, whole.slots);
+    EXPECT_EQ(one.pages(), whole.pages());
+    KvGroups first;
+    for (int32_t s = 0; s < stages; ++s) {
+      const KvGroups g = kv_groups_for(h, true, s, stages);
+      if (s == 0) first = g;
+      SCOPED_TRACE(testing::Message() << n_layer << " layers, period " << period << ", stage " << s << " of " << stages);
+      EXPECT_TRUE(g.grouped());
+      EXPECT_EQ(g.slots, first.slots);
+      EXPECT_EQ(g.n_global, first.n_global);
+      EXPECT_EQ(g.n_window, first.n_window);
+      EXPECT_LE(g.pages(), 64);
+      std::vector<int> used(size_t(g.pages() * g.slots), 0);
+      const int32_t lo = n_layer * s / stages, hi = n_layer * (s + 1) / stages;
+      for (int32_t il = lo; il < hi; ++il) {
+        EXPECT_EQ(g.page[size_t(il)] >= g.n_global, h.swa_layer(il)) << il;
+        ASSERT_LT(g.page[size_t(il)], g.pages());
+        ASSERT_LT(g.slot[size_t(il)], g.slots);
+        ++used[size_t(g.page[size_t(il)] * g.slots + g.slot[size_t(il)])];
+      }
+      EXPECT_EQ(*std::max_element(used.begin(), used.end()), 1);
+    }
+  }
+  // Without window pages a stage's page holds its own layers.
+  h.n_layer = 7, h.n_swa = 0;
+  EXPECT_EQ(kv_groups_for(h, true, 0, 2).slots, 3);
+  EXPECT_EQ(kv_groups_for(h, true, 1, 2).slots, 4);
+  EXPECT_FALSE(kv_groups_for(h, true, 1, 2).grouped());
 }
 
 // One global and two window pages a block, a window of 8, blocks of 4 tokens.
