@@ -8,6 +8,8 @@
 #      chat templates vs @huggingface/jinja; tokenizer.json files vs @huggingface/tokenizers
 #   4. unit tests again under ASan + UBSan (-O1, debug invariant checks on)
 #   5. the GGUF and safetensors reader fuzzers (clang libFuzzer), fixed seed and run count
+# and between them the server tests (once in one process, once split over MPI ranks) and
+# the MPI tests (tests/mpi).
 # Under CI=true a missing ../shared is a failure, never a skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,7 +92,11 @@ stage "tokenizer.json: ridge vs @huggingface/tokenizers" bash tests/tokenizers/r
 stage "structured output: ridge's token masks vs XGrammar" node tests/grammar/xgrammar_masks.mjs --ridge "$BUILD/ridge" --docs 3
 stage "structured output: JSON-Schema-Test-Suite (draft 4)" node tests/grammar/json_schema_suite.mjs --ridge "$BUILD/ridge"
 stage "server: OpenAI API via the openai client" bash tests/server/run_server_tests.sh "$BUILD/ridge"
-stage "tensor parallelism over MPI (mpirun on one box)" bash tests/mpi/run_mpi_tests.sh "$BUILD/ridge"
+stage "tensor and pipeline parallelism over MPI (mpirun on one box)" bash tests/mpi/run_mpi_tests.sh "$BUILD/ridge"
+# The server tests again with every server split both ways at once (TP 2 x PP 2, four
+# ranks on the box): the tensor-parallel collectives, the stages' hand-offs and the
+# logits' way back to rank 0 under the whole API. (SERVER_SPLIT=2 and PP=2 run the same.)
+stage "server: OpenAI API split over MPI (TP 2 x PP 2)" env SERVER_SPLIT=2x2 bash tests/server/run_server_tests.sh "$BUILD/ridge"
 stage "unit tests (ASan+UBSan)" sanitized
 stage "fuzz: GGUF and safetensors readers" bash scripts/fuzz.sh
 

@@ -174,18 +174,12 @@ for pool in "" "160K 80K 40K"; do
 done
 
 # --- 2. the server -----------------------------------------------------------------------
-serve_at() {  # N ERR: starts the server split as N (see split) on --port 0; sets spid, sport
-  local n=$1 err=$2 i np split_flags
-  if [ "$n" = 1 ]; then "$RIDGE" serve -m "$m" --port 0 -t 1 2>"$err" &
-  else split "$n"; "${MPI[@]}" -np "$np" "$RIDGE" serve -m "$m" --port 0 -t 1 $split_flags 2>"$err" & fi
-  spid=$!
-  sport=""
-  for ((i = 0; i < 300; ++i)); do
-    sport=$(sed -n 's|^serve: .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$err")
-    [ -n "$sport" ] && return
-    kill -0 "$spid" 2>/dev/null || return
-    sleep 0.1
-  done
+source tests/server/serve_lib.sh
+serve_at() {  # N ERR: starts the server split as N (see split; 1: one process) on --port 0; sets spid, sport
+  local launch=""
+  [ "$1" = 1 ] || launch="/usr/bin/python3 tests/mpi/launch.py $1"
+  RIDGE_SERVE_LAUNCH=$launch serve_start "$2" -m "$m" -t 1
+  spid=$pid sport=$port
 }
 ask() {  # PORT STREAM: a greedy completion's text
   curl -s --max-time 60 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
