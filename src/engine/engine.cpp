@@ -273,8 +273,8 @@ void Engine::retire(const Sequence& s, bool learn) {
 void Engine::finish(Sequence* s, const char* reason) {
   s->finish_reason = reason;
   retire(*s, true);
-  if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
-    sw->free(s->swap_slots);
+  if (runner_->swap() && !s->swap_slots.empty()) {
+    runner_->swap_free(s->swap_slots);
     s->swap_slots.clear();
   }
   sched_->finish(s);
@@ -288,8 +288,8 @@ void Engine::abort(int64_t id, bool complete) {
   Sequence* s = it->second.get();
   s->finish_reason = "abort";
   retire(*s, complete);
-  if (SwapSpace* sw = runner_->swap(); sw && !s->swap_slots.empty()) {
-    sw->free(s->swap_slots);
+  if (runner_->swap() && !s->swap_slots.empty()) {
+    runner_->swap_free(s->swap_slots);
     s->swap_slots.clear();
   }
   sched_->remove(s);  // no prefix insert: its K/V may be partial
@@ -415,14 +415,14 @@ void Engine::move_kv(const SchedulerOutput& so) {
   if (so.swap_out.empty() && so.swap_in.empty()) return;
   perf::TraceScope span("swap", "engine");
   for (Sequence* s : so.swap_out) {
-    s->swap_slots = runner_->swap()->swap_out(s->swap_src);
+    s->swap_slots = runner_->swap_out(s->swap_src);
     sched_->swapped_out(s);
   }
   for (Sequence* s : so.swap_in) {
     bm_->held_pages(s->blocks, swap_pages_);
     RIDGE_CHECK(swap_pages_.size() == s->swap_slots.size(), "request {}: swap-in of {} pages into {}", s->id,
                 s->swap_slots.size(), swap_pages_.size());
-    const bool ok = runner_->swap()->swap_in(s->swap_slots, swap_pages_);
+    const bool ok = runner_->swap_in(s->swap_slots, swap_pages_);
     s->swap_slots.clear();
     if (!ok) {  // its KV is lost: recompute it rather than fail the request
       sched_->swap_in_failed(s);

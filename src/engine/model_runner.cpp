@@ -36,10 +36,11 @@ std::unique_ptr<kernels::Backend> make_backend(const Model& m, const EngineConfi
   return kernels::make_cuda_backend();
 }
 
-// The bytes of a page of the pool's. Pipeline stages differ by a layer at most, and every
-// stage makes the same number of pages: counted at the largest stage's page size, so none
-// takes more than its bytes (window and global pages are alike on every stage already).
-int64_t page_bytes(const Model& m, const KVLayout& kl, const KvGroups& g) {
+// The bytes of a block of the pool's (a page of each group). Pipeline stages differ by a
+// layer at most, and every stage makes the same number of pages: counted at the largest
+// stage's size, so none takes more than its bytes (window and global pages are alike on
+// every stage already).
+int64_t block_bytes(const Model& m, const KVLayout& kl, const KvGroups& g) {
   const int64_t per_block = kl.block_bytes() * g.pages();
   const PpStage& pp = m.pp_stage();
   if (!pp.on() || g.grouped()) return per_block;
@@ -58,11 +59,11 @@ KVLayout pool_layout(const Model& m, const EngineConfig& cfg, const kernels::Bac
   // A split model: the ranks on this machine each make a pool of this many pages, out of
   // the same free memory (--kv-cache-memory is each rank's as given).
   if ((m.tp_shard().on() || m.pp_stage().on()) && cfg.kv_cache_bytes <= 0) bytes /= dist::local_ranks();
-  const int64_t per_page = page_bytes(m, kl, g);
-  const int64_t n_blocks = bytes / per_page;
+  const int64_t per_block = block_bytes(m, kl, g);
+  const int64_t n_blocks = bytes / per_block;
   if (n_blocks < 1)
     fail("the KV cache gets {} bytes, less than one block ({} bytes: {} tokens x {} bytes); give more memory",
-         bytes, per_page, cfg.block_size, (per_page + cfg.block_size - 1) / cfg.block_size);
+         bytes, per_block, cfg.block_size, (per_block + cfg.block_size - 1) / cfg.block_size);
   RIDGE_CHECK(n_blocks * g.pages() < (int64_t(1) << 31), "KV pool of {} blocks is too large", n_blocks);
   kl.n_blocks = int32_t(n_blocks * g.pages());  // pages
   return kl;
@@ -85,7 +86,7 @@ int64_t ModelRunner::kv_bytes_per_token(const Model& m, const EngineConfig& cfg)
   KVLayout kl = kv_layout_for(h, cfg.block_size, 0, cfg.kv_dtype);
   const KvGroups g = kv_groups_for(h, !cfg.swa_full, m.pp_stage().stage, m.pp_stage().size);
   kl.n_layer = g.slots;
-  return (page_bytes(m, kl, g) + cfg.block_size - 1) / cfg.block_size;
+  return (block_bytes(m, kl, g) + cfg.block_size - 1) / cfg.block_size;
 }
 
 namespace {
@@ -103,9 +104,6 @@ dist::Comm* split_ranks(const Model& m, const EngineConfig& cfg, const std::stri
                            : ts.on()          ? fmt::format("--tensor-parallel-size {}", ts.size)
                                               : fmt::format("--pipeline-parallel-size {}", ps.size);
   if (cfg.device != Device::Cpu) fail("{}: the CUDA backend does not run split models yet", flag);
-  if (cfg.swap_bytes > 0 || cfg.preemption != PreemptionMode::Recompute)
-    fail("{}: preemption by swap (each rank's share of the blocks) is not done yet; use --preemption-mode recompute "
-         "without --swap-space", flag);
   return c;
 }
 
@@ -120,10 +118,17 @@ ModelRunner::ModelRunner(const Model& m, const EngineConfig& cfg, ThreadPool& po
     : world_(split_ranks(m, cfg, m.path())),
       backend_(make_backend(m, cfg, pool)),
       kv_(std::make_unique<KVCache>(pool_layout(m, cfg, *backend_), groups_for(m, cfg), backend_.get())) {
-  if (cfg.swap_bytes > 0)
-    swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes, cfg.swap_dir, SwapFaults::parse(cfg.swap_faults));
+  if (cfg.swap_bytes > 0) {
+    // --swap-space is each rank's, as --kv-cache-memory: slots of the largest stage's page.
+    const int64_t per_slot = block_bytes(m, kv_->layout(), kv_->groups()) / kv_->groups().pages();
+    if (cfg.swap_bytes < per_slot)
+      fail("--swap-space of {} bytes holds no KV page ({} bytes each)", cfg.swap_bytes, per_slot);
+    swap_ = std::make_unique<SwapSpace>(*kv_, cfg.swap_bytes / per_slot * kv_->block_bytes(), cfg.swap_dir,
+                                        SwapFaults::parse(cfg.swap_faults));
+  }
   if (world_) {
-    tp_send_setup(*world_, {m.path(), cfg, kv_->layout().n_blocks, m.tp_shard().size, m.pp_stage().size});
+    tp_send_setup(*world_, {m.path(), cfg, kv_->layout().n_blocks, swap_ ? swap_->capacity_blocks() : 0,
+                            m.tp_shard().size, m.pp_stage().size});
     ranks_ = std::make_unique<dist::Ranks>(*world_, m.tp_shard().size, m.pp_stage().size);
   }
   try {
@@ -196,6 +201,23 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
   } catch (const std::exception& e) {
     world_->abort(1, e.what());
   }
+}
+
+std::vector<int64_t> ModelRunner::swap_out(std::span<const int32_t> blocks) {
+  std::vector<int64_t> slots = swap_->swap_out(blocks);
+  if (world_) tp_send_swap(*world_, SwapOp::Out, blocks, slots);
+  return slots;
+}
+
+bool ModelRunner::swap_in(std::span<const int64_t> slots, std::span<const int32_t> blocks) {
+  if (world_) tp_send_swap(*world_, SwapOp::In, blocks, slots);
+  const bool ok = swap_->swap_in(slots, blocks);
+  return world_ ? tp_swap_in_agree(*world_, ok) : ok;
+}
+
+void ModelRunner::swap_free(std::span<const int64_t> slots) {
+  if (world_) tp_send_swap(*world_, SwapOp::Free, {}, slots);
+  swap_->free(slots);
 }
 
 ModelRunner::~ModelRunner() {

@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -156,15 +157,29 @@ bool SwapSpace::read_slot(uint8_t* p, int64_t slot) {
 }
 
 std::vector<int64_t> SwapSpace::swap_out(std::span<const int32_t> blocks) {
+  std::vector<int64_t> slots;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    RIDGE_CHECK(int64_t(free_.size()) >= int64_t(blocks.size()), "swap space full ({} blocks)", n_slots_);
+    slots.assign(free_.end() - int64_t(blocks.size()), free_.end());
+    std::reverse(slots.begin(), slots.end());  // the top of the stack first
+  }
+  swap_out_to(blocks, slots);
+  return slots;
+}
+
+void SwapSpace::swap_out_to(std::span<const int32_t> blocks, std::span<const int64_t> slots) {
+  RIDGE_CHECK(slots.size() == blocks.size(), "swap-out of {} blocks into {} slots", blocks.size(), slots.size());
   const KVLayout& l = kv_.layout();
   const int64_t kb = kv_.k_block_bytes(), vb = kv_.v_block_bytes(), bb = kv_.block_bytes();
   Job job;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    RIDGE_CHECK(int64_t(free_.size()) >= int64_t(blocks.size()), "swap space full ({} blocks)", n_slots_);
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      job.slots.push_back(free_.back());
-      free_.pop_back();
+    for (const int64_t s : slots) {  // claimed: off the free list (from its top, as swap_out takes them)
+      const auto it = std::find(free_.rbegin(), free_.rend(), s);
+      RIDGE_CHECK(it != free_.rend(), "swap slot {} is not free (of {})", s, n_slots_);
+      free_.erase(std::next(it).base());
+      job.slots.push_back(s);
     }
   }
   job.data.resize(size_t(bb) * blocks.size());
@@ -178,13 +193,11 @@ std::vector<int64_t> SwapSpace::swap_out(std::span<const int32_t> blocks) {
     }
   }
   note_rate(bb * int64_t(blocks.size()), now_s() - t0);
-  std::vector<int64_t> slots = job.slots;
   {
     std::lock_guard<std::mutex> lk(mu_);
     jobs_.push_back(std::move(job));
   }
   cv_.notify_all();
-  return slots;
 }
 
 void SwapSpace::writer() {

@@ -47,6 +47,9 @@ class SwapSpace {
 
   // Copies `blocks` out (all layers, K and V); returns the slots that now hold them.
   std::vector<int64_t> swap_out(std::span<const int32_t> blocks);
+  // As swap_out, into the given free slots (another rank's choice: a split model's ranks
+  // keep their shares of a block at the same slot).
+  void swap_out_to(std::span<const int32_t> blocks, std::span<const int64_t> slots);
   // Copies the slots back into `blocks` (same count) and frees the slots. False when a
   // write or read of any slot failed: the KV is lost and `blocks` hold garbage.
   [[nodiscard]] bool swap_in(std::span<const int64_t> slots, std::span<const int32_t> blocks);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "engine/swap_space.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
@@ -16,12 +17,14 @@
 namespace ridge {
 namespace {
 
-enum class Msg : int32_t { Setup = 1, Step = 2, Release = 3, Stop = 4 };
+enum class Msg : int32_t { Setup = 1, Step = 2, Release = 3, Stop = 4, Swap = 5 };
 
 // The fixed part of every message; the payload's size follows from it.
 struct Header {
   Msg msg = Msg::Stop;
-  int32_t a = 0, b = 0, c = 0;  // Step: tokens, sequences, block table entries; Stop: the exit status
+  // Step: tokens, sequences, block table entries; Stop: the exit status; Swap: the op,
+  // blocks, slots.
+  int32_t a = 0, b = 0, c = 0;
   int64_t bytes = 0;            // Setup: the JSON's bytes
 };
 
@@ -45,6 +48,9 @@ void tp_send_setup(dist::Comm& c, const TpSetup& s) {
                             {"swa_full", s.cfg.swa_full},
                             {"mlock", s.cfg.mlock},
                             {"n_pages", s.n_pages},
+                            {"n_swap_slots", s.n_swap_slots},
+                            {"swap_dir", s.cfg.swap_dir},
+                            {"swap_faults", s.cfg.swap_faults},
                             {"tp", s.tp},
                             {"pp", s.pp},
                             {"trace", perf::trace_path()},
@@ -64,6 +70,19 @@ void tp_send_batch(dist::Comm& c, const Batch& b) {
   for (const SeqSlice& s : b.seqs) ints.insert(ints.end(), s.block_table.begin(), s.block_table.end());
   send_header(c, {Msg::Step, int32_t(b.tokens.size()), int32_t(b.seqs.size()), entries, 0});
   c.broadcast(ints.data(), int64_t(ints.size() * sizeof(int32_t)));
+}
+
+void tp_send_swap(dist::Comm& c, SwapOp op, std::span<const int32_t> blocks, std::span<const int64_t> slots) {
+  std::vector<int64_t> v(blocks.begin(), blocks.end());
+  v.insert(v.end(), slots.begin(), slots.end());
+  send_header(c, {Msg::Swap, int32_t(op), int32_t(blocks.size()), int32_t(slots.size()), 0});
+  c.broadcast(v.data(), int64_t(v.size() * sizeof(int64_t)));
+}
+
+bool tp_swap_in_agree(dist::Comm& c, bool ok) {
+  float failed = ok ? 0.f : 1.f;  // ranks whose share is lost
+  c.all_reduce_sum(&failed, 1);
+  return failed == 0.f;
 }
 
 void tp_send_stop(dist::Comm& c, int code) {
@@ -121,6 +140,11 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   kl.n_layer = g.slots;
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());
+  // The swap space: as many slots as rank 0's, each of this rank's share of a block.
+  std::unique_ptr<SwapSpace> swap;
+  if (const int64_t slots = j.at("n_swap_slots").get<int64_t>(); slots > 0)
+    swap = std::make_unique<SwapSpace>(kv, slots * kv.block_bytes(), j.at("swap_dir").get<std::string>(),
+                                       SwapFaults::parse(j.at("swap_faults").get<std::string>()));
   Forward fwd(*m, kv, *be, &ranks);
   c.barrier_idle();  // ready: rank 0's runner waits for every shard before its first step
 
@@ -131,6 +155,20 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
     c.broadcast_idle(&h, sizeof h);
     if (h.msg == Msg::Stop) return h.a;
     if (h.msg == Msg::Release) return -1;
+    if (h.msg == Msg::Swap) {
+      std::vector<int64_t> v(size_t(h.b) + size_t(h.c));
+      c.broadcast(v.data(), int64_t(v.size() * sizeof(int64_t)));
+      if (!swap) c.abort(1, "a swap operation from rank 0, but this rank has no swap space");
+      const std::vector<int32_t> blocks(v.begin(), v.begin() + h.b);
+      const std::span<const int64_t> slots(v.data() + h.b, size_t(h.c));
+      switch (SwapOp(h.a)) {
+        case SwapOp::Out: swap->swap_out_to(blocks, slots); break;
+        case SwapOp::In: tp_swap_in_agree(c, swap->swap_in(slots, blocks)); break;
+        case SwapOp::Free: swap->free(slots); break;
+        default: c.abort(1, "a swap message from rank 0 of no known kind");
+      }
+      continue;
+    }
     if (h.msg != Msg::Step) c.abort(1, "a message from rank 0 that is no step");
     const int64_t n = int64_t(h.a) + int64_t(h.b) * kSeqInts + h.c;
     ints.resize(size_t(n));

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "dist/comm.h"
@@ -22,16 +23,28 @@ namespace ridge {
 // What a worker needs to build its side of the model runner.
 struct TpSetup {
   std::string model;     // the path every rank loads its shard of
-  EngineConfig cfg;      // threads, KV dtype, block size, window pages, MLA form, mlock
+  EngineConfig cfg;      // threads, KV dtype, block size, window pages, MLA form, mlock, swap dir and faults
   int64_t n_pages = 0;   // the KV pool rank 0 made (pages)
+  int64_t n_swap_slots = 0;  // its swap space (blocks; 0: none)
   int32_t tp = 1, pp = 1;  // tensor parallel or pipeline parallel, over the world's ranks
 };
+
+// What a swap message does on every rank's swap space (engine/swap_space.h), with rank
+// 0's choice of slots.
+enum class SwapOp : int32_t { Out = 1, In = 2, Free = 3 };
 
 // Rank 0's side.
 void tp_send_setup(dist::Comm& c, const TpSetup& s);
 // Returns once every worker has loaded its shard and made its pool (after the setup).
 void tp_wait_ready(dist::Comm& c);
 void tp_send_batch(dist::Comm& c, const Batch& b);
+// A swap operation (blocks: the pool's pages, slots: the swap space's; Free has no
+// blocks), sent before rank 0 does its own part. After an In, every rank meets in
+// tp_swap_in_agree.
+void tp_send_swap(dist::Comm& c, SwapOp op, std::span<const int32_t> blocks, std::span<const int64_t> slots);
+// Whether every rank read its share of a swap-in back (a failed read or an earlier failed
+// write on any rank loses the block's K/V for all); every rank calls it after an In.
+bool tp_swap_in_agree(dist::Comm& c, bool ok);
 // Lets the workers go from the current setup (a runner's end): they free its model and
 // wait for the next setup.
 void tp_send_release(dist::Comm& c);

@@ -7,9 +7,10 @@
 starts `mpirun --oversubscribe --bind-to none -np N RIDGE ARGS' -t 1 SPLIT_FLAGS`, where
 SPLIT is N (tensor parallel), PP=N (pipeline stages) or TxP (both), and ARGS' is ARGS with
   - any -t/--threads dropped (the ranks share the machine's cores: one thread each);
-  - --kv-cache-memory divided by the number of ranks: it is each rank's, and each rank
-    holds 1/N of a token's K/V (its heads, or its layers), so the pool keeps the tokens
-    the one-process run of the same test has (its preemptions and evictions too).
+  - --kv-cache-memory and --swap-space divided by the number of ranks: they are each
+    rank's, and each rank holds 1/N of a token's K/V (its heads, or its layers), so the
+    pool and the swap space keep the blocks the one-process run of the same test has (its
+    preemptions, swaps and evictions too).
 
 It stands for the server's process: SIGTERM or SIGINT sent to it goes to rank 0 alone,
 which drains and then stops the other ranks (a signal to mpirun would end the job as
@@ -44,10 +45,13 @@ while i < len(args):
     if a in ("-t", "--threads"):
         i += 2
         continue
-    if a == "--kv-cache-memory" and i + 1 < len(args):
+    if a in ("--kv-cache-memory", "--swap-space") and i + 1 < len(args):
         m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", args[i + 1])
-        if m and m.group(2).lower() in UNITS:
-            out += [a, str(int(float(m.group(1)) * UNITS[m.group(2).lower()]) // np_)]
+        unit = m.group(2).lower() if m else None
+        if unit == "" and a == "--swap-space":
+            unit = "g"  # vLLM's flag: GB when bare
+        if unit in UNITS:
+            out += [a, f"{int(float(m.group(1)) * UNITS[unit]) // np_}B"]
             i += 2
             continue
     out.append(a)

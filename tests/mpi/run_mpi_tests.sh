@@ -4,12 +4,13 @@
 # PP=N (pipeline stages) or TxP (both).
 #   1. greedy tokens at TP 2 and 4, PP 2 (and 4) and TP 2 x PP 2 equal one process's, for
 #      every architecture in f32 and q8_0 (q4_0 for llama), and for batched prompts
-#      through chunked prefill, the prefix cache, recompute preemption and speculation;
+#      through chunked prefill, the prefix cache, preemption (by recompute and by swap),
+#      window pages and speculation;
 #   2. the server split each way answers completions (plain and streamed) as one process
 #      does, and shuts down cleanly on SIGTERM;
 #   3. errors: a world size that is not TP x PP, a split without mpirun, heads that do not
-#      split, swap under TP, a command that does not run split; each exits non-zero with
-#      its message, in bounded time;
+#      split, a command that does not run split; each exits non-zero with its message, in
+#      bounded time;
 #   4. a rank killed mid-run ends the job on every rank, and mpirun names the rank;
 #   5. a rank that stops answering ends the job after RIDGE_TP_TIMEOUT (the watchdog).
 # usage: tests/mpi/run_mpi_tests.sh [RIDGE_BINARY]
@@ -173,6 +174,20 @@ for pool in "" "160K 80K 40K"; do
   done
 done
 
+# Preemption by swap: every rank copies its share of a preempted sequence's blocks to
+# its own swap space, at the slots rank 0 chose, and back (the 160-token pool as above,
+# a swap space of 64 blocks, each rank's share of the bytes).
+gen 1 "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 --kv-cache-memory 160K --preemption-mode swap \
+  --swap-space 640K --swap-dir "$tmp" --dump-json "$tmp/one.json" >/dev/null 2>"$tmp/err1"
+for n in 2 PP=2 2x2; do
+  share=2
+  [ "$n" = 2x2 ] && share=4
+  gen "$n" "$m" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 --kv-cache-memory $((160 / share))K \
+    --preemption-mode swap --swap-space $((640 / share))K --swap-dir "$tmp" --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
+  if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "6 prompts preempted by swap: $(split_name "$n") = one process ($why)"
+  else bad "6 prompts preempted by swap: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
+done
+
 # --- 2. the server -----------------------------------------------------------------------
 source tests/server/serve_lib.sh
 serve_at() {  # N ERR: starts the server split as N (see split; 1: one process) on --port 0; sets spid, sport
@@ -233,8 +248,6 @@ expect_error "world 4, TP 2 x PP 3" "mpirun started 4 processes but --tensor-par
   "${MPI[@]}" -np 4 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2 --pipeline-parallel-size 3
 expect_error "heads that do not split over 3 ranks" "attention heads do not split into 3" \
   "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 3
-expect_error "swap space under TP" "preemption by swap" \
-  "${MPI[@]}" -np 2 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2 --swap-space 1M --preemption-mode swap
 expect_error "a command that runs in one process" "mpirun started 2 processes, but info runs in one" \
   "${MPI[@]}" -np 2 "$RIDGE" info -m "$m"
 

@@ -33,8 +33,8 @@
 #                    request alone (needs root for the mount, else that part is skipped)
 # SERVER_SPLIT=N (or PP=N, or TxP): every server above runs split over MPI ranks
 # (tests/mpi/launch.py: tensor parallel, pipeline stages, or both) and must pass the same
-# tests; the parts that start servers of their own (the router's replicas, sigterm.mjs)
-# or use what a split does not run (swap preemption) are left to the one-process run.
+# tests (swap preemption under faults included); the parts that start servers of their
+# own (the router's replicas, sigterm.mjs) are left to the one-process run.
 # usage: tests/server/run_server_tests.sh [RIDGE_BINARY]   (default: $RIDGE_BIN, else build/ridge)
 # Skips (exit 0) with a message when ../shared is absent, unless CI=true (then it fails).
 # SERVER_TESTS_ONLY=REGEX runs only the matching tests of the .mjs files.
@@ -404,10 +404,9 @@ stop_server stories INT
   phase "trace of the stories server" node tests/server/check_trace.mjs "$tmp/stories.trace.json"
 
 # These two start their own servers: the ones above are gone, so they have the machine.
-if [ -z "$SPLIT" ]; then
-  phase "SIGTERM at random moments" node tests/server/sigterm.mjs --ridge "$RIDGE" --model "$STORIES"
-  phase "swap preemption under faults" bash tests/server/swap_faults.sh "$RIDGE" "$STORIES"
-fi
+# (sigterm.mjs starts its servers without serve_lib: the one-process run covers it.)
+[ -z "$SPLIT" ] && phase "SIGTERM at random moments" node tests/server/sigterm.mjs --ridge "$RIDGE" --model "$STORIES"
+phase "swap preemption under faults" bash tests/server/swap_faults.sh "$RIDGE" "$STORIES"
 
 echo "server tests: total $(($(date +%s) - t_all)) s"
 if ((${#failures[@]})); then

@@ -24,6 +24,7 @@ pid=""
 cleanup() {
   # The server holds its (unlinked) swap file open: it must be gone before the unmount.
   if [ -n "$pid" ]; then
+    pkill -KILL -P "$pid" 2>/dev/null  # a launcher's mpirun (serve_lib.sh RIDGE_SERVE_LAUNCH)
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   fi
