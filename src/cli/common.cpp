@@ -145,7 +145,7 @@ std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfi
   PpStage pp;
   if (c.tensor_parallel_size > 1 || c.pipeline_parallel_size > 1) {
     const dist::Grid g = dist::Grid::of(dist::world()->rank(), c.tensor_parallel_size, c.pipeline_parallel_size);
-    if (g.tp > 1) shard = {g.tp_rank, g.tp};
+    if (g.tp > 1) shard = {g.tp_rank, g.tp, c.expert_parallel};
     if (g.pp > 1) pp.stage = g.stage, pp.size = g.pp;
   }
   if (c.device != Device::Cpu) return Model::load(path, false, shard, pp);
@@ -213,6 +213,8 @@ void engine_config(Args& a, EngineConfig& c) {
   // pipeline stages by tensor-parallel ranks (dist::Grid).
   c.tensor_parallel_size = int32_t(a.integer({"--tensor-parallel-size", "-tp"}, 1, 1, 4096));
   c.pipeline_parallel_size = int32_t(a.integer({"--pipeline-parallel-size", "-pp"}, 1, 1, 4096));
+  // vLLM's flag; with one tensor-parallel rank (or a dense model) it changes nothing.
+  c.expert_parallel = a.flag({"--enable-expert-parallel", "-ep"});
   const int split = c.tensor_parallel_size * c.pipeline_parallel_size;
   const dist::Comm* w = dist::world();
   const int world = w ? w->size() : 1;

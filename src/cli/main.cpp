@@ -161,7 +161,9 @@ flags only):
   --tensor-parallel-size N, --pipeline-parallel-size N (alias -tp, -pp; 1: under `mpirun
   -np N` the model's heads and FFN, or its layers, split over N ranks; both: TP x PP
   ranks, stages of TP ranks; RIDGE_TP_TIMEOUT seconds (600) end a job whose ranks stop
-  answering; README: one model over several processes),
+  answering; README: one model over several processes), --enable-expert-parallel (alias
+  -ep; under TP a mixture of experts' experts go whole to the ranks instead of each
+  expert cut over all),
   -t THREADS, --kv-cache-dtype auto|f16|bf16|f32|int8|fp8|fp8_e4m3|fp8_e5m2 (alias --kv-type;
   the 8-bit ones with a scale per position and head), --block-size N (16),
   --max-num-seqs N (256), --max-num-batched-tokens N (2048; alias -b, --batch-size),

@@ -51,6 +51,9 @@ struct EngineConfig {
   int32_t tensor_parallel_size = 1;
   // Pipeline stages the layers are cut into, one process each (model/tp_shard.h PpStage).
   int32_t pipeline_parallel_size = 1;
+  // Under tensor parallelism, a mixture of experts' experts go whole to the ranks (each
+  // rank all the hidden units of its experts) instead of each expert cut over all ranks.
+  bool expert_parallel = false;
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;

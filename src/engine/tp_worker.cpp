@@ -52,6 +52,7 @@ void tp_send_setup(dist::Comm& c, const TpSetup& s) {
                             {"swap_dir", s.cfg.swap_dir},
                             {"swap_faults", s.cfg.swap_faults},
                             {"tp", s.tp},
+                            {"expert_parallel", s.cfg.expert_parallel},
                             {"pp", s.pp},
                             {"trace", perf::trace_path()},
                             {"trace_origin", perf::trace_origin_ns()}};
@@ -129,7 +130,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   if (before_load) before_load();
   TpShard tp;
   PpStage pp;
-  if (grid.tp > 1) tp = {grid.tp_rank, grid.tp};
+  if (grid.tp > 1) tp = {grid.tp_rank, grid.tp, j.at("expert_parallel").get<bool>()};
   if (grid.pp > 1) pp.stage = grid.stage, pp.size = grid.pp;
   const std::unique_ptr<Model> m = Model::load(j.at("model").get<std::string>(), true, tp, pp);
   if (cfg.mlock) m->lock_in_memory();

@@ -471,27 +471,40 @@ void Forward::moe_ffn_block(int32_t il) {
     be_.moe_route(logits, T, r, moe_ids_.data(), moe_w_.data());
   });
 
-  // Rows grouped by expert, in (token, slot) order within each group.
+  // Rows grouped by expert, in (token, slot) order within each group: the experts this
+  // rank holds (all of them, but for expert parallelism, where the others' rows are
+  // another rank's and here read one zero row, RE, so that they add nothing).
+  const auto held = [&](int32_t e) { return L.down_exps[size_t(e)].data != nullptr; };
   moe_count_.assign(size_t(NE), 0);
-  for (int64_t r = 0; r < R; ++r) ++moe_count_[size_t(moe_ids_[size_t(r)])];
+  for (int64_t r = 0; r < R; ++r)
+    if (const int32_t e = moe_ids_[size_t(r)]; held(e)) ++moe_count_[size_t(e)];
   std::vector<int32_t> start(size_t(NE) + 1, 0);
   for (int32_t e = 0; e < NE; ++e) start[size_t(e) + 1] = start[size_t(e)] + moe_count_[size_t(e)];
+  const int64_t RE = start[size_t(NE)];  // the rows of the held experts
   moe_row_.resize(size_t(R));
-  moe_src_.resize(size_t(R));
+  moe_src_.resize(size_t(RE));
   {
     std::vector<int32_t> fill(start.begin(), start.end() - 1);
     for (int64_t r = 0; r < R; ++r) {
-      const int32_t at = fill[size_t(moe_ids_[size_t(r)])]++;
+      const int32_t e = moe_ids_[size_t(r)];
+      if (!held(e)) {
+        moe_row_[size_t(r)] = int32_t(RE);
+        continue;
+      }
+      const int32_t at = fill[size_t(e)]++;
       moe_row_[size_t(r)] = at;
       moe_src_[size_t(at)] = int32_t(r / K);
     }
   }
-  float* xg = moe_x_.reserve(R * E);
-  float* g = moe_gate_.reserve(R * F);
-  float* u = moe_up_.reserve(R * F);
-  float* y = moe_y_.reserve(R * E);
+  int32_t e0 = 0;  // a held expert, whose views stand for all (the format, the backend's way)
+  while (e0 + 1 < NE && !held(e0)) ++e0;
+  float* xg = moe_x_.reserve(RE * E);
+  float* g = moe_gate_.reserve(RE * F);
+  float* u = moe_up_.reserve(RE * F);
+  float* y = moe_y_.reserve((RE + 1) * E);  // and the zero row
+  if (RE < R) std::fill(y + RE * E, y + (RE + 1) * E, 0.f);
   const perf::OpCost mix{2.0 * double(R) * double(E), 4.0 * double(2 * R * E + 2 * T * E)};
-  op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, {0.0, 8.0 * double(R * E)},
+  op(perf::Op::FfnMoeMix, perf::ComputeClass::Fp32Fma, il, {0.0, 8.0 * double(RE * E)},
      [&] { be_.gather_rows(xn, moe_src_, E, xg); });
 
   // Each active expert once over its rows: only their weights are read.
@@ -509,20 +522,20 @@ void Forward::moe_ffn_block(int32_t il) {
   // An expert's gate and up run as one matmul where the backend fuses them (one pass of
   // activation quantization for both), and SwiGLU runs inside down's where it takes the
   // rows: per expert, two rounds of the thread pool instead of six.
-  const DType wt = L.gate_exps[0].type;
+  const DType wt = L.gate_exps[size_t(e0)].type;
   // Where the backend groups them, all active experts' matmuls run in one pass each for
   // gate/up and for down (the same bits; a decode's 8 experts are 16 small matrices).
   // gpt-oss's experts add a bias to each matrix (one pass over every expert's rows) and
   // take the clamped SwiGLU as an op of its own between gate/up and down.
   const bool oai = m_.arch().ffn == Ffn::SwiGluOai;
-  const bool fused_gu = !L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[0]);
-  const bool grouped = fused_gu && be_.groups(L.gate_up_exps[0]) && be_.groups(L.down_exps[0]);
+  const bool fused_gu = !L.gate_up_exps.empty() && be_.fuses(L.gate_up_exps[size_t(e0)]);
+  const bool grouped = fused_gu && be_.groups(L.gate_up_exps[size_t(e0)]) && be_.groups(L.down_exps[size_t(e0)]);
   if (grouped) {
     moe_gu_items_.clear();
     moe_down_items_.clear();
     moe_gu_bias_.clear();
     moe_down_bias_.clear();
-    float* act = oai ? moe_act_.reserve(R * F) : nullptr;
+    float* act = oai ? moe_act_.reserve(RE * F) : nullptr;
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
       if (n == 0) continue;
@@ -547,12 +560,12 @@ void Forward::moe_ffn_block(int32_t il) {
       if (oai) be_.add_bias_runs(moe_gu_bias_, F);
     });
     if (oai) {
-      op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F),
-         [&] { be_.swiglu_oai(g, u, act, R, F); });
+      op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(RE, F),
+         [&] { be_.swiglu_oai(g, u, act, RE, F); });
     } else {
-      dc.flops += perf::swiglu_cost(R, F).flops;
+      dc.flops += perf::swiglu_cost(RE, F).flops;
     }
-    op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
+    op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[size_t(e0)].type), il, dc, [&] {
       be_.matmul_grouped(moe_down_items_);
       if (oai) be_.add_bias_runs(moe_down_bias_, E);
     });
@@ -579,18 +592,18 @@ void Forward::moe_ffn_block(int32_t il) {
       }
     }
   });
-  const bool act_in_down = !oai && be_.takes_rows(L.down_exps[0]);
+  const bool act_in_down = !oai && be_.takes_rows(L.down_exps[size_t(e0)]);
   float* act = nullptr;
   if (act_in_down) {
-    dc.flops += perf::swiglu_cost(R, F).flops;
+    dc.flops += perf::swiglu_cost(RE, F).flops;
   } else {
-    act = moe_act_.reserve(R * F);
-    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(R, F), [&] {
-      if (oai) be_.swiglu_oai(g, u, act, R, F);
-      else be_.swiglu(g, u, act, R, F);
+    act = moe_act_.reserve(RE * F);
+    op(perf::Op::FfnAct, perf::ComputeClass::Fp32Fma, il, perf::swiglu_cost(RE, F), [&] {
+      if (oai) be_.swiglu_oai(g, u, act, RE, F);
+      else be_.swiglu(g, u, act, RE, F);
     });
   }
-  op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[0].type), il, dc, [&] {
+  op(perf::Op::FfnDown, perf::matmul_class(L.down_exps[size_t(e0)].type), il, dc, [&] {
     for (int32_t e = 0; e < NE; ++e) {
       const int64_t n = moe_count_[size_t(e)], r0 = start[size_t(e)];
       if (n == 0) continue;

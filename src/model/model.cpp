@@ -164,6 +164,7 @@ void Model::pack_weights() {
     }
     L.gate_up_exps.assign(L.gate_exps.size(), {});
     for (size_t e = 0; e < L.gate_exps.size(); ++e) {
+      if (!L.down_exps[e].data) continue;  // another rank's expert (expert parallel)
       groups.push_back({{&L.gate_exps[e], &L.up_exps[e]}, &L.gate_up_exps[e]});
       groups.push_back({{&L.down_exps[e]}, nullptr});
     }

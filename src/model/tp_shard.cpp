@@ -104,8 +104,13 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   };
   const bool dense = std::any_of(w.layers.begin(), w.layers.end(), [](const LayerWeights& L) { return L.w_down.data; });
   const bool experts = std::any_of(w.layers.begin(), w.layers.end(), [](const LayerWeights& L) { return !L.down_exps.empty(); });
+  const bool ep = experts && s.expert_parallel;
+  if (ep && h.n_expert < N) refuse(fmt::format("{} experts leave a rank none (--enable-expert-parallel)", h.n_expert));
+  const Range own{int64_t(h.n_expert) * r / N, int64_t(h.n_expert) * (r + 1) / N};  // expert parallel: this rank's experts
   const Range f = dense ? ffn_part(h.n_ff, unit, "the FFN's hidden layer") : Range{};
-  const Range fe = experts ? ffn_part(h.n_ff_exp, unit_exp, "an expert's hidden layer") : Range{};
+  const Range fe = experts && !ep ? ffn_part(h.n_ff_exp, unit_exp, "an expert's hidden layer (or give "
+                                                                      "--enable-expert-parallel)")
+                                  : Range{0, h.n_ff_exp};
   const int64_t n_sh = int64_t(h.n_ff_exp) * h.n_expert_shared;  // the shared experts' width, as one SwiGLU
   const Range fs = n_sh > 0 ? ffn_part(n_sh, unit_sh, "the shared experts' hidden layer") : Range{};
 
@@ -141,12 +146,18 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
       cols.add(L.down_shexp, fs);
     }
     for (size_t e = 0; e < L.down_exps.size(); ++e) {
+      if (ep) {  // whole experts: this rank's kept as they are, the others' views emptied
+        if (int64_t(e) < own.lo || int64_t(e) >= own.hi) L.gate_exps[e] = L.up_exps[e] = L.down_exps[e] = {};
+        continue;
+      }
       L.gate_exps[e] = rows(L.gate_exps[e], fe);
       L.up_exps[e] = rows(L.up_exps[e], fe);
       cols.add(L.down_exps[e], fe);
     }
     // gpt-oss: the experts' gate and up biases per expert [n_expert][n_ff_exp]; down's
-    // are added to each rank's partial sum, so one rank adds them.
+    // are added to each rank's partial sum, so one rank adds them. (Expert parallel: an
+    // expert runs on one rank, which adds its biases: nothing to cut.)
+    if (ep) continue;
     const auto per_expert = [&](std::vector<float>& b) {
       if (b.empty()) return;
       std::vector<float> o;
@@ -173,7 +184,7 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   h.n_head = int32_t(q.n());
   h.n_head_kv = int32_t(kv.n());
   if (dense) h.n_ff = int32_t(f.n());
-  if (experts) h.n_ff_exp = int32_t(fe.n());
+  if (experts && !ep) h.n_ff_exp = int32_t(fe.n());
   return out;
 }
 

@@ -24,6 +24,13 @@ struct Weights;
 
 struct TpShard {
   int32_t rank = 0, size = 1;
+  // Expert parallelism: a mixture of experts' experts [r NE/N, (r+1) NE/N) go whole to
+  // rank r (the others' views are empty), instead of every expert's hidden units cut
+  // over all ranks; the rest of the layer is cut as ever. A decode's few active experts
+  // then run on the ranks that hold them, each read once, whatever the format's block
+  // size (an expert of 768 hidden units is three 256-element K-quant blocks: no cut over
+  // four ranks exists).
+  bool expert_parallel = false;
   bool on() const { return size > 1; }
 };
 

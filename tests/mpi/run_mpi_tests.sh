@@ -3,7 +3,8 @@
 # under `mpirun --oversubscribe`, one thread each. A split is spelled N (tensor parallel),
 # PP=N (pipeline stages) or TxP (both).
 #   1. greedy tokens at TP 2 and 4, PP 2 (and 4) and TP 2 x PP 2 equal one process's, for
-#      every architecture in f32 and q8_0 (q4_0 for llama), and for batched prompts
+#      every architecture in f32 and q8_0 (q4_0 for llama), mixtures of experts also with
+#      whole experts per rank (--enable-expert-parallel), and for batched prompts
 #      through chunked prefill, the prefix cache, preemption (by recompute and by swap),
 #      window pages and speculation;
 #   2. the server split each way answers completions (plain and streamed) as one process
@@ -103,7 +104,9 @@ for spec in "llama tiny 2,4,PP=2,PP=4,2x2" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4
             "llama mixtral-tiny 2,4,PP=2" "gemma3 gemma3-tiny 2,4,PP=2,2x2" "gemma3 gemma3-tiny PP=2 --swa-full" \
             "gpt2 tiny 2,4,PP=2,2x2" "phi3 tiny 2,4,PP=2" "gpt-oss gpt-oss-tiny 2,PP=2,2x2" "gpt-oss gpt-oss-tiny PP=2 --swa-full" \
             "deepseek2 deepseek-v2-lite-tiny 2,PP=2,2x2" "deepseek2 deepseek-v3-tiny 2,PP=2" \
-            "deepseek2 deepseek-v2-lite-tiny PP=2,2x2 --mla-prefill expanded"; do
+            "deepseek2 deepseek-v2-lite-tiny PP=2,2x2 --mla-prefill expanded" \
+            "qwen3moe qwen3moe-tiny 2,4,2x2 --enable-expert-parallel" "llama mixtral-tiny 2 --enable-expert-parallel" \
+            "gpt-oss gpt-oss-tiny 2,4 --enable-expert-parallel" "deepseek2 deepseek-v3-tiny 2 --enable-expert-parallel"; do
   read -r arch preset sizes extra <<<"$spec"
   layers=""
   [[ $sizes == *PP=4* ]] && layers="--layers 4"
