@@ -182,9 +182,9 @@ void prepare_kernels() {
   }
 }
 
-void prepare_kernels_worker() {
+void prepare_kernels_worker(const std::string& dir) {
   KernelFlags& f = kernel_flags_state();
-  f.dir = kernel_cache_dir("");
+  f.dir = dir;
   f.autotune = false;
   prepare_kernels();
 }
@@ -192,6 +192,7 @@ void prepare_kernels_worker() {
 void forward_config(Args& a, EngineConfig& c) {
   c.threads = threads_flag(a);
   kernel_flags(a, c.threads);
+  c.kernel_cache = kernel_flags_state().dir;
   c.kv_dtype = kv_type_flag(a);
   c.block_size = block_size_flag(a);
   c.max_num_batched_tokens =

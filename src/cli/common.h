@@ -54,9 +54,10 @@ void forward_config(Args& a, EngineConfig& c);
 // and saves them. A cache that cannot be used is a warning, never an error.
 void kernel_flags(Args& a, int threads);
 void prepare_kernels();
-// A tensor-parallel worker's: the cache of $RIDGE_KERNEL_CACHE (or the default), never a
-// tuning run of its own (rank 0 tunes, before it sends the setup).
-void prepare_kernels_worker();
+// A split model's worker's: the cache in rank 0's directory (its --kernel-cache, else
+// $RIDGE_KERNEL_CACHE or the default as rank 0 saw them; "": none), never a tuning run of
+// its own (rank 0 tunes, before it sends the setup).
+void prepare_kernels_worker(const std::string& dir);
 // The model for a run on c.device: the CPU's kernels prepared and the weights repacked
 // into their panels; for CUDA neither (the device reads the GGUF rows).
 std::unique_ptr<Model> load_model_for(const std::string& path, const EngineConfig& c);

@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
     std::signal(SIGINT, SIG_IGN);
     int code = 1;
     try {
-      code = ridge::run_tp_worker(*w, [] { ridge::cli::prepare_kernels_worker(); });
+      code = ridge::run_tp_worker(*w, [](const std::string& dir) { ridge::cli::prepare_kernels_worker(dir); });
     } catch (const std::exception& e) {
       w->abort(1, e.what());
     }

@@ -54,6 +54,9 @@ struct EngineConfig {
   // Under tensor parallelism, a mixture of experts' experts go whole to the ranks (each
   // rank all the hidden units of its experts) instead of each expert cut over all ranks.
   bool expert_parallel = false;
+  // The kernel cache directory the command reads ("": none), which a split model's other
+  // ranks read too (engine/tp_worker.h).
+  std::string kernel_cache;
   int threads = 0;                  // 0: all cores
   DType kv_dtype = DType::F16;
   int32_t block_size = 16;

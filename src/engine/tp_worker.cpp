@@ -53,6 +53,7 @@ void tp_send_setup(dist::Comm& c, const TpSetup& s) {
                             {"swap_faults", s.cfg.swap_faults},
                             {"tp", s.tp},
                             {"expert_parallel", s.cfg.expert_parallel},
+                            {"kernel_cache", s.cfg.kernel_cache},
                             {"pp", s.pp},
                             {"trace", perf::trace_path()},
                             {"trace_origin", perf::trace_origin_ns()}};
@@ -96,7 +97,7 @@ namespace {
 
 // One setup's model, pool and forward, running rank 0's steps until it lets them go.
 // Returns the exit status on a stop, -1 on a release.
-int serve_setup(dist::Comm& c, const std::string& text, const std::function<void()>& before_load) {
+int serve_setup(dist::Comm& c, const std::string& text, const std::function<void(const std::string&)>& before_load) {
   const nlohmann::json j = nlohmann::json::parse(text);
   EngineConfig cfg;
   cfg.threads = j.at("threads").get<int>();
@@ -127,7 +128,7 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   // The grid first: its split is a collective rank 0 makes right after the setup.
   const dist::Ranks ranks(c, j.at("tp").get<int32_t>(), j.at("pp").get<int32_t>());
   const dist::Grid& grid = ranks.grid();
-  if (before_load) before_load();
+  if (before_load) before_load(j.at("kernel_cache").get<std::string>());
   TpShard tp;
   PpStage pp;
   if (grid.tp > 1) tp = {grid.tp_rank, grid.tp, j.at("expert_parallel").get<bool>()};
@@ -194,7 +195,7 @@ void tp_send_release(dist::Comm& c) {
   if (!g_stopped) send_header(c, {Msg::Release, 0, 0, 0, 0});
 }
 
-int run_tp_worker(dist::Comm& c, const std::function<void()>& before_load) {
+int run_tp_worker(dist::Comm& c, const std::function<void(const std::string&)>& before_load) {
   for (;;) {
     Header h;
     c.broadcast_idle(&h, sizeof h);

@@ -55,8 +55,8 @@ void tp_send_stop(dist::Comm& c, int code);
 // 0 sends until a release (then waits for the next setup) or the stop, and returns the
 // exit status rank 0 sent. Its errors end the job
 // (Comm::abort with the message).
-// before_load runs after each setup arrives, before the shard is loaded (the command
-// line's side: the kernel cache rank 0 may just have written).
-int run_tp_worker(dist::Comm& c, const std::function<void()>& before_load = {});
+// before_load runs after each setup arrives, before the shard is loaded, with rank 0's
+// kernel cache directory (the command line's side: the cache rank 0 may just have written).
+int run_tp_worker(dist::Comm& c, const std::function<void(const std::string&)>& before_load = {});
 
 }  // namespace ridge
