@@ -204,15 +204,20 @@ std::span<const float> ModelRunner::run(const std::vector<ScheduledChunk>& chunk
 }
 
 std::vector<int64_t> ModelRunner::swap_out(std::span<const int32_t> blocks) {
-  std::vector<int64_t> slots = swap_->swap_out(blocks);
+  std::vector<int64_t> slots = swap_->swap_out(blocks);  // the slots first: they go in the message
   if (world_) tp_send_swap(*world_, SwapOp::Out, blocks, slots);
   return slots;
 }
 
 bool ModelRunner::swap_in(std::span<const int64_t> slots, std::span<const int32_t> blocks) {
-  if (world_) tp_send_swap(*world_, SwapOp::In, blocks, slots);
-  const bool ok = swap_->swap_in(slots, blocks);
-  return world_ ? tp_swap_in_agree(*world_, ok) : ok;
+  if (!world_) return swap_->swap_in(slots, blocks);
+  tp_send_swap(*world_, SwapOp::In, blocks, slots);
+  // The workers wait in the agreement: a failure here ends them all, as in run().
+  try {
+    return tp_swap_in_agree(*world_, swap_->swap_in(slots, blocks));
+  } catch (const std::exception& e) {
+    world_->abort(1, e.what());
+  }
 }
 
 void ModelRunner::swap_free(std::span<const int64_t> slots) {

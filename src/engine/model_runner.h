@@ -57,7 +57,7 @@ class ModelRunner {
   int64_t kv_pool_bytes() const { return kv_->total_bytes(); }
   SwapSpace* swap() const { return swap_.get(); }  // null without a swap space
   // The swap space's copies (SwapSpace's), on every rank of a split model: rank 0 chooses
-  // the slots and sends each operation before doing its own part; a swap-in succeeds
+  // the slots and sends each operation to the others with them; a swap-in succeeds
   // only where every rank read its share back.
   std::vector<int64_t> swap_out(std::span<const int32_t> blocks);
   [[nodiscard]] bool swap_in(std::span<const int64_t> slots, std::span<const int32_t> blocks);

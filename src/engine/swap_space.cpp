@@ -175,10 +175,14 @@ void SwapSpace::swap_out_to(std::span<const int32_t> blocks, std::span<const int
   Job job;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    std::vector<uint8_t> taken(size_t(n_slots_), 1);  // every slot is free and named once, or none is taken
+    for (const int64_t s : free_) taken[size_t(s)] = 0;
+    for (const int64_t s : slots) {
+      RIDGE_CHECK(s >= 0 && s < n_slots_ && !taken[size_t(s)], "swap slot {} is not free (of {})", s, n_slots_);
+      taken[size_t(s)] = 1;
+    }
     for (const int64_t s : slots) {  // claimed: off the free list (from its top, as swap_out takes them)
-      const auto it = std::find(free_.rbegin(), free_.rend(), s);
-      RIDGE_CHECK(it != free_.rend(), "swap slot {} is not free (of {})", s, n_slots_);
-      free_.erase(std::next(it).base());
+      free_.erase(std::next(std::find(free_.rbegin(), free_.rend(), s)).base());
       job.slots.push_back(s);
     }
   }

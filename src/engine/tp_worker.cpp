@@ -143,10 +143,14 @@ int serve_setup(dist::Comm& c, const std::string& text, const std::function<void
   kl.n_blocks = int32_t(n_pages);
   KVCache kv(kl, g, be.get());
   // The swap space: as many slots as rank 0's, each of this rank's share of a block.
+  // Injected faults (tests) draw from a seed of this rank's, so that ranks fail at
+  // different points and the swap-in's agreement is tested.
   std::unique_ptr<SwapSpace> swap;
-  if (const int64_t slots = j.at("n_swap_slots").get<int64_t>(); slots > 0)
-    swap = std::make_unique<SwapSpace>(kv, slots * kv.block_bytes(), j.at("swap_dir").get<std::string>(),
-                                       SwapFaults::parse(j.at("swap_faults").get<std::string>()));
+  if (const int64_t slots = j.at("n_swap_slots").get<int64_t>(); slots > 0) {
+    SwapFaults faults = SwapFaults::parse(j.at("swap_faults").get<std::string>());
+    faults.seed += uint64_t(c.rank()) * 0x9e3779b97f4a7c15ull;
+    swap = std::make_unique<SwapSpace>(kv, slots * kv.block_bytes(), j.at("swap_dir").get<std::string>(), faults);
+  }
   Forward fwd(*m, kv, *be, &ranks);
   c.barrier_idle();  // ready: rank 0's runner waits for every shard before its first step
 

@@ -1,10 +1,11 @@
 // Tensor parallelism's control plane: rank 0 runs the engine (scheduler, sampling, HTTP)
 // and sends every forward step to the other ranks, which run the same forward on their
 // shards and meet rank 0 in its collectives (model/forward.h). What crosses is small: the
-// setup once (the model's path and the options that shape the forward and the KV pool,
-// whose size rank 0 decides), then per step the batch (token ids, positions, block
-// tables). The KV cache needs nothing else: each rank writes its heads' K/V in the forward,
-// and the block tables rank 0's block manager keeps name the same blocks on every rank.
+// setup once (the model's path and the options that shape the forward, the KV pool and
+// the swap space, whose sizes rank 0 decides), then per step the batch (token ids,
+// positions, block tables), and a swap message when rank 0 swaps a sequence out or in.
+// The KV cache needs nothing else: each rank writes its heads' K/V in the forward, and the
+// block tables rank 0's block manager keeps name the same blocks on every rank.
 //
 // Every message starts with a fixed header through Comm::broadcast_idle, so a worker
 // waiting for the next step sleeps instead of spinning a core.
@@ -38,9 +39,8 @@ void tp_send_setup(dist::Comm& c, const TpSetup& s);
 // Returns once every worker has loaded its shard and made its pool (after the setup).
 void tp_wait_ready(dist::Comm& c);
 void tp_send_batch(dist::Comm& c, const Batch& b);
-// A swap operation (blocks: the pool's pages, slots: the swap space's; Free has no
-// blocks), sent before rank 0 does its own part. After an In, every rank meets in
-// tp_swap_in_agree.
+// A swap operation (blocks: the pool's pages, slots: the swap space's, as rank 0's chose
+// them; Free has no blocks). After an In, every rank meets in tp_swap_in_agree.
 void tp_send_swap(dist::Comm& c, SwapOp op, std::span<const int32_t> blocks, std::span<const int64_t> slots);
 // Whether every rank read its share of a swap-in back (a failed read or an earlier failed
 // write on any rank loses the block's K/V for all); every rank calls it after an In.

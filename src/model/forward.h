@@ -142,7 +142,9 @@ class Forward {
   kernels::Activations ffn_up_{be_};      // [T][n_ff]
   kernels::Activations ffn_act_{be_};     // [T][n_ff] silu(gate) * up (or gelu(up))
   kernels::Activations ffn_out_{be_};     // [T][n_embd]
-  // Mixture of experts: R = T x n_expert_used (token, slot) rows, grouped by expert.
+  // Mixture of experts: R = T x n_expert_used (token, slot) rows, grouped by expert; the
+  // buffers below of R rows hold the held experts' rows (all of them, but under expert
+  // parallelism) and moe_y_ one zero row after them.
   kernels::Activations moe_logits_{be_};  // [T][n_expert] router logits
   kernels::Activations moe_x_{be_};       // [R][n_embd] the normed rows, gathered per expert
   kernels::Activations moe_gate_{be_};    // [R][n_ff_exp]
@@ -153,7 +155,7 @@ class Forward {
   std::vector<float> moe_w_;              // [T][k] their weights
   std::vector<int32_t> moe_row_;          // [T][k] where (token, slot) sits among the R rows
   std::vector<int32_t> moe_src_;          // [R] the token of each gathered row
-  std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step
+  std::vector<int32_t> moe_count_;        // [n_expert] rows per expert this step (0: not held here)
   std::vector<kernels::GroupedMatmul> moe_gu_items_, moe_down_items_;  // [active experts]
   std::vector<kernels::BiasRun> moe_gu_bias_, moe_down_bias_;  // gpt-oss: each expert's biases on its rows
   kernels::Activations shexp_gate_{be_};  // [T][n_ff_exp x n_expert_shared]

@@ -96,10 +96,10 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
     for (const auto& d : L.down_exps) unit_exp = std::max(unit_exp, block_of(d));
     if (L.down_shexp.data) unit_sh = std::max(unit_sh, block_of(L.down_shexp));
   }
-  const auto ffn_part = [&](int64_t n, int64_t u, const char* what) {
-    if (n % u != 0) refuse(fmt::format("{} of {} units are no whole number of {}-element blocks", what, n, u));
+  const auto ffn_part = [&](int64_t n, int64_t u, const char* what, const char* hint = "") {
+    if (n % u != 0) refuse(fmt::format("{} of {} units are no whole number of {}-element blocks{}", what, n, u, hint));
     const Range p = part(n, u, r, N);
-    if (p.n() == 0) refuse(fmt::format("{} of {} units give rank {} no block of {}", what, n, r, u));
+    if (p.n() == 0) refuse(fmt::format("{} of {} units give rank {} no block of {}{}", what, n, r, u, hint));
     return p;
   };
   const bool dense = std::any_of(w.layers.begin(), w.layers.end(), [](const LayerWeights& L) { return L.w_down.data; });
@@ -108,8 +108,8 @@ TpSplit shard_weights(const TpShard& s, const std::string& name, HParams& h, Wei
   if (ep && h.n_expert < N) refuse(fmt::format("{} experts leave a rank none (--enable-expert-parallel)", h.n_expert));
   const Range own{int64_t(h.n_expert) * r / N, int64_t(h.n_expert) * (r + 1) / N};  // expert parallel: this rank's experts
   const Range f = dense ? ffn_part(h.n_ff, unit, "the FFN's hidden layer") : Range{};
-  const Range fe = experts && !ep ? ffn_part(h.n_ff_exp, unit_exp, "an expert's hidden layer (or give "
-                                                                      "--enable-expert-parallel)")
+  const Range fe = experts && !ep ? ffn_part(h.n_ff_exp, unit_exp, "an expert's hidden layer",
+                                             " (--enable-expert-parallel keeps experts whole)")
                                   : Range{0, h.n_ff_exp};
   const int64_t n_sh = int64_t(h.n_ff_exp) * h.n_expert_shared;  // the shared experts' width, as one SwiGLU
   const Range fs = n_sh > 0 ? ffn_part(n_sh, unit_sh, "the shared experts' hidden layer") : Range{};

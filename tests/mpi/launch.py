@@ -7,10 +7,11 @@
 starts `mpirun --oversubscribe --bind-to none -np N RIDGE ARGS' -t 1 SPLIT_FLAGS`, where
 SPLIT is N (tensor parallel), PP=N (pipeline stages) or TxP (both), and ARGS' is ARGS with
   - any -t/--threads dropped (the ranks share the machine's cores: one thread each);
-  - --kv-cache-memory and --swap-space divided by the number of ranks: they are each
-    rank's, and each rank holds 1/N of a token's K/V (its heads, or its layers), so the
-    pool and the swap space keep the blocks the one-process run of the same test has (its
-    preemptions, swaps and evictions too).
+  - --kv-cache-memory and --swap-space (as two arguments or FLAG=VALUE) divided by the
+    number of ranks: they are each rank's, and where a rank holds 1/N of a token's K/V
+    (its heads, or its layers: not a latent shared by every tensor-parallel rank, nor
+    KV heads fewer than the ranks, nor stages of unequal layers) the pool and the swap
+    space keep the blocks the one-process run of the same test has.
 
 It stands for the server's process: SIGTERM or SIGINT sent to it goes to rank 0 alone,
 which drains and then stops the other ranks (a signal to mpirun would end the job as
@@ -39,21 +40,40 @@ else:
 
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def divided(flag, value):
+    """flag's value for one of np_ ranks, in bytes."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)([a-zA-Z]*)", value)
+    unit = m.group(2).lower() if m else None
+    if unit == "" and flag == "--swap-space":
+        unit = "g"  # vLLM's flag: GB when bare
+    if unit not in UNITS:
+        sys.exit(f"launch.py: {flag} {value} is no size this launcher can divide")
+    n = int(float(m.group(1)) * UNITS[unit]) // np_
+    if n <= 0:
+        sys.exit(f"launch.py: {flag} {value} over {np_} ranks leaves each nothing")
+    return f"{n}B"
+
+
 out, i = [], 0
 while i < len(args):
     a = args[i]
     if a in ("-t", "--threads"):
         i += 2
         continue
+    if a.startswith(("-t=", "--threads=")):
+        i += 1
+        continue
     if a in ("--kv-cache-memory", "--swap-space") and i + 1 < len(args):
-        m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", args[i + 1])
-        unit = m.group(2).lower() if m else None
-        if unit == "" and a == "--swap-space":
-            unit = "g"  # vLLM's flag: GB when bare
-        if unit in UNITS:
-            out += [a, f"{int(float(m.group(1)) * UNITS[unit]) // np_}B"]
-            i += 2
-            continue
+        out += [a, divided(a, args[i + 1])]
+        i += 2
+        continue
+    if a.startswith(("--kv-cache-memory=", "--swap-space=")):
+        flag, value = a.split("=", 1)
+        out.append(f"{flag}={divided(flag, value)}")
+        i += 1
+        continue
     out.append(a)
     i += 1
 

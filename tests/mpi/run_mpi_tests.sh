@@ -144,8 +144,8 @@ done
 
 # Window layers' own pages through the stages (every stage's pages laid out alike): a
 # window of 16 that 6 prompts of 85 tokens outgrow, pages dropped as they go, in a pool
-# that holds about one of them at a time (144K: 6 blocks of 16 tokens at one process; a
-# stage's pages hold fewer layers, so its share of the same bytes holds more).
+# that holds about one of them at a time at one process (144K: 6 blocks of 16 tokens; a
+# stage's pages hold fewer layers, so the same bytes hold more there: less pressure).
 w="$tmp/gemma3-w16.gguf"
 "$RIDGE" mkmodel --preset gemma3-tiny --window 16 --dtype q8_0 --seed 1 -o "$w" >/dev/null 2>&1 || bad "mkmodel gemma3 window 16" failed
 gen 1 "$w" -f "$tmp/prompts.txt" -n 20 --max-num-batched-tokens 32 --kv-cache-memory 144K --dump-json "$tmp/one.json" \
@@ -251,6 +251,12 @@ expect_error "world 4, TP 2 x PP 3" "mpirun started 4 processes but --tensor-par
   "${MPI[@]}" -np 4 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 2 --pipeline-parallel-size 3
 expect_error "heads that do not split over 3 ranks" "attention heads do not split into 3" \
   "${MPI[@]}" -np 3 "$RIDGE" generate -m "$m" -p hi -n 2 -t 1 --tensor-parallel-size 3
+# Experts too narrow to cut over 4 ranks (64 hidden units, two q8_0 blocks): refused,
+# naming the way out; --enable-expert-parallel runs the same file (section 1), which
+# shows it keeps experts whole.
+"$RIDGE" mkmodel --arch qwen3moe --preset qwen3moe-tiny --dtype q8_0 --seed 1 -o "$tmp/qmoe.gguf" >/dev/null 2>&1
+expect_error "experts that do not cut over 4 ranks" "an expert's hidden layer of 64 units give rank 0 no block of 32 \(--enable-expert-parallel keeps experts whole\)" \
+  "${MPI[@]}" -np 4 "$RIDGE" generate -m "$tmp/qmoe.gguf" -p hi -n 2 -t 1 --tensor-parallel-size 4
 expect_error "a command that runs in one process" "mpirun started 2 processes, but info runs in one" \
   "${MPI[@]}" -np 2 "$RIDGE" info -m "$m"
 

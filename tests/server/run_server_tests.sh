@@ -71,8 +71,7 @@ tmp="$(mktemp -d /tmp/ridge-server-tests.XXXXXX)"
 declare -A PID PORT
 cleanup() {
   for name in "${!PID[@]}"; do
-    pkill -KILL -P "${PID[$name]}" 2>/dev/null  # a launcher's mpirun
-    kill -KILL "${PID[$name]}" 2>/dev/null
+    serve_kill "${PID[$name]}"  # with a launcher's mpirun and ranks
   done
   rm -rf "$tmp"
 }
@@ -93,7 +92,7 @@ start_server() {
   if [ -z "$port" ]; then
     echo "server tests: the $name server did not start:"
     cat "$tmp/$name.err"
-    kill -KILL "$pid" 2>/dev/null
+    serve_kill "$pid"
     exit 1
   fi
   PID[$name]=$pid
@@ -116,7 +115,7 @@ wait_exit() {
   done
   if kill -0 "$pid" 2>/dev/null; then
     fail "$name server still running ${limit} s after $sig"
-    kill -KILL "$pid" 2>/dev/null
+    serve_kill "$pid"
     wait "$pid" 2>/dev/null
   else
     wait "$pid"
@@ -217,7 +216,7 @@ stop_server ds
 
 # Sliding windows through the server: gemma3's tiny (five window layers to a global one)
 # with a window of 16, so every request's window pages are dropped as it goes, in a
-# pool of 64 pages (a block is 6) where 16 concurrent requests preempt one another;
+# pool of 64 pages (a block is 6; at one process) where 16 concurrent requests preempt one another;
 # every request completes, preemptions show, and once idle no page is in use and the
 # engine's invariants (claims included) held at every check.
 "$RIDGE" mkmodel --preset gemma3-tiny --window 16 --dtype q8_0 -o "$tmp/g3.gguf" 2>/dev/null ||

@@ -4,6 +4,13 @@
 # was not listening after 30 s). RIDGE_SERVE_LAUNCH, when set, is a command that runs
 # the server for it (tests/mpi/launch.py SPLIT: split over MPI ranks), standing for the
 # server's process (signals, exit status).
+# serve_kill PID: SIGKILL to PID and every process under it (a launcher's mpirun and its
+# ranks: killing mpirun alone leaves the ranks running).
+serve_kill() {
+  local p
+  for p in $(pgrep -P "$1"); do serve_kill "$p"; done
+  kill -KILL "$1" 2>/dev/null
+}
 serve_start() {
   local err=$1 i
   shift

@@ -24,8 +24,7 @@ pid=""
 cleanup() {
   # The server holds its (unlinked) swap file open: it must be gone before the unmount.
   if [ -n "$pid" ]; then
-    pkill -KILL -P "$pid" 2>/dev/null  # a launcher's mpirun (serve_lib.sh RIDGE_SERVE_LAUNCH)
-    kill -KILL "$pid" 2>/dev/null
+    serve_kill "$pid"  # with a launcher's mpirun and ranks (serve_lib.sh)
     wait "$pid" 2>/dev/null
   fi
   if ((mounted)); then
@@ -60,7 +59,7 @@ if ((mounted)); then
   start reserve --kv-cache-memory 1M --preemption-mode swap --swap-space 64M --swap-dir "$tiny"
   if [ -n "$port" ]; then
     fail "a 64M swap space on a 2M filesystem: the server started (port $port)"
-    kill -KILL "$pid" 2>/dev/null
+    serve_kill "$pid"
     wait "$pid" 2>/dev/null
   else
     wait "$pid"
