@@ -3,7 +3,8 @@
 # under `mpirun --oversubscribe`, one thread each. A split is spelled N (tensor parallel),
 # PP=N (pipeline stages) or TxP (both).
 #   1. greedy tokens at TP 2 and 4, PP 2 (and 4) and TP 2 x PP 2 equal one process's, for
-#      every architecture in f32 and q8_0 (q4_0 for llama), mixtures of experts also with
+#      every architecture in f32 and q8_0 (q4_0 for llama; the other formats, K-quants
+#      among them, on tinyllama's layer shapes at TP 2), mixtures of experts also with
 #      whole experts per rank (--enable-expert-parallel), and for batched prompts
 #      through chunked prefill, the prefix cache, preemption (by recompute and by swap),
 #      window pages and speculation;
@@ -129,6 +130,25 @@ for spec in "llama tiny 2,4,PP=2,PP=4,2x2" "qwen2 tiny 2,4,PP=2" "qwen3 tiny 2,4
     done
   done
 done
+
+# The other weight formats at TP 2: tinyllama's layer shapes (one layer; a 512-token
+# vocabulary, so that the files are small), whose widths cut on whole 256-element
+# K-quant blocks, quantized from one f32 file.
+wide="$tmp/tl1.gguf"
+if [ -f ../shared/models/stories260K.gguf ] &&
+  "$RIDGE" mkmodel --preset tinyllama-1.1b --layers 1 --dtype f32 --seed 1 --vocab ../shared/models/stories260K.gguf \
+    -o "$wide" >/dev/null 2>&1; then
+  for t in f16 bf16 q5_0 q4_k q5_k q6_k mxfp4; do
+    "$RIDGE" quantize "$wide" "$tmp/tl1-$t.gguf" --type $t -t 2 >/dev/null 2>&1 || { bad "quantize tinyllama layer to $t" failed; continue; }
+    gen 1 "$tmp/tl1-$t.gguf" -p "hello world" -n 16 --dump-json "$tmp/one.json" >/dev/null 2>&1
+    gen 2 "$tmp/tl1-$t.gguf" -p "hello world" -n 16 --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
+    if why=$(same_tokens "$tmp/one.json" "$tmp/split.json" 0.1); then ok "tinyllama layer $t: TP 2 = one process ($why)"
+    else bad "tinyllama layer $t: TP 2" "$why $(head -c 300 "$tmp/err")"; fi
+    rm -f "$tmp/tl1-$t.gguf"
+  done
+  rm -f "$wide"
+elif [ "${CI:-}" = true ]; then bad "weight formats" "no ../shared/models/stories260K.gguf or mkmodel failed"
+else echo "SKIP  weight formats at TP 2 (../shared/models/stories260K.gguf is absent)"; fi
 
 # Batched prompts: chunked prefill (32-token steps), the prefix cache (shared openings) and
 # a pool small enough to preempt by recompute.
