@@ -133,7 +133,12 @@ std::span<const float> Forward::run(const Batch& b) {
   if (!pp_) return run_pass(b);
   validate(b);
   const PpStage& pp = m_.pp_stage();
-  const std::vector<Batch> parts = micro_batches(b, pp.size);
+  // Micro-batches: with M of them over P stages a step takes (M + P - 1) / M stage-times
+  // of its share, so more is better until a run is too short to keep a stage's matmuls
+  // busy (and each run reads the stage's weights again). At least P (a decode batch's
+  // few tokens: a run each stage can overlap), else runs of about 32 tokens, up to 4P.
+  const int64_t n_parts = std::clamp<int64_t>(int64_t(b.tokens.size()) / 32, pp.size, 4 * int64_t(pp.size));
+  const std::vector<Batch> parts = micro_batches(b, int32_t(n_parts));
   if (!pp.is_first() || grid_.tp_rank != 0) {
     for (const Batch& mb : parts) run_pass(mb);
     return {};

@@ -177,6 +177,22 @@ for n in PP=2 2x2; do
   else bad "6 prompts through window pages: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
 done
 
+# A long prompt in one step: the pipeline cuts it into up to 4 P micro-batches of about
+# 32 tokens (slices of one sequence, each writing the K/V the next reads).
+printf 'a long prompt of many words number %s and more\n' $(seq 1 30) | tr '\n' ' ' >"$tmp/long.txt"
+echo >>"$tmp/long.txt"
+gen 1 "$m" -f "$tmp/long.txt" -n 16 --dump-json "$tmp/one.json" >/dev/null 2>"$tmp/err1"
+for n in PP=2 2x2 PP=4; do
+  mm=$m
+  [ "$n" = PP=4 ] && mm="$tmp/llama-tiny-q8_0-4l.gguf" && "$RIDGE" mkmodel --arch llama --preset tiny --dtype q8_0 --seed 1 \
+    --layers 4 -o "$mm" >/dev/null 2>&1 && gen 1 "$mm" -f "$tmp/long.txt" -n 16 --dump-json "$tmp/one4.json" >/dev/null 2>&1
+  gen "$n" "$mm" -f "$tmp/long.txt" -n 16 --dump-json "$tmp/split.json" >/dev/null 2>"$tmp/err"
+  ref="$tmp/one.json"
+  [ "$n" = PP=4 ] && ref="$tmp/one4.json"
+  if why=$(same_tokens "$ref" "$tmp/split.json" 0.1); then ok "a long prompt in micro-batches: $(split_name "$n") = one process ($why)"
+  else bad "a long prompt in micro-batches: $n" "$why $(head -c 300 "$tmp/err" "$tmp/err1")"; fi
+done
+
 # --kv-cache-memory is each rank's: at TP 2 a rank holds half of each token's K/V (one of
 # two KV heads), at PP 2 half too (two of four layers), so half the bytes make the same
 # 160-token pool (six prompts of 85 tokens preempt in it).
