@@ -43,6 +43,7 @@ CpuFeatures detect() {
   f.avx512fp16 = (d & (1u << 23)) && zmm_os;  // CPUID.(7,0):EDX[23]
   // AMX-TILE EDX[24], AMX-INT8 EDX[25]; XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA).
   f.amx_int8 = (d & (1u << 24)) && (d & (1u << 25)) && (xcr0 & (3ull << 17)) == (3ull << 17);
+  f.amx_bf16 = (d & (1u << 24)) && (d & (1u << 22)) && (xcr0 & (3ull << 17)) == (3ull << 17);  // AMX-BF16 EDX[22]
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512bf16 = (a & (1u << 5)) && zmm_os;
   f.avxvnni = (a & (1u << 4)) && ymm_os;
@@ -187,5 +188,10 @@ bool amx_active() {
 }
 
 void set_amx(bool on) { g_amx.store(on ? 1 : 0); }
+
+bool amx_bf16_active() {
+  const auto& f = cpu_features();
+  return f.amx_bf16 && f.avx512bf16 && f.avx512vbmi && amx_active();
+}
 
 }  // namespace ridge

@@ -12,6 +12,7 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false, avx512vbmi = false;
   bool amx_int8 = false;  // AMX-TILE and AMX-INT8, with the tile state enabled by the OS (XCR0)
+  bool amx_bf16 = false;  // AMX-BF16 besides (with the tile state)
 };
 
 const CpuFeatures& cpu_features();
@@ -43,5 +44,8 @@ bool amx_supported();   // CPU + OS + permission, whatever RIDGE_ISA / RIDGE_AMX
 bool amx_active();      // amx_supported() and the AVX-512 path active and not turned off
 void check_amx_env();   // reads RIDGE_AMX now: a bad value is this call's error (main)
 void set_amx(bool on);  // tests
+// The FP8 KV caches' attention on the tiles (kernels/cpu/attention_avx512.cpp): amx_active()
+// and AMX-BF16, AVX512-BF16 and VBMI besides (every CPU with AMX-BF16 has the two).
+bool amx_bf16_active();
 
 }  // namespace ridge

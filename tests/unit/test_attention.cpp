@@ -22,6 +22,11 @@
 // bound); the quantized reference checks within that bound plus kTol, and a case with
 // every weight exact (equal scores, equal value scales) checks the integer path's
 // positions, blocks, chunks and dimensions within kTol alone.
+//
+// FP8 caches on AMX-BF16 tiles (attention_avx512.cpp, where the CPU has them) multiply
+// bf16 parts of the f32 operands: a query row in three (exact), the probabilities in
+// two (each within 2^-17 of itself), by the codes' exact bf16 values, summing in f32:
+// kTol holds as for the f32 paths. Those cases run with the tiles and without.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,8 +63,35 @@ std::vector<Isa> isas() {
 
 struct IsaGuard {
   Isa saved = active_isa();
-  ~IsaGuard() { set_isa(saved); }
+  bool amx = amx_active();
+  ~IsaGuard() { set_isa(saved), set_amx(amx); }
 };
+
+bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
+
+// The paths one case runs: every ISA, and AVX-512's FP8 arithmetic on AMX-BF16 tiles and
+// off them where the CPU has the tiles (attention_fp8_tiles).
+struct Path {
+  Isa isa;
+  bool tiles;
+  std::string name() const { return std::string(isa_name(isa)) + (tiles ? "+tiles" : ""); }
+};
+std::vector<Path> paths(DType t) {
+  std::vector<Path> v;
+  for (Isa isa : isas()) {
+    v.push_back({isa, false});
+    if (isa == Isa::Avx512 && is_fp8(t) && cpu_features().amx_bf16 && amx_supported()) v.push_back({isa, true});
+  }
+  return v;
+}
+// Selects p; with tiles, checks that the case's layout takes them (else the case would
+// test the f32 path twice).
+void use_path(const Path& p, const KVLayout& l) {
+  set_isa(p.isa);
+  set_amx(p.tiles);
+  const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0;
+  ASSERT_EQ(detail::attention_fp8_tiles(l), p.tiles && shape) << p.name();
+}
 
 // A cache of 2 layers x 3 KV heads with random K/V at the positions a sequence of n_ctx
 // tokens owns, through a shuffled (non-contiguous) block table, and NaN everywhere else:
@@ -297,9 +329,10 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
 
   IsaGuard guard;
   std::vector<float> scalar_out;
-  for (Isa isa : isas()) {
-    set_isa(isa);
-    const std::string where = name + " isa=" + std::string(isa_name(isa));
+  for (const Path& path : paths(t)) {
+    const Isa isa = path.isa;
+    use_path(path, st.l);
+    const std::string where = name + " isa=" + path.name();
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
     const bool q8 = t == DType::I8 && isa == Isa::Avx512;
@@ -467,6 +500,24 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
       for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
         for (int32_t n_ctx : {1, 23, 97, bs > 97 ? bs + 40 : 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// The FP8 tile path's own shapes: blocks of 16 to 128 slots (a tile of one block with 8
+// groups of keys: two units of 4 C tiles), dk != dv, values of 32 dimensions and of 160
+// (units of 4 dimension groups and a part), row units past 16, windows and sinks.
+TEST(Attention, Fp8TilesShapes) {
+  if (!cpu_features().amx_bf16 || !amx_supported())
+    GTEST_SKIP() << "this CPU has no AMX-BF16: the FP8 tile path is not exercised here (its f32 path is, above)";
+  double worst = 0;
+  for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
+    for (int32_t bs : {16, 32, 64, 128})
+      for (auto [dk, dv] : {std::pair{64, 64}, std::pair{128, 32}, std::pair{32, 160}})
+        for (int32_t n_ctx : {1, 33, 130}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
+    for (int32_t n_q : {16, 17, 40}) check_case(t, 64, 64, 16, 90, n_q, &worst);
+    check_case(t, 64, 64, 16, 100, 4, &worst, 40, true);
+    check_case(t, 128, 128, 64, 300, 8, &worst, 70);
+  }
+  std::printf("[Attention] fp8 tiles: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
 // Group sizes past what one SIMD kernel takes at once (8 rows of scores and of P.V, 16

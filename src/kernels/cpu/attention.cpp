@@ -38,8 +38,30 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size);
-  return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 +
+  const int64_t fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;
+  return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + fp8 +
          values_from_keys_floats(l);
+}
+
+bool detail::attention_fp8_tiles(const KVLayout& l) {
+  return (l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2) && !l.v_in_k && l.block_size % 16 == 0 &&
+         l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 &&
+         amx_bf16_active();
+}
+
+// The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
+//   queries [n_q][3][dk] bf16         each row's three parts
+//   codes   max(4 groups of [dk / 2][16][2], [lanes / 32][dv / 16][16][2][16]) bf16
+//                                     a tile's K of 4 groups of keys, or a head's V, in tile rows
+//   probs   [16][2][lanes] bf16       a head's rows' probabilities, two parts
+//   sums    [4][16][16] f32           the C tiles stored
+// lanes: the tile's score lanes rounded up to 32 (one tile row per pair of keys).
+int64_t detail::fp8_tiles_bytes(const KVLayout& l, int32_t n_q) {
+  const auto up64 = [](int64_t b) { return (b + 63) / 64 * 64; };
+  const int64_t lanes = (detail::attention_tile_lanes(l.block_size) + 31) / 32 * 32;
+  const int64_t dk = l.head_dim_k, dv = l.head_dim_v;
+  return 64 + up64(int64_t(n_q) * 3 * dk * 2) + up64(std::max(4 * dk * 32, lanes * dv * 2)) + 16 * 2 * lanes * 2 +
+         4 * 16 * 64;
 }
 
 bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa::Avx512 && !l.scaled(); }
@@ -190,6 +212,11 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
   }
   if (isa == Isa::Avx512) {
+    if (detail::attention_fp8_tiles(l)) {
+      const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
+                         (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
+      v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
+    }
     v.n_heads = n_heads;
     v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
     v.sinks = a.sinks;

@@ -113,7 +113,17 @@ struct AttnView {
   // read, earlier keys of its block get probability 0.
   int32_t first = 0;
   const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
+  // FP8 dtypes on AMX-BF16 (attention_fp8_tiles): that path's scratch, 64-byte aligned;
+  // null: the f32 arithmetic.
+  uint8_t* tiles = nullptr;
 };
+
+// Whether an FP8 cache's AVX-512 attention runs its dots on AMX-BF16 tiles (core/cpu.h
+// amx_bf16_active): blocks of a multiple of 16 slots, head dimensions of a multiple of
+// 32, values in their own tiles. Then scratch holds fp8_tiles_bytes more
+// (attention_scratch_floats counts them). Whatever the rows of a call (units of 16).
+bool attention_fp8_tiles(const KVLayout& l);
+int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute
 // positions, of about kTileKeys keys (max(1, kTileKeys / block_size) blocks), so the

@@ -31,6 +31,7 @@
 #include "kernels/cpu/gemm_avx512_common.h"
 #include "kernels/cpu/gemm_formats.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cpu/tiles.h"
 
 namespace ridge::kernels::detail {
 namespace {
@@ -40,14 +41,6 @@ namespace {
 //   tmm0, tmm1  A of blocks 2j, 2j + 1   (R rows x 32 bytes)
 //   tmm2, tmm3  B of the same            (8 x 64 bytes)
 //   tmm4, tmm5  C of the same            (R x 64 bytes)
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
 constexpr TileConfig tile_config(int r) {
   TileConfig c;
   for (int t : {0, 1}) c.rows[t] = uint8_t(r), c.colsb[t] = 32;
@@ -64,17 +57,8 @@ constexpr auto tile_configs(std::integer_sequence<int, Rs...>) {
 }
 alignas(64) constexpr auto kTileConfigs = tile_configs(std::make_integer_sequence<int, 17>{});
 
-// The thread's tiles shaped for R rows. The configuration stays loaded between calls:
-// releasing the tiles after each call (TILERELEASE) took microseconds on the machine
-// measured, and a thread holding its tile state costs only a larger save at a context
-// switch. This file is ridge's only user of the tiles: `shaped` is right only while
-// nothing else on the thread loads a configuration or releases the tiles.
-inline void use_tiles(int r) {
-  thread_local int shaped = 0;
-  if (shaped == r) return;
-  _tile_loadconfig(&kTileConfigs[size_t(r)]);
-  shaped = r;
-}
+// The thread's tiles shaped for R rows (tiles.h: loaded only when another is in place).
+inline void use_tiles(int r) { use_tile_config(kTileConfigs[size_t(r)]); }
 
 // Blocks of signed codes made per chunk: 16 KiB, in L1 while every row group of the call
 // passes over them.
