@@ -76,11 +76,17 @@ struct Path {
   bool tiles;
   std::string name() const { return std::string(isa_name(isa)) + (tiles ? "+tiles" : ""); }
 };
+// The CPU has what attention_fp8_tiles asks for (core/cpu.h amx_bf16_active, whatever
+// RIDGE_AMX says).
+bool fp8_tiles_here() {
+  const CpuFeatures& f = cpu_features();
+  return f.amx_bf16 && f.avx512bf16 && f.avx512vbmi && amx_supported() && best_isa() == Isa::Avx512;
+}
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
     v.push_back({isa, false});
-    if (isa == Isa::Avx512 && is_fp8(t) && cpu_features().amx_bf16 && amx_supported()) v.push_back({isa, true});
+    if (isa == Isa::Avx512 && is_fp8(t) && fp8_tiles_here()) v.push_back({isa, true});
   }
   return v;
 }
@@ -506,8 +512,8 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
 // groups of keys: two units of 4 C tiles), dk != dv, values of 32 dimensions and of 160
 // (units of 4 dimension groups and a part), row units past 16, windows and sinks.
 TEST(Attention, Fp8TilesShapes) {
-  if (!cpu_features().amx_bf16 || !amx_supported())
-    GTEST_SKIP() << "this CPU has no AMX-BF16: the FP8 tile path is not exercised here (its f32 path is, above)";
+  if (!fp8_tiles_here())
+    GTEST_SKIP() << "this CPU has no AMX-BF16 (with AVX512-BF16 and VBMI): the FP8 tile path is not exercised here (its f32 path is, above)";
   double worst = 0;
   for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
     for (int32_t bs : {16, 32, 64, 128})

@@ -27,8 +27,6 @@
 // row's bits depend on how many rows share the call, or which (the tests compare bits).
 #include <immintrin.h>
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
 #include <type_traits>
 #include <utility>

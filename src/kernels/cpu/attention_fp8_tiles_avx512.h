@@ -4,10 +4,7 @@
 #pragma once
 #include <immintrin.h>
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <utility>
 
 #include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/tiles.h"
@@ -36,12 +33,16 @@ constexpr TileConfig fp8_tile_config(int r) {
   for (int t = 0; t < 8; ++t) c.rows[t] = uint8_t(t == 3 ? 16 : r), c.colsb[t] = 64;
   return c;
 }
-template <int... Rs>
-constexpr auto fp8_tile_configs(std::integer_sequence<int, Rs...>) {
-  return std::array<TileConfig, sizeof...(Rs)>{fp8_tile_config(Rs)...};
+// A plain array (no std::array: no inline function of a baseline header here).
+struct Fp8TileConfigs {
+  TileConfig c[17];
+};
+constexpr Fp8TileConfigs make_fp8_tile_configs() {
+  Fp8TileConfigs t{};
+  for (int r = 0; r <= 16; ++r) t.c[r] = fp8_tile_config(r);
+  return t;
 }
-// In memory, not on the stack (gemm_amx.cpp says why); index R = rows, 1..16.
-alignas(64) constexpr auto kFp8TileConfigs = fp8_tile_configs(std::make_integer_sequence<int, 17>{});
+alignas(64) constexpr Fp8TileConfigs kFp8TileConfigs = make_fp8_tile_configs();
 
 // bf16 bits of a code's magnitude (7 bits), exact; the NaN codes give a quiet NaN.
 constexpr uint16_t e4m3_bf16(int c) {
@@ -202,7 +203,8 @@ struct Fp8Tiles {
     const int64_t lanes = (attention_tile_lanes(a.block_size) + 31) / 32 * 32;
     q = a.tiles;
     codes = q + up64(int64_t(n_q) * 3 * a.dk * 2);
-    probs = codes + up64(std::max<int64_t>(4 * int64_t(a.dk) * 32, lanes * a.dv * 2));
+    const int64_t kb = 4 * int64_t(a.dk) * 32, vb = lanes * a.dv * 2;
+    probs = codes + up64(kb > vb ? kb : vb);
     sums = reinterpret_cast<float*>(probs + 16 * 2 * lanes * 2);
   }
 };
@@ -244,7 +246,7 @@ FP8_TILES_TARGET void fp8_tiles_scores(const AttnView& a, const Fp8Tiles& ft, in
   };
   const auto issue = [&](int32_t u, int32_t r, int32_t R) {  // rows [r, r + R) of the head's
     const uint8_t* b = ft.codes + 0;
-    use_tile_config(kFp8TileConfigs[size_t(R)]);
+    use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(groups(u), dk / 32, 3, ft.q + int64_t((u / nb) * grp + lo + r) * 3 * dk * 2, int64_t(dk) * 2,
                int64_t(3) * dk * 2, [&](int i, int32_t kc) { return b + i * gbytes + kc * 1024; });
   };
@@ -329,7 +331,7 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
   };
   const auto issue = [&](int32_t dg0, int32_t R) {
     const uint8_t* codes = ft.codes + 0;
-    use_tile_config(kFp8TileConfigs[size_t(R)]);
+    use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(ndg - dg0 < 4 ? ndg - dg0 : 4, lp / 32, 2, ft.probs + 0, int64_t(lp) * 2,
                int64_t(2) * lp * 2, [&](int i, int32_t kc) { return codes + (int64_t(kc) * ndg + dg0 + i) * 16 * 64; });
   };
