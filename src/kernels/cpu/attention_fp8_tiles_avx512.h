@@ -295,7 +295,23 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
     const auto row_at = [&](int32_t lane) { return codes + ((int64_t(lane / 32) * ndg) * 16 + (lane % 32) / 2) * 64; };
     const int64_t voff = h * a.v_head_stride;
     Prefetcher::Cursor c = pf.cur;
-    for (int32_t b = 0; b < tl.n_blocks; ++b)
+    for (int32_t b = 0; b < tl.n_blocks; ++b) {
+      if (tl.v[b] && tl.keys[b] == bs && b * bs >= tl.live) {  // every key: no masks
+        const uint8_t* vb = tl.v[b] + voff;
+        for (int32_t j = 0; j < bs; j += 2) {
+          const uint8_t* v0 = vb + int64_t(j) * dv;
+          uint8_t* dst = row_at(b * bs + j);
+          for (int32_t d0 = 0; d0 < dv; d0 += 64) {
+            pf.step(c), pf.step(c);
+            const __mmask64 w = dv - d0 >= 64 ? ~__mmask64(0) : (__mmask64(1) << (dv - d0)) - 1;  // dv % 32 == 0
+            const __m512i x = _mm512_maskz_loadu_epi8(w, v0 + d0), y = _mm512_maskz_loadu_epi8(w, v0 + dv + d0);
+            uint8_t* o = dst + (d0 / 16) * 1024;
+            codes_to_bf16(lut, _mm512_permutex2var_epi8(x, vidx, y), o, o + 1024);
+            if (dv - d0 > 32) codes_to_bf16(lut, _mm512_permutex2var_epi8(x, vidx2, y), o + 2048, o + 3072);
+          }
+        }
+        continue;
+      }
       for (int32_t j = 0; j < bs; j += 2) {
         const int32_t lane = b * bs + j;
         const bool k0 = tl.v[b] && j < tl.keys[b] && lane >= tl.live, k1 = tl.v[b] && j + 1 < tl.keys[b] && lane + 1 >= tl.live;
@@ -315,6 +331,7 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
           if (dv - d0 > 32) codes_to_bf16(lut, _mm512_permutex2var_epi8(x, vidx2, y), o + 2048, o + 3072);
         }
       }
+    }
     for (int32_t lane = lanes; lane < lp; lane += 2)
       for (int32_t dg = 0; dg < ndg; ++dg) _mm512_store_si512(row_at(lane) + dg * 1024, _mm512_setzero_si512());
     pf.cur = c;
