@@ -15,7 +15,7 @@ namespace {
 // FP8 K/V with the dots on AMX-BF16 tiles (AttnView::tiles; attention_fp8_tiles says when).
 // Why: with 8 query rows per KV head every FP8 code decoded feeds 8 f32 FMAs, twice the
 // arithmetic per cache byte of an f16 cache, and the E4M3 decode besides, so the f32 path
-// above runs at a fraction of the DRAM rate. Here each tile's codes are converted once to
+// (attention_avx512.cpp) runs at a fraction of the DRAM rate. Here each tile's codes are converted once to
 // bf16 (exact: every E4M3 and E5M2 value is a bf16 value; two vpermi2b lookups by the
 // code's magnitude bits, the sign ORed in), laid out as the tiles' pair rows, and the f32
 // operands are split into bf16 parts that sum to them: a query row into three (all 24
@@ -26,7 +26,7 @@ namespace {
 // Tiles: tmm0-2 A (a query's three parts, or a probability row's two), tmm3 B (16 pair
 // rows of 64 bytes: 32 dimensions of 16 keys, or 32 keys of 16 value dimensions), tmm4-7
 // C (R rows x 16 f32: 4 groups of 16 keys, or 4 groups of 16 value dimensions).
-#define FP8_TILES_TARGET __attribute__((target("avx512vbmi,avx512bf16")))
+#define FP8_TILES_TARGET __attribute__((target("avx512vbmi,avx512bf16,amx-tile,amx-bf16")))
 
 constexpr TileConfig fp8_tile_config(int r) {
   TileConfig c;
@@ -146,7 +146,7 @@ FP8_TILES_TARGET void fp8_tiles_queries(const float* q, int64_t ldq, int32_t n_q
 #define FP8_ZERO(t) _tile_zero(t)
 // C_i += A_P x B_B, i = 0..3 for tmm4..7.
 #define FP8_DP_FN(P, B)                                 \
-  ATTN_INLINE void fp8_dp_##P##_##B(int i) {            \
+  FP8_TILES_TARGET ATTN_INLINE void fp8_dp_##P##_##B(int i) { \
     switch (i) {                                        \
       case 0: _tile_dpbf16ps(4, P, B); break;           \
       case 1: _tile_dpbf16ps(5, P, B); break;           \
@@ -163,7 +163,7 @@ FP8_DP_FN(2, 3)
 // reduction chunk kc; the first A part's rows of chunk kc at a + 64 kc, the next parts
 // a_part bytes on, rows a_stride apart. tile_store then puts them in c[i][R][16].
 template <class BAt>
-ATTN_INLINE void tile_issue(int n, int32_t n_kc, int parts, const uint8_t* a, int64_t a_part, int64_t a_stride,
+FP8_TILES_TARGET ATTN_INLINE void tile_issue(int n, int32_t n_kc, int parts, const uint8_t* a, int64_t a_part, int64_t a_stride,
                             BAt&& b) {
   asm volatile("" ::: "memory");  // the operands' stores before the tile loads (no memory operands)
   for (int i = 0; i < n; ++i) FP8_TILE_C(i, FP8_ZERO);
@@ -180,7 +180,7 @@ ATTN_INLINE void tile_issue(int n, int32_t n_kc, int parts, const uint8_t* a, in
   }
   asm volatile("" ::: "memory");
 }
-ATTN_INLINE void tile_store(int n, float* c, int32_t R) {
+FP8_TILES_TARGET ATTN_INLINE void tile_store(int n, float* c, int32_t R) {
   asm volatile("" ::: "memory");
   for (int i = 0; i < n; ++i) {
     float* ci = c + i * R * 16;
@@ -228,7 +228,7 @@ FP8_TILES_TARGET void fp8_tiles_scores(const AttnView& a, const Fp8Tiles& ft, in
     Prefetcher::Cursor c = pf.cur;
     for (int i = 0; i < n; ++i) {
       const uint8_t* k = gr[g0 + i].k + koff;
-      uint8_t* out = ft.codes + 0 + i * gbytes;
+      uint8_t* out = ft.codes + i * gbytes;
       for (int32_t d = 0; d < dk; d += 4) {  // dimensions d..d+3: pair rows d / 2, d / 2 + 1
         pf.step(c);
         __m512i raw;
@@ -244,13 +244,13 @@ FP8_TILES_TARGET void fp8_tiles_scores(const AttnView& a, const Fp8Tiles& ft, in
     }
     pf.cur = c;
   };
-  const auto issue = [&](int32_t u, int32_t r, int32_t R) {  // rows [r, r + R) of the head's
-    const uint8_t* b = ft.codes + 0;
+  const auto issue = [&](int32_t u, int32_t r, int32_t R) FP8_TILES_TARGET {  // rows [r, r + R) of the head's
+    const uint8_t* b = ft.codes;
     use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(groups(u), dk / 32, 3, ft.q + int64_t((u / nb) * grp + lo + r) * 3 * dk * 2, int64_t(dk) * 2,
                int64_t(3) * dk * 2, [&](int i, int32_t kc) { return b + i * gbytes + kc * 1024; });
   };
-  const auto finish = [&](int32_t u, int32_t r, int32_t R) {
+  const auto finish = [&](int32_t u, int32_t r, int32_t R) FP8_TILES_TARGET {
     float* sums = ft.sums;
     const int32_t g0 = (u % nb) * 4, n = groups(u);
     const int64_t koff = (u / nb) * a.k_head_stride;
@@ -291,7 +291,7 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
   // Head h's V: pair row of keys (lane, lane + 1) for dimension group dg at
   // codes[lane / 32][dg][(lane % 32) / 2].
   const auto values = [&](int32_t h) FP8_TILES_TARGET {
-    uint8_t* codes = ft.codes + 0;
+    uint8_t* codes = ft.codes;
     const auto row_at = [&](int32_t lane) { return codes + ((int64_t(lane / 32) * ndg) * 16 + (lane % 32) / 2) * 64; };
     const int64_t voff = h * a.v_head_stride;
     Prefetcher::Cursor c = pf.cur;
@@ -338,7 +338,7 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
   };
   // Rows [r, r + R) of head h's probabilities in two parts: probs[R][2][lp].
   const auto probs = [&](int32_t h, int32_t r, int32_t R) FP8_TILES_TARGET {
-    uint8_t* pb = ft.probs + 0;
+    uint8_t* pb = ft.probs;
     for (int32_t x = 0; x < R; ++x) {
       const float* pr = sc + int64_t(h * grp + lo + r + x) * lds;
       for (int32_t l0 = 0; l0 < lp; l0 += 32)
@@ -346,13 +346,13 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
                       pb + (int64_t(x) * 2 * lp + l0) * 2, int64_t(lp) * 2);
     }
   };
-  const auto issue = [&](int32_t dg0, int32_t R) {
-    const uint8_t* codes = ft.codes + 0;
+  const auto issue = [&](int32_t dg0, int32_t R) FP8_TILES_TARGET {
+    const uint8_t* codes = ft.codes;
     use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(ndg - dg0 < 4 ? ndg - dg0 : 4, lp / 32, 2, ft.probs + 0, int64_t(lp) * 2,
                int64_t(2) * lp * 2, [&](int i, int32_t kc) { return codes + (int64_t(kc) * ndg + dg0 + i) * 16 * 64; });
   };
-  const auto finish = [&](int32_t h, int32_t dg0, int32_t r, int32_t R) {
+  const auto finish = [&](int32_t h, int32_t dg0, int32_t r, int32_t R) FP8_TILES_TARGET {
     const int n = ndg - dg0 < 4 ? ndg - dg0 : 4;
     float* sums = ft.sums;
     tile_store(n, sums, R);
