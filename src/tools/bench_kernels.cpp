@@ -240,7 +240,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
     const auto c0 = std::chrono::steady_clock::now();
     step();
     times.push_back(seconds_since(c0));
-    if (times.size() >= 1000) break;
+    if (times.size() >= 100000) break;
   }
   KernelResult r;
   r.kernel = "attention";
