@@ -26,7 +26,12 @@
 // FP8 caches on AMX-BF16 tiles (attention_avx512.cpp, where the CPU has them) multiply
 // bf16 parts of the f32 operands: a query row in three (exact), the probabilities in
 // two (each within 2^-17 of itself), by the codes' exact bf16 values, summing in f32:
-// kTol holds as for the f32 paths. Those cases run with the tiles and without.
+// kTol holds as for the f32 paths. On AVX512-BF16 vectors (Fp8Dots::Bf16) the query and
+// the weights (probability x value scale) are each rounded to bf16 once: against a
+// reference fed the query rounded as the kernel rounds it, kTol holds past the weights'
+// rounding, which moves output element d by at most 2^-8 x sum_j p_j |v_jd| / sum_j p_j
+// (bf16_weight_bound); against the f32 paths the query's rounding shows as int8's does
+// (kTolQ8). Those cases run on every FP8 way the CPU has, and on the f32 one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,39 +69,59 @@ std::vector<Isa> isas() {
 struct IsaGuard {
   Isa saved = active_isa();
   bool amx = amx_active();
-  ~IsaGuard() { set_isa(saved), set_amx(amx); }
+  Fp8Path fp8 = fp8_path();
+  ~IsaGuard() { set_isa(saved), set_amx(amx), set_fp8_path(fp8); }
 };
 
 bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
 
-// The paths one case runs: every ISA, and AVX-512's FP8 arithmetic on AMX-BF16 tiles and
-// off them where the CPU has the tiles (attention_fp8_tiles).
+// The paths one case runs: every ISA, and on AVX-512 each way of an FP8 cache's
+// arithmetic the CPU has (attention_fp8_dots): f32, AMX-BF16 tiles, AVX512-BF16 vectors.
+using detail::Fp8Dots;
 struct Path {
   Isa isa;
-  bool tiles;
-  std::string name() const { return std::string(isa_name(isa)) + (tiles ? "+tiles" : ""); }
+  Fp8Dots dots = Fp8Dots::F32;
+  std::string name() const {
+    return std::string(isa_name(isa)) + (dots == Fp8Dots::Amx ? "+tiles" : dots == Fp8Dots::Bf16 ? "+bf16" : "");
+  }
 };
-// The CPU has what attention_fp8_tiles asks for (core/cpu.h amx_bf16_active, whatever
-// RIDGE_AMX says).
+// The CPU has what attention_fp8_dots asks for each bf16 way (core/cpu.h amx_bf16_active
+// and fp8_bf16_available, whatever RIDGE_AMX and RIDGE_FP8_PATH say).
 bool fp8_tiles_here() {
   const CpuFeatures& f = cpu_features();
   return f.amx_bf16 && f.avx512bf16 && f.avx512vbmi && amx_supported() && best_isa() == Isa::Avx512;
 }
+bool fp8_bf16_here() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512bf16 && f.avx512vbmi && best_isa() == Isa::Avx512;
+}
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
-    v.push_back({isa, false});
-    if (isa == Isa::Avx512 && is_fp8(t) && fp8_tiles_here()) v.push_back({isa, true});
+    v.push_back({isa, Fp8Dots::F32});
+    if (isa != Isa::Avx512 || !is_fp8(t)) continue;
+    if (fp8_tiles_here()) v.push_back({isa, Fp8Dots::Amx});
+    if (fp8_bf16_here()) v.push_back({isa, Fp8Dots::Bf16});
   }
   return v;
 }
-// Selects p; with tiles, checks that the case's layout takes them (else the case would
+// Selects p; with a bf16 way, checks that the case's layout takes it (else the case would
 // test the f32 path twice).
 void use_path(const Path& p, const KVLayout& l) {
   set_isa(p.isa);
-  set_amx(p.tiles);
+  set_amx(p.dots == Fp8Dots::Amx);
+  set_fp8_path(p.dots == Fp8Dots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
   const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0;
-  ASSERT_EQ(detail::attention_fp8_tiles(l), p.tiles && shape) << p.name();
+  ASSERT_EQ(detail::attention_fp8_dots(l), shape ? p.dots : Fp8Dots::F32) << p.name();
+}
+
+// x rounded to bf16 (nearest, ties to even), as vcvtne2ps2bf16 rounds a finite x.
+float bf16_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
 }
 
 // A cache of 2 layers x 3 KV heads with random K/V at the positions a sequence of n_ctx
@@ -259,6 +284,26 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
   return bound;
 }
 
+// The bf16 way's rounding of a row's weights (Fp8Dots::Bf16): each w_j = p_j x sv_j to
+// bf16, within 2^-8 of itself, so output element d moves by at most 2^-8 x sum_j p_j
+// |v_jd| over the sum of the p_j. Per element, for a row q as the kernel scores it.
+std::vector<double> bf16_weight_bound(const Cache& st, const float* q, float scale, double sink = -INFINITY) {
+  const int32_t dv = st.l.head_dim_v;
+  std::vector<double> bound(size_t(dv), 0.0);
+  double mx = 0, sum = 0;
+  const std::vector<double> s = scores_of(st, q, scale, &mx);
+  mx = std::max(mx, sink);
+  sum = std::exp(sink - mx);
+  for (int32_t p = st.lo(); p < st.n_ctx; ++p) {
+    const double e = std::exp(s[size_t(p)] - mx);
+    sum += e;
+    const std::vector<float> v = st.row(false, p);
+    for (int32_t d = 0; d < dv; ++d) bound[size_t(d)] += e * std::fabs(v[size_t(d)]) / 256;
+  }
+  for (auto& b : bound) b /= sum;
+  return bound;
+}
+
 double v_scale(const Cache& st) {
   double m = 0;
   for (int32_t p = st.lo(); p < st.n_ctx; ++p)
@@ -316,7 +361,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
   for (int32_t i = 0; i < n_q; ++i)
     for (int32_t d = 0; d < dk; ++d) q[size_t(i * ldq + d)] = g(rng) * (1.f + 0.5f * float(i));
 
-  std::vector<std::vector<double>> ref, ref_q8, bound_q8;
+  std::vector<std::vector<double>> ref, ref_q8, bound_q8, ref_b16, bound_b16;
   for (int32_t i = 0; i < n_q; ++i)
     ref.push_back(reference(st, q.data() + i * ldq, scale, st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)])));
   // The rows as the AVX-512 int8-key path quantizes them.
@@ -331,6 +376,14 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     ref_q8.push_back(reference(st, xq.data(), scale, sink));
     bound_q8.push_back(i8_weight_bound(st, xq.data(), scale, sink));
   }
+  // The rows as the AVX512-BF16 FP8 way rounds them.
+  for (int32_t i = 0; i < n_q && is_fp8(t) && fp8_bf16_here(); ++i) {
+    std::vector<float> xb(static_cast<size_t>(dk));
+    for (int32_t d = 0; d < dk; ++d) xb[size_t(d)] = bf16_round(q[size_t(i * ldq + d)]);
+    const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
+    ref_b16.push_back(reference(st, xb.data(), scale, sink));
+    bound_b16.push_back(bf16_weight_bound(st, xb.data(), scale, sink));
+  }
   const double vs = v_scale(st);
 
   IsaGuard guard;
@@ -341,8 +394,10 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const std::string where = name + " isa=" + path.name();
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
-    const bool q8 = t == DType::I8 && isa == Isa::Avx512;
-    const auto& want = q8 ? ref_q8 : ref;
+    const bool b16 = path.dots == Fp8Dots::Bf16 && detail::attention_fp8_dots(st.l) == Fp8Dots::Bf16;
+    const bool q8 = (t == DType::I8 && isa == Isa::Avx512) || b16;  // the query rounded
+    const auto& want = b16 ? ref_b16 : q8 ? ref_q8 : ref;
+    const auto& bound = b16 ? bound_b16 : bound_q8;
     double err = 0;
     for (int32_t i = 0; i < n_q; ++i) {
       for (int32_t d = 0; d < dv; ++d) {
@@ -351,7 +406,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
                                               << " differs between the grouped call and the row alone: " << a
                                               << " vs " << b;
         // The int8 path's error past its weights' rounding (1.01: f32 against double).
-        const double rounding = q8 ? 1.01 * bound_q8[size_t(i)][size_t(d)] : 0.0;
+        const double rounding = q8 ? 1.01 * bound[size_t(i)][size_t(d)] : 0.0;
         const double e = std::max(0.0, std::fabs(double(a) - want[size_t(i)][size_t(d)]) - rounding) / vs;
         ASSERT_FALSE(std::isnan(a)) << where << ": row " << i << " col " << d << " is NaN";
         err = std::max(err, e);
@@ -508,12 +563,12 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
-// The FP8 tile path's own shapes: blocks of 16 to 128 slots (a tile of one block with 8
+// The FP8 bf16 ways' own shapes (tiles and vectors): blocks of 16 to 128 slots (a tile of one block with 8
 // groups of keys: two units of 4 C tiles), dk != dv, values of 32 dimensions and of 160
 // (units of 4 dimension groups and a part), row units past 16, windows and sinks.
 TEST(Attention, Fp8TilesShapes) {
-  if (!fp8_tiles_here())
-    GTEST_SKIP() << "this CPU has no AMX-BF16 (with AVX512-BF16 and VBMI): the FP8 tile path is not exercised here (its f32 path is, above)";
+  if (!fp8_tiles_here() && !fp8_bf16_here())
+    GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16 with VBMI: the FP8 bf16 ways are not exercised here (the f32 path is, above)";
   double worst = 0;
   for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
     for (int32_t bs : {16, 32, 64, 128})

@@ -43,10 +43,12 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
          values_from_keys_floats(l);
 }
 
-bool detail::attention_fp8_tiles(const KVLayout& l) {
-  return (l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2) && !l.v_in_k && l.block_size % 16 == 0 &&
-         l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 &&
-         amx_bf16_active();
+detail::Fp8Dots detail::attention_fp8_dots(const KVLayout& l) {
+  const bool shape = (l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2) && !l.v_in_k && l.block_size % 16 == 0 &&
+                     l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
+  if (!shape) return Fp8Dots::F32;
+  if (amx_bf16_active()) return Fp8Dots::Amx;
+  return fp8_path() == Fp8Path::Bf16 ? Fp8Dots::Bf16 : Fp8Dots::F32;
 }
 
 // The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
@@ -212,7 +214,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
   }
   if (isa == Isa::Avx512) {
-    if (detail::attention_fp8_tiles(l)) {
+    if (const detail::Fp8Dots dots = detail::attention_fp8_dots(l); dots != detail::Fp8Dots::F32) {
+      v.tiles_amx = dots == detail::Fp8Dots::Amx;
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
                          (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
       v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));

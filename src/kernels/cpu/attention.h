@@ -113,16 +113,27 @@ struct AttnView {
   // read, earlier keys of its block get probability 0.
   int32_t first = 0;
   const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
-  // FP8 dtypes on AMX-BF16 (attention_fp8_tiles): that path's scratch, 64-byte aligned;
-  // null: the f32 arithmetic.
+  // FP8 dtypes with their codes as bf16 tile rows (attention_fp8_dots Amx or Bf16): that
+  // path's scratch, 64-byte aligned; null: the f32 arithmetic.
   uint8_t* tiles = nullptr;
+  bool tiles_amx = false;  // with tiles: the dots on AMX-BF16 (else AVX512-BF16 vectors)
 };
 
-// Whether an FP8 cache's AVX-512 attention runs its dots on AMX-BF16 tiles (core/cpu.h
-// amx_bf16_active): blocks of a multiple of 16 slots, head dimensions of a multiple of
-// 32, values in their own tiles. Then scratch holds fp8_tiles_bytes more
+// How an FP8 cache's AVX-512 attention multiplies. Both bf16 ways convert each tile's
+// codes once to their exact bf16 values, laid out as pairs (attention_fp8_tiles_avx512.h):
+//  - Amx: on AMX-BF16 tiles (core/cpu.h amx_bf16_active), the f32 query and probabilities
+//    split into bf16 parts that sum to them: the f32 path's results up to summation order.
+//  - Bf16: on AVX512-BF16 vectors (vdpbf16ps; core/cpu.h fp8_path() == Bf16, a CPU without
+//    the tiles), the query and the probabilities rounded to bf16 once, as the FP8 weights'
+//    bf16 path rounds activations: half the f32 path's multiply instructions. The
+//    rounding (2^-8 of each operand) is a few percent of what the E4M3 codes' own (2^-4)
+//    does to a score, and every row's result is still its own alone (batch invariance).
+//  - F32: codes converted to f32 and FMAs (any other shape, or neither unit).
+// The bf16 ways need blocks of a multiple of 16 slots, head dimensions of a multiple of
+// 32 and values in their own tiles; scratch then holds fp8_tiles_bytes more
 // (attention_scratch_floats counts them). Whatever the rows of a call (units of 16).
-bool attention_fp8_tiles(const KVLayout& l);
+enum class Fp8Dots { F32, Amx, Bf16 };
+Fp8Dots attention_fp8_dots(const KVLayout& l);
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
 
 // The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute

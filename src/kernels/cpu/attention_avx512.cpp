@@ -2,7 +2,8 @@
 // attention_group after a CPU check). Everything is in an anonymous namespace, its shared
 // pieces included (attention_avx512_common.h), and uses no inline function of a baseline
 // header: the linker must never keep an AVX-512 copy of one. FP8 caches run their dots on
-// AMX-BF16 tiles where the CPU has them (attention_fp8_tiles_avx512.h).
+// bf16 pairs, AMX-BF16 tiles or AVX512-BF16 vectors, where the CPU has them
+// (attention_fp8_tiles_avx512.h).
 //
 // One online-softmax step covers a tile of whole blocks, about kTileKeys keys, aligned to
 // absolute positions, for every KV head of the call (a run of heads reads each block's
@@ -498,7 +499,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // FP8 on the tiles: the query rows' bf16 parts, once per call.
   const Fp8Tiles ft(a, kFp8<T> && a.tiles ? n_q : 0);
   if constexpr (kFp8<T>)
-    if (a.tiles) fp8_tiles_queries(q, ldq, n_q, dk, ft.q);
+    if (a.tiles) fp8_tiles_queries(q, ldq, n_q, dk, a.tiles_amx, ft.q);
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
