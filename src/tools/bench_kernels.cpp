@@ -177,87 +177,123 @@ std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Pea
   return out;
 }
 
-KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
-  const PresetDims d = preset_dims(opt.preset);
-  const int64_t seqs = opt.attn_seqs, ctx = opt.attn_ctx;
-  const int32_t group = d.n_head / d.n_head_kv, block = opt.attn_block;
+struct AttnDecodeStep::Impl {
+  PresetDims d;
+  int64_t seqs, ctx, per_seq;
+  int32_t group;
   KVLayout l;
+  std::unique_ptr<KVCache> kv;
+  std::vector<int32_t> ids;
+  std::vector<float> q, out, scratch;  // q, out: [seqs][n_head][head_dim]
+  kernels::AttnHeadRuns hr;
+  int64_t per;
+  ThreadPool* pool;
+};
+
+AttnDecodeStep::AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.pool = &pool;
+  m.d = preset_dims(opt.preset);
+  m.seqs = opt.attn_seqs, m.ctx = opt.attn_ctx;
+  const int32_t block = opt.attn_block;
+  m.group = m.d.n_head / m.d.n_head_kv;
+  KVLayout& l = m.l;
   l.n_layer = 1;
-  l.n_kv_head = d.n_head_kv;
-  l.head_dim_k = l.head_dim_v = d.head_dim;
+  l.n_kv_head = m.d.n_head_kv;
+  l.head_dim_k = l.head_dim_v = m.d.head_dim;
   l.block_size = block;
-  l.n_blocks = int32_t(seqs * ((ctx + block - 1) / block));
+  l.n_blocks = int32_t(m.seqs * ((m.ctx + block - 1) / block));
   l.dtype = opt.attn_dtype;
-  KVCache kv(l);
+  m.kv = std::make_unique<KVCache>(l);
   // Finite values everywhere, written as the engine writes them (8-bit codes with their
   // scales); each sequence's blocks placed as opt.attn_order says.
   std::mt19937_64 rng(3);
   {
-    std::vector<float> x(static_cast<size_t>(d.head_dim));
+    std::vector<float> x(static_cast<size_t>(m.d.head_dim));
     for (int32_t b = 0; b < l.n_blocks; ++b)
       for (int32_t h = 0; h < l.n_kv_head; ++h)
         for (int32_t s = 0; s < block; ++s) {
           for (auto& e : x) e = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
-          kv.write_k(0, b, h, s, x.data());
-          kv.write_v(0, b, h, s, x.data());
+          m.kv->write_k(0, b, h, s, x.data());
+          m.kv->write_v(0, b, h, s, x.data());
         }
   }
-  std::vector<int32_t> ids(static_cast<size_t>(l.n_blocks));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-  const int64_t per_seq = l.n_blocks / seqs;
+  m.ids.resize(static_cast<size_t>(l.n_blocks));
+  for (size_t i = 0; i < m.ids.size(); ++i) m.ids[i] = int32_t(i);
+  m.per_seq = l.n_blocks / m.seqs;
   using O = KernelBenchOptions::AttnOrder;
-  if (opt.attn_order == O::Shuffled) std::shuffle(ids.begin(), ids.end(), rng);
+  if (opt.attn_order == O::Shuffled) std::shuffle(m.ids.begin(), m.ids.end(), rng);
   if (opt.attn_order == O::Reversed)
-    for (int64_t s = 0; s < seqs; ++s) std::reverse(ids.begin() + s * per_seq, ids.begin() + (s + 1) * per_seq);
+    for (int64_t s = 0; s < m.seqs; ++s) std::reverse(m.ids.begin() + s * m.per_seq, m.ids.begin() + (s + 1) * m.per_seq);
   if (opt.attn_order == O::Turns) {
     BlockManager bm(l.n_blocks, block);
-    std::vector<BlockTable> tables(static_cast<size_t>(seqs));
-    for (int64_t i = 1; i <= per_seq; ++i)
+    std::vector<BlockTable> tables(static_cast<size_t>(m.seqs));
+    for (int64_t i = 1; i <= m.per_seq; ++i)
       for (auto& t : tables) RIDGE_CHECK(bm.reserve(t, i * block), "bench attention: the pool ran out of blocks");
-    for (int64_t s = 0; s < seqs; ++s) std::copy(tables[size_t(s)].begin(), tables[size_t(s)].end(), ids.begin() + s * per_seq);
+    for (int64_t s = 0; s < m.seqs; ++s) std::copy(tables[size_t(s)].begin(), tables[size_t(s)].end(), m.ids.begin() + s * m.per_seq);
   }
-  std::vector<float> q(static_cast<size_t>(seqs * d.n_head * d.head_dim), 0.01f), out(q.size());
-  ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
+  m.q.assign(static_cast<size_t>(m.seqs * m.d.n_head * m.d.head_dim), 0.01f);
+  m.out.resize(m.q.size());
   // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
-  const kernels::AttnHeadRuns hr = kernels::attention_head_runs(seqs, d.n_head_kv, pool.size());
-  const int64_t per = kernels::attention_scratch_floats(l, hr.run * group);
-  std::vector<float> scratch(static_cast<size_t>(per * pool.size()));
-  auto step = [&] {
-    pool.run(seqs * hr.splits, [&](int64_t task, int thread) {
-      const int64_t s = task / hr.splits;
-      const int32_t h0 = int32_t(task % hr.splits) * hr.run, n = std::min(hr.run, d.n_head_kv - h0);
-      const kernels::AttnArgs a{&kv, 0, std::span<const int32_t>(ids.data() + s * per_seq, size_t(per_seq)),
-                                int32_t(ctx), 0.125f, {}};
-      const int64_t off = (s * d.n_head + int64_t(h0) * group) * d.head_dim;
-      kernels::attention_heads(a, h0, n, group, q.data() + off, d.head_dim, out.data() + off, d.head_dim,
-                               scratch.data() + thread * per);
-    });
-  };
-  step();
+  m.hr = kernels::attention_head_runs(m.seqs, m.d.n_head_kv, pool.size());
+  m.per = kernels::attention_scratch_floats(l, m.hr.run * m.group);
+  m.scratch.resize(static_cast<size_t>(m.per * pool.size()));
+}
+
+AttnDecodeStep::~AttnDecodeStep() = default;
+
+void AttnDecodeStep::run() {
+  Impl& m = *impl_;
+  m.pool->run(m.seqs * m.hr.splits, [&](int64_t task, int thread) {
+    const int64_t s = task / m.hr.splits;
+    const int32_t h0 = int32_t(task % m.hr.splits) * m.hr.run, n = std::min(m.hr.run, m.d.n_head_kv - h0);
+    const kernels::AttnArgs a{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + s * m.per_seq, size_t(m.per_seq)),
+                              int32_t(m.ctx), 0.125f, {}};
+    const int64_t off = (s * m.d.n_head + int64_t(h0) * m.group) * m.d.head_dim;
+    kernels::attention_heads(a, h0, n, m.group, m.q.data() + off, m.d.head_dim, m.out.data() + off, m.d.head_dim,
+                             m.scratch.data() + thread * m.per);
+  });
+}
+
+double AttnDecodeStep::bytes() const {
+  return double(impl_->seqs) * double(impl_->ctx) * double(impl_->l.bytes_per_token());
+}
+
+double AttnDecodeStep::flops() const {
+  return double(impl_->seqs) * double(impl_->ctx) * impl_->d.n_head * impl_->d.head_dim * 2.0 * 2.0;
+}
+
+KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
+  ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
+  AttnDecodeStep step(opt, pool);
+  step.run();
   std::vector<double> times;
   const auto t0 = std::chrono::steady_clock::now();
   while (times.size() < 3 || seconds_since(t0) < opt.seconds) {
     const auto c0 = std::chrono::steady_clock::now();
-    step();
+    step.run();
     times.push_back(seconds_since(c0));
     if (times.size() >= 100000) break;
   }
+  using O = KernelBenchOptions::AttnOrder;
+  const PresetDims d = preset_dims(opt.preset);
   KernelResult r;
   r.kernel = "attention";
-  r.shape = fmt::format("decode {}x{} b{}{}", seqs, ctx, block,
+  r.shape = fmt::format("decode {}x{} b{}{} t{}", opt.attn_seqs, opt.attn_ctx, opt.attn_block,
                         opt.attn_order == O::Ordered    ? " ordered"
                         : opt.attn_order == O::Reversed ? " reversed"
                         : opt.attn_order == O::Turns    ? " turns"
-                                                        : "");
-  r.type = l.dtype;
-  r.m = seqs;
-  r.k = ctx;
+                                                        : "",
+                        kernels::attention_tile_keys());
+  r.type = opt.attn_dtype;
+  r.m = opt.attn_seqs;
+  r.k = opt.attn_ctx;
   r.n_out = d.n_head;
   r.path = "grouped-" + std::string(isa_name(active_isa()));
   const double sec = median(times);
   r.us = sec * 1e6;
-  r.bytes = double(seqs) * double(ctx) * double(l.bytes_per_token());  // K and V (and scales), once
-  r.flops = double(seqs) * double(ctx) * d.n_head * d.head_dim * 2.0 * 2.0;     // q.k and p.V
+  r.bytes = step.bytes();
+  r.flops = step.flops();
   r.gbs = r.bytes / sec / 1e9;
   r.gflops = r.flops / sec / 1e9;
   const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;

@@ -9,6 +9,7 @@
 // reuse one matrix, as prefill does (its weights do get reused from cache).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "perf/peaks.h"
 
 namespace ridge {
+
+class ThreadPool;
 
 struct KernelShape {
   std::string name;  // e.g. "ffn_up"
@@ -61,6 +64,21 @@ struct KernelResult {
   double gbs, gflops;
   std::string bound;  // "dram" | "fp32_fma" | "int8_vnni"
   double pct;         // % of the bound
+};
+
+// One decode step's attention as forward.cpp runs it (tasks of a sequence and a run of
+// KV heads over the pool): opt's sequences, context, block size, dtype and order, the
+// preset's heads, one layer of K/V with finite values written as the engine writes them.
+class AttnDecodeStep {
+ public:
+  AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool);
+  ~AttnDecodeStep();
+  void run();
+  double bytes() const;  // K and V (and their scales) read once
+  double flops() const;  // q.k and p.V
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 std::vector<KernelResult> bench_kernels(const KernelBenchOptions& opt, const Peaks& peaks);

@@ -4,13 +4,16 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/text_file.h"
+#include "kernels/cpu/attention.h"
 #include "perf/peaks.h"
 
 namespace ridge {
@@ -28,6 +31,7 @@ json entry_json(const TunedEntry& e) {
   }
   json j = {{"threads", e.threads}, {"measured_at", e.measured_at}, {"seconds", e.seconds}, {"types", types}};
   if (e.fp8_path) j["fp8_path"] = fp8_path_name(*e.fp8_path);
+  if (e.attn_tile_keys) j["attn_tile_keys"] = *e.attn_tile_keys;
   return j;
 }
 
@@ -45,6 +49,14 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
     if (f == "bf16") e.fp8_path = Fp8Path::Bf16;
     else if (f == "f16c") e.fp8_path = Fp8Path::F16c;
     else fail_at("fp8_path", "not one of bf16, f16c");
+  }
+  if (j.contains("attn_tile_keys")) {
+    const json& k = j["attn_tile_keys"];
+    if (!k.is_number_integer() ||
+        std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys), k.get<int32_t>()) ==
+            std::end(kernels::kAttnTileKeys))
+      fail_at("attn_tile_keys", fmt::format("{} is not one of 64, 128", k.dump()));
+    e.attn_tile_keys = k.get<int32_t>();
   }
   if (!j.contains("types") || !j["types"].is_object()) fail_at("types", "missing or not an object");
   for (const auto& [name, params] : j["types"].items()) {
@@ -179,6 +191,7 @@ KernelCacheUse apply_kernel_cache(const std::string& dir) {
   const char* forced = std::getenv("RIDGE_FP8_PATH");
   if (e->fp8_path && !(forced && *forced) && (*e->fp8_path == Fp8Path::F16c || fp8_bf16_available()))
     set_fp8_path(*e->fp8_path);
+  if (e->attn_tile_keys) kernels::set_attention_tile_keys(*e->attn_tile_keys);
   return {KernelCacheUse::Applied, fmt::format("kernels: tuned for this CPU ({})", file)};
 }
 

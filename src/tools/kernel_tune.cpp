@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/threadpool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
@@ -90,21 +92,22 @@ class Tuner {
   }
 
   // Candidates take turns (rotating order) for opt_.rounds rounds; set(i) applies
-  // candidate i, rings_of(i) the rings it reads. Fills the trial's medians and wins and
-  // returns the index chosen.
-  template <class Set, class RingsOf>
-  size_t race(TuneTrial& tr, size_t def, Set&& set, RingsOf&& rings_of) {
+  // candidate i, sample_of(i, warm) times one sample of it (warm: the untimed first, to
+  // size scratch and touch pages). Fills the trial's medians and wins and returns the
+  // index chosen.
+  template <class Set, class SampleOf>
+  size_t race(TuneTrial& tr, size_t def, Set&& set, SampleOf&& sample_of) {
     const size_t n = tr.candidates.size();
     std::vector<std::vector<double>> s(n);
-    for (size_t i = 0; i < n; ++i) {  // warm-up: scratch sized, pages touched
+    for (size_t i = 0; i < n; ++i) {
       set(i);
-      sample(rings_of(i), {tr.ms.front()});
+      sample_of(i, true);
     }
     for (int r = 0; r < opt_.rounds; ++r)
       for (size_t j = 0; j < n; ++j) {
         const size_t i = (j + size_t(r)) % n;
         set(i);
-        s[i].push_back(sample(rings_of(i), tr.ms));
+        s[i].push_back(sample_of(i, false));
         progress_->add(1);
       }
     tr.median_us.assign(n, 0);
@@ -123,6 +126,38 @@ class Tuner {
     return best;
   }
 
+  // The attention tile's keys (kernels::attention_tile_keys): a sample is kAttnSteps
+  // decode steps of the preset's heads over 16 sequences of 2048 f16 positions (64 MiB
+  // for TinyLlama's, past the last-level cache), blocks placed as the engine places them.
+  void race_attention_tile(TuneResult& res) {
+    progress_->set_detail("attention");
+    KernelBenchOptions ao;
+    ao.preset = opt_.preset;
+    ao.attn_seqs = 16;
+    ao.attn_ctx = 2048;
+    ao.attn_dtype = DType::F16;
+    ao.attn_order = KernelBenchOptions::AttnOrder::Turns;
+    AttnDecodeStep step(ao, pool_);
+    TuneTrial tr;
+    tr.type = DType::F16;
+    tr.param = "attn_tile_keys";
+    tr.ms = {ao.attn_seqs};
+    tr.candidates.assign(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys));
+    tr.default_value = kernels::kDefaultAttnTileKeys;
+    const size_t def = size_t(std::find(tr.candidates.begin(), tr.candidates.end(), tr.default_value) - tr.candidates.begin());
+    constexpr int kAttnSteps = 4;
+    const size_t best = race(tr, def, [&](size_t i) { kernels::set_attention_tile_keys(tr.candidates[i]); },
+                             [&](size_t, bool warm) {
+                               const auto t0 = Clock::now();
+                               for (int i = 0; i < (warm ? 1 : kAttnSteps); ++i) step.run();
+                               return std::chrono::duration<double>(Clock::now() - t0).count();
+                             });
+    tr.chosen = tr.candidates[best];
+    kernels::set_attention_tile_keys(tr.chosen);
+    res.entry.attn_tile_keys = tr.chosen;
+    res.trials.push_back(tr);
+  }
+
   TuneResult run() {
     const auto t0 = Clock::now();
     TuneResult res;
@@ -136,8 +171,10 @@ class Tuner {
         if (kernels::tunable_for(p, t)) steps += int64_t(p.candidates.size()) * opt_.rounds;
       if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
     }
+    if (opt_.attention) steps += int64_t(std::size(kernels::kAttnTileKeys)) * opt_.rounds;
     Progress progress("tune-kernels", steps, "samples");
     progress_ = &progress;
+    if (opt_.attention) race_attention_tile(res);
     for (DType t : opt_.types) {
       if (!kernels::gemm_available(t)) {
         std::fprintf(stderr, "tune-kernels: no packed kernel for %s on this CPU path; skipped\n",
@@ -163,7 +200,9 @@ class Tuner {
         const size_t def = size_t(tr.default_value);
         // candidate 1 reads the bf16-packed rings, which are `rings` when bf16 is the current path
         auto rings_of = [&](size_t i) -> const std::vector<Ring>& { return (i == 1) == bf16 ? rings : other; };
-        const size_t best = race(tr, def, [](size_t) {}, rings_of);
+        const size_t best = race(tr, def, [](size_t) {}, [&](size_t i, bool warm) {
+          return sample(rings_of(i), warm ? std::vector<int64_t>{tr.ms.front()} : tr.ms);
+        });
         tr.chosen = tr.candidates[best];
         res.entry.fp8_path = tr.chosen ? Fp8Path::Bf16 : Fp8Path::F16c;
         if ((tr.chosen == 1) != bf16) {
@@ -195,7 +234,9 @@ class Tuner {
           c.of(t).*p.field = p.candidates[i];
           kernels::set_kernel_tuning(c);
         };
-        const size_t best = race(tr, def, set, [&](size_t) -> const std::vector<Ring>& { return rings; });
+        const size_t best = race(tr, def, set, [&](size_t, bool warm) {
+          return sample(rings, warm ? std::vector<int64_t>{tr.ms.front()} : tr.ms);
+        });
         tr.chosen = p.candidates[best];
         tn.of(t).*p.field = tr.chosen;
         kernels::set_kernel_tuning(tn);
@@ -250,6 +291,7 @@ TunedEntry merge_tuned(const TunedEntry& old, const TuneResult& r) {
   for (DType t : kernels::kTunedTypes)
     if (std::find(r.types.begin(), r.types.end(), t) == r.types.end()) e.tuning.of(t) = old.tuning.of(t);
   if (!e.fp8_path) e.fp8_path = old.fp8_path;
+  if (!e.attn_tile_keys) e.attn_tile_keys = old.attn_tile_keys;
   return e;
 }
 

@@ -15,6 +15,8 @@
 //
 // Where the CPU has both FP8 arithmetics (core/cpu.h Fp8Path) they are timed the same way
 // (weights packed for each); the faster is recorded, and applies from the next start.
+// The attention's online-softmax tile (kernels::attention_tile_keys) is raced first, on
+// decode steps of the preset's heads over an f16 cache past the last-level cache.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,6 +34,7 @@ struct TuneOptions {
   int64_t ring_bytes = int64_t(512) << 20;  // per matrix
   std::string preset = "tinyllama-1.1b";
   double margin = 0.03;
+  bool attention = true;  // race the attention tile's keys too (kernels::attention_tile_keys)
 };
 
 // The quick profile of a first use: fewer rounds, a smaller ring (still far past any
@@ -42,7 +45,7 @@ TuneOptions quick_tune_options(int threads);
 // matrices' ring, summed over the row counts) and what was chosen.
 struct TuneTrial {
   DType type = DType::F32;
-  std::string param;  // a TunableParam's name, or "fp8_path" (candidates 0 = f16c, 1 = bf16)
+  std::string param;  // a TunableParam's name, "fp8_path" (candidates 0 = f16c, 1 = bf16) or "attn_tile_keys"
   std::vector<int64_t> ms;
   std::vector<int32_t> candidates;
   std::vector<double> median_us;

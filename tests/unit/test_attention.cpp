@@ -49,6 +49,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "model/kv_cache.h"
@@ -579,6 +580,30 @@ TEST(Attention, Fp8TilesShapes) {
     check_case(t, 128, 128, 64, 300, 8, &worst, 70);
   }
   std::printf("[Attention] fp8 tiles: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+}
+
+// Every candidate of the online softmax's tile (attention_tile_keys): the reference, the
+// grouping contract, the int8 weights' chunks (two in a tile of 128 lanes), windows and
+// sinks at each; a value that is not a candidate is refused.
+TEST(Attention, EveryTileKeysCandidate) {
+  struct Restore {
+    int32_t keys = attention_tile_keys();
+    ~Restore() { set_attention_tile_keys(keys); }
+  } restore;
+  double worst = 0;
+  for (int32_t keys : kAttnTileKeys) {
+    set_attention_tile_keys(keys);
+    ASSERT_EQ(attention_tile_keys(), keys);
+    ASSERT_EQ(detail::attention_tile_blocks(16), keys / 16);
+    for (DType t : {DType::F16, DType::I8, DType::F8_E4M3})
+      for (auto [bs, n_ctx] : {std::pair{16, 300}, std::pair{5, 97}, std::pair{64, 200}})
+        check_case(t, 64, 64, bs, n_ctx, 4, &worst);
+    check_case(DType::F16, 64, 64, 16, 300, 4, &worst, 70, true);
+    check_case(DType::F8_E5M2, 64, 64, 32, 260, 9, &worst, 100);
+  }
+  EXPECT_THROW(set_attention_tile_keys(100), Error);
+  EXPECT_THROW(set_attention_tile_keys(0), Error);
+  std::printf("[Attention] tile keys: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
 // Group sizes past what one SIMD kernel takes at once (8 rows of scores and of P.V, 16

@@ -11,6 +11,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/tuning.h"
 #include "tools/kernel_cache.h"
 #include "tools/kernel_tune.h"
@@ -49,9 +50,11 @@ std::string error_of(const std::string& file, const std::string& cpu) {
 struct KeepTuning {
   kernels::KernelTuning saved = kernels::kernel_tuning();
   Fp8Path fp8 = fp8_path();
+  int32_t tile_keys = kernels::attention_tile_keys();
   ~KeepTuning() {
     kernels::set_kernel_tuning(saved);
     set_fp8_path(fp8);
+    kernels::set_attention_tile_keys(tile_keys);
   }
 };
 
@@ -62,6 +65,7 @@ TEST(KernelCache, RoundTripKeepsValuesAndOtherCpus) {
   a.tuning.of(DType::Q8_0).task_panels = 8;
   a.tuning.of(DType::Q5_0).batch_even = 0;
   a.fp8_path = Fp8Path::F16c;
+  a.attn_tile_keys = 64;
   a.threads = 2;
   a.measured_at = 1796211416;
   a.seconds = 12.5;
@@ -73,11 +77,13 @@ TEST(KernelCache, RoundTripKeepsValuesAndOtherCpus) {
   ASSERT_TRUE(ra && rb);
   EXPECT_EQ(ra->tuning, a.tuning);
   EXPECT_EQ(ra->fp8_path, a.fp8_path);
+  EXPECT_EQ(ra->attn_tile_keys, 64);
   EXPECT_EQ(ra->threads, 2);
   EXPECT_EQ(ra->measured_at, 1796211416);
   EXPECT_DOUBLE_EQ(ra->seconds, 12.5);
   EXPECT_EQ(rb->tuning, b.tuning);
   EXPECT_FALSE(rb->fp8_path);
+  EXPECT_FALSE(rb->attn_tile_keys);
   EXPECT_FALSE(load_tuned(d.file(), "cpu C"));
   EXPECT_FALSE(load_tuned((d.path / "absent.json").string(), "cpu A"));
   // Rewriting one entry keeps the other.
@@ -102,6 +108,8 @@ TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
       {R"({"cpus": {"x": {"types": {"q8_k": {"decode_ahead": 1024}}}}})", "types.q8_k"},
       {R"({"cpus": {"x": {"types": {"q4_0": 7}}}})", "types.q4_0"},
       {R"({"cpus": {"x": {"fp8_path": "fp16", "types": {}}}})", "fp8_path"},
+      {R"({"cpus": {"x": {"attn_tile_keys": 96, "types": {}}}})", "attn_tile_keys"},
+      {R"({"cpus": {"x": {"attn_tile_keys": "wide", "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"threads": 2}}})", "types"},
       {R"({"version": 2, "cpus": {}})", "version 2"},
   };
@@ -139,10 +147,13 @@ TEST(KernelCache, ApplySetsThisCpusEntryOnlyAndSurvivesABadFile) {
   mine.tuning.of(DType::Q4_0).decode_ahead = 2048;
   mine.tuning.of(DType::Q4_K).task_panels = 4;
   mine.fp8_path = Fp8Path::F16c;
+  mine.attn_tile_keys = 64;
+  kernels::set_attention_tile_keys(128);
   save_tuned(kernel_cache_file(dir), kernel_cpu_id(), mine);
   const auto use = apply_kernel_cache(dir);
   EXPECT_EQ(use.status, KernelCacheUse::Applied) << use.line;
   EXPECT_EQ(kernels::kernel_tuning(), mine.tuning);
+  EXPECT_EQ(kernels::attention_tile_keys(), 64);
   if (!std::getenv("RIDGE_FP8_PATH")) {
     EXPECT_EQ(fp8_path(), Fp8Path::F16c);
   }
@@ -182,6 +193,10 @@ TEST(KernelCache, APartialRunMergesIntoTheEarlierEntry) {
   EXPECT_EQ(m.fp8_path, Fp8Path::F16c);
   r.entry.fp8_path = Fp8Path::Bf16;
   EXPECT_EQ(merge_tuned(old, r).fp8_path, Fp8Path::Bf16);
+  old.attn_tile_keys = 64;  // an earlier run's attention tile stays unless this run raced it
+  EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 64);
+  r.entry.attn_tile_keys = 128;
+  EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 128);
 }
 
 TEST(KernelCache, DirectoryFromFlagThenEnvironment) {

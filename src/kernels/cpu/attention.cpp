@@ -1,6 +1,8 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <cmath>
 #include <limits>
 
@@ -10,12 +12,25 @@
 
 namespace ridge::kernels {
 
-int32_t detail::attention_tile_blocks(int32_t block_size) {
-  return block_size >= detail::kTileKeys ? 1 : detail::kTileKeys / block_size;
+namespace {
+std::atomic<int32_t> g_tile_keys{kDefaultAttnTileKeys};
+}  // namespace
+
+int32_t attention_tile_keys() { return g_tile_keys.load(std::memory_order_relaxed); }
+
+void set_attention_tile_keys(int32_t keys) {
+  RIDGE_CHECK(std::find(std::begin(kAttnTileKeys), std::end(kAttnTileKeys), keys) != std::end(kAttnTileKeys),
+              "attention tile keys: {} is not one of 64, 128", keys);
+  static_assert(kAttnTileKeys[1] == detail::kMaxTileKeys);
+  g_tile_keys.store(keys, std::memory_order_relaxed);
 }
 
-int32_t detail::attention_tile_lanes(int32_t block_size) {
-  return attention_tile_blocks(block_size) * ((block_size + 15) / 16) * 16;
+int32_t detail::attention_tile_blocks(int32_t block_size, int32_t keys) {
+  return block_size >= keys ? 1 : keys / block_size;
+}
+
+int32_t detail::attention_tile_lanes(int32_t block_size, int32_t keys) {
+  return attention_tile_blocks(block_size, keys) * ((block_size + 15) / 16) * 16;
 }
 
 // Floats of scratch, for whichever path runs, with bsp = block_size and dkp = head_dim_k
@@ -34,10 +49,10 @@ int32_t detail::attention_tile_lanes(int32_t block_size) {
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
-  const int64_t lanes = detail::attention_tile_lanes(l.block_size), row = std::max<int64_t>(bsp, lanes);
+  const int64_t lanes = detail::attention_tile_lanes(l.block_size, detail::kMaxTileKeys), row = std::max<int64_t>(bsp, lanes);
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
-  const int64_t tb = detail::attention_tile_blocks(l.block_size);
+  const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
   const int64_t fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + fp8 +
          values_from_keys_floats(l);
@@ -60,7 +75,7 @@ detail::Fp8Dots detail::attention_fp8_dots(const KVLayout& l) {
 // lanes: the tile's score lanes rounded up to 32 (one tile row per pair of keys).
 int64_t detail::fp8_tiles_bytes(const KVLayout& l, int32_t n_q) {
   const auto up64 = [](int64_t b) { return (b + 63) / 64 * 64; };
-  const int64_t lanes = (detail::attention_tile_lanes(l.block_size) + 31) / 32 * 32;
+  const int64_t lanes = (detail::attention_tile_lanes(l.block_size, detail::kMaxTileKeys) + 31) / 32 * 32;
   const int64_t dk = l.head_dim_k, dv = l.head_dim_v;
   return 64 + up64(int64_t(n_q) * 3 * dk * 2) + up64(std::max(4 * dk * 32, lanes * dv * 2)) + 16 * 2 * lanes * 2 +
          4 * 16 * 64;
@@ -71,7 +86,8 @@ bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa:
 // v_in_k, AVX-512: a tile's values transposed out of its K tiles, [tile blocks][block_size]
 // [head_dim_v] f32 at the scratch's end, 64-byte aligned.
 int64_t values_from_keys_floats(const KVLayout& l) {
-  return l.v_in_k ? int64_t(detail::attention_tile_blocks(l.block_size)) * l.block_size * l.head_dim_v + 16 : 0;
+  return l.v_in_k ? int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v + 16
+                  : 0;
 }
 
 namespace {

@@ -52,7 +52,18 @@ struct AttnArgs {
 // with their own per-row tasks.
 bool attention_shares_positions(const KVLayout& l);
 
-// Floats of scratch one call with n_q query rows needs (any ISA).
+// Keys per step of the SIMD paths' online softmax (detail::attention_tile_blocks): one of
+// kAttnTileKeys. It changes the order of a row's softmax steps, so the bits of a result
+// (within the kernels' tolerance), never which rows a row's bits depend on. The default
+// was measured faster on the CPUs it was timed on (docs/BENCHMARKS.md); `ridge
+// tune-kernels` times both and the process applies its choice at start
+// (tools/kernel_cache.h). Set between calls only, never during one.
+inline constexpr int32_t kAttnTileKeys[] = {64, 128};
+inline constexpr int32_t kDefaultAttnTileKeys = 128;
+int32_t attention_tile_keys();
+void set_attention_tile_keys(int32_t keys);  // not one of kAttnTileKeys: an error
+
+// Floats of scratch one call with n_q query rows needs (any ISA, any tile keys).
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
 // Of those, the values transposed out of the keys (KVLayout::v_in_k) take the last.
 int64_t values_from_keys_floats(const KVLayout& l);
@@ -136,14 +147,16 @@ enum class Fp8Dots { F32, Amx, Bf16 };
 Fp8Dots attention_fp8_dots(const KVLayout& l);
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
 
-// The AVX-512 path's online-softmax step: a tile of whole blocks, aligned to absolute
-// positions, of about kTileKeys keys (max(1, kTileKeys / block_size) blocks), so the
-// per-step bookkeeping (max and sum trees, rescale exp, the output's load and store) is
-// paid once per 64 keys instead of once per block.
-constexpr int32_t kTileKeys = 64;
-int32_t attention_tile_blocks(int32_t block_size);
+// The SIMD paths' online-softmax step: a tile of whole blocks, aligned to absolute
+// positions, of about `keys` keys (max(1, keys / block_size) blocks), so the per-step
+// bookkeeping (max and sum trees, rescale exp, the output's load and store, the 8-bit
+// dtypes' weight passes) is paid once per tile instead of once per block. The key count
+// is a tuned parameter (attention_tile_keys); scratch is sized for the largest candidate,
+// so it may change between calls.
+constexpr int32_t kMaxTileKeys = 128;
+int32_t attention_tile_blocks(int32_t block_size, int32_t keys = attention_tile_keys());
 // Score lanes per row of such a tile: each block's slots padded to groups of 16 lanes.
-int32_t attention_tile_lanes(int32_t block_size);
+int32_t attention_tile_lanes(int32_t block_size, int32_t keys = attention_tile_keys());
 
 void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo,
                             float* scratch);

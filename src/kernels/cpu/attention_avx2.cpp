@@ -330,9 +330,10 @@ ATTN_INLINE void v_block_f32(const uint8_t* vb, float* vf, int32_t n, int32_t dv
   else to_f32_n<T>(vb, vf, int64_t(n) * dv);
 }
 
-// A tile is attention_tile_blocks consecutive blocks of the table (about kTileKeys keys,
-// as on the AVX-512 path), so the online softmax's per-row work (max, rescale, sums, the
-// output's load and store) is paid once per tile, not per block. Tiles are aligned to
+// A tile is attention_tile_blocks consecutive blocks of the table (about
+// attention_tile_keys() keys, as on the AVX-512 path), so the online softmax's per-row
+// work (max, rescale, sums, the output's load and store) is paid once per tile, not per
+// block. Tiles are aligned to
 // absolute positions (with a window, to its first block, the same for every row of the
 // call), which keeps a row's arithmetic that of the row alone.
 template <DType T>

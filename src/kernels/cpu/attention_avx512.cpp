@@ -5,8 +5,8 @@
 // bf16 pairs, AMX-BF16 tiles or AVX512-BF16 vectors, where the CPU has them
 // (attention_fp8_tiles_avx512.h).
 //
-// One online-softmax step covers a tile of whole blocks, about kTileKeys keys, aligned to
-// absolute positions, for every KV head of the call (a run of heads reads each block's
+// One online-softmax step covers a tile of whole blocks, about attention_tile_keys() keys,
+// aligned to absolute positions, for every KV head of the call (a run of heads reads each block's
 // tiles as one piece). Per tile the rows of each head (up to 8 at a time) run as small
 // register-tiled matrix products, each K/V vector loaded and converted once for them all:
 //  - scores S[8 rows][2 x 16 keys] in 16 accumulators: the cache keeps K dimension-major

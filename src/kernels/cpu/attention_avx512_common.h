@@ -26,7 +26,7 @@ namespace {
 #define ATTN_UNROLL _Pragma("GCC unroll 16")
 
 constexpr float kNegInf = -__builtin_inff();
-constexpr int32_t kMaxTileBlocks = kTileKeys;  // at block_size 1
+constexpr int32_t kMaxTileBlocks = kMaxTileKeys;  // at block_size 1
 // Prefetch the next tile, into L2 (T1): two tiles ahead, or into L1, measured slower on
 // bench kernels' long-context decode (docs/BENCHMARKS.md, issue 6 session 5).
 constexpr int32_t kPrefetchTiles = 1;
