@@ -12,7 +12,9 @@
 // same under all of them (gemm.h). The tests run every candidate against the defaults.
 // The FP8 weights' arithmetic (core/cpu.h Fp8Path) is the one choice that does change
 // bits (within the kernel's stated tolerance); the tuner times it too, and the cache
-// records it, but it lives with the CPU path because the weights are packed for it.
+// records it, but it lives with the CPU path because the weights are packed for it. So
+// does the attention's online-softmax tile (kernels/cpu/attention.h attention_tile_keys),
+// which moves the order of a row's softmax steps.
 #pragma once
 #include <array>
 #include <cstdint>
