@@ -17,6 +17,7 @@
 #include "core/text_file.h"
 #include "core/threadpool.h"
 #include "dist/comm.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tools/kernel_cache.h"
@@ -178,6 +179,7 @@ void prepare_kernels() {
     }
   } catch (const std::exception& e) {  // no directory, no memory for the rings: run untuned
     kernels::set_kernel_tuning(kernels::default_tuning());
+    kernels::set_attention_tile_keys(kernels::kDefaultAttnTileKeys);
     std::fprintf(stderr, "kernels: default parameters (not tuned: %s)\n", e.what());
   }
 }

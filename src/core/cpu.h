@@ -28,8 +28,9 @@ std::string_view isa_name(Isa isa);
 // is an error, as with RIDGE_ISA); otherwise bf16 where the CPU has it (the faster on
 // the machines measured: docs/BENCHMARKS.md). Weights are packed for one path and say
 // which (kernels/tensors.h WeightView::fp8_bf16): the GEMM follows the weights. An FP8
-// KV cache's attention follows fp8_path() too where the CPU has no AMX-BF16 tiles (bf16:
-// query and probabilities rounded to bf16, kernels/cpu/attention.h Fp8Dots).
+// KV cache's attention follows fp8_path() too where the AMX-BF16 tiles do not run (the
+// CPU lacks them, or RIDGE_AMX=off): bf16 rounds the query and the weights to bf16
+// (kernels/cpu/attention.h Fp8Dots).
 enum class Fp8Path { F16c, Bf16 };
 bool fp8_bf16_available();
 Fp8Path fp8_path();

@@ -53,10 +53,10 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
   if (j.contains("attn_tile_keys")) {
     const json& k = j["attn_tile_keys"];
     if (!k.is_number_integer() ||
-        std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys), k.get<int32_t>()) ==
+        std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys), k.get<int64_t>()) ==
             std::end(kernels::kAttnTileKeys))
       fail_at("attn_tile_keys", fmt::format("{} is not one of 64, 128", k.dump()));
-    e.attn_tile_keys = k.get<int32_t>();
+    e.attn_tile_keys = int32_t(k.get<int64_t>());
   }
   if (!j.contains("types") || !j["types"].is_object()) fail_at("types", "missing or not an object");
   for (const auto& [name, params] : j["types"].items()) {

@@ -127,13 +127,14 @@ class Tuner {
   }
 
   // The attention tile's keys (kernels::attention_tile_keys): a sample is kAttnSteps
-  // decode steps of the preset's heads over 16 sequences of 2048 f16 positions (64 MiB
-  // for TinyLlama's, past the last-level cache), blocks placed as the engine places them.
+  // decode steps of the preset's heads over 32 sequences of 2048 f16 positions (64 MiB
+  // for TinyLlama's, past a 32 MiB last-level cache), blocks placed as the engine places
+  // them.
   void race_attention_tile(TuneResult& res) {
     progress_->set_detail("attention");
     KernelBenchOptions ao;
     ao.preset = opt_.preset;
-    ao.attn_seqs = 16;
+    ao.attn_seqs = 32;
     ao.attn_ctx = 2048;
     ao.attn_dtype = DType::F16;
     ao.attn_order = KernelBenchOptions::AttnOrder::Turns;
@@ -171,10 +172,14 @@ class Tuner {
         if (kernels::tunable_for(p, t)) steps += int64_t(p.candidates.size()) * opt_.rounds;
       if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
     }
-    if (opt_.attention) steps += int64_t(std::size(kernels::kAttnTileKeys)) * opt_.rounds;
+    // The attention tile with f16 among the types (its trial's), on the SIMD paths (the
+    // ones with tiles, and with packed kernels: Q8_0's stands for them).
+    const bool attention = std::find(opt_.types.begin(), opt_.types.end(), DType::F16) != opt_.types.end() &&
+                           kernels::gemm_available(DType::Q8_0);
+    if (attention) steps += int64_t(std::size(kernels::kAttnTileKeys)) * opt_.rounds;
     Progress progress("tune-kernels", steps, "samples");
     progress_ = &progress;
-    if (opt_.attention) race_attention_tile(res);
+    if (attention) race_attention_tile(res);
     for (DType t : opt_.types) {
       if (!kernels::gemm_available(t)) {
         std::fprintf(stderr, "tune-kernels: no packed kernel for %s on this CPU path; skipped\n",

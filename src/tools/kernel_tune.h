@@ -15,8 +15,9 @@
 //
 // Where the CPU has both FP8 arithmetics (core/cpu.h Fp8Path) they are timed the same way
 // (weights packed for each); the faster is recorded, and applies from the next start.
-// The attention's online-softmax tile (kernels::attention_tile_keys) is raced first, on
-// decode steps of the preset's heads over an f16 cache past the last-level cache.
+// The attention's online-softmax tile (kernels::attention_tile_keys) is raced first when
+// F16 is among the types, on decode steps of the preset's heads over an f16 cache past
+// the last-level cache (its trial's type is the cache's dtype).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,7 +35,6 @@ struct TuneOptions {
   int64_t ring_bytes = int64_t(512) << 20;  // per matrix
   std::string preset = "tinyllama-1.1b";
   double margin = 0.03;
-  bool attention = true;  // race the attention tile's keys too (kernels::attention_tile_keys)
 };
 
 // The quick profile of a first use: fewer rounds, a smaller ring (still far past any

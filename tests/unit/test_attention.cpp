@@ -591,6 +591,17 @@ TEST(Attention, EveryTileKeysCandidate) {
     ~Restore() { set_attention_tile_keys(keys); }
   } restore;
   double worst = 0;
+  KVLayout l;
+  l.n_layer = 1, l.n_kv_head = 2, l.head_dim_k = l.head_dim_v = 64, l.block_size = 16, l.n_blocks = 4;
+  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3}) {  // scratch sized for any candidate
+    l.dtype = t;
+    l.block_size = t == DType::I8 ? 5 : 16;
+    set_attention_tile_keys(64);
+    const int64_t at64 = attention_scratch_floats(l, 16), vk64 = values_from_keys_floats(l);
+    set_attention_tile_keys(128);
+    EXPECT_EQ(attention_scratch_floats(l, 16), at64) << dtype_name(t);
+    EXPECT_EQ(values_from_keys_floats(l), vk64) << dtype_name(t);
+  }
   for (int32_t keys : kAttnTileKeys) {
     set_attention_tile_keys(keys);
     ASSERT_EQ(attention_tile_keys(), keys);

@@ -110,6 +110,7 @@ TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
       {R"({"cpus": {"x": {"fp8_path": "fp16", "types": {}}}})", "fp8_path"},
       {R"({"cpus": {"x": {"attn_tile_keys": 96, "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"attn_tile_keys": "wide", "types": {}}}})", "attn_tile_keys"},
+      {R"({"cpus": {"x": {"attn_tile_keys": 4294967360, "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"threads": 2}}})", "types"},
       {R"({"version": 2, "cpus": {}})", "version 2"},
   };

@@ -221,6 +221,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.dk = l.head_dim_k;
   v.dv = l.head_dim_v;
   v.dtype = l.dtype;
+  v.tile_keys = attention_tile_keys();
   v.scale = a.scale;
   v.first = a.window > 0 ? std::max(0, a.n_ctx - a.window) : 0;
   v.window = a.window;

@@ -128,6 +128,8 @@ struct AttnView {
   // path's scratch, 64-byte aligned; null: the f32 arithmetic.
   uint8_t* tiles = nullptr;
   bool tiles_amx = false;  // with tiles: the dots on AMX-BF16 (else AVX512-BF16 vectors)
+  // attention_tile_keys() read once per call: every layout of the call follows it.
+  int32_t tile_keys = kDefaultAttnTileKeys;
 };
 
 // How an FP8 cache's AVX-512 attention multiplies. Both bf16 ways convert each tile's

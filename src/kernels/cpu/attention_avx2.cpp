@@ -2,7 +2,7 @@
 // attention_group after a CPU check). Same linkage rule as attention_avx512.cpp: nothing
 // here may be an inline function of a shared header.
 //
-// Per tile of about 64 keys (whole blocks, as on the AVX-512 path): the blocks' K and V
+// Per tile of about attention_tile_keys() keys (whole blocks, as on the AVX-512 path): the blocks' K and V
 // converted to f32 once, then the scores of up to four query rows at a time, 8 keys to
 // a vector (K's dimension-major tile puts 8 keys of one dimension in one load, which the
 // rows share), a vector exp, p.V of three rows at a time accumulated over head_dim. The 8-bit dtypes convert their codes unscaled (int8's interleaved tiles
@@ -339,7 +339,7 @@ ATTN_INLINE void v_block_f32(const uint8_t* vb, float* vf, int32_t n, int32_t dv
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   const int32_t dk = a.dk, dv = a.dv, bs = a.block_size;
-  const int32_t tb = attention_tile_blocks(bs), lanes = attention_tile_lanes(bs);
+  const int32_t tb = attention_tile_blocks(bs, a.tile_keys), lanes = attention_tile_lanes(bs, a.tile_keys);
   const int32_t tk = tb * bs;  // a whole tile's keys, key j of block b in column b * bs + j
   // The scratch layout of attention_scratch_floats.
   const int32_t dkp = (dk + 15) / 16 * 16;

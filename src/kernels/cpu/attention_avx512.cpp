@@ -315,8 +315,8 @@ void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int
 // of a row's codes. The running sum of the probabilities stays exact (softmax_rows), so a
 // weight's rounding moves only its own key's share of the output, by at most half a step
 // times its value; a weight under half a step drops out of the output but not out of the
-// sum, which a chunk of at most 64 keys bounds (a tile of one large block has several
-// chunks). A NaN or infinite weight makes the row's steps, and so its output, NaN, as the
+// sum, which a chunk of at most 64 keys bounds (a tile of 128 lanes, or of one large
+// block, has several chunks). A NaN or infinite weight makes the row's steps, and so its output, NaN, as the
 // f32 paths' would be.
 constexpr int32_t kChunkLanes = 64;
 
@@ -379,8 +379,8 @@ ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, in
   static_for<R>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_si512(); });
   Prefetcher::Cursor c = pf.cur;
   for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {  // blocks before live: codes 0, unread
-    // The block's keys whose lanes lie in the chunk (a chunk starts on a block or, in a
-    // tile of one block, on a multiple of kChunkLanes: a whole quad either way).
+    // The block's keys whose lanes lie in the chunk (a chunk starts on a multiple of
+    // kChunkLanes, and a block's lanes on a multiple of 16: a whole quad either way).
     const int32_t j0 = c0 - b * lpb > 0 ? c0 - b * lpb : 0;
     const int32_t j1 = c0 + kChunkLanes - b * lpb < tl.keys[b] ? c0 + kChunkLanes - b * lpb : tl.keys[b];
     const uint8_t* vb = tl.v[b] + voff + 4 * int64_t(d0);
@@ -476,11 +476,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   constexpr int64_t esz = kEsz<T>;
   const int32_t dk = a.dk, dv = a.dv, bs = a.block_size;
   const int32_t gpb = (bs + 15) / 16;            // 16-lane groups per block
-  const int32_t tb = attention_tile_blocks(bs);  // blocks per tile
+  const int32_t tb = attention_tile_blocks(bs, a.tile_keys);  // blocks per tile
   const int32_t bsp = (bs + 15) / 16 * 16, dkp = (dk + 15) / 16 * 16;
   // The layout of attention_scratch_floats; this path needs no K/V tile in f32.
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-  const int64_t lds = attention_tile_lanes(bs) > bsp ? attention_tile_lanes(bs) : bsp;
+  const int64_t tile_lanes = attention_tile_lanes(bs, a.tile_keys), lds = tile_lanes > bsp ? tile_lanes : bsp;
   const int64_t vn = kScaled<T> ? a.v_scales_off : int64_t(bs) * dv;  // floats of the (unused) V tile
   float* sc = base + int64_t(bsp) * dkp + (vn + 15) / 16 * 16;  // [n_q][lds] scores, then probabilities
   float* m = sc + int64_t(n_q) * lds;  // [n_q] running max
@@ -492,7 +492,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                  cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
   if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
-  const int64_t ldc = attention_tile_lanes(bs), ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
+  const int64_t ldc = tile_lanes, ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
   float* pstep = reinterpret_cast<float*>(pc + int64_t(n_q) * ldc);  // [n_q][ldstep]
 

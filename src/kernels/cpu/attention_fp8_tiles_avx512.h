@@ -268,7 +268,7 @@ struct Fp8Tiles {
   Fp8Tiles(const AttnView& a, int32_t n_q) {
     if (!a.tiles) return;
     const auto up64 = [](int64_t b) { return (b + 63) / 64 * 64; };
-    const int64_t lanes = (attention_tile_lanes(a.block_size) + 31) / 32 * 32;
+    const int64_t lanes = (attention_tile_lanes(a.block_size, a.tile_keys) + 31) / 32 * 32;
     q = a.tiles;
     codes = q + up64(int64_t(n_q) * 3 * a.dk * 2);
     const int64_t kb = 4 * int64_t(a.dk) * 32, vb = lanes * a.dv * 2;
