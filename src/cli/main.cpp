@@ -150,7 +150,8 @@ commands:
   tune-kernels [-t THREADS] [--types q4_0,...] [--quick] [--rounds N] [--ring BYTES]
               [--margin F (0.03)] [--kernel-cache DIR|off] [--no-save] [--json FILE]
               time the matrix kernels' CPU-dependent parameters (prefetch distances, streams,
-              task sizes, batch tiles, the FP8 arithmetic) here; keep the best for this CPU in
+              task sizes, batch tiles, the FP8 arithmetic; with f16 in --types, the attention's
+              tile of 64 or 128 keys) here; keep the best for this CPU in
               DIR/kernels.json (default $RIDGE_KERNEL_CACHE, else ~/.cache/ridge), which every
               command that runs a model applies at start (and makes, quickly, on first use)
 engine options (generate, serve, bench throughput; perplexity and roofline take -t,
