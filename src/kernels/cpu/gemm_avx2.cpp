@@ -85,13 +85,18 @@ inline __attribute__((always_inline)) void put_tile(const __m256 (&acc)[MR][NP][
     }
 }
 
-// Prefetches the lines `dist` past [off, off + bytes) of NP panels at stride ps (decode's
-// weight streams: gemm_avx512_common.h stream_ahead says why).
+// Prefetches the lines `dist` past [off, off + bytes) of NP panels at stride ps, going on
+// past a panel's end in the panel NP later, the next group's (decode's weight streams:
+// gemm_avx512_common.h stream_ahead says why).
 template <int NP>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t bytes,
                                                         int64_t dist) {
   for (int p = 0; p < NP; ++p)
-    for (int64_t j = 0; j < bytes; j += 64) _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + dist + j), _MM_HINT_T0);
+    for (int64_t j = 0; j < bytes; j += 64) {
+      const int64_t at = off + dist + j;
+      const uint8_t* line = at < ps ? w + p * ps + at : w + (p + NP) * ps + (at - ps);
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    }
 }
 
 // ---- float weights ------------------------------------------------------------------

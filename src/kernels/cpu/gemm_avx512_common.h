@@ -52,14 +52,26 @@ struct PassPrefetch {
 // is tuned per CPU and weight type (tuning.h): decode's, or a decode batch's, which
 // spends several times longer on each block and so needs more bytes for the same time.
 //
-// Prefetches the lines `dist` past [off, off + kBytes) of NP panels at stride ps.
-// Stepping 64 bytes from each iteration's start covers every line of a stream that the
-// iterations walk back to back.
-template <int NP, int64_t kBytes>
+// Prefetches the lines `dist` past [off, off + kBytes) of NP panels at stride ps; off is
+// from the panel's start. Stepping 64 bytes from each iteration's start covers every line
+// of a stream that the iterations walk back to back.
+//
+// Past its panel's end a stream goes on in the panel kGroup later: a task walks its
+// panels in groups of kGroup (decode: panels_over), so that is where this stream's reads
+// go next. Each stream thus reaches the next group warm, where prefetching past the end
+// landed in the next panel of the same group, already read, and the next group's streams
+// began with a demand miss each, most often with short panels (4-bit weights: 9 KiB a
+// panel per thousand columns); measured a little faster, never slower
+// (docs/BENCHMARKS.md, issue 22 session 38). Past a task's last group the lines are the
+// next task's panels (or, past a matrix, whatever follows it): a hint, never a fault.
+template <int NP, int64_t kBytes, int kGroup = NP>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist) {
   for (int p = 0; p < NP; ++p)
-    for (int64_t j = 0; j < kBytes; j += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + p * ps + off + dist + j), _MM_HINT_T0);
+    for (int64_t j = 0; j < kBytes; j += 64) {
+      const int64_t at = off + dist + j;
+      const uint8_t* line = at < ps ? w + p * ps + at : w + (p + kGroup) * ps + (at - ps);
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    }
 }
 
 // The float accumulators of an MR x NP tile: zero at the start of the reduction, else
@@ -211,12 +223,12 @@ inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, i
                                                              int64_t rows, F&& f) {
   int ahead = 0;
   auto tile = [&](auto R, int64_t r) {
-    if (ahead < NP) stream_ahead<1, kBytes>(w + ahead++ * ps, ps, off, dist);
+    if (ahead < NP) stream_ahead<1, kBytes, NP>(w + ahead++ * ps, ps, off, dist);
     f(R, r);
   };
   if constexpr (kEven) batch_even_tiles(rows, tile);
   else batch_row_tiles(rows, tile);
-  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes>(w + ahead * ps, ps, off, dist);
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, NP>(w + ahead * ps, ps, off, dist);
 }
 
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.

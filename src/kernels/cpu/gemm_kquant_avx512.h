@@ -76,7 +76,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
-      if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8), ahead);
+      if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(w, ps, s * kSuper + b * (kSuper / 8), ahead);
       const ActQ8* ab = a + s * 8 + b;
       __m512i acci[MR][NP];
       if constexpr (kCodes) {
@@ -137,7 +137,7 @@ void kern_q45k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, 
     __m512 dv[NP], dmv[NP];
     q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
-      stream_ahead<NP, kSuper / 8>(sb, ps, b * (kSuper / 8), ahead);
+      stream_ahead<NP, kSuper / 8>(w, ps, s * kSuper + b * (kSuper / 8), ahead);
       nibble_unpack<NP, kQ5>(sb + 320 + b * (kQ5 ? 320 : 256), ps, codes);
       __m512 scf[NP], mf[NP];
       q45k_scales(sb, ps, b, dv, dmv, scf, mf);
@@ -259,7 +259,7 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
     q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
-      if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8), ahead);
+      if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(w, ps, s * (16 * 210) + b * (210 * 16 / 8), ahead);
       const ActQ8* ab = a + s * 8 + b;
       __m512i acc0[MR][NP], acc1[MR][NP];
       if constexpr (kCodes) {
@@ -322,7 +322,7 @@ void kern_q6k_batch(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, i
     __m512 dv[NP];
     q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
-      stream_ahead<NP, 210 * 16 / 8>(sb, ps, b * (210 * 16 / 8), ahead);
+      stream_ahead<NP, 210 * 16 / 8>(w, ps, s * (16 * 210) + b * (210 * 16 / 8), ahead);
       q6k_unpack<NP>(sb, ps, b, codes);
       __m512 sc0[NP], sc1[NP];
       q6k_scales(sb, ps, b, dv, sc0, sc1);
