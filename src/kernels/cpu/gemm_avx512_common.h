@@ -59,11 +59,12 @@ struct PassPrefetch {
 // Past its panel's end a stream goes on in the panel kGroup later: a task walks its
 // panels in groups of kGroup (decode: panels_over), so that is where this stream's reads
 // go next. Each stream thus reaches the next group warm, where prefetching past the end
-// landed in the next panel of the same group, already read, and the next group's streams
-// began with a demand miss each, most often with short panels (4-bit weights: 9 KiB a
-// panel per thousand columns); measured a little faster, never slower
-// (docs/BENCHMARKS.md, issue 22 session 38). Past a task's last group the lines are the
-// next task's panels (or, past a matrix, whatever follows it): a hint, never a fault.
+// landed in the next panel of the same group, already read, and three of the next
+// group's four streams began with a demand miss, most often with short panels (4-bit
+// weights: 9 KiB a panel per thousand columns); measured a little faster, never
+// measurably slower (docs/BENCHMARKS.md, issue 22 session 38). Past a task's last group,
+// or where a group of 4 is followed by a shorter one, some lines are panels this task
+// does not read next (or, past a matrix, whatever follows it): a hint, never a fault.
 template <int NP, int64_t kBytes, int kGroup = NP>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist) {
   for (int p = 0; p < NP; ++p)
