@@ -220,7 +220,8 @@ std::vector<std::string> mkmodel_presets() {
 PresetDims preset_dims(const std::string& preset) {
   const Preset& p = find_preset(preset);
   return {p.n_vocab, p.n_embd, int64_t(p.n_head) * p.head_dim, int64_t(p.n_head_kv) * p.head_dim, p.n_ff,
-          p.n_head, p.n_head_kv, p.head_dim, p.n_layer, p.n_expert, p.n_expert_used, p.n_ff_exp};
+          p.n_head, p.n_head_kv, p.head_dim, p.n_layer, p.n_expert, p.n_expert_used, p.n_ff_exp,
+          p.n_lora_kv, p.n_lora_kv > 0 ? p.rope_dim : 0};
 }
 
 void make_model(const MkModelOptions& opt, const std::string& out_path) {

@@ -28,6 +28,7 @@ struct PresetDims {
   int64_t n_vocab, n_embd, n_q, n_kv, n_ff;
   int32_t n_head, n_head_kv, head_dim;
   int32_t n_layer = 0, n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int32_t n_lora_kv = 0, rope_dim = 0;  // latent attention (deepseek2): the cache's latent and RoPE key
 };
 PresetDims preset_dims(const std::string& preset);
 // general.file_type (llama_ftype) for a file whose matrices are of type t.

@@ -181,10 +181,12 @@ struct AttnDecodeStep::Impl {
   PresetDims d;
   int64_t seqs, ctx, per_seq;
   int32_t group;
+  int32_t dk, dv;  // a query row's and an output row's width
+  kernels::AttnQuerySplit qs;
   KVLayout l;
   std::unique_ptr<KVCache> kv;
   std::vector<int32_t> ids;
-  std::vector<float> q, out, scratch;  // q, out: [seqs][n_head][head_dim]
+  std::vector<float> q, out, scratch;  // q: [seqs][n_head][dk], out: [seqs][n_head][dv]
   kernels::AttnHeadRuns hr;
   int64_t per;
   ThreadPool* pool;
@@ -196,26 +198,35 @@ AttnDecodeStep::AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool) 
   m.d = preset_dims(opt.preset);
   m.seqs = opt.attn_seqs, m.ctx = opt.attn_ctx;
   const int32_t block = opt.attn_block;
-  m.group = m.d.n_head / m.d.n_head_kv;
   KVLayout& l = m.l;
   l.n_layer = 1;
-  l.n_kv_head = m.d.n_head_kv;
-  l.head_dim_k = l.head_dim_v = m.d.head_dim;
   l.block_size = block;
   l.n_blocks = int32_t(m.seqs * ((m.ctx + block - 1) / block));
   l.dtype = opt.attn_dtype;
+  if (m.d.n_lora_kv > 0) {  // latent attention: one KV head of [rope key | latent], the latent its value
+    HParams h;
+    h.n_layer = 1, h.n_head = m.d.n_head, h.n_head_kv = 1, h.n_lora_kv = m.d.n_lora_kv;
+    h.head_dim_k = m.d.rope_dim + m.d.n_lora_kv, h.head_dim_v = m.d.n_lora_kv;
+    l = kv_layout_for(h, block, l.n_blocks, opt.attn_dtype);
+  } else {
+    l.n_kv_head = m.d.n_head_kv;
+    l.head_dim_k = l.head_dim_v = m.d.head_dim;
+  }
+  m.group = m.d.n_head / l.n_kv_head;
+  m.dk = l.head_dim_k, m.dv = l.head_dim_v;
   m.kv = std::make_unique<KVCache>(l);
   // Finite values everywhere, written as the engine writes them (8-bit codes with their
-  // scales); each sequence's blocks placed as opt.attn_order says.
+  // scales; a latent's value is its key's last dv dimensions); each sequence's blocks
+  // placed as opt.attn_order says.
   std::mt19937_64 rng(3);
   {
-    std::vector<float> x(static_cast<size_t>(m.d.head_dim));
+    std::vector<float> x(static_cast<size_t>(m.dk));
     for (int32_t b = 0; b < l.n_blocks; ++b)
       for (int32_t h = 0; h < l.n_kv_head; ++h)
         for (int32_t s = 0; s < block; ++s) {
           for (auto& e : x) e = float(int64_t(rng() % 2001) - 1000) * 1e-3f;
           m.kv->write_k(0, b, h, s, x.data());
-          m.kv->write_v(0, b, h, s, x.data());
+          m.kv->write_v(0, b, h, s, x.data() + (m.dk - m.dv));
         }
   }
   m.ids.resize(static_cast<size_t>(l.n_blocks));
@@ -232,11 +243,13 @@ AttnDecodeStep::AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool) 
       for (auto& t : tables) RIDGE_CHECK(bm.reserve(t, i * block), "bench attention: the pool ran out of blocks");
     for (int64_t s = 0; s < m.seqs; ++s) std::copy(tables[size_t(s)].begin(), tables[size_t(s)].end(), m.ids.begin() + s * m.per_seq);
   }
-  m.q.assign(static_cast<size_t>(m.seqs * m.d.n_head * m.d.head_dim), 0.01f);
-  m.out.resize(m.q.size());
-  // Tasks as forward.cpp splits them: (sequence, a run of KV heads).
-  m.hr = kernels::attention_head_runs(m.seqs, m.d.n_head_kv, pool.size());
-  m.per = kernels::attention_scratch_floats(l, m.hr.run * m.group);
+  m.q.assign(static_cast<size_t>(m.seqs * m.d.n_head * m.dk), 0.01f);
+  m.out.resize(static_cast<size_t>(m.seqs * m.d.n_head * m.dv));
+  // Tasks as the CPU backend splits them: (sequence, a run of KV heads), and a part of
+  // the query heads where there are fewer such tasks than threads.
+  m.hr = kernels::attention_head_runs(m.seqs, l.n_kv_head, pool.size());
+  m.qs = kernels::attention_query_split(m.hr, m.seqs, m.group, pool.size());
+  m.per = kernels::attention_scratch_floats(l, m.qs.parts > 1 ? m.qs.rows : m.hr.run * m.group);
   m.scratch.resize(static_cast<size_t>(m.per * pool.size()));
 }
 
@@ -244,14 +257,18 @@ AttnDecodeStep::~AttnDecodeStep() = default;
 
 void AttnDecodeStep::run() {
   Impl& m = *impl_;
-  m.pool->run(m.seqs * m.hr.splits, [&](int64_t task, int thread) {
-    const int64_t s = task / m.hr.splits;
-    const int32_t h0 = int32_t(task % m.hr.splits) * m.hr.run, n = std::min(m.hr.run, m.d.n_head_kv - h0);
+  const int32_t parts = m.qs.parts;
+  m.pool->run(m.seqs * m.hr.splits * parts, [&](int64_t task, int thread) {
+    const int32_t part = int32_t(task % parts);
+    const int64_t s = task / parts / m.hr.splits;
+    const int32_t h0 = int32_t(task / parts % m.hr.splits) * m.hr.run, n = std::min(m.hr.run, m.l.n_kv_head - h0);
     const kernels::AttnArgs a{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + s * m.per_seq, size_t(m.per_seq)),
                               int32_t(m.ctx), 0.125f, {}};
-    const int64_t off = (s * m.d.n_head + int64_t(h0) * m.group) * m.d.head_dim;
-    kernels::attention_heads(a, h0, n, m.group, m.q.data() + off, m.d.head_dim, m.out.data() + off, m.d.head_dim,
-                             m.scratch.data() + thread * m.per);
+    // Query heads [r0, r0 + rows) of the run's groups.
+    const int32_t r0 = parts > 1 ? part * m.qs.rows : 0, rows = parts > 1 ? std::min(m.qs.rows, m.group - r0) : m.group;
+    const int64_t row = s * m.d.n_head + int64_t(h0) * m.group + r0;
+    kernels::attention_heads(a, h0, parts > 1 ? 1 : n, rows, m.q.data() + row * m.dk, m.dk, m.out.data() + row * m.dv,
+                             m.dv, m.scratch.data() + thread * m.per);
   });
 }
 
@@ -260,7 +277,7 @@ double AttnDecodeStep::bytes() const {
 }
 
 double AttnDecodeStep::flops() const {
-  return double(impl_->seqs) * double(impl_->ctx) * impl_->d.n_head * impl_->d.head_dim * 2.0 * 2.0;
+  return double(impl_->seqs) * double(impl_->ctx) * impl_->d.n_head * double(impl_->dk + impl_->dv) * 2.0;
 }
 
 KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
@@ -279,7 +296,8 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   const PresetDims d = preset_dims(opt.preset);
   KernelResult r;
   r.kernel = "attention";
-  r.shape = fmt::format("decode {}x{} b{}{} t{}", opt.attn_seqs, opt.attn_ctx, opt.attn_block,
+  r.shape = fmt::format("decode {}x{} b{}{}{} t{}", opt.attn_seqs, opt.attn_ctx, opt.attn_block,
+                        preset_dims(opt.preset).n_lora_kv > 0 ? " latent" : "",
                         opt.attn_order == O::Ordered    ? " ordered"
                         : opt.attn_order == O::Reversed ? " reversed"
                         : opt.attn_order == O::Turns    ? " turns"
@@ -298,8 +316,12 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   r.gflops = r.flops / sec / 1e9;
   const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;
   const double t_mem = bw > 0 ? r.bytes / (bw * 1e9) : 0;
-  const double t_comp = peaks.fp32_fma ? r.flops / (peaks.fp32_fma->all * 1e9) : 0;
-  r.bound = t_mem >= t_comp ? "dram" : "fp32_fma";
+  // An int8 cache's scores and P.V are integer dot products (attention_avx512.cpp), on
+  // CPUs with VNNI; the other dtypes' arithmetic is fp32 FMAs.
+  const bool i8 = opt.attn_dtype == DType::I8 && peaks.int8_vnni && active_isa() == Isa::Avx512;
+  const auto& peak = i8 ? peaks.int8_vnni : peaks.fp32_fma;
+  const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;
+  r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : "fp32_fma";
   r.pct = 100.0 * std::max(t_mem, t_comp) / sec;
   return r;
 }

@@ -307,6 +307,14 @@ expect_ok "bench kernels --attn-order reversed" "$RIDGE" bench kernels --peaks p
   --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 2 --attn-ctx 100 --attn-order reversed
 expect_ok "bench kernels --attn-order turns" "$RIDGE" bench kernels --peaks peaks.json --preset tiny --types q8_0 --m 1 \
   --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 3 --attn-ctx 100 --attn-order turns
+# A latent-attention preset's attention: one KV head of [rope key | latent], the latent
+# its value, 16 query heads split between the threads as the backend splits them.
+expect_ok "bench kernels, latent attention in int8 and f16" "$RIDGE" bench kernels --peaks peaks.json \
+  --preset deepseek-v2-lite-tiny --types q8_0 --m 1 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 1 \
+  --attn-ctx 100 --kv-cache-dtype int8 -t 2 --json mla.json
+grep -q '"kernel":"attention","shape":"decode 1x100[^"]*","type":"i8","m":1,"k":100,"n":' mla.json && why="" ||
+  why="mla.json lacks the latent attention's result: $(head -c 600 mla.json)"
+report "bench kernels: latent attention's row" "$why"
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"

@@ -269,6 +269,15 @@ AttnHeadRuns attention_head_runs(int64_t tokens, int32_t n_kv_head, int32_t thre
   return {nkv, 1};
 }
 
+AttnQuerySplit attention_query_split(const AttnHeadRuns& hr, int64_t tokens, int32_t group, int32_t threads) {
+  const int64_t tasks = tokens * hr.splits;
+  const int32_t want = hr.run == 1 && tasks < threads && group > 1
+                           ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks))
+                           : 1;
+  const int32_t rows = (group + want - 1) / want;
+  return {(group + rows - 1) / rows, rows};
+}
+
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {
   attention_group(a, kv_head, 1, q, 0, out, 0, scratch);
 }

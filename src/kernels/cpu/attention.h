@@ -91,6 +91,16 @@ struct AttnHeadRuns {
 };
 AttnHeadRuns attention_head_runs(int64_t tokens, int32_t n_kv_head, int32_t threads);
 
+// Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV heads;
+// latent attention's one): a group's query heads split among the threads too, each part
+// reading the tiles itself. A row's arithmetic does not depend on which rows share its
+// call, so the split changes no bits. parts = 1: no split.
+struct AttnQuerySplit {
+  int32_t parts = 1;  // per task
+  int32_t rows = 0;   // query heads per part (the last may have fewer), never empty
+};
+AttnQuerySplit attention_query_split(const AttnHeadRuns& hr, int64_t tokens, int32_t group, int32_t threads);
+
 // One query row: attention_group with n_q = 1.
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch);
 

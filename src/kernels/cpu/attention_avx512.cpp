@@ -403,22 +403,38 @@ ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, in
 }
 
 // o_r[d0, d0 + 32) = o_r * cr[r] + sum over the tile's chunks of (sum_j code_r[j] v_j) x
-// the chunk's step, for R rows, in chunk order: as pv<> but in integer arithmetic.
+// the chunk's step, for R rows, in chunk order: as pv<> but in integer arithmetic. The
+// running sums between chunks stay in an aligned scratch of whole vectors: reloading o
+// right after its masked stores waits on store forwarding.
 template <int R>
 ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t ldc, const float* step, int64_t lds_step,
                        const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
   const __mmask16 m0 = first_lanes(dv - d0), m1 = first_lanes(dv - d0 - 16);
   const int32_t lanes = tl.n_blocks * lpb;
+  alignas(64) float run[R][32];
   for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
     __m512i acc[2 * R];
     pv_dots_i8<R>(tl, lpb, pc, ldc, c0, d0, dv, voff, pf, acc);
+    const bool first = c0 == 0, last = c0 + kChunkLanes >= lanes;
     static_for<R>([&](auto r) {
-      const __m512 cv = _mm512_set1_ps(c0 == 0 ? cr[r] : 1.f), sv = _mm512_set1_ps(step[r * lds_step + c0 / kChunkLanes]);
+      const __m512 sv = _mm512_set1_ps(step[r * lds_step + c0 / kChunkLanes]);
       float* orow = o + r * ldo + d0;
-      const __m512 o0 = _mm512_maskz_loadu_ps(m0, orow), o1 = _mm512_maskz_loadu_ps(m1, orow + 16);
-      _mm512_mask_storeu_ps(orow, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r]), sv, c0 == 0 ? _mm512_mul_ps(o0, cv) : o0));
-      _mm512_mask_storeu_ps(orow + 16, m1,
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r + 1]), sv, c0 == 0 ? _mm512_mul_ps(o1, cv) : o1));
+      __m512 x0, x1;
+      if (first) {
+        const __m512 cv = _mm512_set1_ps(cr[r]);
+        x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, orow), cv);
+        x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, orow + 16), cv);
+      } else {
+        x0 = _mm512_load_ps(run[r]), x1 = _mm512_load_ps(run[r] + 16);
+      }
+      x0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r]), sv, x0);
+      x1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * r + 1]), sv, x1);
+      if (last) {
+        _mm512_mask_storeu_ps(orow, m0, x0);
+        _mm512_mask_storeu_ps(orow + 16, m1, x1);
+      } else {
+        _mm512_store_ps(run[r], x0), _mm512_store_ps(run[r] + 16, x1);
+      }
     });
   }
 }

@@ -359,18 +359,11 @@ void CpuBackend::attention(const AttentionArgs& a) {
   // (Sinks are per query head: a block of one head's positions would need them per row.)
   if (group == 1 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
   const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
-  // Fewer (token, head run) tasks than threads, one KV head each (a decode of few KV
-  // heads; MLA's one): the query heads of a group split among the threads too, each part
-  // reading the tiles itself. A row's arithmetic does not depend on which rows share its
-  // call (attention.h), so the split changes no bits.
-  const int64_t tasks = T * hr.splits, threads = int64_t(pool_.size());
-  const int32_t qsplit0 =
-      hr.run == 1 && tasks < threads && group > 1 ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks)) : 1;
-  const int32_t qg = (group + qsplit0 - 1) / qsplit0;  // query heads per part (the last may have fewer)
-  const int32_t qsplit = (group + qg - 1) / qg;      // no part left empty
+  const AttnQuerySplit qs = attention_query_split(hr, T, group, pool_.size());
+  const int32_t qsplit = qs.parts, qg = qs.rows;
   const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * (qsplit > 1 ? qg : group));
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
-  pool_.run(tasks * qsplit, [&](int64_t task, int thread) {
+  pool_.run(T * hr.splits * qsplit, [&](int64_t task, int thread) {
     const int32_t part = int32_t(task % qsplit);
     const int64_t t = task / qsplit / hr.splits;
     const int32_t h0 = int32_t(task / qsplit % hr.splits) * hr.run, n = std::min(hr.run, a.n_kv_head - h0);
