@@ -93,7 +93,8 @@ commands:
               [--attn-seqs N] [--attn-ctx TOKENS] [--attn-block N]
               [--attn-order shuffled|ordered|reversed|turns] [--kernel-cache DIR|off]
               [--no-kernel-autotune] [--device cuda]   every matrix kernel and decode
-              attention: time, GB/s, GOP/s and % of the ceiling that bounds it (cuda: the
+              attention: time, GB/s, GOP/s and % of the ceiling that bounds it (a deepseek
+              preset's attention is latent: one KV head of [rope key | latent]; cuda: the
               GPU backend's matmuls against its HBM and bf16 GEMM ceilings)
   bench serve --url http://HOST:PORT [--endpoint /v1/completions] [--model NAME]
               [--num-prompts N] [--request-rate R|inf] [--max-concurrency C]
