@@ -347,23 +347,40 @@ ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, 
     }
   }
   const int32_t lanes = tl.n_blocks * gpb * 16;
-  ATTN_UNROLL for (int r = 0; r < R; ++r)
-    for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
-      const int32_t c1 = lanes - c0 < kChunkLanes ? lanes : c0 + kChunkLanes;
-      __m512 cmax = wmax[r];
-      if (lanes > kChunkLanes) {
-        cmax = _mm512_setzero_ps();
-        for (int32_t x = c0; x < c1; x += 16) cmax = _mm512_max_ps(cmax, _mm512_loadu_ps(p + r * ldp + x));
+  // Per chunk, every row's step at once: the rows' chunk maxima in lanes (one fixed tree,
+  // exact for a max), one division for all of them. Bad rows' lanes: step NaN, codes 0.
+  __mmask16 badm = 0;
+  ATTN_UNROLL for (int r = 0; r < R; ++r) badm |= bad[r] ? __mmask16(1u << r) : __mmask16(0);
+  for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
+    const int32_t c1 = lanes - c0 < kChunkLanes ? lanes : c0 + kChunkLanes;
+    __m512 cm[16];
+    ATTN_UNROLL for (int r = 0; r < 16; ++r) {
+      cm[r] = r < R ? wmax[r] : _mm512_setzero_ps();
+      if (r < R && lanes > kChunkLanes) {
+        cm[r] = _mm512_setzero_ps();
+        for (int32_t x = c0; x < c1; x += 16) cm[r] = _mm512_max_ps(cm[r], _mm512_loadu_ps(p + r * ldp + x));
       }
-      const float mx = _mm512_reduce_max_ps(cmax);
-      float inv = mx > 0.f ? 255.f / mx : 0.f;
-      if (!(inv < __builtin_inff())) inv = 0.f;  // a subnormal max: the weights count as zeros
-      step[r * lds_step + c0 / kChunkLanes] = bad[r] ? __builtin_nanf("") : inv > 0.f ? mx / 255.f : 0.f;
-      const __m512 vi = _mm512_set1_ps(bad[r] ? 0.f : inv);
+    }
+    const __m512 mx = reduce16<true>(cm);
+    const __m512 zero = _mm512_setzero_ps();
+    const __mmask16 pos = _mm512_cmp_ps_mask(mx, zero, _CMP_GT_OQ);
+    __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(255.f), mx);
+    const __mmask16 fin = _mm512_cmp_ps_mask(inv, _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);  // a subnormal max: zeros
+    inv = _mm512_maskz_mov_ps(fin, inv);
+    const __mmask16 live = _mm512_cmp_ps_mask(inv, zero, _CMP_GT_OQ);
+    const __m512 st =
+        _mm512_mask_mov_ps(_mm512_maskz_div_ps(live, mx, _mm512_set1_ps(255.f)), badm, _mm512_set1_ps(__builtin_nanf("")));
+    inv = _mm512_mask_mov_ps(inv, badm, zero);
+    alignas(64) float stv[16];
+    _mm512_store_ps(stv, st);
+    ATTN_UNROLL for (int r = 0; r < R; ++r) {
+      step[r * lds_step + c0 / kChunkLanes] = stv[r];
+      const __m512 vi = _mm512_permutexvar_ps(_mm512_set1_epi32(r), inv);
       for (int32_t x = c0; x < c1; x += 16)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(pc + r * ldc + x),
                          _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + r * ldp + x), vi))));
     }
+  }
 }
 
 // The int32 sums sum_j code_r[j] v_j[d0, d0 + 32) of R rows over the tile's score lanes
