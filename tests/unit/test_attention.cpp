@@ -755,6 +755,31 @@ TEST(Attention, HeadSplitsCoverEveryHeadWithNoEmptyRun) {
   EXPECT_EQ(attention_head_runs(512, 8, 16).splits, 1);
 }
 
+// Query splits: the parts cover the group with none empty, and only where the (token,
+// head run) tasks are fewer than the threads and a run is one KV head.
+TEST(Attention, QuerySplitsCoverTheGroupWithNoEmptyPart) {
+  for (int32_t nkv = 1; nkv <= 4; ++nkv)
+    for (int32_t group = 1; group <= 17; ++group)
+      for (int32_t threads = 1; threads <= 16; ++threads)
+        for (int64_t tokens = 1; tokens <= 5; ++tokens) {
+          const AttnHeadRuns hr = attention_head_runs(tokens, nkv, threads);
+          const AttnQuerySplit qs = attention_query_split(hr, tokens, group, threads);
+          ASSERT_GE(qs.parts, 1);
+          ASSERT_GE(qs.rows, 1);
+          ASSERT_GE(int64_t(qs.parts) * qs.rows, group);
+          ASSERT_LT(int64_t(qs.parts - 1) * qs.rows, group) << "an empty last part";
+          if (hr.run > 1 || tokens * hr.splits >= threads || group == 1) {
+            ASSERT_EQ(qs.parts, 1);
+          }
+        }
+  // Latent attention's decode: 16 query heads of its one KV head over 2 or 16 threads.
+  const AttnHeadRuns one = attention_head_runs(1, 1, 2);
+  EXPECT_EQ(attention_query_split(one, 1, 16, 2).parts, 2);
+  EXPECT_EQ(attention_query_split(one, 1, 16, 2).rows, 8);
+  EXPECT_EQ(attention_query_split(attention_head_runs(1, 1, 16), 1, 16, 16).rows, 1);
+  EXPECT_EQ(attention_query_split(attention_head_runs(4, 1, 2), 4, 16, 2).parts, 1);
+}
+
 TEST(Attention, EmptyContextGivesZeros) {
   const Cache st(DType::F32, 16, 16, 16, 0, 1);
   const std::vector<float> q(16, 1.f);
