@@ -1,6 +1,6 @@
 // A mixture of experts' decode: the 8 active experts of Qwen3-30B-A3B for one token,
-// their gate+up (each [2 x 768][2048], q4_0, packed; Arg 0) or down ([2048][768]; Arg
-// 1), run as one grouped matmul (what the forward does) against one matrix of the same
+// their gate+up (each [2 x 768][2048], q4_0, packed, gate's and up's rows two outputs;
+// Arg 0) or down ([2048][768]; Arg 1), run as one grouped matmul (what the forward does) against one matrix of the same
 // bytes ([8 x rows][k]) and against the same 8 experts one matmul each. Both read every byte once from DRAM: a ring of
 // copies larger than the last-level cache, one copy per call. If grouped runs below the
 // single matrix, the experts' structure (separate regions, short streams, task
@@ -79,7 +79,15 @@ void run(benchmark::State& st, Mode mode) {
       w[size_t(e)] = {DType::Q4_0, kK, kRows, nullptr, base + e * d.expert_bytes, false};
       items[size_t(e)] = GroupedMatmul{};
       items[size_t(e)].w = &w[size_t(e)], items[size_t(e)].x = d.x.data(), items[size_t(e)].m = 1;
-      items[size_t(e)].outs[0] = {kRows, d.y.data() + e * kRows};
+      // gate+up as the forward runs it: two outputs, gate's rows and up's (the down
+      // projection one).
+      if (st.range(0) == 0) {
+        items[size_t(e)].n_outs = 2;
+        items[size_t(e)].outs[0] = {kRows / 2, d.y.data() + e * kRows};
+        items[size_t(e)].outs[1] = {kRows / 2, d.y.data() + e * kRows + kRows / 2};
+      } else {
+        items[size_t(e)].outs[0] = {kRows, d.y.data() + e * kRows};
+      }
     }
     if (mode == Mode::Grouped) mm.run_grouped(pool, items);
     else

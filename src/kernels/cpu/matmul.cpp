@@ -110,6 +110,14 @@ const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float*
   return a;
 }
 
+namespace {
+// Panels per task of a call's streaming (decode) matmuls over np_all panels: whole panel
+// groups, up to the tuned task_panels, while every thread still gets 4 tasks or more.
+int64_t decode_panels_per_task(int64_t np_all, int threads, int64_t task_panels) {
+  return std::clamp<int64_t>(np_all / (int64_t(threads) * 4) / 4 * 4, 4, std::max<int64_t>(4, task_panels));
+}
+}  // namespace
+
 void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
                         const MatmulOut* outs, size_t n_outs, int64_t ldy) {
   int64_t lda = 0;
@@ -124,12 +132,13 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // issue 6 sessions 4 and 7).
   // The panels per task, the prefetch distance, the weight streams per decode task and a
   // decode batch's row tiles are tuned per CPU (tuning.h); none changes a bit of y.
+  // The 4 tasks per thread count over all the call's outputs (a fused q/k/v's small k
+  // and v outputs take as long tasks as q's).
   constexpr int64_t mc = kGemmRowChunk;
   const TypeTuning& tn = kernel_tuning().of(w.type);
-  auto panels_per_task = [&](int64_t np) -> int64_t {
-    if (m > mc) return 4;
-    return std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4, std::max<int64_t>(4, tn.task_panels));
-  };
+  int64_t np_all = 0;
+  for (size_t i = 0; i < n_outs; ++i) np_all += (outs[i].n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t pg = m > mc ? 4 : decode_panels_per_task(np_all, pool.size(), tn.task_panels);
   struct Seg {
     GemmArgs g;
     int64_t n_panels, first_task, pg;
@@ -142,7 +151,6 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   const int64_t pbytes = panel_bytes(w.type, w.k);
   for (size_t i = 0; i < n_outs; ++i) {
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
-    const int64_t pg = panels_per_task(np);
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
                 w.type == DType::F8_E4M3_B128 && w.fp8_bf16, m == 1 ? tn.decode_ahead : tn.batch_ahead,
                 m == 1 ? tn.decode_streams : tn.batch_streams, tn.batch_even != 0, tn.tile_rows},
@@ -204,6 +212,15 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
   };
   std::vector<Seg> segs;
   int64_t tasks = 0;
+  // The panels per task of the items that stream (m <= mc), sized over all of them
+  // together: the threads share one round of every item's tasks, so an expert of few
+  // panels still gets whole runs of them (with 4 per task a thread jumped past the other
+  // thread's group at every task, as run_packed's comment has it).
+  int64_t np_all = 0;
+  for (const GroupedMatmul& it : items)
+    for (int32_t o = 0; o < it.n_outs && it.m > 0 && it.m <= mc; ++o)
+      np_all += (it.outs[o].n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t pg_stream = decode_panels_per_task(np_all, pool.size(), tn.task_panels);
   for (size_t i = 0; i < items.size(); ++i) {
     const GroupedMatmul& it = items[i];
     if (it.m == 0) continue;
@@ -216,9 +233,7 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
     for (int32_t o = 0; o < it.n_outs; ++o) {
       const MatmulOut& out = it.outs[o];
       const int64_t np = (out.n_out + kPanelRows - 1) / kPanelRows;
-      const int64_t pg = m > mc ? 4
-                                : std::clamp<int64_t>(np / (int64_t(pool.size()) * 4) / 4 * 4, 4,
-                                                      std::max<int64_t>(4, tn.task_panels));
+      const int64_t pg = m > mc ? 4 : pg_stream;
       segs.push_back({{w0.type, packed, k, out.n_out, a + first_[i] * nb, nb, out.y, out.n_out, n_mc == 1, false,
                        m == 1 ? tn.decode_ahead : tn.batch_ahead, m == 1 ? tn.decode_streams : tn.batch_streams,
                        tn.batch_even != 0, tn.tile_rows},
