@@ -37,7 +37,7 @@ const std::vector<TunableParam>& tunable_params() {
   static const std::vector<TunableParam> params = {
       {"decode_ahead", &TypeTuning::decode_ahead, {512, 1024, 2048}, "decode: bytes each weight stream is prefetched ahead"},
       {"decode_streams", &TypeTuning::decode_streams, {2, 4}, "decode: weight streams (panels) a task reads at once"},
-      {"task_panels", &TypeTuning::task_panels, {4, 8, 16}, "decode and decode batches: most panels per task"},
+      {"task_panels", &TypeTuning::task_panels, {4, 8, 16, 32, 64}, "decode and decode batches: most panels per task"},
       {"batch_ahead", &TypeTuning::batch_ahead, {1024, 2048, 4096}, "decode batches: bytes the weights are prefetched ahead"},
       {"batch_streams", &TypeTuning::batch_streams, {2, 4}, "decode batches: weight streams (panels) a kernel reads at once"},
       {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
