@@ -228,7 +228,8 @@ class Tuner {
         tr.param = std::string(p.name);
         tr.ms = p.name == "batch_even" ? std::vector<int64_t>{9}
                 : p.name == "batch_ahead" || p.name == "batch_streams" ? std::vector<int64_t>{9, 16}
-                : p.name == "task_panels" ? std::vector<int64_t>{1, 16}
+                : p.name == "task_panels" ? std::vector<int64_t>{1}
+                : p.name == "batch_task_panels" ? std::vector<int64_t>{16}
                 : p.name == "tile_rows"   ? std::vector<int64_t>{kPrefillRows}
                                           : std::vector<int64_t>{1};
         tr.candidates = p.candidates;

@@ -382,7 +382,7 @@ TEST_P(GemmTest, EveryTuningCandidateGivesTheDefaultsBits) {
 }
 
 // The larger task sizes take a matrix of more panels to reach: 260 panels on one thread
-// make tasks of 64 (and of 32), for a decode and a decode batch, also as a fused
+// make decode tasks of 64 (and of 32) and decode batch tasks of 16, also as a fused
 // matmul's two outputs, whose tasks are sized over both.
 TEST(KernelTuning, LongTasksGiveTheDefaultsBits) {
   const KernelTuning saved = kernel_tuning();
@@ -395,23 +395,24 @@ TEST(KernelTuning, LongTasksGiveTheDefaultsBits) {
       const auto x = acts(m, k, uint32_t(70 + m));
       set_kernel_tuning(default_tuning());
       const auto want = run(p2, w, x, m, true);
-      for (const int32_t v : find_tunable("task_panels")->candidates) {
+      const TunableParam& p = *find_tunable(m == 1 ? "task_panels" : "batch_task_panels");
+      for (const int32_t v : p.candidates) {
         KernelTuning tn = default_tuning();
-        tn.of(t).task_panels = v;
+        tn.of(t).*p.field = v;
         set_kernel_tuning(tn);
         for (ThreadPool* pool : {&p1, &p2}) {
           const auto got = run(*pool, w, x, m, true);
           EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-              << dtype_name(t) << " m = " << m << " task_panels = " << v << " on " << pool->size() << " threads";
+              << dtype_name(t) << " m = " << m << " " << p.name << " = " << v << " on " << pool->size() << " threads";
           const int64_t h = n_out / 2;  // a multiple of 16: [m][h] each
           std::vector<float> y0(static_cast<size_t>(m * h)), y1(static_cast<size_t>(m * h));
           Matmul mm;
           mm.run_fused(*pool, w.view(true), x.data(), m, {{h, y0.data()}, {h, y1.data()}});
           for (int64_t r = 0; r < m; ++r) {
             ASSERT_EQ(0, std::memcmp(y0.data() + r * h, want.data() + r * n_out, size_t(h) * sizeof(float)))
-                << dtype_name(t) << " fused, m = " << m << " task_panels = " << v << " row " << r;
+                << dtype_name(t) << " fused, m = " << m << " " << p.name << " = " << v << " row " << r;
             ASSERT_EQ(0, std::memcmp(y1.data() + r * h, want.data() + r * n_out + h, size_t(h) * sizeof(float)))
-                << dtype_name(t) << " fused, m = " << m << " task_panels = " << v << " row " << r;
+                << dtype_name(t) << " fused, m = " << m << " " << p.name << " = " << v << " row " << r;
           }
         }
       }

@@ -112,7 +112,8 @@ const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float*
 
 namespace {
 // Panels per task of a call's streaming (decode) matmuls over np_all panels: whole panel
-// groups, up to the tuned task_panels, while every thread still gets 4 tasks or more.
+// groups, up to the tuned most (task_panels, batch_task_panels), while every thread still
+// gets 4 tasks or more.
 int64_t decode_panels_per_task(int64_t np_all, int threads, int64_t task_panels) {
   return std::clamp<int64_t>(np_all / (int64_t(threads) * 4) / 4 * 4, 4, std::max<int64_t>(4, task_panels));
 }
@@ -125,8 +126,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // Tasks: groups of pg panels x chunks of up to 48 activation rows, per output.
   // Consecutive tasks share a panel group, so its weights stay in L2 while the row chunks
   // pass (prefill). Decode (one chunk: m = 1 runs 4 weight streams in flight, a decode
-  // batch 4 panels at a time) takes up to 16 panels per task, still 4 tasks per thread or
-  // more: panels lie back to back, so a thread that walks 16 in a row keeps one of its
+  // batch 4 panels at a time) takes up to 16 panels per task by default (up to 64 where
+  // tuned for one row), still 4 tasks per thread or more: panels lie back to back, so a thread that walks 16 in a row keeps one of its
   // streams warm from group to group, where with 4 per task it jumped past the other
   // thread's group at every task (measured faster at m = 1 and m = 16: docs/BENCHMARKS.md,
   // issue 6 sessions 4 and 7).
@@ -138,7 +139,8 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   const TypeTuning& tn = kernel_tuning().of(w.type);
   int64_t np_all = 0;
   for (size_t i = 0; i < n_outs; ++i) np_all += (outs[i].n_out + kPanelRows - 1) / kPanelRows;
-  const int64_t pg = m > mc ? 4 : decode_panels_per_task(np_all, pool.size(), tn.task_panels);
+  const int64_t pg =
+      m > mc ? 4 : decode_panels_per_task(np_all, pool.size(), m == 1 ? tn.task_panels : tn.batch_task_panels);
   struct Seg {
     GemmArgs g;
     int64_t n_panels, first_task, pg;
@@ -220,7 +222,8 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
   for (const GroupedMatmul& it : items)
     for (int32_t o = 0; o < it.n_outs && it.m > 0 && it.m <= mc; ++o)
       np_all += (it.outs[o].n_out + kPanelRows - 1) / kPanelRows;
-  const int64_t pg_stream = decode_panels_per_task(np_all, pool.size(), tn.task_panels);
+  const int64_t pg_one = decode_panels_per_task(np_all, pool.size(), tn.task_panels);
+  const int64_t pg_batch = decode_panels_per_task(np_all, pool.size(), tn.batch_task_panels);
   for (size_t i = 0; i < items.size(); ++i) {
     const GroupedMatmul& it = items[i];
     if (it.m == 0) continue;
@@ -233,7 +236,7 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
     for (int32_t o = 0; o < it.n_outs; ++o) {
       const MatmulOut& out = it.outs[o];
       const int64_t np = (out.n_out + kPanelRows - 1) / kPanelRows;
-      const int64_t pg = m > mc ? 4 : pg_stream;
+      const int64_t pg = m > mc ? 4 : m == 1 ? pg_one : pg_batch;
       segs.push_back({{w0.type, packed, k, out.n_out, a + first_[i] * nb, nb, out.y, out.n_out, n_mc == 1, false,
                        m == 1 ? tn.decode_ahead : tn.batch_ahead, m == 1 ? tn.decode_streams : tn.batch_streams,
                        tn.batch_even != 0, tn.tile_rows},

@@ -37,7 +37,8 @@ const std::vector<TunableParam>& tunable_params() {
   static const std::vector<TunableParam> params = {
       {"decode_ahead", &TypeTuning::decode_ahead, {512, 1024, 2048}, "decode: bytes each weight stream is prefetched ahead"},
       {"decode_streams", &TypeTuning::decode_streams, {2, 4}, "decode: weight streams (panels) a task reads at once"},
-      {"task_panels", &TypeTuning::task_panels, {4, 8, 16, 32, 64}, "decode and decode batches: most panels per task"},
+      {"task_panels", &TypeTuning::task_panels, {4, 8, 16, 32, 64}, "decode: most panels per task"},
+      {"batch_task_panels", &TypeTuning::batch_task_panels, {4, 8, 16}, "decode batches: most panels per task"},
       {"batch_ahead", &TypeTuning::batch_ahead, {1024, 2048, 4096}, "decode batches: bytes the weights are prefetched ahead"},
       {"batch_streams", &TypeTuning::batch_streams, {2, 4}, "decode batches: weight streams (panels) a kernel reads at once"},
       {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
@@ -55,7 +56,9 @@ const TunableParam* find_tunable(std::string_view name) {
 bool tunable_for(const TunableParam& p, DType t) {
   // The AVX2 kernels (gemm_avx2.cpp) read only decode's stream parameters; the task size is
   // Matmul's, on any path.
-  if (gemm_on_avx2(t) && p.name != "decode_ahead" && p.name != "decode_streams" && p.name != "task_panels") return false;
+  if (gemm_on_avx2(t) && p.name != "decode_ahead" && p.name != "decode_streams" && p.name != "task_panels" &&
+      p.name != "batch_task_panels")
+    return false;
   const bool block32 = t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
                        t == DType::Q5_1 || t == DType::MXFP4;
   const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;

@@ -31,10 +31,13 @@ struct TypeTuning {
   int32_t decode_ahead = 1024;
   // Weight streams (16-row panels) a decode task reads at once: 2 or 4.
   int32_t decode_streams = 4;
-  // Most panels of one matmul task in decode and decode batches (m <= 48): a thread that
-  // walks several groups in a row keeps a stream warm from group to group; fewer per task
-  // balance the threads better at the end.
+  // Most panels of one matmul task in decode (one row): a thread that walks several
+  // groups in a row keeps a stream warm from group to group; fewer per task balance the
+  // threads better at the end.
   int32_t task_panels = 16;
+  // The same for decode batches (2 to 48 rows), whose kernels are nearer their compute
+  // roof, so the end's balance weighs more than the streams' warmth.
+  int32_t batch_task_panels = 16;
   // Bytes a decode batch's (2 to 48 rows) weight prefetch runs ahead.
   int32_t batch_ahead = 1024;
   // Panels (weight streams) a decode batch's block-by-block kernel reads at once: 2 or 4.
