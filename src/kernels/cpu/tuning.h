@@ -33,8 +33,10 @@ struct TypeTuning {
   int32_t decode_streams = 4;
   // Most panels of one matmul task in decode (one row): a thread that walks several
   // groups in a row keeps a stream warm from group to group; fewer per task balance the
-  // threads better at the end.
-  int32_t task_panels = 16;
+  // threads better at the end (Matmul keeps 4 tasks per thread or more whatever this is).
+  // Longer walks streamed faster on every CPU measured (docs/BENCHMARKS.md, issue 6
+  // sessions 4 and 7; issues 22 and 25 session 39).
+  int32_t task_panels = 64;
   // The same for decode batches (2 to 48 rows), whose kernels are nearer their compute
   // roof, so the end's balance weighs more than the streams' warmth.
   int32_t batch_task_panels = 16;
