@@ -350,6 +350,20 @@ TEST_P(GemmTest, GroupedMatmulGivesEachItemsBits) {
   }
 }
 
+// Candidate v of p over base (left set), on each pool: y's bits must be want's.
+void expect_candidate_bits(DType t, const Mat& w, const std::vector<float>& x, int64_t m, const KernelTuning& base,
+                           const TunableParam& p, int32_t v, const std::vector<float>& want,
+                           std::initializer_list<ThreadPool*> pools) {
+  KernelTuning tn = base;
+  tn.of(t).*p.field = v;
+  set_kernel_tuning(tn);
+  for (ThreadPool* pool : pools) {
+    const auto got = run(*pool, w, x, m, true);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << dtype_name(t) << " m = " << m << " " << p.name << " = " << v << " on " << pool->size() << " threads";
+  }
+}
+
 // Every candidate of every tunable parameter (tuning.h), for this type, gives the bits the
 // defaults give: one row, decode batches of 3, 9 and 16 rows (tiles 3; 3 x 3 or 4 + 4 + 1;
 // 4 x 4) and a prefill chunk of 61, on 1 and 2 threads. 65 panels (the last partial) are
@@ -367,16 +381,7 @@ TEST_P(GemmTest, EveryTuningCandidateGivesTheDefaultsBits) {
     set_kernel_tuning(defaults);
     const auto want = run(p2, w, x, m, true);
     for (const TunableParam& p : tunable_params())
-      for (const int32_t v : p.candidates) {
-        KernelTuning tn = defaults;
-        tn.of(t).*p.field = v;
-        set_kernel_tuning(tn);
-        for (ThreadPool* pool : {&p1, &p2}) {
-          const auto got = run(*pool, w, x, m, true);
-          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-              << dtype_name(t) << " m = " << m << " " << p.name << " = " << v << " on " << pool->size() << " threads";
-        }
-      }
+      for (const int32_t v : p.candidates) expect_candidate_bits(t, w, x, m, defaults, p, v, want, {&p1, &p2});
   }
   set_kernel_tuning(saved);
 }
@@ -397,13 +402,8 @@ TEST(KernelTuning, LongTasksGiveTheDefaultsBits) {
       const auto want = run(p2, w, x, m, true);
       const TunableParam& p = *find_tunable(m == 1 ? "task_panels" : "batch_task_panels");
       for (const int32_t v : p.candidates) {
-        KernelTuning tn = default_tuning();
-        tn.of(t).*p.field = v;
-        set_kernel_tuning(tn);
+        expect_candidate_bits(t, w, x, m, default_tuning(), p, v, want, {&p1, &p2});  // leaves v set
         for (ThreadPool* pool : {&p1, &p2}) {
-          const auto got = run(*pool, w, x, m, true);
-          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-              << dtype_name(t) << " m = " << m << " " << p.name << " = " << v << " on " << pool->size() << " threads";
           const int64_t h = n_out / 2;  // a multiple of 16: [m][h] each
           std::vector<float> y0(static_cast<size_t>(m * h)), y1(static_cast<size_t>(m * h));
           Matmul mm;
