@@ -159,14 +159,18 @@ void prepare_kernels() {
   if (f.done) return;  // once per process: a draft model's load comes here too
   f.done = true;
   const KernelCacheUse use = apply_kernel_cache(f.dir);
-  if (use.status != KernelCacheUse::NoEntry) {
+  const bool can_tune = f.autotune && kernels::gemm_available(DType::Q8_0);
+  // An older tuner's entry runs until a new one replaces it (applied already).
+  const bool stale = use.status == KernelCacheUse::Stale;
+  if (use.status != KernelCacheUse::NoEntry && !(stale && can_tune)) {
     if (use.status != KernelCacheUse::Off) std::fprintf(stderr, "%s\n", use.line.c_str());
     return;
   }
-  if (!f.autotune || !kernels::gemm_available(DType::Q8_0)) return;
+  if (!can_tune) return;
   std::fprintf(stderr,
-               "kernels: first use of this CPU: timing the kernels' parameters once (about 15 s; `ridge tune-kernels` "
-               "redoes it, --no-kernel-autotune or RIDGE_KERNEL_AUTOTUNE=0 skips it)\n");
+               "kernels: %s: timing the kernels' parameters once (about 15 s; `ridge tune-kernels` redoes it, "
+               "--no-kernel-autotune or RIDGE_KERNEL_AUTOTUNE=0 skips it)\n",
+               stale ? "this CPU's entry is an older ridge's" : "first use of this CPU");
   const std::string file = kernel_cache_file(f.dir);
   try {
     check_cache_dir(f.dir);
@@ -180,7 +184,12 @@ void prepare_kernels() {
   } catch (const std::exception& e) {  // no directory, no memory for the rings: run untuned
     kernels::set_kernel_tuning(kernels::default_tuning());
     kernels::set_attention_tile_keys(kernels::kDefaultAttnTileKeys);
-    std::fprintf(stderr, "kernels: default parameters (not tuned: %s)\n", e.what());
+    if (stale) {  // the older entry, as it was before the attempt
+      apply_kernel_cache(f.dir);
+      std::fprintf(stderr, "kernels: the older tuner's parameters (not tuned again: %s)\n", e.what());
+    } else {
+      std::fprintf(stderr, "kernels: default parameters (not tuned: %s)\n", e.what());
+    }
   }
 }
 

@@ -29,7 +29,8 @@ json entry_json(const TunedEntry& e) {
     for (const auto& p : kernels::tunable_params()) t[std::string(p.name)] = e.tuning.types[i].*p.field;
     types[std::string(dtype_name(kernels::kTunedTypes[i]))] = t;
   }
-  json j = {{"threads", e.threads}, {"measured_at", e.measured_at}, {"seconds", e.seconds}, {"types", types}};
+  json j = {{"tuner", e.tuner}, {"threads", e.threads}, {"measured_at", e.measured_at}, {"seconds", e.seconds},
+            {"types", types}};
   if (e.fp8_path) j["fp8_path"] = fp8_path_name(*e.fp8_path);
   if (e.attn_tile_keys) j["attn_tile_keys"] = *e.attn_tile_keys;
   return j;
@@ -41,6 +42,11 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
   };
   if (!j.is_object()) fail_at("entry", "not an object");
   TunedEntry e;
+  e.tuner = 1;  // entries before the field
+  if (j.contains("tuner")) {
+    if (!j["tuner"].is_number_integer() || j["tuner"].get<int64_t>() < 1) fail_at("tuner", "not a generation (1, 2, ...)");
+    e.tuner = int(std::min<int64_t>(j["tuner"].get<int64_t>(), 1 << 20));
+  }
   if (j.contains("threads") && j["threads"].is_number_integer()) e.threads = j["threads"].get<int>();
   if (j.contains("measured_at") && j["measured_at"].is_number_integer()) e.measured_at = j["measured_at"].get<int64_t>();
   if (j.contains("seconds") && j["seconds"].is_number()) e.seconds = j["seconds"].get<double>();
@@ -192,6 +198,8 @@ KernelCacheUse apply_kernel_cache(const std::string& dir) {
   if (e->fp8_path && !(forced && *forced) && (*e->fp8_path == Fp8Path::F16c || fp8_bf16_available()))
     set_fp8_path(*e->fp8_path);
   if (e->attn_tile_keys) kernels::set_attention_tile_keys(*e->attn_tile_keys);
+  if (e->tuner < kTunerGeneration)
+    return {KernelCacheUse::Stale, fmt::format("kernels: tuned for this CPU by an older ridge's tuner ({})", file)};
   return {KernelCacheUse::Applied, fmt::format("kernels: tuned for this CPU ({})", file)};
 }
 

@@ -3,12 +3,15 @@
 // $XDG_CACHE_HOME/ridge, else ~/.cache/ridge; "off" disables it). A process applies its
 // CPU's entry at start, before any weights are packed (the FP8 path decides their layout).
 //
-//   {"version": 1, "cpus": {"<cpu id>": {"threads": 2, "measured_at": 1796..., "seconds": 21.4,
+//   {"version": 1, "cpus": {"<cpu id>": {"tuner": 2, "threads": 2, "measured_at": 1796..., "seconds": 21.4,
 //     "fp8_path": "bf16", "attn_tile_keys": 128, "types": {"q4_0": {"decode_ahead": 1024, ...}, ...}}}}
 //
 // A value that is not one of its parameter's candidates, a type ridge has no packed kernel
 // for, or a file that is not this shape is an error naming the file and the key; the
 // process then runs on the defaults and says so. Entries of other CPUs are kept.
+// An entry records the tuner generation that measured it ("tuner"; absent: 1). One of an
+// older generation (fewer candidates, another way of timing them) is applied but stale:
+// the first command that runs a model re-times it, as it times a missing one.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -28,7 +31,12 @@ std::string kernel_cpu_id();
 std::string kernel_cache_dir(const std::string& flag);
 std::string kernel_cache_file(const std::string& dir);  // DIR/kernels.json
 
+// The tuner's generation: 2 added decode tasks of 32 and 64 panels, decode batches' own
+// task size, and matrices timed in turns.
+inline constexpr int kTunerGeneration = 2;
+
 struct TunedEntry {
+  int tuner = kTunerGeneration;  // the generation that measured it
   kernels::KernelTuning tuning = kernels::default_tuning();
   std::optional<Fp8Path> fp8_path;  // where the tuner compared the paths
   std::optional<int32_t> attn_tile_keys;  // kernels::attention_tile_keys, where it was timed
@@ -53,7 +61,7 @@ void check_cache_dir(const std::string& dir);
 // line for the log: which file was applied, or why the defaults run (no entry, the cache
 // off, a bad file).
 struct KernelCacheUse {
-  enum Status { Applied, NoEntry, Off, Unusable } status;
+  enum Status { Applied, Stale, NoEntry, Off, Unusable } status;  // Stale: applied, an older tuner's
   std::string line;
 };
 KernelCacheUse apply_kernel_cache(const std::string& dir);

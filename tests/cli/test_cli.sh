@@ -399,6 +399,20 @@ if grep -qw avx2 /proc/cpuinfo; then
   expect_ok "the second use reads it" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
   grep -q 'first use' "$TMP/err" && why="tuned again" || why=""
   report "the second use does not tune again" "$why"
+  # An older ridge's entry (no "tuner" generation): applied as it is where tuning is off,
+  # timed again on the next command that may tune.
+  sed -i 's/"tuner": *[0-9]*,//' kcnew/kernels.json
+  expect_ok "an older tuner's entry, tuning off" "$RIDGE" generate -m tiny.gguf -p hi -n 2 --kernel-cache kcnew
+  grep -q "older ridge's tuner" "$TMP/err" && ! grep -q 'timing the kernels' "$TMP/err" && why="" ||
+    why="no stale-entry line, or a tuning run with RIDGE_KERNEL_AUTOTUNE=0"
+  report "an older tuner's entry is applied and named" "$why"
+  TIMEOUT=180
+  expect_ok "an older tuner's entry is timed again" env -u RIDGE_KERNEL_AUTOTUNE "$RIDGE" generate -m tiny.gguf -p hi -n 2 \
+    --kernel-cache kcnew
+  TIMEOUT=60
+  grep -q "entry is an older ridge's" "$TMP/err" && grep -q '"tuner"' kcnew/kernels.json && why="" ||
+    why="no re-timing announced, or the rewritten entry has no tuner generation"
+  report "an older tuner's entry is replaced" "$why"
 else
   echo "SKIP  tune-kernels and the first-use tuning (no AVX2: no packed kernels to tune)"
 fi

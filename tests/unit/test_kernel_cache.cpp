@@ -113,6 +113,8 @@ TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
       {R"({"cpus": {"x": {"attn_tile_keys": 4294967360, "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"threads": 2}}})", "types"},
       {R"({"version": 2, "cpus": {}})", "version 2"},
+      {R"({"cpus": {"x": {"tuner": 0, "types": {}}}})", "tuner"},
+      {R"({"cpus": {"x": {"tuner": "new", "types": {}}}})", "tuner"},
   };
   for (const auto& c : cases) {
     write(f, c.text);
@@ -165,6 +167,27 @@ TEST(KernelCache, ApplySetsThisCpusEntryOnlyAndSurvivesABadFile) {
   EXPECT_EQ(bad.status, KernelCacheUse::Unusable);
   EXPECT_NE(bad.line.find("task_panels"), std::string::npos) << bad.line;
   EXPECT_EQ(kernels::kernel_tuning(), kernels::default_tuning());
+}
+
+// An entry an older tuner measured (no "tuner", or a lower generation) is applied, and
+// said to be stale, so that the first command re-times it; the tuner's own entries are
+// current.
+TEST(KernelCache, AnOlderTunersEntryIsAppliedAndStale) {
+  KeepTuning keep;
+  TempDir d;
+  const std::string dir = d.path.string();
+  kernels::set_kernel_tuning(kernels::default_tuning());
+  write(kernel_cache_file(dir),
+        R"({"cpus": {")" + kernel_cpu_id() + R"(": {"types": {"q4_0": {"task_panels": 8, "decode_ahead": 512}}}}})");
+  const auto old = apply_kernel_cache(dir);
+  EXPECT_EQ(old.status, KernelCacheUse::Stale) << old.line;
+  EXPECT_EQ(kernels::kernel_tuning().of(DType::Q4_0).task_panels, 8);
+  EXPECT_EQ(kernels::kernel_tuning().of(DType::Q4_0).decode_ahead, 512);
+  EXPECT_EQ(load_tuned(kernel_cache_file(dir), kernel_cpu_id())->tuner, 1);
+  TunedEntry now;
+  save_tuned(kernel_cache_file(dir), kernel_cpu_id(), now);
+  EXPECT_EQ(load_tuned(kernel_cache_file(dir), kernel_cpu_id())->tuner, kTunerGeneration);
+  EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Applied);
 }
 
 TEST(KernelCache, UnwritableDirectoryIsAnError) {
