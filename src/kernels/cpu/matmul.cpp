@@ -126,15 +126,14 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // Tasks: groups of pg panels x chunks of up to 48 activation rows, per output.
   // Consecutive tasks share a panel group, so its weights stay in L2 while the row chunks
   // pass (prefill). Decode (one chunk: m = 1 runs 4 weight streams in flight, a decode
-  // batch 4 panels at a time) takes up to 16 panels per task by default (up to 64 where
-  // tuned for one row), still 4 tasks per thread or more: panels lie back to back, so a thread that walks 16 in a row keeps one of its
-  // streams warm from group to group, where with 4 per task it jumped past the other
-  // thread's group at every task (measured faster at m = 1 and m = 16: docs/BENCHMARKS.md,
-  // issue 6 sessions 4 and 7).
+  // batch 4 panels at a time) takes long runs of panels per task (TypeTuning::task_panels,
+  // batch_task_panels), still 4 tasks per thread or more over all the call's outputs (a
+  // fused q/k/v's small k and v take as long tasks as q): panels lie back to back, so a
+  // thread that walks several groups in a row keeps one of its streams warm from group to
+  // group, where with 4 per task it jumped past the other thread's group at every task
+  // (docs/BENCHMARKS.md, issue 6 sessions 4 and 7, issues 22 and 25 session 39).
   // The panels per task, the prefetch distance, the weight streams per decode task and a
   // decode batch's row tiles are tuned per CPU (tuning.h); none changes a bit of y.
-  // The 4 tasks per thread count over all the call's outputs (a fused q/k/v's small k
-  // and v outputs take as long tasks as q's).
   constexpr int64_t mc = kGemmRowChunk;
   const TypeTuning& tn = kernel_tuning().of(w.type);
   int64_t np_all = 0;
