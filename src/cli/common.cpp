@@ -184,8 +184,8 @@ void prepare_kernels() {
   } catch (const std::exception& e) {  // no directory, no memory for the rings: run untuned
     kernels::set_kernel_tuning(kernels::default_tuning());
     kernels::set_attention_tile_keys(kernels::kDefaultAttnTileKeys);
-    if (stale) {  // the older entry, as it was before the attempt
-      apply_kernel_cache(f.dir);
+    const KernelCacheUse again = stale ? apply_kernel_cache(f.dir) : KernelCacheUse{KernelCacheUse::NoEntry, ""};
+    if (again.status == KernelCacheUse::Stale || again.status == KernelCacheUse::Applied) {  // as before the attempt
       std::fprintf(stderr, "kernels: the older tuner's parameters (not tuned again: %s)\n", e.what());
     } else {
       std::fprintf(stderr, "kernels: default parameters (not tuned: %s)\n", e.what());

@@ -300,7 +300,10 @@ TuneOptions quick_tune_options(int threads) {
 TunedEntry merge_tuned(const TunedEntry& old, const TuneResult& r) {
   TunedEntry e = r.entry;
   for (DType t : kernels::kTunedTypes)
-    if (std::find(r.types.begin(), r.types.end(), t) == r.types.end()) e.tuning.of(t) = old.tuning.of(t);
+    if (std::find(r.types.begin(), r.types.end(), t) == r.types.end()) {
+      e.tuning.of(t) = old.tuning.of(t);
+      e.tuner = std::min(e.tuner, old.tuner);  // kept values of an older tuner: still stale
+    }
   if (!e.fp8_path) e.fp8_path = old.fp8_path;
   if (!e.attn_tile_keys) e.attn_tile_keys = old.attn_tile_keys;
   return e;

@@ -309,12 +309,15 @@ expect_ok "bench kernels --attn-order turns" "$RIDGE" bench kernels --peaks peak
   --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 3 --attn-ctx 100 --attn-order turns
 # A latent-attention preset's attention: one KV head of [rope key | latent], the latent
 # its value, 16 query heads split between the threads as the backend splits them.
-expect_ok "bench kernels, latent attention in int8 and f16" "$RIDGE" bench kernels --peaks peaks.json \
+expect_ok "bench kernels, latent attention in int8" "$RIDGE" bench kernels --peaks peaks.json \
   --preset deepseek-v2-lite-tiny --types q8_0 --m 1 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 1 \
   --attn-ctx 100 --kv-cache-dtype int8 -t 2 --json mla.json
-grep -q '"kernel":"attention","shape":"decode 1x100[^"]*","type":"i8","m":1,"k":100,"n":' mla.json && why="" ||
-  why="mla.json lacks the latent attention's result: $(head -c 600 mla.json)"
+grep -q '"kernel":"attention","shape":"decode 1x100 b[0-9]* latent[^"]*","type":"i8","m":1,"k":100,"n":' mla.json &&
+  why="" || why="mla.json lacks the latent attention's result: $(head -c 600 mla.json)"
 report "bench kernels: latent attention's row" "$why"
+expect_ok "bench kernels, latent attention in f16 (values read from the keys)" "$RIDGE" bench kernels --peaks peaks.json \
+  --preset deepseek-v2-lite-tiny --types q8_0 --m 1 --ring 8M --seconds 0.01 --shapes ffn_down --attn-seqs 1 \
+  --attn-ctx 100 --kv-cache-dtype f16 -t 2
 grep -q '"pct_of_bound"' kernels.json && grep -q '"kernel":"attention"' kernels.json && why="" ||
   why="kernels.json lacks the matmul or the attention results"
 report "bench kernels --json writes the results" "$why"

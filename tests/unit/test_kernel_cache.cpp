@@ -188,6 +188,9 @@ TEST(KernelCache, AnOlderTunersEntryIsAppliedAndStale) {
   save_tuned(kernel_cache_file(dir), kernel_cpu_id(), now);
   EXPECT_EQ(load_tuned(kernel_cache_file(dir), kernel_cpu_id())->tuner, kTunerGeneration);
   EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Applied);
+  // A later ridge's generation is not stale here.
+  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": 3, "types": {}}}})");
+  EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Applied);
 }
 
 TEST(KernelCache, UnwritableDirectoryIsAnError) {
@@ -221,6 +224,12 @@ TEST(KernelCache, APartialRunMergesIntoTheEarlierEntry) {
   EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 64);
   r.entry.attn_tile_keys = 128;
   EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 128);
+  // Kept values of an older tuner keep the entry stale; a run over every type does not.
+  EXPECT_EQ(m.tuner, kTunerGeneration);
+  old.tuner = 1;
+  EXPECT_EQ(merge_tuned(old, r).tuner, 1);
+  r.types.assign(kernels::kTunedTypes.begin(), kernels::kTunedTypes.end());
+  EXPECT_EQ(merge_tuned(old, r).tuner, kTunerGeneration);
 }
 
 TEST(KernelCache, DirectoryFromFlagThenEnvironment) {

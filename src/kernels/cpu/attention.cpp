@@ -270,7 +270,7 @@ AttnHeadRuns attention_head_runs(int64_t tokens, int32_t n_kv_head, int32_t thre
 }
 
 AttnQuerySplit attention_query_split(const AttnHeadRuns& hr, int64_t tokens, int32_t group, int32_t threads) {
-  const int64_t tasks = tokens * hr.splits;
+  const int64_t tasks = std::max<int64_t>(tokens * hr.splits, 1);
   const int32_t want = hr.run == 1 && tasks < threads && group > 1
                            ? int32_t(std::min<int64_t>(group, (threads + tasks - 1) / tasks))
                            : 1;
