@@ -168,7 +168,7 @@ void prepare_kernels() {
   }
   if (!can_tune) return;
   std::fprintf(stderr,
-               "kernels: %s: timing the kernels' parameters once (about 15 s; `ridge tune-kernels` redoes it, "
+               "kernels: %s: timing the kernels' parameters once (about 20 s; `ridge tune-kernels` redoes it, "
                "--no-kernel-autotune or RIDGE_KERNEL_AUTOTUNE=0 skips it)\n",
                stale ? "this CPU's entry is an older ridge's" : "first use of this CPU");
   const std::string file = kernel_cache_file(f.dir);
