@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "core/error.h"
 #include "perf/tracer.h"
