@@ -76,10 +76,14 @@ unit_all_isas() {
   return $rc
 }
 
+# The sanitizer build's cases run $JOBS at a time: each is a process whose sanitizer start-up
+# is a large part of its time, while the release stage's cases, whose thread pools fill
+# the machine, run one at a time (faster so). Each process has its own scratch directory
+# (tests/unit/main.cpp).
 sanitized() {
   cmake -S . -B "$BUILD_SAN" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON -DRIDGE_BENCH=OFF -DRIDGE_CUDA=OFF >/dev/null &&
     cmake --build "$BUILD_SAN" -j "$JOBS" --target ridge_tests &&
-    (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j1 --timeout 1800)
+    (cd "$BUILD_SAN" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j "$JOBS" --timeout 1800)
 }
 
 stage "layers: every include points down" bash tests/layers/test_check_layers.sh
