@@ -47,6 +47,18 @@ TEST(Fp8, EveryCodeDecodesAsTheSpecificationSays) {
   EXPECT_EQ(quant::fp8_e5m2_to_f32(0x01), std::ldexp(1.f, -16));
 }
 
+// The bf16 kernels' tables (attention's FP8 caches, the FP8 weights' bf16 path) are made
+// from these bits: each code's bf16, its sign in bit 15, is the specification's value.
+TEST(Fp8, EveryCodesBf16BitsAreItsValue) {
+  for (int c = 0; c < 256; ++c) {
+    const uint16_t sign = uint16_t((c & 0x80) << 8);
+    const float e4m3 = std::bit_cast<float>(uint32_t(sign | quant::fp8_e4m3_bf16_bits(c & 0x7F)) << 16);
+    const float e5m2 = std::bit_cast<float>(uint32_t(sign | quant::fp8_e5m2_bf16_bits(c & 0x7F)) << 16);
+    EXPECT_TRUE(same(spec_value(uint8_t(c), true), e4m3)) << "e4m3 code " << c;
+    EXPECT_TRUE(same(spec_value(uint8_t(c), false), e5m2)) << "e5m2 code " << c;
+  }
+}
+
 // The nearest finite code by search (ties to the even code: mantissa LSB 0), saturating.
 uint8_t spec_quantize(float x, bool e4m3) {
   if (std::isnan(x)) return 0x7F;

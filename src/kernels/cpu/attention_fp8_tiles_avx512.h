@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/tiles.h"
+#include "quant/fp8.h"
 
 namespace ridge::kernels::detail {
 namespace {
@@ -50,29 +51,14 @@ constexpr Fp8TileConfigs make_fp8_tile_configs() {
 }
 alignas(64) constexpr Fp8TileConfigs kFp8TileConfigs = make_fp8_tile_configs();
 
-// bf16 bits of a code's magnitude (7 bits), exact; the NaN codes give a quiet NaN.
-constexpr uint16_t e4m3_bf16(int c) {
-  if (c == 0x7F) return 0x7FC0;
-  const int e = c >> 3, m = c & 7;
-  if (e > 0) return uint16_t((e + 120) << 7 | m << 4);
-  if (m == 0) return 0;
-  const int h = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // subnormal m x 2^-9 = 2^(h - 9) x 1.f
-  return uint16_t((118 + h) << 7 | (m - (1 << h)) << (7 - h));
-}
-constexpr uint16_t e5m2_bf16(int c) {
-  const int e = c >> 2, m = c & 3;
-  if (e == 31) return m ? 0x7FC0 : 0x7F80;
-  if (e > 0) return uint16_t((e + 112) << 7 | m << 5);
-  return m == 0 ? 0 : m == 1 ? uint16_t(111 << 7) : m == 2 ? uint16_t(112 << 7) : uint16_t(112 << 7 | 0x40);
-}
 struct Bf16Bytes {
   alignas(64) uint8_t lo[2][128], hi[2][128];  // [E4M3, E5M2][magnitude]
 };
 constexpr Bf16Bytes make_bf16_bytes() {
   Bf16Bytes t{};
   for (int c = 0; c < 128; ++c) {
-    t.lo[0][c] = uint8_t(e4m3_bf16(c) & 0xFF), t.hi[0][c] = uint8_t(e4m3_bf16(c) >> 8);
-    t.lo[1][c] = uint8_t(e5m2_bf16(c) & 0xFF), t.hi[1][c] = uint8_t(e5m2_bf16(c) >> 8);
+    t.lo[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) & 0xFF), t.hi[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) >> 8);
+    t.lo[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) & 0xFF), t.hi[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) >> 8);
   }
   return t;
 }

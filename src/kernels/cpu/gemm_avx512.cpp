@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm_kquant_avx512.h"
 #include "kernels/cpu/packed.h"
 #include "quant/blocks.h"
+#include "quant/fp8.h"
 
 namespace ridge::kernels::detail {
 namespace {
@@ -140,22 +141,15 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
 // code's 7 magnitude bits; the sign ORed into the high byte) and two unpacks give the
 // columns (0, 1) and (2, 3) as [row][pair] words, each a vdpbf16ps with the broadcast
 // activation pair.
-// The bf16 of E4M3 magnitude c (exact: 4 significant bits; the subnormals m x 2^-9 are
-// normal in bf16). Made at compile time: this file's code must not run before the CPU
-// check, static initializers included.
-constexpr uint16_t e4m3_bf16(int c) {
-  const int e = c >> 3, m = c & 7;
-  if (e > 0) return uint16_t((e + 120) << 7 | m << 4);
-  if (m == 0) return 0;
-  const int h = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m = 2^h x 1.f
-  return uint16_t((118 + h) << 7 | (m - (1 << h)) << (7 - h));
-}
+// The bf16 bytes of the E4M3 magnitudes (quant::fp8_e4m3_bf16_bits; the NaN code never
+// reaches a weight kernel: model loading refuses it).
 struct Bf16Tables {
   alignas(64) uint8_t lo[128], hi[128];
 };
 constexpr Bf16Tables make_bf16_tables() {
   Bf16Tables t{};
-  for (int c = 0; c < 128; ++c) t.lo[c] = uint8_t(e4m3_bf16(c) & 0xFF), t.hi[c] = uint8_t(e4m3_bf16(c) >> 8);
+  for (int c = 0; c < 128; ++c)
+    t.lo[c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) & 0xFF), t.hi[c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) >> 8);
   return t;
 }
 constexpr Bf16Tables kBf16Tables = make_bf16_tables();
