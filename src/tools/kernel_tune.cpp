@@ -79,6 +79,10 @@ class Tuner {
     return out;
   }
 
+  std::vector<int32_t> candidates_of(const TunableParam& p, DType t) const {
+    return raced_candidates(p, kernels::default_tuning().of(t).*p.field, shapes(), pool_.size());
+  }
+
   // Seconds of one pass over every ring at each of ms.
   double sample(const std::vector<Ring>& rings, const std::vector<int64_t>& ms) {
     const auto t0 = Clock::now();
@@ -174,7 +178,10 @@ class Tuner {
     for (DType t : opt_.types) {
       if (!kernels::gemm_available(t)) continue;
       for (const auto& p : kernels::tunable_params())
-        if (kernels::tunable_for(p, t)) steps += int64_t(p.candidates.size()) * opt_.rounds;
+        if (kernels::tunable_for(p, t)) {
+          const size_t n = candidates_of(p, t).size();
+          if (n > 1) steps += int64_t(n) * opt_.rounds;
+        }
       if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
     }
     // The attention tile with f16 among the types (its trial's), on the SIMD paths (the
@@ -237,18 +244,20 @@ class Tuner {
                 : p.name == "batch_task_panels" ? std::vector<int64_t>{16}
                 : p.name == "tile_rows"   ? std::vector<int64_t>{kPrefillRows}
                                           : std::vector<int64_t>{1};
-        tr.candidates = p.candidates;
         tr.default_value = kernels::default_tuning().of(t).*p.field;
-        const size_t def = size_t(std::find(p.candidates.begin(), p.candidates.end(), tr.default_value) - p.candidates.begin());
+        tr.candidates = candidates_of(p, t);
+        if (tr.candidates.size() < 2) continue;  // the default, nothing to race
+        const size_t def =
+            size_t(std::find(tr.candidates.begin(), tr.candidates.end(), tr.default_value) - tr.candidates.begin());
         auto set = [&](size_t i) {
           KernelTuning c = tn;
-          c.of(t).*p.field = p.candidates[i];
+          c.of(t).*p.field = tr.candidates[i];
           kernels::set_kernel_tuning(c);
         };
         const size_t best = race(tr, def, set, [&](size_t, bool warm) {
           return sample(rings, warm ? std::vector<int64_t>{tr.ms.front()} : tr.ms);
         });
-        tr.chosen = p.candidates[best];
+        tr.chosen = tr.candidates[best];
         tn.of(t).*p.field = tr.chosen;
         kernels::set_kernel_tuning(tn);
         res.trials.push_back(tr);
@@ -288,6 +297,25 @@ std::string candidate_name(const TuneTrial& tr, int32_t v) {
 }
 
 }  // namespace
+
+std::vector<int32_t> raced_candidates(const TunableParam& p, int32_t default_value, const std::vector<KernelShape>& shapes,
+                                      int threads) {
+  if (p.name != "task_panels" && p.name != "batch_task_panels") return p.candidates;
+  auto tasks = [&](int32_t c) {
+    std::vector<int64_t> v;
+    for (const auto& s : shapes)
+      v.push_back(kernels::decode_panels_per_task((s.n_out + kernels::kPanelRows - 1) / kernels::kPanelRows, threads, c));
+    return v;
+  };
+  std::vector<int32_t> out;
+  for (int32_t c : p.candidates) {
+    bool kept = true;
+    for (int32_t o : p.candidates)  // o stands for c: the default, or else larger
+      if (o != c && tasks(o) == tasks(c) && (o == default_value || (c != default_value && o > c))) kept = false;
+    if (kept) out.push_back(c);
+  }
+  return out;
+}
 
 TuneOptions quick_tune_options(int threads) {
   TuneOptions o;

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/tuning.h"
+#include "tools/bench_kernels.h"
 #include "tools/kernel_cache.h"
 
 namespace ridge {
@@ -58,6 +60,15 @@ struct TuneResult {
   std::vector<TuneTrial> trials;
   std::vector<DType> types;  // the types whose values the run set (timed, or a timed sibling's)
 };
+
+// The candidates of p that a run on `threads` threads times for matrices `shapes`: all
+// of them, but for the task sizes (task_panels, batch_task_panels), where Matmul's floor
+// of 4 tasks per thread makes several sizes give every matrix the same tasks on many
+// threads: timing those against each other would time noise, and could let noise pick a
+// size that no matrix was measured at. One of each such set is timed: the default where
+// it is one of them, else the largest.
+std::vector<int32_t> raced_candidates(const kernels::TunableParam& p, int32_t default_value,
+                                      const std::vector<KernelShape>& shapes, int threads);
 
 // entry's values for r's types (and its FP8 path if r raced it) over `old`, the CPU's
 // earlier entry: a run on some types keeps what an earlier run chose for the others.

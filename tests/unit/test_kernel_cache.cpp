@@ -232,6 +232,23 @@ TEST(KernelCache, APartialRunMergesIntoTheEarlierEntry) {
   EXPECT_EQ(merge_tuned(old, r).tuner, kTunerGeneration);
 }
 
+// The tuner's task sizes: on 2 threads every candidate gives TinyLlama's ffn_up (352
+// panels) its own tasks; on 8, Matmul's 4 tasks per thread cap ffn_up's at 8 panels and
+// ffn_down's (128 panels) at 4, so 8 to 64 are one candidate there, timed as the default.
+TEST(KernelTune, TaskSizesThatGiveTheSameTasksAreOneCandidate) {
+  const auto* tp = kernels::find_tunable("task_panels");
+  const auto* bp = kernels::find_tunable("batch_task_panels");
+  const auto* ahead = kernels::find_tunable("decode_ahead");
+  ASSERT_TRUE(tp && bp && ahead);
+  const std::vector<KernelShape> shapes = {{"ffn_up", 2048, 5632}, {"ffn_down", 5632, 2048}};
+  EXPECT_EQ(raced_candidates(*tp, 64, shapes, 2), tp->candidates);
+  EXPECT_EQ(raced_candidates(*tp, 64, shapes, 8), (std::vector<int32_t>{4, 64}));
+  EXPECT_EQ(raced_candidates(*tp, 16, shapes, 8), (std::vector<int32_t>{4, 16}));  // the default stands for its set
+  EXPECT_EQ(raced_candidates(*bp, 16, shapes, 8), (std::vector<int32_t>{4, 16}));
+  EXPECT_EQ(raced_candidates(*tp, 64, shapes, 64), (std::vector<int32_t>{64}));  // nothing left to race
+  EXPECT_EQ(raced_candidates(*ahead, 1024, shapes, 64), ahead->candidates);  // other parameters: all
+}
+
 TEST(KernelCache, DirectoryFromFlagThenEnvironment) {
   EXPECT_EQ(kernel_cache_dir("off"), "");
   EXPECT_EQ(kernel_cache_dir("/x/y"), "/x/y");

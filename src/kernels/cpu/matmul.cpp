@@ -110,14 +110,9 @@ const void* Matmul::gemm_act(ThreadPool& pool, const WeightView& w, const float*
   return a;
 }
 
-namespace {
-// Panels per task of a call's streaming (decode) matmuls over np_all panels: whole panel
-// groups, up to the tuned most (task_panels, batch_task_panels), while every thread still
-// gets 4 tasks or more.
 int64_t decode_panels_per_task(int64_t np_all, int threads, int64_t task_panels) {
   return std::clamp<int64_t>(np_all / (int64_t(threads) * 4) / 4 * 4, 4, std::max<int64_t>(4, task_panels));
 }
-}  // namespace
 
 void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, const RowSource* src, int64_t m,
                         const MatmulOut* outs, size_t n_outs, int64_t ldy) {

@@ -31,6 +31,12 @@ struct RowSource {
   }
 };
 
+// Panels per task of a call's streaming (decode) matmuls over np_all panels: whole panel
+// groups, up to the tuned most (TypeTuning::task_panels, batch_task_panels), while every
+// thread still gets 4 tasks or more. (The tuner reads it too: sizes that give its matrices
+// the same tasks on this many threads are one candidate there.)
+int64_t decode_panels_per_task(int64_t np_all, int threads, int64_t task_panels);
+
 class Matmul {
  public:
   // Reuses its activation scratch across calls (one per forward pass).
