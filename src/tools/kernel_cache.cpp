@@ -56,13 +56,17 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
     else if (f == "f16c") e.fp8_path = Fp8Path::F16c;
     else fail_at("fp8_path", "not one of bf16, f16c");
   }
+  // A later tuner's entry (a newer ridge sharing the cache) may hold candidates this
+  // ridge does not have: such a value keeps this ridge's default, where from this
+  // generation or an earlier one it is an error (a damaged file). Either way a value that
+  // is not an integer is one.
+  const bool newer = e.tuner > kTunerGeneration;
   if (j.contains("attn_tile_keys")) {
     const json& k = j["attn_tile_keys"];
-    if (!k.is_number_integer() ||
-        std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys), k.get<int64_t>()) ==
-            std::end(kernels::kAttnTileKeys))
-      fail_at("attn_tile_keys", fmt::format("{} is not one of 64, 128", k.dump()));
-    e.attn_tile_keys = int32_t(k.get<int64_t>());
+    const bool known = k.is_number_integer() && std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys),
+                                                          k.get<int64_t>()) != std::end(kernels::kAttnTileKeys);
+    if (!known && !(newer && k.is_number_integer())) fail_at("attn_tile_keys", fmt::format("{} is not one of 64, 128", k.dump()));
+    if (known) e.attn_tile_keys = int32_t(k.get<int64_t>());
   }
   if (!j.contains("types") || !j["types"].is_object()) fail_at("types", "missing or not an object");
   for (const auto& [name, params] : j["types"].items()) {
@@ -74,9 +78,10 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
     for (const auto& [pname, v] : params.items()) {
       const auto* p = kernels::find_tunable(pname);
       if (!p) continue;  // a parameter of another ridge version: its default stays
-      if (!v.is_number_integer() || !kernels::valid_value(*p, v.get<int32_t>()))
+      const bool known = v.is_number_integer() && kernels::valid_value(*p, v.get<int32_t>());
+      if (!known && !(newer && v.is_number_integer()))
         fail_at("types." + name + "." + pname, fmt::format("{} is not one of its candidates", v.dump()));
-      e.tuning.of(*t).*p->field = v.get<int32_t>();
+      if (known) e.tuning.of(*t).*p->field = v.get<int32_t>();
     }
   }
   return e;

@@ -11,7 +11,11 @@
 // process then runs on the defaults and says so. Entries of other CPUs are kept.
 // An entry records the tuner generation that measured it ("tuner"; absent: 1). One of an
 // older generation (fewer candidates, another way of timing them) is applied but stale:
-// the first command that runs a model re-times it, as it times a missing one.
+// the first command that runs a model re-times it, as it times a missing one. One of a
+// later generation (a newer ridge sharing the directory) is applied as far as this ridge
+// knows its values: an integer that is none of this ridge's candidates keeps the default
+// there instead of making the entry unusable, and it is not re-timed (the two versions
+// would take turns rewriting it).
 #pragma once
 #include <cstdint>
 #include <optional>
