@@ -396,13 +396,14 @@ std::vector<TokenEvent> Engine::step() {
             {"preempted", so.n_preempted}});
 #ifdef RIDGE_DEBUG_CHECKS
   // The walk is O(pool blocks): every step on pools up to kCheckBlocks, else every
-  // (blocks / kCheckBlocks)th step, so a debug build's checks cost a step no more than on
-  // such a pool. A pool sized by default to a large machine's RAM (about a million
-  // blocks for a test's tiny model) never preempts or evicts, and a broken count
-  // persists, so the next walk still finds it; the small pools of the preemption and
+  // (blocks / kCheckBlocks)th step and whenever the engine runs out of work, so a debug
+  // build's checks cost a step about as much as on such a pool. A pool sized by default
+  // to a large machine's RAM (about a million blocks for a test's tiny model) never
+  // preempts or evicts, and a broken count persists, so the next walk still finds it (at
+  // the latest when the requests have finished); the small pools of the preemption and
   // eviction tests are walked every step.
   constexpr int64_t kCheckBlocks = 4096;
-  if (stats_.steps % std::max<int64_t>(1, bm_->n_total() / kCheckBlocks) == 0) check_invariants();
+  if (stats_.steps % std::max<int64_t>(1, bm_->n_total() / kCheckBlocks) == 0 || !has_work()) check_invariants();
 #endif
   return events;
 }
