@@ -61,12 +61,17 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
   // generation or an earlier one it is an error (a damaged file). Either way a value that
   // is not an integer is one.
   const bool newer = e.tuner > kTunerGeneration;
+  // Whether v is to be applied: one of this ridge's candidates (known); else an error
+  // naming key, unless a later tuner's integer.
+  auto accept = [&](const json& v, bool known, const std::string& key, const std::string& candidates) {
+    if (!known && !(newer && v.is_number_integer())) fail_at(key, fmt::format("{} is not one of {}", v.dump(), candidates));
+    return known;
+  };
   if (j.contains("attn_tile_keys")) {
     const json& k = j["attn_tile_keys"];
     const bool known = k.is_number_integer() && std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys),
                                                           k.get<int64_t>()) != std::end(kernels::kAttnTileKeys);
-    if (!known && !(newer && k.is_number_integer())) fail_at("attn_tile_keys", fmt::format("{} is not one of 64, 128", k.dump()));
-    if (known) e.attn_tile_keys = int32_t(k.get<int64_t>());
+    if (accept(k, known, "attn_tile_keys", "64, 128")) e.attn_tile_keys = int32_t(k.get<int64_t>());
   }
   if (!j.contains("types") || !j["types"].is_object()) fail_at("types", "missing or not an object");
   for (const auto& [name, params] : j["types"].items()) {
@@ -79,9 +84,7 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
       const auto* p = kernels::find_tunable(pname);
       if (!p) continue;  // a parameter of another ridge version: its default stays
       const bool known = v.is_number_integer() && kernels::valid_value(*p, v.get<int32_t>());
-      if (!known && !(newer && v.is_number_integer()))
-        fail_at("types." + name + "." + pname, fmt::format("{} is not one of its candidates", v.dump()));
-      if (known) e.tuning.of(*t).*p->field = v.get<int32_t>();
+      if (accept(v, known, "types." + name + "." + pname, "its candidates")) e.tuning.of(*t).*p->field = v.get<int32_t>();
     }
   }
   return e;
