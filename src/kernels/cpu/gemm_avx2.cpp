@@ -85,18 +85,31 @@ inline __attribute__((always_inline)) void put_tile(const __m256 (&acc)[MR][NP][
     }
 }
 
+// Line o of a stream whose panel starts at `panel`, or past the panel's end the line in
+// the panel `group` later (a function: as a lambda inside stream_ahead, GCC 12 left no
+// prefetch of it in the object code).
+inline __attribute__((always_inline)) void ask_line(const uint8_t* panel, int64_t ps, int64_t group, int64_t o) {
+  _mm_prefetch(reinterpret_cast<const char*>(o < ps ? panel + o : panel + group * ps + (o - ps)), _MM_HINT_T0);
+}
+
 // Prefetches the lines `dist` past [off, off + bytes) of NP panels at stride ps, going on
-// past a panel's end in the panel NP later, the next group's (decode's weight streams:
-// gemm_avx512_common.h stream_ahead says why).
+// past a panel's end in the panel NP later, the next group's; where a block is whole lines
+// and a half, the lines that start in the range, each line of a stream once
+// (gemm_avx512_common.h stream_ahead says why).
 template <int NP>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t bytes,
                                                         int64_t dist) {
-  for (int p = 0; p < NP; ++p)
-    for (int64_t j = 0; j < bytes; j += 64) {
-      const int64_t at = off + dist + j;
-      const uint8_t* line = at < ps ? w + p * ps + at : w + (p + NP) * ps + (at - ps);
-      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  const int64_t at = off + dist;
+  for (int p = 0; p < NP; ++p) {
+    const uint8_t* panel = w + p * ps;
+    if (bytes % 64 == 32) {
+      const int64_t first = at + (-(reinterpret_cast<intptr_t>(panel) + at) & 63);  // the first line start >= at
+      for (int64_t i = 0; i < bytes / 64; ++i) ask_line(panel, ps, NP, first + 64 * i);
+      if (first + 64 * (bytes / 64) < at + bytes) ask_line(panel, ps, NP, first + 64 * (bytes / 64));
+    } else {
+      for (int64_t j = 0; j < bytes; j += 64) ask_line(panel, ps, NP, at + j);
     }
+  }
 }
 
 // ---- float weights ------------------------------------------------------------------

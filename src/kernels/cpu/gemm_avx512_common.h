@@ -44,6 +44,13 @@ struct PassPrefetch {
   }
 };
 
+// Line o of a stream whose panel starts at `panel`, or past the panel's end the line in
+// the panel `group` later (stream_ahead). A function: as a lambda inside stream_ahead,
+// GCC 12 left no prefetch of it in the object code.
+inline __attribute__((always_inline)) void ask_line(const uint8_t* panel, int64_t ps, int64_t group, int64_t o) {
+  _mm_prefetch(reinterpret_cast<const char*>(o < ps ? panel + o : panel + group * ps + (o - ps)), _MM_HINT_T0);
+}
+
 // Decode (one activation row) streams each panel once. With the arithmetic between the
 // loads, the hardware prefetchers alone leave a thread's 4 panel streams measurably under
 // a plain read (bench/bench_stream.cpp); a software prefetch a fixed distance ahead in
@@ -53,8 +60,15 @@ struct PassPrefetch {
 // spends several times longer on each block and so needs more bytes for the same time.
 //
 // Prefetches the lines `dist` past [off, off + kBytes) of NP panels at stride ps; off is
-// from the panel's start. Stepping 64 bytes from each iteration's start covers every line
-// of a stream that the iterations walk back to back.
+// from the panel's start. One line every 64 bytes from the range's start asks twice for
+// a line that a block's end shares with the next block's start, where a block is not a
+// whole number of lines. With kLineStarts a call asks for the lines that start in its
+// range instead, so the iterations that walk a stream ask for each of its lines once:
+// kBytes / 64 of them, and one more when the range's first line starts early enough.
+// That is the default where the blocks are whole lines and a half (Q4_0's 16-row block is
+// 4.5 lines, Q8_0's 8.5, a K-quant 32-block 4.5 or 5.5), whose count alternates from one
+// block to the next, a branch the CPU predicts; decode streamed measurably faster so, the
+// other remainders (Q6_K's, MXFP4's) no faster (docs/BENCHMARKS.md, issue 22 session 41).
 //
 // Past its panel's end a stream goes on in the panel kGroup later: a task walks its
 // panels in groups of kGroup (decode: panels_over), so that is where this stream's reads
@@ -65,14 +79,19 @@ struct PassPrefetch {
 // measurably slower (docs/BENCHMARKS.md, issue 22 session 38). Past a task's last group,
 // or where a group of 4 is followed by a shorter one, some lines are panels this task
 // does not read next (or, past a matrix, whatever follows it): a hint, never a fault.
-template <int NP, int64_t kBytes, int kGroup = NP>
+template <int NP, int64_t kBytes, int kGroup = NP, bool kLineStarts = kBytes % 64 == 32>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist) {
-  for (int p = 0; p < NP; ++p)
-    for (int64_t j = 0; j < kBytes; j += 64) {
-      const int64_t at = off + dist + j;
-      const uint8_t* line = at < ps ? w + p * ps + at : w + (p + kGroup) * ps + (at - ps);
-      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  const int64_t at = off + dist;
+  for (int p = 0; p < NP; ++p) {
+    const uint8_t* panel = w + p * ps;
+    if constexpr (kLineStarts) {
+      const int64_t first = at + (-(reinterpret_cast<intptr_t>(panel) + at) & 63);  // the first line start >= at
+      for (int64_t i = 0; i < kBytes / 64; ++i) ask_line(panel, ps, kGroup, first + 64 * i);
+      if (first + 64 * (kBytes / 64) < at + kBytes) ask_line(panel, ps, kGroup, first + 64 * (kBytes / 64));
+    } else {
+      for (int64_t j = 0; j < kBytes; j += 64) ask_line(panel, ps, kGroup, at + j);
     }
+  }
 }
 
 // The float accumulators of an MR x NP tile: zero at the start of the reduction, else
@@ -219,17 +238,19 @@ inline __attribute__((always_inline)) void batch_even_tiles(int64_t rows, F&& f)
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
 // nearest its memory bound, where it measured faster at m = 16; on the 4-bit types,
 // compute-bound at m = 16, it measured slower (docs/BENCHMARKS.md, issue 6 session 7).
+// Here a line every 64 bytes of the block (not kLineStarts): at 4 rows asking for each
+// line once measured slower (issue 22 session 41).
 template <int NP, int64_t kBytes, bool kEven, class F>
 inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist,
                                                              int64_t rows, F&& f) {
   int ahead = 0;
   auto tile = [&](auto R, int64_t r) {
-    if (ahead < NP) stream_ahead<1, kBytes, NP>(w + ahead++ * ps, ps, off, dist);
+    if (ahead < NP) stream_ahead<1, kBytes, NP, false>(w + ahead++ * ps, ps, off, dist);
     f(R, r);
   };
   if constexpr (kEven) batch_even_tiles(rows, tile);
   else batch_row_tiles(rows, tile);
-  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, NP>(w + ahead * ps, ps, off, dist);
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, NP, false>(w + ahead * ps, ps, off, dist);
 }
 
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.
