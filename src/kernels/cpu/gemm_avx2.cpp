@@ -93,16 +93,16 @@ inline __attribute__((always_inline)) void ask_line(const uint8_t* panel, int64_
 }
 
 // Prefetches the lines `dist` past [off, off + bytes) of NP panels at stride ps, going on
-// past a panel's end in the panel NP later, the next group's; where a block is whole lines
-// and a half, the lines that start in the range, each line of a stream once
-// (gemm_avx512_common.h stream_ahead says why).
-template <int NP>
+// past a panel's end in the panel NP later, the next group's; with kLineStarts (Q8_0's
+// decode) the lines that start in the range, each line of a stream once
+// (gemm_avx512_common.h stream_ahead says why and for which formats).
+template <int NP, bool kLineStarts = false>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t bytes,
                                                         int64_t dist) {
   const int64_t at = off + dist;
   for (int p = 0; p < NP; ++p) {
     const uint8_t* panel = w + p * ps;
-    if (bytes % 64 == 32) {
+    if (kLineStarts && bytes % 64 != 0) {
       const int64_t first = at + (-(reinterpret_cast<intptr_t>(panel) + at) & 63);  // the first line start >= at
       for (int64_t i = 0; i < bytes / 64; ++i) ask_line(panel, ps, NP, first + 64 * i);
       if (first + 64 * (bytes / 64) < at + bytes) ask_line(panel, ps, NP, first + 64 * (bytes / 64));
@@ -249,7 +249,7 @@ void int8_decode(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t nb, float
   __m256 acc[NP][2][1];
   for (int p = 0; p < NP; ++p) acc[p][0][0] = acc[p][1][0] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    stream_ahead<NP>(w, ps, b * kBB, kBB, ahead);
+    stream_ahead<NP, F == Fmt::Q8_0>(w, ps, b * kBB, kBB, ahead);
     for (int p = 0; p < NP; ++p) {
       unit_block<1, F>(w + p * ps + b * kBB, 0, a + b, 0, acc[p][0]);
       unit_block<1, F>(w + p * ps + b * kBB, 1, a + b, 0, acc[p][1]);

@@ -256,7 +256,7 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
   acc_begin(accf, b0 == 0, y, ldy, last);
   for (int64_t b = b0; b < b1; ++b) {
     pf.step();
-    if constexpr (kAhead) stream_ahead<NP, kBlockBytes>(w, ps, b * kBlockBytes, ahead);
+    if constexpr (kAhead) stream_ahead<NP, kBlockBytes, NP, F == Fmt::Q8_0>(w, ps, b * kBlockBytes, ahead);
     __m512i acci[MR][NP];
     if constexpr (kCodes) {
       isum_offsets<MR, NP, F>(a, lda, b, acci);

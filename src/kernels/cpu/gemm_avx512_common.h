@@ -64,11 +64,12 @@ inline __attribute__((always_inline)) void ask_line(const uint8_t* panel, int64_
 // a line that a block's end shares with the next block's start, where a block is not a
 // whole number of lines. With kLineStarts a call asks for the lines that start in its
 // range instead, so the iterations that walk a stream ask for each of its lines once:
-// kBytes / 64 of them, and one more when the range's first line starts early enough.
-// That is the default where the blocks are whole lines and a half (Q4_0's 16-row block is
-// 4.5 lines, Q8_0's 8.5, a K-quant 32-block 4.5 or 5.5), whose count alternates from one
-// block to the next, a branch the CPU predicts; decode streamed measurably faster so, the
-// other remainders (Q6_K's, MXFP4's) no faster (docs/BENCHMARKS.md, issue 22 session 41).
+// kBytes / 64 of them, and one more when the range's first line starts early enough
+// (the count alternates where a block is whole lines and a half, a branch the core
+// predicts). Q8_0's decode takes it (its 16-row block is 8.5 lines): its matrices and the
+// engine's q8_0 decode measured faster so. Q4_0's (4.5 lines) and the K-quants' did too
+// as lone matrices, but not in the engine's decode, and Q4_0's a little slower there: they
+// keep the 64-byte steps (docs/BENCHMARKS.md, issue 22 session 41).
 //
 // Past its panel's end a stream goes on in the panel kGroup later: a task walks its
 // panels in groups of kGroup (decode: panels_over), so that is where this stream's reads
@@ -79,12 +80,12 @@ inline __attribute__((always_inline)) void ask_line(const uint8_t* panel, int64_
 // measurably slower (docs/BENCHMARKS.md, issue 22 session 38). Past a task's last group,
 // or where a group of 4 is followed by a shorter one, some lines are panels this task
 // does not read next (or, past a matrix, whatever follows it): a hint, never a fault.
-template <int NP, int64_t kBytes, int kGroup = NP, bool kLineStarts = kBytes % 64 == 32>
+template <int NP, int64_t kBytes, int kGroup = NP, bool kLineStarts = false>
 inline __attribute__((always_inline)) void stream_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist) {
   const int64_t at = off + dist;
   for (int p = 0; p < NP; ++p) {
     const uint8_t* panel = w + p * ps;
-    if constexpr (kLineStarts) {
+    if constexpr (kLineStarts && kBytes % 64 != 0) {
       const int64_t first = at + (-(reinterpret_cast<intptr_t>(panel) + at) & 63);  // the first line start >= at
       for (int64_t i = 0; i < kBytes / 64; ++i) ask_line(panel, ps, kGroup, first + 64 * i);
       if (first + 64 * (kBytes / 64) < at + kBytes) ask_line(panel, ps, kGroup, first + 64 * (kBytes / 64));
@@ -238,19 +239,19 @@ inline __attribute__((always_inline)) void batch_even_tiles(int64_t rows, F&& f)
 // tile took (fewer than 4 NP rows) go after the last tile. Used by Q8_0, the batch type
 // nearest its memory bound, where it measured faster at m = 16; on the 4-bit types,
 // compute-bound at m = 16, it measured slower (docs/BENCHMARKS.md, issue 6 session 7).
-// Here a line every 64 bytes of the block (not kLineStarts): at 4 rows asking for each
-// line once measured slower (issue 22 session 41).
+// Here a line every 64 bytes of the block, not kLineStarts as in its decode: at 4 rows
+// asking for each line once measured slower (issue 22 session 41).
 template <int NP, int64_t kBytes, bool kEven, class F>
 inline __attribute__((always_inline)) void batch_tiles_ahead(const uint8_t* w, int64_t ps, int64_t off, int64_t dist,
                                                              int64_t rows, F&& f) {
   int ahead = 0;
   auto tile = [&](auto R, int64_t r) {
-    if (ahead < NP) stream_ahead<1, kBytes, NP, false>(w + ahead++ * ps, ps, off, dist);
+    if (ahead < NP) stream_ahead<1, kBytes, NP>(w + ahead++ * ps, ps, off, dist);
     f(R, r);
   };
   if constexpr (kEven) batch_even_tiles(rows, tile);
   else batch_row_tiles(rows, tile);
-  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, NP, false>(w + ahead * ps, ps, off, dist);
+  for (; ahead < NP; ++ahead) stream_ahead<1, kBytes, NP>(w + ahead * ps, ps, off, dist);
 }
 
 // A batch kernel's float sums: accm[row][panel][16], zero before the first block.
