@@ -258,17 +258,29 @@ AttnDecodeStep::~AttnDecodeStep() = default;
 void AttnDecodeStep::run() {
   Impl& m = *impl_;
   const int32_t parts = m.qs.parts;
-  m.pool->run(m.seqs * m.hr.splits * parts, [&](int64_t task, int thread) {
+  // Task -> its sequence's cache, KV heads [h0, h0 + n) and query heads [r0, r0 + rows) of
+  // the run's groups; each thread asks for its next task's first keys, as the backend does.
+  struct Task {
+    kernels::AttnArgs a;
+    int64_t row;
+    int32_t h0, n, rows;
+  };
+  const auto task_of = [&](int64_t task) {
     const int32_t part = int32_t(task % parts);
     const int64_t s = task / parts / m.hr.splits;
     const int32_t h0 = int32_t(task / parts % m.hr.splits) * m.hr.run, n = std::min(m.hr.run, m.l.n_kv_head - h0);
-    const kernels::AttnArgs a{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + s * m.per_seq, size_t(m.per_seq)),
-                              int32_t(m.ctx), 0.125f, {}};
-    // Query heads [r0, r0 + rows) of the run's groups.
     const int32_t r0 = parts > 1 ? part * m.qs.rows : 0, rows = parts > 1 ? std::min(m.qs.rows, m.group - r0) : m.group;
-    const int64_t row = s * m.d.n_head + int64_t(h0) * m.group + r0;
-    kernels::attention_heads(a, h0, parts > 1 ? 1 : n, rows, m.q.data() + row * m.dk, m.dk, m.out.data() + row * m.dv,
-                             m.dv, m.scratch.data() + thread * m.per);
+    return Task{kernels::AttnArgs{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + s * m.per_seq, size_t(m.per_seq)),
+                                  int32_t(m.ctx), 0.125f, {}},
+                s * m.d.n_head + int64_t(h0) * m.group + r0, h0, parts > 1 ? 1 : n, rows};
+  };
+  m.pool->run_ahead(m.seqs * m.hr.splits * parts, [&](int64_t task, int64_t after, int thread) {
+    const Task k = task_of(task);
+    Task n{};
+    kernels::AttnNext next;
+    if (after >= 0) n = task_of(after), next = kernels::AttnNext{&n.a, n.h0, n.n};
+    kernels::attention_heads(k.a, k.h0, k.n, k.rows, m.q.data() + k.row * m.dk, m.dk, m.out.data() + k.row * m.dv, m.dv,
+                             m.scratch.data() + thread * m.per, next);
   });
 }
 

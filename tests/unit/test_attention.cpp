@@ -737,6 +737,42 @@ TEST(Attention, HeadRunsGiveEachHeadsOwnBits) {
       }
 }
 
+// The next call's keys, asked for during a call's last tile (AttnNext), are a hint: the
+// call's bits are those without it, whatever the next call is (another cache and
+// dtype, a window that leaves its first blocks out of the table, an empty context, a
+// table shorter than its context says).
+TEST(Attention, NextCallsKeysChangeNoBit) {
+  IsaGuard guard;
+  Cache other(DType::I8, 64, 64, 16, 300, 7);
+  std::vector<int32_t> holes = other.table;  // a window past the first blocks: those dropped
+  for (size_t i = 0; i + 4 < holes.size(); ++i) holes[i] = -1;
+  const AttnArgs far{other.kv.get(), kLayer, holes, other.n_ctx, 0.125f, {}, 40};
+  const AttnArgs empty{other.kv.get(), kLayer, {}, 0, 0.125f, {}};
+  const AttnArgs short_table{other.kv.get(), kLayer, std::span<const int32_t>(other.table).first(2), other.n_ctx, 0.125f, {}};
+  const AttnNext nexts[] = {{&far, 0, 3}, {&empty, 1, 1}, {&short_table, 2, 1}, {&far, kKvHead, 1}};
+  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3})
+    for (int32_t n_ctx : {1, 130, 517}) {
+      Cache st(t, 64, 64, 16, n_ctx, uint32_t(n_ctx));
+      const int32_t group = 8;
+      std::vector<float> q(size_t(group * 64));
+      std::mt19937 rng{uint32_t(n_ctx)};
+      std::normal_distribution<float> g(0.f, 1.5f);
+      for (auto& x : q) x = g(rng);
+      for (Isa isa : isas()) {
+        set_isa(isa);
+        std::vector<float> alone(size_t(group * 64)), hinted(alone.size());
+        std::vector<float> scratch(size_t(attention_scratch_floats(st.l, group)));
+        attention_heads(st.args(0.125f), kKvHead, 1, group, q.data(), 64, alone.data(), 64, scratch.data());
+        for (const AttnNext& next : nexts) {
+          std::fill(hinted.begin(), hinted.end(), -1.f);
+          attention_heads(st.args(0.125f), kKvHead, 1, group, q.data(), 64, hinted.data(), 64, scratch.data(), next);
+          ASSERT_EQ(std::memcmp(alone.data(), hinted.data(), alone.size() * 4), 0)
+              << case_name(t, 64, 64, 16, n_ctx, group) << " isa=" << isa_name(isa) << " next ctx " << next.args->n_ctx;
+        }
+      }
+    }
+}
+
 // Task splits: every run of ceil(n / splits) heads is non-empty; one sequence on 2
 // threads takes 2 runs, 16 sequences one run each.
 TEST(Attention, HeadSplitsCoverEveryHeadWithNoEmptyRun) {

@@ -169,8 +169,28 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
 
 }  // namespace
 
+namespace {
+
+// The K pieces of the first tile `a` reads (its first row's window start on), as
+// group<> in attention_avx512.cpp tiles it with v's tile keys.
+void next_first_keys(const AttnArgs& a, int32_t kv_head, int32_t n_heads, detail::AttnView& v) {
+  const KVLayout& l = a.kv->layout();
+  const int32_t bs = l.block_size, ctx0 = a.row_ctx.empty() ? a.n_ctx : a.row_ctx.front();
+  const int32_t first = a.window > 0 ? std::max(0, ctx0 - a.window) : 0;
+  const int32_t n_blk = std::min<int32_t>((a.n_ctx + bs - 1) / bs, int32_t(a.block_table.size()));
+  const int32_t tb = detail::attention_tile_blocks(bs, v.tile_keys), live = first / bs;
+  v.next_k0 = a.kv->k_tile(a.layer, 0, kv_head);
+  v.next_blocks = a.block_table.data();
+  v.next_k_block_stride = a.kv->k_block_bytes();
+  v.next_k_bytes = int64_t(n_heads) * a.kv->k_head_bytes();
+  v.next_b0 = std::min(live, n_blk);
+  v.next_b1 = std::max(v.next_b0, std::min((live / tb + 1) * tb, n_blk));
+}
+
+}  // namespace
+
 void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
-                     float* out, int64_t ldo, float* scratch) {
+                     float* out, int64_t ldo, float* scratch, const AttnNext& next) {
   const KVLayout& l = a.kv->layout();
   RIDGE_CHECK(a.n_ctx >= 0 && int64_t(a.block_table.size()) * l.block_size >= a.n_ctx,
               "attention: {} positions but the block table covers {}", a.n_ctx,
@@ -240,6 +260,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.n_heads = n_heads;
     v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
     v.sinks = a.sinks;
+    if (next.args) next_first_keys(*next.args, next.kv_head, next.n_heads, v);
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }
   for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2

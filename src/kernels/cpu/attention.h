@@ -78,8 +78,16 @@ void attention_group(const AttnArgs& a, int32_t kv_head, int32_t n_q, const floa
 // [head_dim_v]. A block's K/V tiles of those heads are one piece in the cache, read once
 // per call. Same per-row arithmetic as attention_group (bit for bit), whatever n_heads is.
 // scratch: attention_scratch_floats(layout, n_heads * group).
+// next: the call this thread makes after this one (ThreadPool::run_ahead), whose first
+// tile's keys this call asks for during its own last tile (the AVX-512 kernel), so the
+// next call does not start on keys still in DRAM. A hint: it changes no result, and it
+// may name any call.
+struct AttnNext {
+  const AttnArgs* args = nullptr;  // null: none
+  int32_t kv_head = 0, n_heads = 1;
+};
 void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_t group, const float* q, int64_t ldq,
-                     float* out, int64_t ldo, float* scratch);
+                     float* out, int64_t ldo, float* scratch, const AttnNext& next = {});
 
 // How to split each token's KV heads into runs, one task each, so that `threads` threads
 // get even shares: the fewest runs (the longest pieces) that make the task count a
@@ -140,6 +148,13 @@ struct AttnView {
   bool tiles_amx = false;  // with tiles: the dots on AMX-BF16 (else AVX512-BF16 vectors)
   // attention_tile_keys() read once per call: every layout of the call follows it.
   int32_t tile_keys = kDefaultAttnTileKeys;
+  // AttnNext: the next call's K pieces to ask for during the last tile, blocks
+  // [next_b0, next_b1) of next_blocks at next_k0 + block * next_k_block_stride, of
+  // next_k_bytes each (b0 = b1: none).
+  const uint8_t* next_k0 = nullptr;
+  const int32_t* next_blocks = nullptr;
+  int64_t next_k_block_stride = 0, next_k_bytes = 0;
+  int32_t next_b0 = 0, next_b1 = 0;
 };
 
 // How an FP8 cache's AVX-512 attention multiplies. Both bf16 ways convert each tile's

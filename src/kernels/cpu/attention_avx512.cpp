@@ -559,11 +559,18 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // bits, are those of its lone call): the first is the one holding the earliest window's
   // start, and the blocks of a tile before its rows' windows are not read.
   const int32_t t0 = row_first(0) / bs / tb;
-  const auto prefetch_from = [&](int32_t t, int32_t lo) {
-    const int32_t p0 = t * tb, live = row_first(lo) / bs, b = p0 > live ? p0 : live;
-    pf.start(a, b < n_blk ? b : n_blk, p0 + tb < n_blk ? p0 + tb : n_blk, k_bytes, v_bytes);
+  // The K (V) pieces of tile t's blocks that rows from lo on read (a block before the
+  // earliest window is not read); none past the last tile.
+  const auto tile = [&](bool values, int32_t t, int32_t lo) {
+    const int32_t live = row_first(lo) / bs, b = t * tb > live ? t * tb : live, e = (t + 1) * tb;
+    return Prefetcher::Pieces{values ? a.v0 : a.k0, a.blocks, values ? a.v_block_stride : a.k_block_stride,
+                              values ? v_bytes : k_bytes, b < n_blk ? b : n_blk, e < n_blk ? e : n_blk};
   };
-  for (int32_t t = t0; t < t0 + kPrefetchTiles && t < n_tiles; ++t) prefetch_from(t, 0), pf.finish();
+  const Prefetcher::Pieces none{nullptr, nullptr, 0, 0, 0, 0};
+  // After the last tile, the first keys of the call this thread makes next (AttnNext).
+  const Prefetcher::Pieces next{a.next_k0, a.next_blocks, a.next_k_block_stride, a.next_k_bytes, a.next_b0, a.next_b1};
+  pf.start(none, tile(false, t0, 0));  // the first scores' keys, at once
+  pf.finish();
   Tile tl;
   tl.bs = bs;
   Group gr[kMaxTileBlocks * 4];
@@ -601,8 +608,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       for (int32_t x = 0; x < gr[0].lane; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
       for (int32_t x = gr[ng - 1].lane + 16; x < lanes; x += 16) _mm512_storeu_ps(sc + i * lds + x, _mm512_set1_ps(kNegInf));
     }
-    // The tile kPrefetchTiles ahead, spread over this tile's inner iterations.
-    prefetch_from(t + kPrefetchTiles, lo);
+    // This tile's values and the next tile's keys, spread over this tile's inner iterations.
+    pf.start(tile(true, t, lo), t + 1 < n_tiles ? tile(false, t + 1, lo) : next);
 
     // Row units never straddle two heads (their K/V tiles differ).
     if constexpr (kFp8<T>)

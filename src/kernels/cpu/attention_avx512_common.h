@@ -27,9 +27,6 @@ namespace {
 
 constexpr float kNegInf = -__builtin_inff();
 constexpr int32_t kMaxTileBlocks = kMaxTileKeys;  // at block_size 1
-// Prefetch the next tile, into L2 (T1): two tiles ahead, or into L1, measured slower on
-// bench kernels' long-context decode (docs/BENCHMARKS.md, issue 6 session 5).
-constexpr int32_t kPrefetchTiles = 1;
 constexpr int32_t kStatRows = 16;      // rows whose softmax state shares one vector
 constexpr int32_t kRows = 8;           // scores and P.V: 8 rows x 32 lanes of accumulators
 
@@ -136,14 +133,18 @@ struct Group {
   const uint8_t* ks;  // the 16 keys' scales (scaled dtypes)
 };
 
-// Asks for a later tile's K/V during this one, one line per inner iteration of the scores
-// and P.V: the blocks lie scattered in the pool, so the hardware prefetchers, which
-// follow one stream within a page, cannot guess them, and a burst of more lines than the
-// core has fill buffers holds up every load behind it. With a 2-byte cache dtype a tile
-// has as many lines as iterations (a score iteration reads one dimension of 32 keys, a
-// P.V iteration 32 columns of one key's V: 64 bytes each); what is left, with f32, goes
-// out at the tile's end. The tile's K tiles go first (its scores need them all at once), then its V
-// tiles. The issuing position stays in registers through a loop (Cursor): the hot loops
+// Asks for K/V lines about half a tile before they are read, one line per inner iteration
+// of the scores and P.V: the blocks lie scattered in the pool, so the hardware
+// prefetchers, which follow one stream within a page, cannot guess them, and a burst of
+// more lines than the core has fill buffers holds up every load behind it. During a tile
+// it asks for that tile's V tiles (its P.V comes after its scores and softmax), then the
+// next tile's K tiles (the next scores need them all at once). Asked a whole tile ahead
+// (the next tile's K, then its V), lines from DRAM came later on this CPU's long-context
+// decode, and two tiles ahead or into L1 later still (docs/BENCHMARKS.md, issue 6
+// session 5; issue 21 session 42). With a 2-byte cache dtype a tile has as many lines as
+// iterations (a score iteration reads one dimension of 32 keys, a P.V iteration 32
+// columns of one key's V: 64 bytes each); what is left, with f32, goes out at the tile's
+// end. The issuing position stays in registers through a loop (Cursor): the hot loops
 // hold 16 accumulators and must call nothing.
 struct Prefetcher {
   // Where the issuing stands: kept in the hot loops' registers (a copy), saved after.
@@ -156,21 +157,24 @@ struct Prefetcher {
   int32_t n_seg = 0;
   Cursor cur{nullptr, 0, 0};
 
-  // Blocks [b0, b1): per block the k_bytes of its K tiles from the call's first head (the
-  // heads' K tiles are adjacent), then the v_bytes of its V tiles; every line a piece
-  // touches, whatever its alignment.
-  void start(const AttnView& a, int32_t b0, int32_t b1, int64_t k_bytes, int64_t v_bytes) {
-    auto piece = [&](int32_t i, const uint8_t* p, int64_t bytes) {
-      const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
-      seg_p[i] = reinterpret_cast<const char*>(lo);
-      seg_n[i] = int32_t((reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes) - lo + 63) / 64);
-    };
-    const int32_t nb = b1 - b0;
-    for (int32_t b = b0; b < b1; ++b) {
-      piece(b - b0, a.k0 + a.blocks[b] * a.k_block_stride, k_bytes);
-      if (v_bytes > 0) piece(nb + b - b0, a.v0 + a.blocks[b] * a.v_block_stride, v_bytes);
-    }
-    n_seg = v_bytes > 0 ? 2 * nb : nb;
+  // A range of at most a tile's blocks of a table, one piece of `bytes` each (a block's K
+  // or V tiles of the call's heads, adjacent in the cache) at base + blocks[b] * stride.
+  struct Pieces {
+    const uint8_t* base;
+    const int32_t* blocks;
+    int64_t stride, bytes;
+    int32_t b0, b1;
+  };
+  // The pieces of v, then those of k; every line a piece touches, whatever its alignment.
+  void start(const Pieces& v, const Pieces& k) {
+    n_seg = 0;
+    for (const Pieces* r : {&v, &k})
+      for (int32_t b = r->b0; b < r->b1 && r->bytes > 0; ++b) {
+        const uint8_t* p = r->base + r->blocks[b] * r->stride;
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63);
+        seg_p[n_seg] = reinterpret_cast<const char*>(lo);
+        seg_n[n_seg++] = int32_t((reinterpret_cast<uintptr_t>(p) + uintptr_t(r->bytes) - lo + 63) / 64);
+      }
     cur = Cursor{nullptr, 0, 0};
   }
   ATTN_INLINE void step(Cursor& c) const {
