@@ -34,18 +34,26 @@ class ThreadPool {
   }
 
   // As run, with fn(task, next, thread): next is the task this thread runs after this one
-  // (claimed before fn starts), or -1. A task can ask for the next one's data while it
-  // works, so that one does not start on a cold cache. Each thread holds one claimed task
-  // ahead, so the last tasks may spread less evenly than with run.
+  // (claimed before fn starts), or -1 where that is not known yet. A task can ask for the
+  // next one's data while it works, so that one does not start on a cold cache. A thread
+  // claims ahead only while more than a task per thread stays unclaimed after it: the last
+  // tasks go to whichever thread is free, as in run, and a call of few tasks spreads over
+  // the threads instead of going to the first thread awake.
   template <typename F>
   void run_ahead(int64_t n_tasks, F&& fn) {
     if (n_tasks <= 0) return;
     std::atomic<int64_t> next{0};
+    const int64_t spare = n_threads_;
     run(n_threads_ < n_tasks ? n_threads_ : n_tasks, [&](int64_t, int thread) {
       for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < n_tasks;) {
-        const int64_t after = next.fetch_add(1, std::memory_order_relaxed);
-        fn(t, after < n_tasks ? after : int64_t(-1), thread);
-        t = after;
+        int64_t after = -1;
+        for (int64_t c = next.load(std::memory_order_relaxed); n_tasks - c > spare;)
+          if (next.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {
+            after = c;
+            break;
+          }
+        fn(t, after, thread);
+        t = after >= 0 ? after : next.fetch_add(1, std::memory_order_relaxed);
       }
     });
   }
