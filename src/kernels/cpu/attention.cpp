@@ -167,10 +167,6 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The K pieces of the first tile `a` reads (its first row's window start on), as
 // group<> in attention_avx512.cpp tiles it with v's tile keys.
 void next_first_keys(const AttnArgs& a, int32_t kv_head, int32_t n_heads, detail::AttnView& v) {
