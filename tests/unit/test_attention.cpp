@@ -536,21 +536,25 @@ TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
 
 // A value vector with a NaN at an attended position gives every row a non-finite output
 // on every ISA (its scale is NaN: never a finite, wrong row), whichever dtype.
+// At a position in the first or the second 64-lane chunk of the int8 weights (a chunk
+// before the NaN keeps its step; the output is NaN either way), or the tile's last key.
 TEST(Attention, NanValueVectorIsNotFinite) {
-  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3}) {
-    Cache st(t, 32, 32, 16, 70, 3);
-    std::vector<float> v(32, 0.5f);
-    v[7] = std::numeric_limits<float>::quiet_NaN();
-    st.kv->write_v(kLayer, st.table[2], kKvHead, 5, v.data());  // position 37
-    std::vector<float> q(size_t(4 * 32), 0.1f);
-    IsaGuard guard;
-    for (Isa isa : isas()) {
-      set_isa(isa);
-      const Result grp = run_group(st, q, 32, 4, 0.2f);
-      for (int32_t r = 0; r < 4; ++r)
-        EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)])) << dtype_name(t) << " " << isa_name(isa) << " row " << r;
+  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3})
+    for (int32_t pos : {37, 100, 127}) {
+      Cache st(t, 32, 32, 16, 128, 3);
+      std::vector<float> v(32, 0.5f);
+      v[7] = std::numeric_limits<float>::quiet_NaN();
+      st.kv->write_v(kLayer, st.table[size_t(pos / 16)], kKvHead, pos % 16, v.data());
+      std::vector<float> q(size_t(4 * 32), 0.1f);
+      IsaGuard guard;
+      for (Isa isa : isas()) {
+        set_isa(isa);
+        const Result grp = run_group(st, q, 32, 4, 0.2f);
+        for (int32_t r = 0; r < 4; ++r)
+          EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)]))
+              << dtype_name(t) << " " << isa_name(isa) << " position " << pos << " row " << r;
+      }
     }
-  }
 }
 
 // Shapes the models above do not have: other block sizes (groups of keys that straddle or

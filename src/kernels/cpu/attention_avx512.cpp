@@ -142,7 +142,8 @@ ATTN_NOINLINE void dots_i8(const QRows& qr, int32_t r0, const Group* gr, int64_t
   const __m512i flip = _mm512_set1_epi8(char(0x80));
   Prefetcher::Cursor c = pf.cur;
   for (int32_t d4 = 0; d4 < qr.dk4; ++d4) {
-    static_for<G>([&](auto) { pf.step(c); });  // a line asked for per line read
+    if constexpr (G == 2) pf.step2(c);  // a line asked for per line read
+    else pf.step(c);
     __m512i kv[G];
     static_for<G>([&](auto g) { kv[g] = _mm512_xor_si512(_mm512_maskz_loadu_epi32(km[g], kp[g] + d4 * kquad), flip); });
     static_for<R>([&](auto r) {
@@ -316,8 +317,8 @@ void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int
 // weight's rounding moves only its own key's share of the output, by at most half a step
 // times its value; a weight under half a step drops out of the output but not out of the
 // sum, which a chunk of at most 64 keys bounds (a tile of 128 lanes, or of one large
-// block, has several chunks). A NaN or infinite weight makes the row's steps, and so its output, NaN, as the
-// f32 paths' would be.
+// block, has several chunks). A NaN or infinite weight makes the row's output NaN (its
+// steps from that chunk on), as the f32 paths' would be.
 constexpr int32_t kChunkLanes = 64;
 
 // Rows [0, R) of one head: their weights over the tile's lanes (0 past each block's keys)
@@ -327,59 +328,66 @@ constexpr int32_t kChunkLanes = 64;
 template <int R>
 ATTN_INLINE void weights_i8(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int64_t vsoff, uint8_t* pc, int64_t ldc,
                             float* step, int64_t lds_step) {
-  __m512 wmax[R];  // the rows' largest weights, when the tile is one chunk
-  __mmask16 bad[R];
-  ATTN_UNROLL for (int r = 0; r < R; ++r) wmax[r] = _mm512_setzero_ps(), bad[r] = 0;
-  const __m512 inf = _mm512_set1_ps(__builtin_inff());
-  // The blocks before live are not read: their lanes hold probabilities of 0 already.
-  for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {
-    const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
-    for (int32_t g = 0; g < gpb; ++g) {
-      const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // 0 past the keys and before live
-      const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
-      ATTN_UNROLL for (int r = 0; r < R; ++r) {
-        float* pr = p + r * ldp + (b * gpb + g) * 16;
-        const __m512 w = _mm512_maskz_mul_ps(m, _mm512_loadu_ps(pr), s);
-        _mm512_storeu_ps(pr, w);
-        bad[r] |= _mm512_cmp_ps_mask(_mm512_abs_ps(w), inf, _CMP_NLT_UQ);
-        wmax[r] = _mm512_max_ps(wmax[r], w);
-      }
-    }
-  }
-  const int32_t lanes = tl.n_blocks * gpb * 16;
-  // Per chunk, every row's step at once: the rows' chunk maxima in lanes (one fixed tree,
-  // exact for a max), one division for all of them. Bad rows' lanes: step NaN, codes 0.
-  __mmask16 badm = 0;
-  ATTN_UNROLL for (int r = 0; r < R; ++r) badm |= bad[r] ? __mmask16(1u << r) : __mmask16(0);
+  const int32_t lpb = gpb * 16, lanes = tl.n_blocks * lpb;
+  const __m512 zero = _mm512_setzero_ps();
+  // Chunk by chunk: its weights and their row maxima while they are in registers, then
+  // its step and codes. The blocks before live are not read: their lanes hold
+  // probabilities of 0 already.
   for (int32_t c0 = 0; c0 < lanes; c0 += kChunkLanes) {
     const int32_t c1 = lanes - c0 < kChunkLanes ? lanes : c0 + kChunkLanes;
-    __m512 cm[16];
-    ATTN_UNROLL for (int r = 0; r < 16; ++r) {
-      cm[r] = r < R ? wmax[r] : _mm512_setzero_ps();
-      if (r < R && lanes > kChunkLanes) {
-        cm[r] = _mm512_setzero_ps();
-        for (int32_t x = c0; x < c1; x += 16) cm[r] = _mm512_max_ps(cm[r], _mm512_loadu_ps(p + r * ldp + x));
+    __m512 wmax[R], bad[R];  // bad: 0, or NaN once a weight of the row is not finite (w x 0)
+    static_for<R>([&](auto r) { wmax[r] = bad[r] = zero; });
+    const int32_t live = tl.live_block;
+    for (int32_t b = c0 / lpb > live ? c0 / lpb : live; b < tl.n_blocks && b * lpb < c1; ++b) {
+      const float* sv = reinterpret_cast<const float*>(tl.v[b] + vsoff);
+      for (int32_t g = 0; g < gpb; ++g) {
+        const int32_t x = b * lpb + 16 * g;
+        if (x < c0) continue;
+        if (x >= c1) break;
+        const __mmask16 m = first_lanes(tl.keys[b] - 16 * g) & ~tl.dead_lanes(b, g);  // 0 past the keys and before live
+        const __m512 s = _mm512_maskz_loadu_ps(m, sv + 16 * g);
+        static_for<R>([&](auto r) {
+          float* pr = p + r * ldp + x;
+          const __m512 w = _mm512_maskz_mul_ps(m, _mm512_loadu_ps(pr), s);
+          _mm512_storeu_ps(pr, w);
+          bad[r] = _mm512_fmadd_ps(w, zero, bad[r]);
+          wmax[r] = _mm512_max_ps(wmax[r], w);
+        });
       }
     }
+    // Every row's step at once: the rows' maxima in lanes (one fixed tree, exact for a
+    // max), one division for all of them. A row with a weight that is not finite: step
+    // NaN and codes 0, in this chunk and those after (its output is NaN either way).
+    __m512 any = bad[0];
+    static_for<R>([&](auto r) {
+      if constexpr (r > 0) any = _mm512_add_ps(any, bad[r]);
+    });
+    __mmask16 badm = 0;
+    if (__builtin_expect(_mm512_cmp_ps_mask(any, any, _CMP_UNORD_Q) != 0, 0))
+      static_for<R>([&](auto r) { badm |= _mm512_cmp_ps_mask(bad[r], bad[r], _CMP_UNORD_Q) ? __mmask16(1u << r) : __mmask16(0); });
+    __m512 cm[16];
+    static_for<16>([&](auto r) {
+      if constexpr (r < R) cm[r] = wmax[r];
+      else cm[r] = zero;
+    });
     const __m512 mx = reduce16<true>(cm);
-    const __m512 zero = _mm512_setzero_ps();
     const __mmask16 pos = _mm512_cmp_ps_mask(mx, zero, _CMP_GT_OQ);
     __m512 inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(255.f), mx);
     const __mmask16 fin = _mm512_cmp_ps_mask(inv, _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);  // a subnormal max: zeros
     inv = _mm512_maskz_mov_ps(fin, inv);
-    const __mmask16 live = _mm512_cmp_ps_mask(inv, zero, _CMP_GT_OQ);
-    const __m512 st =
-        _mm512_mask_mov_ps(_mm512_maskz_div_ps(live, mx, _mm512_set1_ps(255.f)), badm, _mm512_set1_ps(__builtin_nanf("")));
+    const __mmask16 live_rows = _mm512_cmp_ps_mask(inv, zero, _CMP_GT_OQ);
+    const __m512 st = _mm512_mask_mov_ps(_mm512_maskz_div_ps(live_rows, mx, _mm512_set1_ps(255.f)), badm,
+                                         _mm512_set1_ps(__builtin_nanf("")));
     inv = _mm512_mask_mov_ps(inv, badm, zero);
     alignas(64) float stv[16];
     _mm512_store_ps(stv, st);
-    ATTN_UNROLL for (int r = 0; r < R; ++r) {
+    static_for<R>([&](auto r) {
       step[r * lds_step + c0 / kChunkLanes] = stv[r];
       const __m512 vi = _mm512_permutexvar_ps(_mm512_set1_epi32(r), inv);
       for (int32_t x = c0; x < c1; x += 16)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(pc + r * ldc + x),
                          _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + r * ldp + x), vi))));
-    }
+    });
   }
 }
 
@@ -395,16 +403,17 @@ ATTN_NOINLINE void pv_dots_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, in
   __m512i acc[R][2];
   static_for<R>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_si512(); });
   Prefetcher::Cursor c = pf.cur;
-  for (int32_t b = tl.live / tl.bs; b < tl.n_blocks; ++b) {  // blocks before live: codes 0, unread
+  // The blocks with lanes in the chunk, from the first read (blocks before live: codes 0).
+  const int32_t c1 = c0 + kChunkLanes;
+  for (int32_t b = tl.live_block; b < tl.n_blocks && b * lpb < c1; ++b) {
     // The block's keys whose lanes lie in the chunk (a chunk starts on a multiple of
     // kChunkLanes, and a block's lanes on a multiple of 16: a whole quad either way).
     const int32_t j0 = c0 - b * lpb > 0 ? c0 - b * lpb : 0;
-    const int32_t j1 = c0 + kChunkLanes - b * lpb < tl.keys[b] ? c0 + kChunkLanes - b * lpb : tl.keys[b];
-    const uint8_t* vb = tl.v[b] + voff + 4 * int64_t(d0);
+    const int32_t j1 = c1 - b * lpb < tl.keys[b] ? c1 - b * lpb : tl.keys[b];
+    const uint8_t* vj = tl.v[b] + voff + 4 * int64_t(d0) + (j0 >> 2) * quad;
     const uint8_t* pb = pc + b * lpb;
-    for (int32_t j = j0; j < j1; j += 4) {
-      pf.step(c), pf.step(c);  // a line asked for per line read
-      const uint8_t* vj = vb + (j >> 2) * quad;
+    for (int32_t j = j0; j < j1; j += 4, vj += quad) {
+      pf.step2(c);  // a line asked for per line read
       const __m512i v0 = _mm512_maskz_loadu_epi32(m0, vj), v1 = _mm512_maskz_loadu_epi32(m1, vj + 64);
       static_for<R>([&](auto r) {
         int32_t w4;
@@ -586,6 +595,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     while (hi > lo && row_first(hi - 1) >= b1 * bs) --hi;
     if (lo == hi) continue;
     tl.live = row_first(lo) > b0 * bs ? row_first(lo) - b0 * bs : 0;
+    tl.live_block = tl.live / bs;
     int32_t ng = 0;
     for (int32_t b = b0; b < b1; ++b) {
       const int32_t i = b - b0, keys = a.n_ctx - b * bs < bs ? a.n_ctx - b * bs : bs;

@@ -117,6 +117,7 @@ struct Tile {
   // read, and no key before it contributes (their score lanes hold -inf; its block's
   // earlier slots may be loaded with the rest of their 16-lane group or quad).
   int32_t live = 0;
+  int32_t live_block = 0;  // live / bs: the first block read
   // Whether key j of block b (its lane's 16-key group g = j / 16) is before `live`.
   ATTN_INLINE __mmask16 dead_lanes(int32_t b, int32_t g) const {
     const int32_t k = live - b * bs - 16 * g;
@@ -184,6 +185,16 @@ struct Prefetcher {
     }
     _mm_prefetch(c.p, _MM_HINT_T1);
     c.p += 64, --c.left;
+  }
+  // Two lines: one test for both where the segment holds them (the hot loops' usual case).
+  ATTN_INLINE void step2(Cursor& c) const {
+    if (c.left >= 2) {
+      _mm_prefetch(c.p, _MM_HINT_T1);
+      _mm_prefetch(c.p + 64, _MM_HINT_T1);
+      c.p += 128, c.left -= 2;
+      return;
+    }
+    step(c), step(c);
   }
   void finish() {
     while (cur.left > 0 || cur.seg < n_seg) step(cur);
