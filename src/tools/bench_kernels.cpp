@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "core/arena.h"
@@ -182,12 +183,11 @@ struct AttnDecodeStep::Impl {
   int64_t seqs, ctx, per_seq;
   int32_t group;
   int32_t dk, dv;  // a query row's and an output row's width
-  kernels::AttnQuerySplit qs;
   KVLayout l;
   std::unique_ptr<KVCache> kv;
   std::vector<int32_t> ids;
   std::vector<float> q, out, scratch;  // q: [seqs][n_head][dk], out: [seqs][n_head][dv]
-  kernels::AttnHeadRuns hr;
+  std::optional<kernels::AttnTasks> tasks;  // as the CPU backend splits the step
   int64_t per;
   ThreadPool* pool;
 };
@@ -247,9 +247,8 @@ AttnDecodeStep::AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool) 
   m.out.resize(static_cast<size_t>(m.seqs * m.d.n_head * m.dv));
   // Tasks as the CPU backend splits them: (sequence, a run of KV heads), and a part of
   // the query heads where there are fewer such tasks than threads.
-  m.hr = kernels::attention_head_runs(m.seqs, l.n_kv_head, pool.size());
-  m.qs = kernels::attention_query_split(m.hr, m.seqs, m.group, pool.size());
-  m.per = kernels::attention_scratch_floats(l, m.qs.parts > 1 ? m.qs.rows : m.hr.run * m.group);
+  m.tasks.emplace(m.seqs, l.n_kv_head, m.group, pool.size());
+  m.per = kernels::attention_scratch_floats(l, m.tasks->rows_per_call());
   m.scratch.resize(static_cast<size_t>(m.per * pool.size()));
 }
 
@@ -257,29 +256,23 @@ AttnDecodeStep::~AttnDecodeStep() = default;
 
 void AttnDecodeStep::run() {
   Impl& m = *impl_;
-  const int32_t parts = m.qs.parts;
-  // Task -> its sequence's cache, KV heads [h0, h0 + n) and query heads [r0, r0 + rows) of
-  // the run's groups; each thread asks for its next task's first keys, as the backend does.
-  struct Task {
-    kernels::AttnArgs a;
-    int64_t row;
-    int32_t h0, n, rows;
+  const kernels::AttnTasks& tasks = *m.tasks;
+  const auto args_of = [&](const kernels::AttnTasks::Task& k) {
+    return kernels::AttnArgs{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + k.token * m.per_seq, size_t(m.per_seq)),
+                             int32_t(m.ctx), 0.125f, {}};
   };
-  const auto task_of = [&](int64_t task) {
-    const int32_t part = int32_t(task % parts);
-    const int64_t s = task / parts / m.hr.splits;
-    const int32_t h0 = int32_t(task / parts % m.hr.splits) * m.hr.run, n = std::min(m.hr.run, m.l.n_kv_head - h0);
-    const int32_t r0 = parts > 1 ? part * m.qs.rows : 0, rows = parts > 1 ? std::min(m.qs.rows, m.group - r0) : m.group;
-    return Task{kernels::AttnArgs{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + s * m.per_seq, size_t(m.per_seq)),
-                                  int32_t(m.ctx), 0.125f, {}},
-                s * m.d.n_head + int64_t(h0) * m.group + r0, h0, parts > 1 ? 1 : n, rows};
-  };
-  m.pool->run_ahead(m.seqs * m.hr.splits * parts, [&](int64_t task, int64_t after, int thread) {
-    const Task k = task_of(task);
-    Task n{};
+  // Each thread asks for its next task's first keys, as the backend does.
+  m.pool->run_ahead(tasks.count(), [&](int64_t task, int64_t after, int thread) {
+    const kernels::AttnTasks::Task k = tasks[task];
+    if (k.rows <= 0) return;
+    kernels::AttnArgs na;
     kernels::AttnNext next;
-    if (after >= 0) n = task_of(after), next = kernels::AttnNext{&n.a, n.h0, n.n};
-    kernels::attention_heads(k.a, k.h0, k.n, k.rows, m.q.data() + k.row * m.dk, m.dk, m.out.data() + k.row * m.dv, m.dv,
+    if (after >= 0) {
+      const kernels::AttnTasks::Task n = tasks[after];
+      na = args_of(n), next = kernels::AttnNext{&na, n.h0, n.n};
+    }
+    const int64_t row = k.token * m.d.n_head + int64_t(k.h0) * m.group + k.r0;
+    kernels::attention_heads(args_of(k), k.h0, k.n, k.rows, m.q.data() + row * m.dk, m.dk, m.out.data() + row * m.dv, m.dv,
                              m.scratch.data() + thread * m.per, next);
   });
 }

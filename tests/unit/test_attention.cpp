@@ -820,6 +820,35 @@ TEST(Attention, QuerySplitsCoverTheGroupWithNoEmptyPart) {
   EXPECT_EQ(attention_query_split(attention_head_runs(4, 1, 2), 4, 16, 2).parts, 1);
 }
 
+// A step's tasks: every (token, KV head, query row) once, in calls of at most
+// rows_per_call() rows of KV heads [h0, h0 + n) that exist.
+TEST(Attention, StepTasksCoverEveryRowOnce) {
+  for (int32_t nkv = 1; nkv <= 5; ++nkv)
+    for (int32_t group : {1, 2, 7, 8, 16})
+      for (int32_t threads = 1; threads <= 9; ++threads)
+        for (int64_t tokens : {1, 2, 3, 17}) {
+          const AttnTasks tasks(tokens, nkv, group, threads);
+          std::vector<int32_t> seen(size_t(tokens * nkv * group), 0);
+          for (int64_t i = 0; i < tasks.count(); ++i) {
+            const AttnTasks::Task k = tasks[i];
+            if (k.rows <= 0) continue;
+            ASSERT_GE(k.token, 0);
+            ASSERT_LT(k.token, tokens);
+            ASSERT_GE(k.h0, 0);
+            ASSERT_GE(k.n, 1);
+            ASSERT_LE(k.h0 + k.n, nkv);
+            ASSERT_GE(k.r0, 0);
+            ASSERT_LE(k.r0 + k.rows, group);
+            ASSERT_LE(k.n * k.rows, tasks.rows_per_call());
+            for (int32_t h = k.h0; h < k.h0 + k.n; ++h)
+              for (int32_t r = k.r0; r < k.r0 + k.rows; ++r) ++seen[size_t((k.token * nkv + h) * group + r)];
+          }
+          for (size_t x = 0; x < seen.size(); ++x)
+            ASSERT_EQ(seen[x], 1) << "tokens " << tokens << " kv heads " << nkv << " group " << group << " threads "
+                                  << threads << ": row " << x;
+        }
+}
+
 TEST(Attention, EmptyContextGivesZeros) {
   const Cache st(DType::F32, 16, 16, 16, 0, 1);
   const std::vector<float> q(16, 1.f);

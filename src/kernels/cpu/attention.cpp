@@ -295,6 +295,21 @@ AttnQuerySplit attention_query_split(const AttnHeadRuns& hr, int64_t tokens, int
   return {(group + rows - 1) / rows, rows};
 }
 
+AttnTasks::AttnTasks(int64_t tokens_, int32_t n_kv_head_, int32_t group_, int32_t threads)
+    : hr(attention_head_runs(tokens_, n_kv_head_, threads)),
+      qs(attention_query_split(hr, tokens_, group_, threads)),
+      tokens(tokens_),
+      n_kv_head(n_kv_head_),
+      group(group_) {}
+
+AttnTasks::Task AttnTasks::operator[](int64_t task) const {
+  const int32_t part = int32_t(task % qs.parts);
+  const int32_t h0 = int32_t(task / qs.parts % hr.splits) * hr.run;
+  // qs.parts > 1: one KV head h0, query heads [part * qs.rows, +rows) of its group
+  const int32_t r0 = qs.parts > 1 ? part * qs.rows : 0, rows = qs.parts > 1 ? std::min(qs.rows, group - r0) : group;
+  return Task{task / qs.parts / hr.splits, h0, qs.parts > 1 ? 1 : std::min(hr.run, n_kv_head - h0), r0, rows};
+}
+
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch) {
   attention_group(a, kv_head, 1, q, 0, out, 0, scratch);
 }

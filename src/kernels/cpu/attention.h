@@ -109,6 +109,26 @@ struct AttnQuerySplit {
 };
 AttnQuerySplit attention_query_split(const AttnHeadRuns& hr, int64_t tokens, int32_t group, int32_t threads);
 
+// A step's attention as tasks, the runs and parts above together: task i is token
+// i / (splits x parts)'s KV heads [h0, h0 + n) and, of each head's group, query rows
+// [r0, r0 + rows) (rows <= 0: none, a part past the group). The CPU backend runs these,
+// and `ridge bench kernels` the same ones.
+struct AttnTasks {
+  struct Task {
+    int64_t token;
+    int32_t h0, n, r0, rows;
+  };
+  AttnHeadRuns hr;
+  AttnQuerySplit qs;
+  int64_t tokens = 0;
+  int32_t n_kv_head = 1, group = 1;
+
+  AttnTasks(int64_t tokens, int32_t n_kv_head, int32_t group, int32_t threads);
+  int64_t count() const { return tokens * hr.splits * qs.parts; }
+  Task operator[](int64_t task) const;
+  int32_t rows_per_call() const { return hr.run * (qs.parts > 1 ? qs.rows : group); }  // for the scratch
+};
+
 // One query row: attention_group with n_q = 1.
 void attention_row(const AttnArgs& a, int32_t kv_head, const float* q, float* out, float* scratch);
 

@@ -357,37 +357,25 @@ void CpuBackend::attention(const AttentionArgs& a) {
   const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
   // (Sinks are per query head: a block of one head's positions would need them per row.)
   if (group == 1 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
-  const AttnHeadRuns hr = attention_head_runs(T, a.n_kv_head, pool_.size());
-  const AttnQuerySplit qs = attention_query_split(hr, T, group, pool_.size());
-  const int32_t qsplit = qs.parts, qg = qs.rows;
-  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), hr.run * (qsplit > 1 ? qg : group));
+  const AttnTasks tasks(T, a.n_kv_head, group, pool_.size());
+  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), tasks.rows_per_call());
   attn_scratch_.resize(size_t(pool_.size() * scratch_per));
-  // Task -> its token t, its KV heads [h0, h0 + n) and query rows [r0, r0 + rows) of each.
-  struct Task {
-    int64_t t;
-    int32_t h0, n, r0, rows;
-    AttnArgs args;
-  };
-  const auto task_of = [&](int64_t task) {
-    const int32_t part = int32_t(task % qsplit);
-    const int64_t t = task / qsplit / hr.splits;
-    const int32_t h0 = int32_t(task / qsplit % hr.splits) * hr.run;
-    // qsplit > 1: one KV head h0, query heads [part * qg, +rows) of its group (maybe none)
-    const int32_t r0 = qsplit > 1 ? part * qg : 0, rows = qsplit > 1 ? std::min(qg, group - r0) : group;
-    Task k{t, h0, qsplit > 1 ? 1 : std::min(hr.run, a.n_kv_head - h0), r0, rows,
-           AttnArgs{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(t)])], step_.pos[size_t(t)] + 1, a.scale,
-                    {}, a.window, a.sinks ? a.sinks + int64_t(h0) * group + r0 : nullptr}};
-    return k;
+  const auto args_of = [&](const AttnTasks::Task& k) {
+    return AttnArgs{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(k.token)])], step_.pos[size_t(k.token)] + 1,
+                    a.scale, {}, a.window, a.sinks ? a.sinks + int64_t(k.h0) * group + k.r0 : nullptr};
   };
   // Each thread asks for its next task's first keys during this one's last tile.
-  pool_.run_ahead(T * hr.splits * qsplit, [&](int64_t task, int64_t after, int thread) {
-    const Task k = task_of(task);
+  pool_.run_ahead(tasks.count(), [&](int64_t task, int64_t after, int thread) {
+    const AttnTasks::Task k = tasks[task];
     if (k.rows <= 0) return;
-    Task n{};
+    AttnArgs na;
     AttnNext next;
-    if (after >= 0) n = task_of(after), next = AttnNext{&n.args, n.h0, n.n};
-    const int64_t row = k.t * a.n_head + int64_t(k.h0) * group + k.r0;
-    attention_heads(k.args, k.h0, k.n, k.rows, a.q + row * dk, dk, a.out + row * dv, dv,
+    if (after >= 0) {
+      const AttnTasks::Task n = tasks[after];
+      na = args_of(n), next = AttnNext{&na, n.h0, n.n};
+    }
+    const int64_t row = k.token * a.n_head + int64_t(k.h0) * group + k.r0;
+    attention_heads(args_of(k), k.h0, k.n, k.rows, a.q + row * dk, dk, a.out + row * dv, dv,
                     attn_scratch_.data() + thread * scratch_per, next);
   });
 }
