@@ -16,7 +16,7 @@
 // in the tests' first 8 rows (|q| up to 4.5 sigma, a peaked softmax) is a few 1e-3 of
 // max |v|: kTolQ8 = 2e-2 bounds that difference (with the weights' rounding below), and
 // the quantized reference checks the rest. Int8 values there run P.V in integers too: a
-// row's weights (probability times the value's scale) in each chunk of 64 score lanes
+// row's weights (probability times the value's scale) in each chunk of 128 score lanes
 // are rounded to 8 bits against their largest, which moves the output by at most
 // i8_weight_bound (half a step per key, times its codes, all with one sign: a loose
 // bound); the quantized reference checks within that bound plus kTol, and a case with
@@ -252,7 +252,7 @@ std::vector<double> reference(const Cache& st, const float* q, float scale, doub
 
 // The int8-value path's rounding of a row's weights (attention_avx512.cpp, weights_i8):
 // a tile's score lanes (block b's key j in lane b x lpb + j, lpb = its slots rounded up
-// to 16) go in chunks of 64, and in each chunk w_j = p_j x sv_j is rounded to a step of
+// to 16) go in chunks of 128, and in each chunk w_j = p_j x sv_j is rounded to a step of
 // max w / 255, so output element d moves by at most sum over chunks of step / 2 x
 // sum_j |code_jd|, over the sum of the p_j (all taken relative to the row's final max
 // score, which scales every term alike). Per element, for a row q as the kernel scores it.
@@ -260,7 +260,7 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
   const int32_t dv = st.l.head_dim_v, bs = st.l.block_size;
   const int32_t tile = detail::attention_tile_blocks(bs) * bs, lpb = (bs + 15) / 16 * 16;
   const auto chunk_of = [&](int32_t p) {  // (tile, chunk) as one number
-    return int64_t(p / tile) * 1024 + ((p % tile) / bs * lpb + p % bs) / 64;
+    return int64_t(p / tile) * 1024 + ((p % tile) / bs * lpb + p % bs) / 128;
   };
   std::vector<double> bound(size_t(dv), 0.0);
   double mx = 0, sum = 0;
@@ -536,15 +536,16 @@ TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
 
 // A value vector with a NaN at an attended position gives every row a non-finite output
 // on every ISA (its scale is NaN: never a finite, wrong row), whichever dtype.
-// At a position in the first or the second 64-lane chunk of the int8 weights (a chunk
-// before the NaN keeps its step; the output is NaN either way), or the tile's last key.
+// At a position in the first or the second 128-lane chunk of the int8 weights (blocks of
+// 256 keys: a tile of one block, two chunks; a chunk before the NaN keeps its step, the
+// output is NaN either way), or a tile's last key.
 TEST(Attention, NanValueVectorIsNotFinite) {
   for (DType t : {DType::F16, DType::I8, DType::F8_E4M3})
-    for (int32_t pos : {37, 100, 127}) {
-      Cache st(t, 32, 32, 16, 128, 3);
+    for (auto [bs, pos] : {std::pair{16, 37}, std::pair{16, 127}, std::pair{256, 37}, std::pair{256, 200}, std::pair{256, 255}}) {
+      Cache st(t, 32, 32, bs, 300, 3);
       std::vector<float> v(32, 0.5f);
       v[7] = std::numeric_limits<float>::quiet_NaN();
-      st.kv->write_v(kLayer, st.table[size_t(pos / 16)], kKvHead, pos % 16, v.data());
+      st.kv->write_v(kLayer, st.table[size_t(pos / bs)], kKvHead, pos % bs, v.data());
       std::vector<float> q(size_t(4 * 32), 0.1f);
       IsaGuard guard;
       for (Isa isa : isas()) {
@@ -552,7 +553,7 @@ TEST(Attention, NanValueVectorIsNotFinite) {
         const Result grp = run_group(st, q, 32, 4, 0.2f);
         for (int32_t r = 0; r < 4; ++r)
           EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)]))
-              << dtype_name(t) << " " << isa_name(isa) << " position " << pos << " row " << r;
+              << dtype_name(t) << " " << isa_name(isa) << " block size " << bs << " position " << pos << " row " << r;
       }
     }
 }

@@ -45,7 +45,7 @@ int32_t detail::attention_tile_lanes(int32_t block_size, int32_t keys) {
 //   [n_q][dk4], [n_q], [n_q]         int8, AVX-512: the query rows' codes (dk4 = head_dim_k
 //                                    rounded up to 4, over 4), their corrections and scales,
 //   [n_q][tile lanes / 4],           and a tile's 8-bit weights (probabilities times the
-//   [n_q][tile lanes / 64, up]       values' scales), their steps per 64 lanes
+//   [n_q][tile lanes / 64, up]       values' scales), their steps (one per kChunkLanes, 128; counted per 64)
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;

@@ -316,10 +316,10 @@ void scale_probabilities(const Tile& tl, int32_t gpb, float* p, int64_t ldp, int
 // of a row's codes. The running sum of the probabilities stays exact (softmax_rows), so a
 // weight's rounding moves only its own key's share of the output, by at most half a step
 // times its value; a weight under half a step drops out of the output but not out of the
-// sum, which a chunk of at most 64 keys bounds (a tile of 128 lanes, or of one large
-// block, has several chunks). A NaN or infinite weight makes the row's output NaN (its
+// sum, which a chunk of at most 128 keys bounds (a tile of one block larger than that has
+// several chunks). A NaN or infinite weight makes the row's output NaN (its
 // steps from that chunk on), as the f32 paths' would be.
-constexpr int32_t kChunkLanes = 64;
+constexpr int32_t kChunkLanes = 128;
 
 // Rows [0, R) of one head: their weights over the tile's lanes (0 past each block's keys)
 // to codes pc[R][ldc], and each chunk's step, step[r * lds_step + chunk]; vsoff: bytes from
