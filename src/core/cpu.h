@@ -30,7 +30,7 @@ std::string_view isa_name(Isa isa);
 // which (kernels/tensors.h WeightView::fp8_bf16): the GEMM follows the weights. An FP8
 // KV cache's attention follows fp8_path() too where the AMX-BF16 tiles do not run (the
 // CPU lacks them, or RIDGE_AMX=off): bf16 rounds the query and the weights to bf16
-// (kernels/cpu/attention.h Fp8Dots).
+// (kernels/cpu/attention.h AttnDots); so does a BF16 KV cache's.
 enum class Fp8Path { F16c, Bf16 };
 bool fp8_bf16_available();
 Fp8Path fp8_path();

@@ -26,12 +26,14 @@
 // FP8 caches on AMX-BF16 tiles (attention_avx512.cpp, where the CPU has them) multiply
 // bf16 parts of the f32 operands: a query row in three (exact), the probabilities in
 // two (each within 2^-17 of itself), by the codes' exact bf16 values, summing in f32:
-// kTol holds as for the f32 paths. On AVX512-BF16 vectors (Fp8Dots::Bf16) the query and
+// kTol holds as for the f32 paths. On AVX512-BF16 vectors (AttnDots::Bf16) the query and
 // the weights (probability x value scale) are each rounded to bf16 once: against a
 // reference fed the query rounded as the kernel rounds it, kTol holds past the weights'
 // rounding, which moves output element d by at most 2^-8 x sum_j p_j |v_jd| / sum_j p_j
 // (bf16_weight_bound); against the f32 paths the query's rounding shows as int8's does
-// (kTolQ8). Those cases run on every FP8 way the CPU has, and on the f32 one.
+// (kTolQ8). Those cases run on every FP8 way the CPU has, and on the f32 one. A BF16
+// cache on AVX512-BF16 vectors rounds the same two operands (its weights are the
+// probabilities) and is checked the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,16 +79,16 @@ struct IsaGuard {
 bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
 
 // The paths one case runs: every ISA, and on AVX-512 each way of an FP8 cache's
-// arithmetic the CPU has (attention_fp8_dots): f32, AMX-BF16 tiles, AVX512-BF16 vectors.
-using detail::Fp8Dots;
+// arithmetic the CPU has (attention_dots): f32, AMX-BF16 tiles, AVX512-BF16 vectors.
+using detail::AttnDots;
 struct Path {
   Isa isa;
-  Fp8Dots dots = Fp8Dots::F32;
+  AttnDots dots = AttnDots::F32;
   std::string name() const {
-    return std::string(isa_name(isa)) + (dots == Fp8Dots::Amx ? "+tiles" : dots == Fp8Dots::Bf16 ? "+bf16" : "");
+    return std::string(isa_name(isa)) + (dots == AttnDots::Amx ? "+tiles" : dots == AttnDots::Bf16 ? "+bf16" : "");
   }
 };
-// The CPU has what attention_fp8_dots asks for each bf16 way (core/cpu.h amx_bf16_active
+// The CPU has what attention_dots asks for each bf16 way (core/cpu.h amx_bf16_active
 // and fp8_bf16_available, whatever RIDGE_AMX and RIDGE_FP8_PATH say).
 bool fp8_tiles_here() {
   const CpuFeatures& f = cpu_features();
@@ -99,10 +101,10 @@ bool fp8_bf16_here() {
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
-    v.push_back({isa, Fp8Dots::F32});
-    if (isa != Isa::Avx512 || !is_fp8(t)) continue;
-    if (fp8_tiles_here()) v.push_back({isa, Fp8Dots::Amx});
-    if (fp8_bf16_here()) v.push_back({isa, Fp8Dots::Bf16});
+    v.push_back({isa, AttnDots::F32});
+    if (isa != Isa::Avx512 || !(is_fp8(t) || t == DType::BF16)) continue;
+    if (fp8_tiles_here() && is_fp8(t)) v.push_back({isa, AttnDots::Amx});
+    if (fp8_bf16_here()) v.push_back({isa, AttnDots::Bf16});
   }
   return v;
 }
@@ -110,10 +112,11 @@ std::vector<Path> paths(DType t) {
 // test the f32 path twice).
 void use_path(const Path& p, const KVLayout& l) {
   set_isa(p.isa);
-  set_amx(p.dots == Fp8Dots::Amx);
-  set_fp8_path(p.dots == Fp8Dots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
-  const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0;
-  ASSERT_EQ(detail::attention_fp8_dots(l), shape ? p.dots : Fp8Dots::F32) << p.name();
+  set_amx(p.dots == AttnDots::Amx);
+  set_fp8_path(p.dots == AttnDots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
+  const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 &&
+                     (l.dtype != DType::BF16 || l.block_size <= detail::kMaxTileKeys);
+  ASSERT_EQ(detail::attention_dots(l), shape ? p.dots : AttnDots::F32) << p.name();
 }
 
 // x rounded to bf16 (nearest, ties to even), as vcvtne2ps2bf16 rounds a finite x.
@@ -285,7 +288,7 @@ std::vector<double> i8_weight_bound(const Cache& st, const float* q, float scale
   return bound;
 }
 
-// The bf16 way's rounding of a row's weights (Fp8Dots::Bf16): each w_j = p_j x sv_j to
+// The bf16 way's rounding of a row's weights (AttnDots::Bf16): each w_j = p_j x sv_j to
 // bf16, within 2^-8 of itself, so output element d moves by at most 2^-8 x sum_j p_j
 // |v_jd| over the sum of the p_j. Per element, for a row q as the kernel scores it.
 std::vector<double> bf16_weight_bound(const Cache& st, const float* q, float scale, double sink = -INFINITY) {
@@ -377,8 +380,8 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     ref_q8.push_back(reference(st, xq.data(), scale, sink));
     bound_q8.push_back(i8_weight_bound(st, xq.data(), scale, sink));
   }
-  // The rows as the AVX512-BF16 FP8 way rounds them.
-  for (int32_t i = 0; i < n_q && is_fp8(t) && fp8_bf16_here(); ++i) {
+  // The rows as the AVX512-BF16 way (FP8 and BF16 caches) rounds them.
+  for (int32_t i = 0; i < n_q && (is_fp8(t) || t == DType::BF16) && fp8_bf16_here(); ++i) {
     std::vector<float> xb(static_cast<size_t>(dk));
     for (int32_t d = 0; d < dk; ++d) xb[size_t(d)] = bf16_round(q[size_t(i * ldq + d)]);
     const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
@@ -395,7 +398,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const std::string where = name + " isa=" + path.name();
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
-    const bool b16 = path.dots == Fp8Dots::Bf16 && detail::attention_fp8_dots(st.l) == Fp8Dots::Bf16;
+    const bool b16 = path.dots == AttnDots::Bf16 && detail::attention_dots(st.l) == AttnDots::Bf16;
     const bool q8 = (t == DType::I8 && isa == Isa::Avx512) || b16;  // the query rounded
     const auto& want = b16 ? ref_b16 : q8 ? ref_q8 : ref;
     const auto& bound = b16 ? bound_b16 : bound_q8;
@@ -569,22 +572,27 @@ TEST(Attention, OddBlockSizesAndHeadDims) {
   std::printf("[Attention] odd shapes: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
-// The FP8 bf16 ways' own shapes (tiles and vectors): blocks of 16 to 128 slots (a tile of one block with 8
-// groups of keys: two units of 4 C tiles), dk != dv, values of 32 dimensions and of 160
-// (units of 4 dimension groups and a part), row units past 16, windows and sinks.
-TEST(Attention, Fp8TilesShapes) {
+// The bf16 ways' own shapes (FP8 on tiles and vectors, BF16 on vectors): blocks of 16 to
+// 128 slots (a tile of one block with 8 groups of keys: two units of 4 C tiles; K rows
+// of 32 bytes, one load per dimension pair, and longer), dk != dv, values of 32
+// dimensions and of 160 (units of 4 dimension groups and a part), row units past 16,
+// windows (a first key at an odd position) and sinks; BF16 blocks of 256 slots keep the
+// f32 path.
+TEST(Attention, Bf16WaysShapes) {
   if (!fp8_tiles_here() && !fp8_bf16_here())
-    GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16 with VBMI: the FP8 bf16 ways are not exercised here (the f32 path is, above)";
+    GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16 with VBMI: the bf16 ways are not exercised here (the f32 path is, above)";
   double worst = 0;
-  for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
+  for (DType t : {DType::F8_E4M3, DType::F8_E5M2, DType::BF16}) {
+    if (t == DType::BF16) check_case(t, 64, 64, 256, 300, 3, &worst);
     for (int32_t bs : {16, 32, 64, 128})
       for (auto [dk, dv] : {std::pair{64, 64}, std::pair{128, 32}, std::pair{32, 160}})
         for (int32_t n_ctx : {1, 33, 130}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);
     for (int32_t n_q : {16, 17, 40}) check_case(t, 64, 64, 16, 90, n_q, &worst);
     check_case(t, 64, 64, 16, 100, 4, &worst, 40, true);
     check_case(t, 128, 128, 64, 300, 8, &worst, 70);
+    check_case(t, 64, 64, 32, 201, 5, &worst, 37);
   }
-  std::printf("[Attention] fp8 tiles: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
+  std::printf("[Attention] bf16 ways: max error %.3e of max|v| (tol %.0e)\n", worst, kTol);
 }
 
 // Every candidate of the online softmax's tile (attention_tile_keys): the reference, the
@@ -904,9 +912,12 @@ namespace {
 // (KVLayout::v_in_k): attention over it must give what a cache holding the same values
 // in V tiles gives, bit for bit where the same kernel runs (scalar, AVX-512; AVX2 runs the
 // portable path for it, so within rounding there), whatever the block size, and reading
-// nothing past the context (NaN elsewhere).
+// nothing past the context (NaN elsewhere). A BF16 cache with values in their own tiles
+// would take the bf16 vector way where the CPU has it (AttnDots::Bf16, which the reference
+// tests above cover): the f32 way here, the kernel v_in_k runs.
 TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
   IsaGuard guard;
+  set_fp8_path(Fp8Path::F16c);
   struct Shape {
     int32_t dk, dv, bs, n_ctx, n_q;
   };

@@ -46,6 +46,9 @@ int32_t detail::attention_tile_lanes(int32_t block_size, int32_t keys) {
 //                                    rounded up to 4, over 4), their corrections and scales,
 //   [n_q][tile lanes / 4],           and a tile's 8-bit weights (probabilities times the
 //   [n_q][tile lanes / 64, up]       values' scales), their steps (one per kChunkLanes, 128; counted per 64)
+//   [dk / 2][n_q], [n_q][128 / 2]    bf16 on AVX512-BF16 (AttnView::bf16_dots): the query rows
+//                                    in bf16 pairs, a tile's probabilities in bf16 (16 floats
+//                                    of room to align them)
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
@@ -54,16 +57,21 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
   const int64_t fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;
-  return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + fp8 +
+  const int64_t b16 = l.dtype == DType::BF16 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
+  return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
          values_from_keys_floats(l);
 }
 
-detail::Fp8Dots detail::attention_fp8_dots(const KVLayout& l) {
-  const bool shape = (l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2) && !l.v_in_k && l.block_size % 16 == 0 &&
-                     l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
-  if (!shape) return Fp8Dots::F32;
-  if (amx_bf16_active()) return Fp8Dots::Amx;
-  return fp8_path() == Fp8Path::Bf16 ? Fp8Dots::Bf16 : Fp8Dots::F32;
+detail::AttnDots detail::attention_dots(const KVLayout& l) {
+  const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
+  const bool shape = (fp8 || l.dtype == DType::BF16) && !l.v_in_k && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
+                     l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
+  if (!shape) return AttnDots::F32;
+  if (l.dtype == DType::BF16)  // vectors where the FP8 caches would run them (no AMX tiles for bf16)
+    return l.block_size <= kMaxTileKeys && fp8_path() == Fp8Path::Bf16 && !amx_bf16_active() ? AttnDots::Bf16
+                                                                                               : AttnDots::F32;
+  if (amx_bf16_active()) return AttnDots::Amx;
+  return fp8_path() == Fp8Path::Bf16 ? AttnDots::Bf16 : AttnDots::F32;
 }
 
 // The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
@@ -247,8 +255,10 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
   }
   if (isa == Isa::Avx512) {
-    if (const detail::Fp8Dots dots = detail::attention_fp8_dots(l); dots != detail::Fp8Dots::F32) {
-      v.tiles_amx = dots == detail::Fp8Dots::Amx;
+    const detail::AttnDots dots = detail::attention_dots(l);
+    v.bf16_dots = l.dtype == DType::BF16 && dots == detail::AttnDots::Bf16;
+    if (l.dtype != DType::BF16 && dots != detail::AttnDots::F32) {
+      v.tiles_amx = dots == detail::AttnDots::Amx;
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
                          (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
       v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));

@@ -3,7 +3,8 @@
 // pieces included (attention_avx512_common.h), and uses no inline function of a baseline
 // header: the linker must never keep an AVX-512 copy of one. FP8 caches run their dots on
 // bf16 pairs, AMX-BF16 tiles or AVX512-BF16 vectors, where the CPU has them
-// (attention_fp8_tiles_avx512.h).
+// (attention_fp8_tiles_avx512.h); BF16 caches on AVX512-BF16 vectors straight from the
+// cache (attention_bf16_avx512.h).
 //
 // One online-softmax step covers a tile of whole blocks, about attention_tile_keys() keys,
 // aligned to absolute positions, for every KV head of the call (a run of heads reads each block's
@@ -34,6 +35,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_avx512_common.h"
+#include "kernels/cpu/attention_bf16_avx512.h"
 #include "kernels/cpu/attention_fp8_tiles_avx512.h"
 #include "kernels/cpu/vexp_avx512.h"
 
@@ -533,6 +535,15 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const QRows qr{reinterpret_cast<int32_t*>(cr + n_q), reinterpret_cast<int32_t*>(cr + n_q) + int64_t(n_q) * dk4,
                  cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
   if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
+  // BF16 on AVX512-BF16 vectors (attention_bf16_avx512.h), where int8's codes would be:
+  // the query rows' bf16 pairs, then a tile's probabilities in bf16, 64-byte aligned.
+  const bool b16 = T == DType::BF16 && a.bf16_dots;
+  const int32_t dp = dk / 2;
+  uint32_t* qb = reinterpret_cast<uint32_t*>(cr + n_q);  // [dk / 2][n_q]
+  uint16_t* pw = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(qb + int64_t(n_q) * dp) + 63) &
+                                             ~uintptr_t(63));  // [n_q][kBf16ProbLanes]
+  if constexpr (T == DType::BF16)
+    if (b16) bf16_query_pairs(q, ldq, n_q, dk, qb);
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
   const int64_t ldc = tile_lanes, ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
@@ -632,6 +643,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             scores_i8_tile<decltype(R)::value>(qr, r0, gr, ng, 4 * int64_t(bs), sc + int64_t(r0) * lds, lds,
                                                h * a.k_head_stride, pf);
           });
+        else if (T == DType::BF16 && b16)
+          with_rows(rows, [&](auto R) {
+            scores_bf16_tile<decltype(R)::value>(qb + r0, n_q, dp, gr, ng, kstride, a.scale, sc + int64_t(r0) * lds,
+                                                 lds, h * a.k_head_stride, pf);
+          });
         else
           scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
                          h * a.k_head_stride, pf);
@@ -673,6 +689,21 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
               pv_i8<Rn>(tl, gpb * 16, pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep, cr + r0, out + r0 * ldo, ldo,
                         d0, dv, h * a.v_head_stride, pf);
           });
+      pf.finish();
+      continue;
+    }
+    if (T == DType::BF16 && b16) {
+      for (int32_t h = 0; h < nh; ++h) {
+        bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
+                           pw + int64_t(h * grp + lo) * kBf16ProbLanes);
+        for (int32_t i = lo; i < hi; i += kRows)
+          with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
+            const int32_t r0 = h * grp + i;
+            for (int32_t d0 = 0; d0 < dv; d0 += 32)
+              pv_bf16<decltype(R)::value>(tl, gpb * 16, unit_live(i), pw + int64_t(r0) * kBf16ProbLanes, cr + r0,
+                                          out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+          });
+      }
       pf.finish();
       continue;
     }

@@ -1,6 +1,6 @@
 // The AVX-512 attention's FP8 path on bf16 tile rows, included by attention_avx512.cpp
 // (whose group<> calls it) and by nothing else: it uses VBMI, AVX512-BF16 and AMX in
-// functions marked for them, reached only where attention_fp8_dots (attention.h) said
+// functions marked for them, reached only where attention_dots (attention.h) said
 // Amx or Bf16.
 #pragma once
 #include <immintrin.h>
@@ -14,7 +14,7 @@
 namespace ridge::kernels::detail {
 namespace {
 
-// FP8 K/V with the dots on bf16 pairs (AttnView::tiles; attention_fp8_dots says when).
+// FP8 K/V with the dots on bf16 pairs (AttnView::tiles; attention_dots says when).
 // Why: with 8 query rows per KV head every FP8 code decoded feeds 8 f32 FMAs, twice the
 // arithmetic per cache byte of an f16 cache, and the E4M3 decode besides, so the f32 path
 // (attention_avx512.cpp) runs at a fraction of the DRAM rate. Here each tile's codes are
@@ -27,7 +27,7 @@ namespace {
 //    multiplies bf16 pairs exactly and sums in f32, so a score or an output is the f32
 //    arithmetic's up to the order of its sums.
 //  - Vectors (vec_dots): each f32 operand rounded to bf16 once, one vdpbf16ps per (row,
-//    pair row), half the f32 path's multiply instructions (attention.h Fp8Dots::Bf16).
+//    pair row), half the f32 path's multiply instructions (attention.h AttnDots::Bf16).
 // Either way a row's result depends on its own operands only (batch invariance), and the
 // softmax, the masks and the scales stay the AVX-512 code's.
 // Tiles: tmm0-2 A (a query's three parts, or a probability row's two), tmm3 B (16 pair
@@ -129,7 +129,7 @@ FP8_TILES_TARGET void fp8_tiles_queries(const float* q, int64_t ldq, int32_t n_q
     }
 }
 
-// The same products on AVX512-BF16 vectors (Fp8Dots::Bf16), one bf16 part of each f32
+// The same products on AVX512-BF16 vectors (AttnDots::Bf16), one bf16 part of each f32
 // operand: C[NG][rows r .. r + RR of R][16] (as tile_store leaves the C tiles) = the A
 // rows (row x at a + x a_stride, pair c at 4c) x the B tiles' pair rows, for pairs
 // [0, n_chunks x per_chunk): tile i's pair c at b + i b_tile + (c / per_chunk) b_chunk +
