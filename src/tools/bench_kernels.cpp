@@ -285,6 +285,8 @@ double AttnDecodeStep::flops() const {
   return double(impl_->seqs) * double(impl_->ctx) * impl_->d.n_head * double(impl_->dk + impl_->dv) * 2.0;
 }
 
+const KVLayout& AttnDecodeStep::layout() const { return impl_->l; }
+
 KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
   AttnDecodeStep step(opt, pool);
@@ -322,11 +324,14 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   const double bw = peaks.dram_read_gbs.count(pool.size()) ? peaks.dram_read_gbs.at(pool.size()) : peaks.dram_read_gbs_max;
   const double t_mem = bw > 0 ? r.bytes / (bw * 1e9) : 0;
   // An int8 cache's scores and P.V are integer dot products (attention_avx512.cpp), on
-  // CPUs with VNNI; the other dtypes' arithmetic is fp32 FMAs.
+  // CPUs with VNNI; the bf16 ways' are vdpbf16ps (kernels/cpu/attention.h AttnDots; AMX
+  // tiles are measured against it too, a lower roof than theirs); the other dtypes'
+  // arithmetic is fp32 FMAs.
   const bool i8 = opt.attn_dtype == DType::I8 && peaks.int8_vnni && active_isa() == Isa::Avx512;
-  const auto& peak = i8 ? peaks.int8_vnni : peaks.fp32_fma;
+  const bool b16 = kernels::detail::attention_dots(step.layout()) != kernels::detail::AttnDots::F32 && peaks.bf16_dot;
+  const auto& peak = i8 ? peaks.int8_vnni : b16 ? peaks.bf16_dot : peaks.fp32_fma;
   const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;
-  r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : "fp32_fma";
+  r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : b16 ? "bf16_dot" : "fp32_fma";
   r.pct = 100.0 * std::max(t_mem, t_comp) / sec;
   return r;
 }

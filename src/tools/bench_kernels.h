@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/kv_view.h"
 #include "perf/peaks.h"
 
 namespace ridge {
@@ -76,6 +77,7 @@ class AttnDecodeStep {
   void run();
   double bytes() const;  // K and V (and their scales) read once
   double flops() const;  // q.k and p.V
+  const KVLayout& layout() const;
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
