@@ -161,8 +161,9 @@ BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t
     }
   };
   const __mmask32 all = ~__mmask32(0);
-  for (int32_t b = live / tl.bs; b < tl.n_blocks; ++b) {
-    const int32_t j0 = b == live / tl.bs ? live % tl.bs : 0, keys = tl.keys[b];
+  const int32_t lb = live / tl.bs, lj = live % tl.bs;  // the unit's first block read, and its first key there
+  for (int32_t b = lb; b < tl.n_blocks; ++b) {
+    const int32_t j0 = b == lb ? lj : 0, keys = tl.keys[b];
     const uint8_t* vb = tl.v[b] + voff + 2 * int64_t(d0);
     const uint16_t* pb = pw + b * lpb;
     int32_t j = j0;
