@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cpu/attention.h"
 #include "perf/tracer.h"
 
 namespace ridge {
@@ -280,6 +281,12 @@ void Forward::tp_reduce(int32_t il, float* y) {
   const int64_t n = T_ * h_.n_embd;
   op(perf::Op::TpComm, perf::ComputeClass::None, il, perf::OpCost{0, 4.0 * double(n)},
      [&] { tp_->all_reduce_sum(y, n); });
+}
+
+perf::ComputeClass Forward::attention_class() const {
+  const KVLayout& l = kv_.layout();
+  if (l.dtype == DType::I8) return perf::ComputeClass::Int8Vnni;
+  return kernels::attention_dots_in_bf16(l) ? perf::ComputeClass::Bf16Dot : perf::ComputeClass::Fp32Fma;
 }
 
 void Forward::attention_block(int32_t il) {

@@ -2,7 +2,9 @@
 // for a small model, and the forward's profile summing them per step.
 #include <gtest/gtest.h>
 
+#include "core/cpu.h"
 #include "engine/engine.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
@@ -117,6 +119,39 @@ TEST(OpCost, ForwardProfileSumsTheModel) {
   EXPECT_EQ(p.tokens(), 1);
   EXPECT_DOUBLE_EQ(p.op(Op::Attention).flops,
                    h.n_layer * double(h.n_head) * 8.0 * (2.0 * h.head_dim_k + 2.0 * h.head_dim_v + 5.0));
+}
+
+// The attention op runs against the roof of the arithmetic its cache takes on this CPU:
+// int8 VNNI, bf16 pair dots (a bf16 cache on AVX512-BF16 vectors), else fp32 FMAs. A
+// bf16 cache's attention reported against the FMA roof would call a memory-bound step
+// compute-bound.
+TEST(OpCost, AttentionRunsAgainstTheRoofOfItsArithmetic) {
+  const std::string path = testing::TempDir() + "/opcost-attn.gguf";
+  make_model({"llama", "tiny", DType::F32, 3, "", 2}, path);  // heads of 32 dimensions
+  auto m = Model::load(path);
+  const Fp8Path saved = fp8_path();
+  const auto cls = [&](DType kv, Fp8Path fp8) {
+    set_fp8_path(fp8);
+    EngineConfig cfg;
+    cfg.threads = 1;
+    cfg.kv_cache_bytes = 8 << 20;
+    cfg.kv_dtype = kv;
+    Engine e(*m, nullptr, cfg);
+    RequestParams rp;
+    rp.sampling.temperature = 0;
+    rp.max_tokens = 2;
+    e.add_request({1, 5, 9, 13}, rp);
+    e.op_profile().reset();
+    e.step();
+    return e.op_profile().op(Op::Attention).cls;
+  };
+  EXPECT_EQ(cls(DType::F16, Fp8Path::Bf16), ComputeClass::Fp32Fma);
+  EXPECT_EQ(cls(DType::I8, Fp8Path::Bf16), ComputeClass::Int8Vnni);
+  EXPECT_EQ(cls(DType::BF16, Fp8Path::F16c), ComputeClass::Fp32Fma);  // RIDGE_FP8_PATH=f16c: the f32 way
+  const CpuFeatures& f = cpu_features();
+  const bool vectors = f.avx512bf16 && f.avx512vbmi && active_isa() == Isa::Avx512 && !amx_bf16_active();
+  EXPECT_EQ(cls(DType::BF16, Fp8Path::Bf16), vectors ? ComputeClass::Bf16Dot : ComputeClass::Fp32Fma);
+  set_fp8_path(saved);
 }
 
 }  // namespace

@@ -74,6 +74,8 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
   return fp8_path() == Fp8Path::Bf16 ? AttnDots::Bf16 : AttnDots::F32;
 }
 
+bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
+
 // The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
 //   queries [n_q][3][dk] bf16         each row's three parts
 //   codes   max(4 groups of [dk / 2][16][2], [lanes / 32][dv / 16][16][2][16]) bf16

@@ -52,6 +52,11 @@ struct AttnArgs {
 // with their own per-row tasks.
 bool attention_shares_positions(const KVLayout& l);
 
+// Whether the active ISA's attention multiplies this layout's codes in bf16 pairs
+// (detail::attention_dots: AVX512-BF16 vectors or AMX-BF16 tiles) rather than in f32
+// FMAs: its arithmetic's roof is then the bf16 dot peak (the roofline's op class).
+bool attention_dots_in_bf16(const KVLayout& l);
+
 // Keys per step of the SIMD paths' online softmax (detail::attention_tile_blocks): one of
 // kAttnTileKeys. It changes the order of a row's softmax steps, so the bits of a result
 // (within the kernels' tolerance), never which rows a row's bits depend on. The default
