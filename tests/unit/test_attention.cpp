@@ -115,7 +115,7 @@ void use_path(const Path& p, const KVLayout& l) {
   set_amx(p.dots == AttnDots::Amx);
   set_fp8_path(p.dots == AttnDots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
   const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 &&
-                     (l.dtype != DType::BF16 || l.block_size <= detail::kMaxTileKeys);
+                     (p.dots != AttnDots::Bf16 || l.block_size <= detail::kMaxTileKeys);
   ASSERT_EQ(detail::attention_dots(l), shape ? p.dots : AttnDots::F32) << p.name();
 }
 

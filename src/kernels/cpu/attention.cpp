@@ -57,7 +57,7 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
   const int64_t fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;
-  const int64_t b16 = l.dtype == DType::BF16 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
+  const int64_t b16 = l.dtype == DType::BF16 || l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
          values_from_keys_floats(l);
 }
@@ -67,11 +67,10 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
   const bool shape = (fp8 || l.dtype == DType::BF16) && !l.v_in_k && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
                      l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
   if (!shape) return AttnDots::F32;
-  if (l.dtype == DType::BF16)  // vectors where the FP8 caches would run them (no AMX tiles for bf16)
-    return l.block_size <= kMaxTileKeys && fp8_path() == Fp8Path::Bf16 && !amx_bf16_active() ? AttnDots::Bf16
-                                                                                               : AttnDots::F32;
-  if (amx_bf16_active()) return AttnDots::Amx;
-  return fp8_path() == Fp8Path::Bf16 ? AttnDots::Bf16 : AttnDots::F32;
+  if (fp8 && amx_bf16_active()) return AttnDots::Amx;  // (no AMX tiles for a bf16 cache)
+  // Vectors: a tile's bf16 probabilities have a fixed row stride of kMaxTileKeys.
+  return l.block_size <= kMaxTileKeys && fp8_path() == Fp8Path::Bf16 && !amx_bf16_active() ? AttnDots::Bf16
+                                                                                             : AttnDots::F32;
 }
 
 bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
@@ -258,9 +257,8 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   }
   if (isa == Isa::Avx512) {
     const detail::AttnDots dots = detail::attention_dots(l);
-    v.bf16_dots = l.dtype == DType::BF16 && dots == detail::AttnDots::Bf16;
-    if (l.dtype != DType::BF16 && dots != detail::AttnDots::F32) {
-      v.tiles_amx = dots == detail::AttnDots::Amx;
+    v.bf16_dots = dots == detail::AttnDots::Bf16;
+    if (dots == detail::AttnDots::Amx) {
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
                          (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
       v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));

@@ -167,11 +167,11 @@ struct AttnView {
   // read, earlier keys of its block get probability 0.
   int32_t first = 0;
   const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
-  // FP8 dtypes with their codes as bf16 tile rows (attention_dots Amx or Bf16): that
-  // path's scratch, 64-byte aligned; null: the f32 arithmetic.
+  // FP8 dtypes with their codes as bf16 tile rows on AMX (attention_dots Amx): that
+  // path's scratch, 64-byte aligned; null: another way.
   uint8_t* tiles = nullptr;
-  bool tiles_amx = false;  // with tiles: the dots on AMX-BF16 (else AVX512-BF16 vectors)
-  // A BF16 cache with its dots on AVX512-BF16 vectors (attention_bf16_avx512.h).
+  // A BF16 or FP8 cache with its dots on AVX512-BF16 vectors (attention_dots Bf16:
+  // attention_bf16_avx512.h, attention_fp8_vec_avx512.h).
   bool bf16_dots = false;
   // attention_tile_keys() read once per call: every layout of the call follows it.
   int32_t tile_keys = kDefaultAttnTileKeys;
@@ -184,27 +184,27 @@ struct AttnView {
   int32_t next_b0 = 0, next_b1 = 0;
 };
 
-// How an FP8 or BF16 cache's AVX-512 attention multiplies. FP8's bf16 ways convert each
-// tile's codes once to their exact bf16 values, laid out as pairs
-// (attention_fp8_tiles_avx512.h); BF16's reads the cache's pairs as they are, with a word
-// permute (attention_bf16_avx512.h):
-//  - Amx (FP8): on AMX-BF16 tiles (core/cpu.h amx_bf16_active), the f32 query and
-//    probabilities split into bf16 parts that sum to them: the f32 path's results up to
-//    summation order.
+// How an FP8 or BF16 cache's AVX-512 attention multiplies:
+//  - Amx (FP8): each tile's codes converted once to their exact bf16 values, laid out as
+//    AMX-BF16 tile rows (attention_fp8_tiles_avx512.h; core/cpu.h amx_bf16_active), the
+//    f32 query and probabilities split into bf16 parts that sum to them: the f32 path's
+//    results up to summation order.
 //  - Bf16: on AVX512-BF16 vectors (vdpbf16ps; core/cpu.h fp8_path() == Bf16, a CPU without
-//    the tiles), the query and the probabilities rounded to bf16 once, as the FP8 weights'
-//    bf16 path rounds activations: half the f32 path's multiply instructions. The
-//    rounding (2^-8 of each operand) is a few percent of what the E4M3 codes' own (2^-4)
-//    does to a score, and what a GPU's bf16 attention does to a BF16 cache's; every row's
-//    result is still its own alone (batch invariance). A BF16 cache takes it only where
-//    the AMX tiles are not active: on the Intel CPU measured vdpbf16ps ran at half the
-//    FMA's rate, on Zen 5 at twice it (docs/BENCHMARKS.md), and tiles for BF16 are not
-//    built.
+//    the tiles), the cache's elements as bf16 pairs in registers, straight from the
+//    cache (BF16: a word permute, attention_bf16_avx512.h; FP8: a byte permute and the
+//    exact lookup, attention_fp8_vec_avx512.h), the query and the probabilities rounded
+//    to bf16 once, as the FP8 weights' bf16 path rounds activations: half the f32 path's
+//    multiply instructions. The rounding (2^-8 of each operand) is a few percent of what
+//    the E4M3 codes' own (2^-4) does to a score, and what a GPU's bf16 attention does to
+//    a BF16 cache's; every row's result is still its own alone (batch invariance). Taken
+//    only where the AMX tiles are not active: on the Intel CPU measured vdpbf16ps ran at
+//    half the FMA's rate, on Zen 5 at twice it (docs/BENCHMARKS.md), and tiles for BF16
+//    are not built.
 //  - F32: codes converted to f32 and FMAs (any other shape, or neither unit).
-// The bf16 ways need blocks of a multiple of 16 slots (BF16: at most kMaxTileKeys), head
-// dimensions of a multiple of 32 and values in their own tiles; scratch then holds
-// fp8_tiles_bytes more (FP8; attention_scratch_floats counts them). Whatever the rows of
-// a call (units of 16).
+// The bf16 ways need blocks of a multiple of 16 slots (vectors: at most kMaxTileKeys, the
+// probabilities' row stride), head dimensions of a multiple of 32 and values in their own
+// tiles; scratch then holds fp8_tiles_bytes more (FP8; attention_scratch_floats counts
+// them). Whatever the rows of a call (units of 16).
 enum class AttnDots { F32, Amx, Bf16 };
 AttnDots attention_dots(const KVLayout& l);
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);

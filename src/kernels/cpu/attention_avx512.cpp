@@ -37,6 +37,7 @@
 #include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/attention_bf16_avx512.h"
 #include "kernels/cpu/attention_fp8_tiles_avx512.h"
+#include "kernels/cpu/attention_fp8_vec_avx512.h"
 #include "kernels/cpu/vexp_avx512.h"
 
 namespace ridge::kernels::detail {
@@ -535,24 +536,25 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   const QRows qr{reinterpret_cast<int32_t*>(cr + n_q), reinterpret_cast<int32_t*>(cr + n_q) + int64_t(n_q) * dk4,
                  cr + n_q + int64_t(n_q) * (dk4 + 1), dk4};
   if constexpr (T == DType::I8) quantize_q_rows(q, ldq, n_q, dk, a.scale, qr);
-  // BF16 on AVX512-BF16 vectors (attention_bf16_avx512.h), where int8's codes would be:
-  // the query rows' bf16 pairs, then a tile's probabilities in bf16, 64-byte aligned.
-  const bool b16 = T == DType::BF16 && a.bf16_dots;
+  // BF16 and FP8 on AVX512-BF16 vectors (attention_bf16_avx512.h, attention_fp8_vec_avx512.h),
+  // where int8's codes would be: the query rows' bf16 pairs, then a tile's probabilities
+  // in bf16, 64-byte aligned.
+  const bool b16 = (T == DType::BF16 || kFp8<T>) && a.bf16_dots;
   const int32_t dp = dk / 2;
   uint32_t* qb = reinterpret_cast<uint32_t*>(cr + n_q);  // [dk / 2][n_q]
   uint16_t* pw = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(qb + int64_t(n_q) * dp) + 63) &
                                              ~uintptr_t(63));  // [n_q][kBf16ProbLanes]
-  if constexpr (T == DType::BF16)
+  if constexpr (T == DType::BF16 || kFp8<T>)
     if (b16) bf16_query_pairs(q, ldq, n_q, dk, qb);
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
   const int64_t ldc = tile_lanes, ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
   float* pstep = reinterpret_cast<float*>(pc + int64_t(n_q) * ldc);  // [n_q][ldstep]
 
-  // FP8 on the tiles: the query rows' bf16 parts, once per call.
+  // FP8 on AMX tiles: the query rows' bf16 parts, once per call.
   const Fp8Tiles ft(a, kFp8<T> && a.tiles ? n_q : 0);
   if constexpr (kFp8<T>)
-    if (a.tiles) fp8_tiles_queries(q, ldq, n_q, dk, a.tiles_amx, ft.q);
+    if (a.tiles) fp8_tiles_queries(q, ldq, n_q, dk, ft.q);
 
   for (int32_t i = 0; i < n_q; ++i) {
     m[i] = kNegInf;
@@ -648,6 +650,12 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             scores_bf16_tile<decltype(R)::value>(qb + r0, n_q, dp, gr, ng, kstride, a.scale, sc + int64_t(r0) * lds,
                                                  lds, h * a.k_head_stride, pf);
           });
+        else if (kFp8<T> && b16)
+          with_rows(rows, [&](auto R) {
+            if constexpr (kFp8<T>)
+              scores_fp8_tile<decltype(R)::value, T>(qb + r0, n_q, dk, gr, ng, kstride, a.scale,
+                                                     sc + int64_t(r0) * lds, lds, h * a.k_head_stride, pf);
+          });
         else
           scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
                          h * a.k_head_stride, pf);
@@ -692,16 +700,26 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       pf.finish();
       continue;
     }
-    if (T == DType::BF16 && b16) {
+    if (b16) {
       for (int32_t h = 0; h < nh; ++h) {
+        // FP8: each value's scale goes with its probability (the codes' bf16 are the codes).
+        if constexpr (kFp8<T>)
+          scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo,
+                              h * a.v_head_stride + a.v_scales_off, 1.f);
         bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
                            pw + int64_t(h * grp + lo) * kBf16ProbLanes);
         for (int32_t i = lo; i < hi; i += kRows)
           with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
+            constexpr int Rn = decltype(R)::value;
             const int32_t r0 = h * grp + i;
+            const uint16_t* pr = pw + int64_t(r0) * kBf16ProbLanes;
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
-              pv_bf16<decltype(R)::value>(tl, gpb * 16, unit_live(i), pw + int64_t(r0) * kBf16ProbLanes, cr + r0,
-                                          out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+              if constexpr (kFp8<T>)
+                pv_fp8<Rn, T>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
+                              h * a.v_head_stride, pf);
+              else
+                pv_bf16<Rn>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
+                            h * a.v_head_stride, pf);
           });
       }
       pf.finish();

@@ -1,35 +1,31 @@
-// The AVX-512 attention's FP8 path on bf16 tile rows, included by attention_avx512.cpp
+// The AVX-512 attention's FP8 path on AMX-BF16 tiles, included by attention_avx512.cpp
 // (whose group<> calls it) and by nothing else: it uses VBMI, AVX512-BF16 and AMX in
-// functions marked for them, reached only where attention_dots (attention.h) said
-// Amx or Bf16.
+// functions marked for them, reached only where attention_dots (attention.h) said Amx.
 #pragma once
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "kernels/cpu/attention_avx512_common.h"
+#include "kernels/cpu/attention_fp8_codes_avx512.h"
 #include "kernels/cpu/tiles.h"
-#include "quant/fp8.h"
 
 namespace ridge::kernels::detail {
 namespace {
 
-// FP8 K/V with the dots on bf16 pairs (AttnView::tiles; attention_dots says when).
+// FP8 K/V with the dots on AMX-BF16 tiles (AttnView::tiles; attention_dots says when).
 // Why: with 8 query rows per KV head every FP8 code decoded feeds 8 f32 FMAs, twice the
 // arithmetic per cache byte of an f16 cache, and the E4M3 decode besides, so the f32 path
 // (attention_avx512.cpp) runs at a fraction of the DRAM rate. Here each tile's codes are
-// converted once to bf16 (exact: every E4M3 and E5M2 value is a bf16 value; two vpermi2b
-// lookups by the code's magnitude bits, the sign ORed in) and laid out as pair rows: 64
-// bytes of 16 keys x 2 dimensions (K) or 16 dimensions x 2 keys (V), which is both an
-// AMX-BF16 B tile row and one AVX512-BF16 vector. Then, by AttnView::tiles_amx:
-//  - AMX: the f32 operands are split into bf16 parts that sum to them, a query row into
-//    three (all 24 bits), a probability row into two (within 2^-17 of it). tdpbf16ps
-//    multiplies bf16 pairs exactly and sums in f32, so a score or an output is the f32
-//    arithmetic's up to the order of its sums.
-//  - Vectors (vec_dots): each f32 operand rounded to bf16 once, one vdpbf16ps per (row,
-//    pair row), half the f32 path's multiply instructions (attention.h AttnDots::Bf16).
-// Either way a row's result depends on its own operands only (batch invariance), and the
-// softmax, the masks and the scales stay the AVX-512 code's.
+// converted once to bf16 (attention_fp8_codes_avx512.h) and laid out as pair rows: 64
+// bytes of 16 keys x 2 dimensions (K) or 16 dimensions x 2 keys (V), an AMX-BF16 B tile
+// row. The f32 operands are split into bf16 parts that sum to them, a query row into
+// three (all 24 bits), a probability row into two (within 2^-17 of it). tdpbf16ps
+// multiplies bf16 pairs exactly and sums in f32, so a score or an output is the f32
+// arithmetic's up to the order of its sums. A row's result depends on its own operands
+// only (batch invariance), and the softmax, the masks and the scales stay the AVX-512
+// code's. (Without the tiles, AVX512-BF16 vectors multiply the converted codes in
+// registers: attention_fp8_vec_avx512.h.)
 // Tiles: tmm0-2 A (a query's three parts, or a probability row's two), tmm3 B (16 pair
 // rows of 64 bytes: 32 dimensions of 16 keys, or 32 keys of 16 value dimensions), tmm4-7
 // C (R rows x 16 f32: 4 groups of 16 keys, or 4 groups of 16 value dimensions).
@@ -51,58 +47,6 @@ constexpr Fp8TileConfigs make_fp8_tile_configs() {
 }
 alignas(64) constexpr Fp8TileConfigs kFp8TileConfigs = make_fp8_tile_configs();
 
-struct Bf16Bytes {
-  alignas(64) uint8_t lo[2][128], hi[2][128];  // [E4M3, E5M2][magnitude]
-};
-constexpr Bf16Bytes make_bf16_bytes() {
-  Bf16Bytes t{};
-  for (int c = 0; c < 128; ++c) {
-    t.lo[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) & 0xFF), t.hi[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) >> 8);
-    t.lo[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) & 0xFF), t.hi[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) >> 8);
-  }
-  return t;
-}
-alignas(64) constexpr Bf16Bytes kBf16Bytes = make_bf16_bytes();
-
-// codes_to_bf16 unpacks low and high bytes within 128-bit lanes: its first result's word w
-// is input slot 16(w / 8) + w % 8, its second's slot 16(w / 8) + 8 + w % 8. The slot that
-// must hold logical code x of the 64 (the first result words 0-31, the second 32-63):
-constexpr int slot_code(int s) { return s % 16 < 8 ? 8 * (s / 16) + s % 16 : 32 + 8 * (s / 16) + s % 16 - 8; }
-// Logical codes of two K pair rows from 4 rows of 16 keys (dimensions d..d+3, 64 bytes):
-// code 2j + t is row t's key j, code 32 + 2j + t row 2 + t's.
-constexpr int k_code_source(int x) { return 32 * (x / 32) + 16 * (x % 2) + (x % 32) / 2; }
-// Of a V pair row of 16 dimensions each for dimension groups g, g + 1: 32 dimensions of
-// key j in bytes 0-31 of one source, of key j + 1 in the other's (index 64 +): code 2n + t
-// is key t's dimension n, code 32 + 2n + t its dimension 16 + n.
-constexpr int v_code_source(int x) { return 64 * (x % 2) + 16 * (x / 32) + (x % 32) / 2; }
-struct ByteIndex {
-  alignas(64) uint8_t k[64], v[64];
-};
-constexpr ByteIndex make_byte_index() {
-  ByteIndex b{};
-  for (int s = 0; s < 64; ++s) b.k[s] = uint8_t(k_code_source(slot_code(s))), b.v[s] = uint8_t(v_code_source(slot_code(s)));
-  return b;
-}
-alignas(64) constexpr ByteIndex kByteIndex = make_byte_index();
-
-struct Bf16Lut {
-  __m512i lo0, lo1, hi0, hi1;
-};
-template <DType T>
-ATTN_INLINE Bf16Lut bf16_lut() {
-  constexpr int f = T == DType::F8_E5M2 ? 1 : 0;
-  return {_mm512_load_si512(kBf16Bytes.lo[f]), _mm512_load_si512(kBf16Bytes.lo[f] + 64),
-          _mm512_load_si512(kBf16Bytes.hi[f]), _mm512_load_si512(kBf16Bytes.hi[f] + 64)};
-}
-
-// 64 codes (in codes_to_bf16's slot order) -> 32 bf16 words at out0, 32 at out1.
-FP8_TILES_TARGET ATTN_INLINE void codes_to_bf16(const Bf16Lut& t, __m512i v, uint8_t* out0, uint8_t* out1) {
-  const __m512i l = _mm512_permutex2var_epi8(t.lo0, v, t.lo1);
-  const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, v, t.hi1), v, _mm512_set1_epi8(char(0x80)), 0xF8);
-  _mm512_store_si512(out0, _mm512_unpacklo_epi8(l, h));
-  _mm512_store_si512(out1, _mm512_unpackhi_epi8(l, h));
-}
-
 // x as bf16 parts: hi = bf16(x), each next the bf16 of what is left (exact subtractions).
 // Three parts hold every bit of an f32 (bar results under bf16's normal range, which the
 // tiles flush); two, x within 2^-17.
@@ -117,74 +61,14 @@ FP8_TILES_TARGET ATTN_INLINE void bf16_parts(__m512 x0, __m512 x1, uint8_t* out,
   }
 }
 
-// The call's query rows in three parts (AMX) or the first alone (vectors): qp[n_q][3][dk]
-// bf16.
-FP8_TILES_TARGET void fp8_tiles_queries(const float* q, int64_t ldq, int32_t n_q, int32_t dk, bool amx, uint8_t* qp) {
+// The call's query rows in three parts: qp[n_q][3][dk] bf16.
+FP8_TILES_TARGET void fp8_tiles_queries(const float* q, int64_t ldq, int32_t n_q, int32_t dk, uint8_t* qp) {
   for (int32_t r = 0; r < n_q; ++r)
     for (int32_t d = 0; d < dk; d += 32) {
       const __m512 x0 = _mm512_loadu_ps(q + r * ldq + d), x1 = _mm512_loadu_ps(q + r * ldq + d + 16);
       uint8_t* o = qp + (int64_t(r) * 3 * dk + d) * 2;
-      if (amx) bf16_parts<3>(x0, x1, o, int64_t(dk) * 2);
-      else bf16_parts<1>(x0, x1, o, int64_t(dk) * 2);
+      bf16_parts<3>(x0, x1, o, int64_t(dk) * 2);
     }
-}
-
-// The same products on AVX512-BF16 vectors (AttnDots::Bf16), one bf16 part of each f32
-// operand: C[NG][rows r .. r + RR of R][16] (as tile_store leaves the C tiles) = the A
-// rows (row x at a + x a_stride, pair c at 4c) x the B tiles' pair rows, for pairs
-// [0, n_chunks x per_chunk): tile i's pair c at b + i b_tile + (c / per_chunk) b_chunk +
-// (c % per_chunk) 64. One vdpbf16ps per (A row, B pair row): a row's sums are its own, in
-// pair order, whatever shares the call.
-struct VecB {
-  const uint8_t* b;
-  int64_t b_tile, b_chunk;
-  int32_t n_chunks, per_chunk;
-};
-template <int RR, int NG>
-FP8_TILES_TARGET ATTN_INLINE void vec_dots(const uint8_t* a, int64_t a_stride, const VecB& vb, float* c, int32_t R,
-                                           int32_t r) {
-  // Plain unrolled loops, not static_for: its lambdas would need this target, and a
-  // function of the baseline target cannot inline them (the arrays would live in memory).
-  __m512 acc[RR][NG];
-  ATTN_UNROLL for (int x = 0; x < RR; ++x) ATTN_UNROLL for (int i = 0; i < NG; ++i) acc[x][i] = _mm512_setzero_ps();
-  const uint8_t* ap = a;
-  for (int32_t ch = 0; ch < vb.n_chunks; ++ch) {
-    const uint8_t* bp = vb.b + ch * vb.b_chunk;
-    for (int32_t k = 0; k < vb.per_chunk; ++k, bp += 64, ap += 4) {
-      __m512bh b[NG];
-      ATTN_UNROLL for (int i = 0; i < NG; ++i) b[i] = (__m512bh)_mm512_load_si512(bp + i * vb.b_tile);
-      ATTN_UNROLL for (int x = 0; x < RR; ++x) {
-        int32_t w;
-        __builtin_memcpy(&w, ap + x * a_stride, 4);
-        const __m512bh av = (__m512bh)_mm512_set1_epi32(w);
-        ATTN_UNROLL for (int i = 0; i < NG; ++i) acc[x][i] = _mm512_dpbf16_ps(acc[x][i], b[i], av);
-      }
-    }
-  }
-  ATTN_UNROLL for (int x = 0; x < RR; ++x) ATTN_UNROLL for (int i = 0; i < NG; ++i)
-    _mm512_store_ps(c + (i * R + r + x) * 16, acc[x][i]);
-}
-// vec_dots over R rows (units of 4) and n <= 4 tiles: run-time counts to its template.
-FP8_TILES_TARGET ATTN_INLINE void vec_dots_rows(int n, int32_t R, const uint8_t* a, int64_t a_stride, const VecB& vb,
-                                                float* c) {
-  for (int32_t r = 0; r < R; r += 4) {
-    const uint8_t* ar = a + r * a_stride;
-    const auto go = [&](auto rr) FP8_TILES_TARGET {
-      constexpr int RR = decltype(rr)::value;
-      switch (n) {
-        case 1: return vec_dots<RR, 1>(ar, a_stride, vb, c, R, r);
-        case 2: return vec_dots<RR, 2>(ar, a_stride, vb, c, R, r);
-        case 3: return vec_dots<RR, 3>(ar, a_stride, vb, c, R, r);
-        default: return vec_dots<RR, 4>(ar, a_stride, vb, c, R, r);
-      }
-    };
-    switch (R - r < 4 ? R - r : 4) {
-      case 1: go(std::integral_constant<int, 1>{}); break;
-      case 2: go(std::integral_constant<int, 2>{}); break;
-      case 3: go(std::integral_constant<int, 3>{}); break;
-      default: go(std::integral_constant<int, 4>{}); break;
-    }
-  }
 }
 
 // The tile registers: the intrinsics stringify their numbers, which must be literals.
@@ -301,10 +185,6 @@ FP8_TILES_TARGET void fp8_tiles_scores(const AttnView& a, const Fp8Tiles& ft, in
   const auto issue = [&](int32_t u, int32_t r, int32_t R) FP8_TILES_TARGET {  // rows [r, r + R) of the head's
     const uint8_t* b = ft.codes;
     const uint8_t* qr = ft.q + int64_t((u / nb) * grp + lo + r) * 3 * dk * 2;
-    if (!a.tiles_amx) {
-      vec_dots_rows(groups(u), R, qr, int64_t(3) * dk * 2, VecB{b, gbytes, 0, 1, dk / 2}, ft.sums);
-      return;
-    }
     use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(groups(u), dk / 32, 3, qr, int64_t(dk) * 2, int64_t(3) * dk * 2,
                [&](int i, int32_t kc) { return b + i * gbytes + kc * 1024; });
@@ -404,8 +284,7 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
       for (int32_t dg = 0; dg < ndg; ++dg) _mm512_store_si512(row_at(lane) + dg * 1024, _mm512_setzero_si512());
     pf.cur = c;
   };
-  // Rows [r, r + R) of head h's probabilities in two parts (AMX) or the first alone
-  // (vectors): probs[R][2][lp].
+  // Rows [r, r + R) of head h's probabilities in two parts: probs[R][2][lp].
   const auto probs = [&](int32_t h, int32_t r, int32_t R) FP8_TILES_TARGET {
     uint8_t* pb = ft.probs;
     for (int32_t x = 0; x < R; ++x) {
@@ -413,19 +292,13 @@ FP8_TILES_TARGET void fp8_tiles_pv(const AttnView& a, const Fp8Tiles& ft, const 
       for (int32_t l0 = 0; l0 < lp; l0 += 32) {
         const __m512 p0 = l0 < lanes ? _mm512_loadu_ps(pr + l0) : zero, p1 = l0 + 16 < lanes ? _mm512_loadu_ps(pr + l0 + 16) : zero;
         uint8_t* o = pb + (int64_t(x) * 2 * lp + l0) * 2;
-        if (a.tiles_amx) bf16_parts<2>(p0, p1, o, int64_t(lp) * 2);
-        else bf16_parts<1>(p0, p1, o, int64_t(lp) * 2);
+        bf16_parts<2>(p0, p1, o, int64_t(lp) * 2);
       }
     }
   };
   const auto issue = [&](int32_t dg0, int32_t R) FP8_TILES_TARGET {
     const uint8_t* codes = ft.codes;
     const int n = ndg - dg0 < 4 ? ndg - dg0 : 4;
-    if (!a.tiles_amx) {  // key pair c: pair row c % 16 of chunk c / 16
-      vec_dots_rows(n, R, ft.probs, int64_t(2) * lp * 2, VecB{codes + int64_t(dg0) * 1024, 1024, int64_t(ndg) * 1024, lp / 32, 16},
-                    ft.sums);
-      return;
-    }
     use_tile_config(kFp8TileConfigs.c[R]);
     tile_issue(n, lp / 32, 2, ft.probs + 0, int64_t(lp) * 2, int64_t(2) * lp * 2,
                [&](int i, int32_t kc) { return codes + (int64_t(kc) * ndg + dg0 + i) * 16 * 64; });
