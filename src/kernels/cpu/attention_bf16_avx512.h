@@ -25,7 +25,9 @@
 namespace ridge::kernels::detail {
 namespace {
 
-#define BF16_DOTS_TARGET __attribute__((target("avx512bf16")))
+// VBMI besides: every CPU path that takes these ways has it (core/cpu.h
+// fp8_bf16_available), and the FP8 vectors, which need it, share pv_pairs.
+#define BF16_DOTS_TARGET __attribute__((target("avx512vbmi,avx512bf16")))
 
 // Word indices that interleave two rows of 16 words into 16 pairs (word 2j from the
 // first row's word j, 2j + 1 from the second's): both rows in one vector (words 0-15 and
@@ -130,52 +132,69 @@ BF16_DOTS_TARGET void bf16_probabilities(const float* p, int64_t lds, int32_t n,
                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + r * lds + x)));
 }
 
-// o_r[d0, d0 + 32) = o_r x cr[r] + sum_j p_r[j] v_j for R rows, as pv<> but on key pairs:
-// pw holds the rows' probabilities in bf16 (bf16_probabilities), block b's key j in word
-// b x lpb + j. A pair's key before `live` or past its block's keys weighs 0 and its V row
-// is not read (a NaN there must not reach the sum). dv % 32 == 0.
-template <int R>
-BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t live, const uint16_t* pw,
-                                            const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv,
-                                            int64_t voff, Prefetcher& pf) {
+// o_r[d0, d0 + 32) = o_r x cr[r] + sum_j p_r[j] v_j for R rows over the tile's key pairs,
+// in position order: pw holds the rows' probabilities in bf16 (bf16_probabilities),
+// block b's key j in word b x lpb + j; load(c, vj, k0, k1, v0, v1) makes the dimension
+// pairs of d0..d0+15 (v0) and d0+16..d0+31 (v1) of keys j, j + 1 from the V rows at vj
+// and vj + row, reading neither row of a key whose flag is false (its values are then
+// +0: a NaN in a slot not read must not reach the sum), and asks for its lines through
+// cursor c. A pair's key before `live` or past its block's keys weighs 0. vb: a block's
+// V tile plus voff plus d0's bytes. pv_bf16 and pv_fp8 (attention_fp8_vec_avx512.h).
+template <int R, class Load>
+BF16_DOTS_TARGET ATTN_INLINE void pv_pairs(const Tile& tl, int32_t lpb, int32_t live, const uint16_t* pw,
+                                           const float* cr, float* o, int64_t ldo, int32_t d0, int64_t voff,
+                                           int64_t d0_bytes, int64_t row, Prefetcher& pf, Load&& load) {
   __m512 acc[R][2];
   ATTN_UNROLL for (int r = 0; r < R; ++r) {
     const __m512 c = _mm512_set1_ps(cr[r]);
     acc[r][0] = _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + d0), c);
     acc[r][1] = _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + d0 + 16), c);
   }
-  const __m512i ilo = _mm512_load_si512(kPairIndex.lo), ihi = _mm512_load_si512(kPairIndex.hi);
-  const int64_t row = 2 * int64_t(dv);  // bytes between a V tile's key rows
   Prefetcher::Cursor c = pf.cur;
-  // Keys j, j + 1 of a block: V rows x, y (each zero where m0, m1 say the key is not read).
-  const auto pair = [&](const uint8_t* vj, const uint16_t* pj, __mmask32 m0, __mmask32 m1) BF16_DOTS_TARGET {
-    pf.step2(c);  // a line asked for per line read
-    const __m512i x = _mm512_maskz_loadu_epi16(m0, vj), y = _mm512_maskz_loadu_epi16(m1, vj + row);
-    const __m512bh v0 = (__m512bh)_mm512_permutex2var_epi16(x, ilo, y), v1 = (__m512bh)_mm512_permutex2var_epi16(x, ihi, y);
+  const auto pair = [&](const uint8_t* vj, const uint16_t* pj, bool k0, bool k1) BF16_DOTS_TARGET {
+    __m512i v0, v1;
+    load(c, vj, k0, k1, v0, v1);
     ATTN_UNROLL for (int r = 0; r < R; ++r) {
       int32_t w2;
       __builtin_memcpy(&w2, pj + r * kBf16ProbLanes, 4);
       const __m512bh w = (__m512bh)_mm512_set1_epi32(w2);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], v0, w);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], v1, w);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)v0, w);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)v1, w);
     }
   };
-  const __mmask32 all = ~__mmask32(0);
   const int32_t lb = live / tl.bs, lj = live % tl.bs;  // the unit's first block read, and its first key there
   for (int32_t b = lb; b < tl.n_blocks; ++b) {
     const int32_t j0 = b == lb ? lj : 0, keys = tl.keys[b];
-    const uint8_t* vb = tl.v[b] + voff + 2 * int64_t(d0);
+    const uint8_t* vb = tl.v[b] + voff + d0_bytes;
     const uint16_t* pb = pw + b * lpb;
     int32_t j = j0;
-    if (j & 1) pair(vb + (j - 1) * row, pb + j - 1, 0, all), ++j;  // its first key before live
-    for (; j + 1 < keys; j += 2) pair(vb + j * row, pb + j, all, all);
-    if (j < keys) pair(vb + j * row, pb + j, all, 0);  // the block's last key, alone
+    if (j & 1) pair(vb + (j - 1) * row, pb + j - 1, false, true), ++j;  // its first key before live
+    for (; j + 1 < keys; j += 2) pair(vb + j * row, pb + j, true, true);
+    if (j < keys) pair(vb + j * row, pb + j, true, false);  // the block's last key, alone
   }
   pf.cur = c;
   ATTN_UNROLL for (int r = 0; r < R; ++r) {
     _mm512_storeu_ps(o + r * ldo + d0, acc[r][0]);
     _mm512_storeu_ps(o + r * ldo + d0 + 16, acc[r][1]);
   }
+}
+
+// pv_pairs from a BF16 V tile ([block_size][dv] bf16): two V rows of 32 dimensions, two
+// loads, two word permutes. dv % 32 == 0.
+template <int R>
+BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t live, const uint16_t* pw,
+                                            const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv,
+                                            int64_t voff, Prefetcher& pf) {
+  const __m512i ilo = _mm512_load_si512(kPairIndex.lo), ihi = _mm512_load_si512(kPairIndex.hi);
+  const int64_t row = 2 * int64_t(dv);  // bytes between a V tile's key rows
+  const auto load = [&](Prefetcher::Cursor& c, const uint8_t* vj, bool k0, bool k1, __m512i& v0,
+                        __m512i& v1) BF16_DOTS_TARGET {
+    pf.step2(c);  // a line asked for per line read
+    const __m512i x = _mm512_maskz_loadu_epi16(k0 ? ~__mmask32(0) : 0, vj);
+    const __m512i y = _mm512_maskz_loadu_epi16(k1 ? ~__mmask32(0) : 0, vj + row);
+    v0 = _mm512_permutex2var_epi16(x, ilo, y), v1 = _mm512_permutex2var_epi16(x, ihi, y);
+  };
+  pv_pairs<R>(tl, lpb, live, pw, cr, o, ldo, d0, voff, 2 * int64_t(d0), row, pf, load);
 }
 
 }  // namespace

@@ -96,56 +96,24 @@ FP8_CODES_TARGET void scores_fp8_tile(const uint32_t* q, int32_t n_q, int32_t dk
   }
 }
 
-// o_r[d0, d0 + 32) = o_r x cr[r] + sum_j p_r[j] v_j for R rows, as pv_bf16 but from an
-// FP8 V tile ([block_size][dv] codes): pw holds the rows' probabilities times the values'
-// scales in bf16, block b's key j in word b x lpb + j. A pair's key before `live` or past
-// its block's keys weighs 0 and its codes are not read (taken as +0: a NaN code there
-// must not reach the sum). dv % 32 == 0.
+// pv_pairs from an FP8 V tile ([block_size][dv] codes): pw holds the rows' probabilities
+// times the values' scales. 32 codes of each of two V rows, one two-source byte permute
+// and the lookup. dv % 32 == 0.
 template <int R, DType T>
 FP8_CODES_TARGET ATTN_NOINLINE void pv_fp8(const Tile& tl, int32_t lpb, int32_t live, const uint16_t* pw,
                                            const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff,
                                            Prefetcher& pf) {
-  __m512 acc[R][2];
-  ATTN_UNROLL for (int r = 0; r < R; ++r) {
-    const __m512 c = _mm512_set1_ps(cr[r]);
-    acc[r][0] = _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + d0), c);
-    acc[r][1] = _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + d0 + 16), c);
-  }
   const Bf16Lut lut = bf16_lut<T>();
   const __m512i vidx = _mm512_load_si512(kByteIndex.v);
   const int64_t row = dv;  // bytes between a V tile's key rows
-  Prefetcher::Cursor c = pf.cur;
-  // Keys j, j + 1 of a block: the 32 codes of each row (zeros where m0, m1 say the key is
-  // not read), the sources' bytes 0-31 of the permute.
-  const auto pair = [&](const uint8_t* vj, const uint16_t* pj, __mmask64 m0, __mmask64 m1) FP8_CODES_TARGET {
+  const auto load = [&](Prefetcher::Cursor& c, const uint8_t* vj, bool k0, bool k1, __m512i& v0,
+                        __m512i& v1) FP8_CODES_TARGET {
     pf.step(c);  // a line asked for per line read
-    const __m512i x = _mm512_maskz_loadu_epi8(m0, vj), y = _mm512_maskz_loadu_epi8(m1, vj + row);
-    __m512i v0, v1;
+    const __m512i x = _mm512_maskz_loadu_epi8(k0 ? 0xFFFFFFFFull : 0, vj);  // the sources' bytes 0-31
+    const __m512i y = _mm512_maskz_loadu_epi8(k1 ? 0xFFFFFFFFull : 0, vj + row);
     codes_to_pairs(lut, _mm512_permutex2var_epi8(x, vidx, y), v0, v1);
-    ATTN_UNROLL for (int r = 0; r < R; ++r) {
-      int32_t w2;
-      __builtin_memcpy(&w2, pj + r * kBf16ProbLanes, 4);
-      const __m512bh w = (__m512bh)_mm512_set1_epi32(w2);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)v0, w);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)v1, w);
-    }
   };
-  const __mmask64 all = 0xFFFFFFFFull;
-  const int32_t lb = live / tl.bs, lj = live % tl.bs;  // the unit's first block read, and its first key there
-  for (int32_t b = lb; b < tl.n_blocks; ++b) {
-    const int32_t j0 = b == lb ? lj : 0, keys = tl.keys[b];
-    const uint8_t* vb = tl.v[b] + voff + d0;
-    const uint16_t* pb = pw + b * lpb;
-    int32_t j = j0;
-    if (j & 1) pair(vb + (j - 1) * row, pb + j - 1, 0, all), ++j;  // its first key before live
-    for (; j + 1 < keys; j += 2) pair(vb + j * row, pb + j, all, all);
-    if (j < keys) pair(vb + j * row, pb + j, all, 0);  // the block's last key, alone
-  }
-  pf.cur = c;
-  ATTN_UNROLL for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(o + r * ldo + d0, acc[r][0]);
-    _mm512_storeu_ps(o + r * ldo + d0 + 16, acc[r][1]);
-  }
+  pv_pairs<R>(tl, lpb, live, pw, cr, o, ldo, d0, voff, d0, row, pf, load);
 }
 
 }  // namespace
