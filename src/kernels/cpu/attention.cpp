@@ -56,8 +56,11 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
-  const int64_t fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;
-  const int64_t b16 = l.dtype == DType::BF16 || l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
+  const bool is_fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
+  const int64_t fp8 = is_fp8 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;  // AMX tiles
+  // The vector ways' query pairs and bf16 probabilities (BF16 and FP8).
+  const int64_t b16 =
+      l.dtype == DType::BF16 || is_fp8 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
          values_from_keys_floats(l);
 }
