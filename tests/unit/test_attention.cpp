@@ -911,19 +911,26 @@ namespace {
 // Multi-head latent attention's cache keeps a value as its key's last dv dimensions
 // (KVLayout::v_in_k): attention over it must give what a cache holding the same values
 // in V tiles gives, bit for bit where the same kernel runs (scalar, AVX-512; AVX2 runs the
-// portable path for it, so within rounding there), whatever the block size, and reading
-// nothing past the context (NaN elsewhere). A BF16 cache with values in their own tiles
-// would take the bf16 vector way where the CPU has it (AttnDots::Bf16, which the reference
-// tests above cover): the f32 way here, the kernel v_in_k runs.
+// portable path for it, so within rounding there), whatever the block size, with or
+// without a window, and reading nothing past the context (NaN elsewhere). Both ways of
+// a BF16 cache: the f32 way, and where the CPU has them AVX512-BF16 vectors (the shapes
+// they take: the values' pairs transposed out of the keys against pv_bf16 over a V tile,
+// which the reference tests above cover).
 TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
   IsaGuard guard;
-  set_fp8_path(Fp8Path::F16c);
   struct Shape {
     int32_t dk, dv, bs, n_ctx, n_q;
   };
+  std::vector<Fp8Path> ways{Fp8Path::F16c};
+  if (fp8_bf16_available()) ways.push_back(Fp8Path::Bf16);
+  for (const Fp8Path way : ways)
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (const Shape& sh : {Shape{80, 64, 16, 50, 4}, Shape{576, 512, 16, 70, 16}, Shape{40, 24, 8, 37, 3},
-                            Shape{80, 64, 32, 90, 5}, Shape{48, 32, 64, 130, 2}, Shape{80, 64, 1, 9, 16}}) {
+                            Shape{80, 64, 32, 90, 5}, Shape{48, 32, 64, 130, 2}, Shape{80, 64, 1, 9, 16},
+                            Shape{64, 32, 16, 45, 8}, Shape{96, 64, 32, 97, 5}, Shape{64, 64, 128, 300, 3},
+                            Shape{576, 512, 64, 133, 9}}) {
+      if (way == Fp8Path::Bf16 && t != DType::BF16) continue;
+      set_fp8_path(way);
       KVLayout a;
       a.n_layer = 1, a.n_kv_head = 1, a.head_dim_k = sh.dk, a.head_dim_v = sh.dv, a.block_size = sh.bs, a.dtype = t;
       a.n_blocks = (sh.n_ctx + sh.bs - 1) / sh.bs + 2;
@@ -954,15 +961,22 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
       std::vector<float> q(size_t(sh.n_q * sh.dk));
       for (auto& e : q) e = g(rng);
       const float scale = 1.f / std::sqrt(float(sh.dk));
-      for (Isa isa : isas()) {
+      for (Isa isa : isas())
+      for (const int32_t window : {0, 21}) {
         set_isa(isa);
+        const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " bs=" +
+                                 std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa)) +
+                                 " window=" + std::to_string(window) + (way == Fp8Path::Bf16 ? " bf16 vectors" : "");
+        if (way == Fp8Path::Bf16 && isa == Isa::Avx512) {  // the way under test is the one taken
+          ASSERT_EQ(attention_dots_in_bf16(b), sh.dk % 32 == 0 && sh.dv % 32 == 0 && sh.bs % 16 == 0) << name;
+        }
         std::vector<float> oa(size_t(sh.n_q * sh.dv)), ob(oa.size());
         std::vector<float> sa(size_t(attention_scratch_floats(a, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
         std::vector<float> sb(size_t(attention_scratch_floats(b, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
-        attention_group({&ca, 0, table, sh.n_ctx, scale, {}}, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
-        attention_group({&cb, 0, table, sh.n_ctx, scale, {}}, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
-        const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " bs=" +
-                                 std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa));
+        AttnArgs aa{&ca, 0, table, sh.n_ctx, scale, {}}, ab{&cb, 0, table, sh.n_ctx, scale, {}};
+        aa.window = ab.window = window;
+        attention_group(aa, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
+        attention_group(ab, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
         for (size_t i = 0; i < oa.size(); ++i) {
           ASSERT_TRUE(std::isfinite(ob[i])) << name << " element " << i;
           if (isa == Isa::Avx2) ASSERT_NEAR(ob[i], oa[i], 2e-5 * (1 + std::fabs(oa[i]))) << name << " element " << i;

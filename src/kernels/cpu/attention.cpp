@@ -67,7 +67,7 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
   const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
-  const bool shape = (fp8 || l.dtype == DType::BF16) && !l.v_in_k && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
+  const bool shape = (fp8 || l.dtype == DType::BF16) && (!l.v_in_k || !fp8) && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
                      l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
   if (!shape) return AttnDots::F32;
   if (fp8 && amx_bf16_active()) return AttnDots::Amx;  // (no AMX tiles for a bf16 cache)

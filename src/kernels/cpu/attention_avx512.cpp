@@ -468,33 +468,6 @@ ATTN_INLINE void pv_i8(const Tile& tl, int32_t lpb, const uint8_t* pc, int64_t l
   }
 }
 
-// r[16] rows of 16 floats -> their transpose in place (unpacks, then 128-bit lane moves).
-ATTN_INLINE void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  ATTN_UNROLL for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  ATTN_UNROLL for (int i = 0; i < 4; ++i) {  // r[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  ATTN_UNROLL for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-  }
-  ATTN_UNROLL for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
-  }
-}
-
 // KVLayout::v_in_k: a block's values [bs][dv] in f32 out of its K tile's dimensions
 // [v_dim0, v_dim0 + dv) ([dv][bs] from kd, the first of them), 16 x 16 at a time; only
 // the first `keys` slots are written (P.V reads no others). The same numbers a V tile
@@ -708,6 +681,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                               h * a.v_head_stride + a.v_scales_off, 1.f);
         bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
                            pw + int64_t(h * grp + lo) * kBf16ProbLanes);
+        Tile tv = tl;  // values kept in the keys (BF16): their pairs, once for the head's rows
+        if constexpr (T == DType::BF16)
+          if (a.v_dim0 >= 0)
+            values_pairs_from_keys(tl, h * a.k_head_stride + int64_t(a.v_dim0) * kstride, dv,
+                                   reinterpret_cast<uint8_t*>(a.vt), tv);
         for (int32_t i = lo; i < hi; i += kRows)
           with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
             constexpr int Rn = decltype(R)::value;
@@ -717,6 +695,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
               if constexpr (kFp8<T>)
                 pv_fp8<Rn, T>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
                               h * a.v_head_stride, pf);
+              else if (a.v_dim0 >= 0)
+                pv_bf16_pairs<Rn>(tv, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv, pf);
               else
                 pv_bf16<Rn>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
                             h * a.v_head_stride, pf);

@@ -197,5 +197,68 @@ BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t
   pv_pairs<R>(tl, lpb, live, pw, cr, o, ldo, d0, voff, 2 * int64_t(d0), row, pf, load);
 }
 
+// Multi-head latent attention (KVLayout::v_in_k) keeps a value as its key's dimensions
+// [v_dim0, v_dim0 + dv): in the K tile, [dv][bs] words, one dimension's keys along a row.
+// P.V wants dimensions across the lanes and key pairs within them, and the pair (2p,
+// 2p + 1) of one dimension is word p of its row as 32 bits: the pairs are the rows'
+// transpose as 32-bit words. values_pairs_from_keys writes a tile's once per head,
+// [bs / 2][dv] words per block (block b at vt + b x bs x dv x 2 bytes, tv.v[b] pointing
+// there), 16 dimensions x 16 pairs per transpose (two groups of 16 keys side by side,
+// whichever blocks they are in); groups wholly before live or past a block's keys are not
+// written, nor read (pv_pairs reads only the pairs its flags allow).
+BF16_DOTS_TARGET void values_pairs_from_keys(const Tile& tl, int64_t koff, int32_t dv, uint8_t* vt, Tile& tv) {
+  const int32_t bs = tl.bs;
+  const int64_t row = 2 * int64_t(bs);  // bytes between a K tile's dimensions
+  struct KeyGroup {
+    const uint8_t* k;  // dimension v_dim0 of its 16 keys
+    uint32_t* out;     // its first pair's dimension 0
+  };
+  KeyGroup kg[kMaxTileKeys / 16];
+  int32_t n = 0;
+  for (int32_t b = tl.live_block; b < tl.n_blocks; ++b) {
+    uint8_t* ob = vt + int64_t(b) * bs * dv * 2;
+    tv.v[b] = ob;
+    for (int32_t g = 0; 16 * g < tl.keys[b]; ++g)
+      if (tl.live < b * bs + 16 * (g + 1))
+        kg[n++] = KeyGroup{tl.k[b] + koff + 32 * g, reinterpret_cast<uint32_t*>(ob) + int64_t(8 * g) * dv};
+  }
+  for (int32_t i = 0; i < n; i += 2) {
+    const KeyGroup& x = kg[i];
+    const KeyGroup& y = kg[i + 1 < n ? i + 1 : i];  // a lone last group: read twice, written once
+    for (int32_t d0 = 0; d0 < dv; d0 += 16) {
+      __m512 r[16];
+      ATTN_UNROLL for (int e = 0; e < 16; ++e) {
+        const int64_t o = int64_t(d0 + e) * row;
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.k + o));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.k + o));
+        r[e] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+      }
+      transpose16(r);  // r[p]: pair p of x's keys (p < 8), pair p - 8 of y's, dimensions d0..d0+15
+      ATTN_UNROLL for (int p = 0; p < 8; ++p) _mm512_store_ps(reinterpret_cast<float*>(x.out + int64_t(p) * dv + d0), r[p]);
+      if (i + 1 < n)
+        ATTN_UNROLL for (int p = 0; p < 8; ++p)
+          _mm512_store_ps(reinterpret_cast<float*>(y.out + int64_t(p) * dv + d0), r[8 + p]);
+    }
+  }
+}
+
+// pv_pairs from the pairs values_pairs_from_keys wrote: the dimension pairs of keys j,
+// j + 1 are two plain loads (no permute), a key whose flag is false masked to +0 as
+// pv_bf16 leaves it, so P.V's operands and order, and its bits, are pv_bf16's over the
+// same values in a V tile.
+template <int R>
+BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16_pairs(const Tile& tv, int32_t lpb, int32_t live, const uint16_t* pw,
+                                                  const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv,
+                                                  Prefetcher& pf) {
+  const auto load = [&](Prefetcher::Cursor& c, const uint8_t* vj, bool k0, bool k1, __m512i& v0,
+                        __m512i& v1) BF16_DOTS_TARGET {
+    pf.step2(c);
+    const __mmask32 m = (k0 ? 0x55555555u : 0u) | (k1 ? 0xAAAAAAAAu : 0u);  // key j: low words, j + 1: high
+    v0 = _mm512_maskz_loadu_epi16(m, vj), v1 = _mm512_maskz_loadu_epi16(m, vj + 64);
+  };
+  // Key j's pair at (j / 2) x dv words: a key's "row" is 2 x dv bytes (j is even wherever read).
+  pv_pairs<R>(tv, lpb, live, pw, cr, o, ldo, d0, 0, 4 * int64_t(d0), 2 * int64_t(dv), pf, load);
+}
+
 }  // namespace
 }  // namespace ridge::kernels::detail
