@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/attention.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "perf/op_cost.h"
 
@@ -28,6 +30,13 @@ double rate(perf::ComputeClass c) {
   }
 }
 
+// The absorbed form's attention over the latent cache runs where the kernels put it: an
+// int8 cache on VNNI, a BF16 one on bf16 dots where the CPU has them, else FMAs.
+double latent_attention_rate(const HParams& h, DType kv) {
+  if (kv == DType::I8) return rate(perf::ComputeClass::Int8Vnni);
+  return kernels::attention_dots_in_bf16(kv_layout_for(h, 16, 1, kv)) ? rate(perf::ComputeClass::Bf16Dot) : 1.0;
+}
+
 double mm(int64_t m, int64_t k, int64_t n, DType t) {
   return perf::matmul_cost(m, k, n, t).flops / rate(perf::matmul_class(t));
 }
@@ -46,7 +55,7 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
   chunk = std::max(chunk, 1);
   const int64_t nh = h.n_head, C = h.n_lora_kv, nope = h.qk_nope(), dv = h.head_dim_v_mla;
   const perf::AttnShape mha{h.n_head, h.n_head, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim, false};
-  const double attn_rate = t.kv == DType::I8 ? rate(perf::ComputeClass::Int8Vnni) : 1.0;
+  const double attn_rate = latent_attention_rate(h, t.kv);
   for (int32_t pos0 = 0; pos0 < n_prompt; pos0 += chunk) {
     const int32_t n = std::min(chunk, n_prompt - pos0);
     const std::pair<int32_t, int32_t> seq[] = {{pos0, n}};

@@ -2,6 +2,8 @@
 // by hand on V2-Lite's shapes, and the choices it makes there.
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/attention.h"
+#include "model/kv_cache.h"
 #include "model/mla_form.h"
 
 namespace ridge {
@@ -37,6 +39,20 @@ TEST(MlaForm, CostsByHand) {
   const MlaFormCost c2 = mla_form_cost(h, f32, 4, 2);
   EXPECT_DOUBLE_EQ(c2.expanded, 6.0 * 16 * 2 * 512 * 256 + 10.0 * 16 * (2 * 192 + 2 * 128 + 5));
   EXPECT_DOUBLE_EQ(c2.absorbed, c.absorbed);
+}
+
+// The absorbed form's attention is costed on the unit the kernels run it on: a BF16
+// cache's on bf16 dots, at twice the FMA's rate, where the CPU has them (the same layout
+// the cache gets); an f16 cache's on FMAs.
+TEST(MlaForm, LatentAttentionCostedOnItsKernelsUnit) {
+  const HParams h = v2_lite();
+  const double attn = 10.0 * 16 * (2 * 576 + 2 * 512 + 5), mm = 4.0 * 16 * 2 * 512 * 256;
+  const MlaFormCost f16 = mla_form_cost(h, MlaTypes{DType::F32, DType::F32, DType::F32, DType::F16}, 4, 2048);
+  EXPECT_DOUBLE_EQ(f16.absorbed, mm + attn);
+  const MlaFormCost bf16 = mla_form_cost(h, MlaTypes{DType::F32, DType::F32, DType::F32, DType::BF16}, 4, 2048);
+  const bool dots = kernels::attention_dots_in_bf16(kv_layout_for(h, 16, 1, DType::BF16));
+  EXPECT_DOUBLE_EQ(bf16.absorbed, mm + (dots ? attn / 2 : attn)) << "bf16 dots: " << dots;
+  EXPECT_DOUBLE_EQ(bf16.expanded, f16.expanded);
 }
 
 TEST(MlaForm, ChoicesOnV2LiteShapes) {
