@@ -186,7 +186,7 @@ class Forward {
   std::vector<int32_t> xt_blocks_;                // scratch blocks, [max_j ceil(ctx_j / block_size)]
   std::vector<std::span<const int32_t>> xt_tables_;  // [expanded seqs] (they run one at a time)
   std::vector<std::pair<int32_t, int32_t>> seq_shape_a_, seq_shape_x_;
-  std::unique_ptr<KVCache> mla_xkv_;              // a head group's expanded K/V, one layer (f32)
+  std::unique_ptr<KVCache> mla_xkv_;              // a head group's expanded K/V, one layer (mla_expanded_kv_dtype)
   int64_t mla_scratch_bytes_ = int64_t(256) << 20;
   kernels::Activations mla_qsub_{be_};    // [TA or TX][n_head][dqk] a form's queries
   kernels::Activations mla_ocat_{be_};    // [T][n_head][dv] absorbed rows' outputs, then expanded rows'

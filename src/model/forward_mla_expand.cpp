@@ -24,8 +24,10 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cpu/attention.h"
 #include "model/forward.h"
 #include "model/forward_ops.h"
+#include "model/mla_form.h"
 
 namespace ridge {
 
@@ -99,13 +101,14 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
   const int64_t per_head = nc_max * (nope + dv + 2 * dqk + 2 * dv) * 4;
   const int32_t g = int32_t(std::clamp<int64_t>(mla_scratch_bytes_ / std::max<int64_t>(per_head, 1), 1, nh));
   const int32_t need = int32_t(xt_blocks_.size());
+  const DType xdt = mla_expanded_kv_dtype(kv_.layout().dtype);
   if (!mla_xkv_ || mla_xkv_->layout().n_kv_head < g || mla_xkv_->layout().n_blocks < need ||
-      mla_xkv_->layout().head_dim_k != dqk) {
+      mla_xkv_->layout().head_dim_k != dqk || mla_xkv_->layout().dtype != xdt) {
     // Twice the blocks needed: pages are committed as they are first written, so the
     // spare room costs address space only, and a growing prompt does not fault in a
     // fresh scratch at every chunk. (A scratch with more heads than a group serves too.)
     mla_xkv_.reset();
-    mla_xkv_ = std::make_unique<KVCache>(KVLayout{1, g, dqk, dv, bs, std::max(2 * need, 64), DType::F32});
+    mla_xkv_ = std::make_unique<KVCache>(KVLayout{1, g, dqk, dv, bs, std::max(2 * need, 64), xdt});
   }
 
   // One sequence at a time, so the scratch holds one context.
@@ -181,7 +184,8 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
         }
       });
       // Into the scratch cache's tiles, as rope_kv writes a step's K/V (no RoPE here).
-      op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, {0.0, 2.0 * 4.0 * double(NC) * gn * (dqk + dv)}, [&] {
+      const double xsz = double(dtype_info(xdt).type_size);
+      op(perf::Op::RopeKv, perf::ComputeClass::Fp32Fma, il, {0.0, (4.0 + xsz) * double(NC) * gn * (dqk + dv)}, [&] {
         be_.begin_step(write);
         be_.kv_write(*mla_xkv_, 0, gn, kx, vx);
       });
@@ -190,7 +194,9 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
       if (g < nh) be_.copy_rows(qj + int64_t(h0) * dqk, int64_t(nh) * dqk, qg, int64_t(gn) * dqk, TXj, int64_t(gn) * dqk);
       const kernels::AttentionArgs aa{qg, og, gn, gn, dqk, dv, h_.attn_scale(), mla_xkv_.get(), 0};
       const perf::AttnShape ashape{gn, gn, dqk, dv, R, false};
-      op(perf::Op::Attention, perf::ComputeClass::Fp32Fma, il, perf::attention_cost(ashape, shape, DType::F32),
+      const perf::ComputeClass acls =
+          kernels::attention_dots_in_bf16(mla_xkv_->layout()) ? perf::ComputeClass::Bf16Dot : perf::ComputeClass::Fp32Fma;
+      op(perf::Op::Attention, acls, il, perf::attention_cost(ashape, shape, xdt),
          [&] { be_.attention(aa); });
       if (g < nh) be_.copy_rows(og, int64_t(gn) * dv, oj + int64_t(h0) * dv, int64_t(nh) * dv, TXj, int64_t(gn) * dv);
     }

@@ -30,11 +30,11 @@ double rate(perf::ComputeClass c) {
   }
 }
 
-// The absorbed form's attention over the latent cache runs where the kernels put it: an
-// int8 cache on VNNI, a BF16 one on bf16 dots where the CPU has them, else FMAs.
-double latent_attention_rate(const HParams& h, DType kv) {
-  if (kv == DType::I8) return rate(perf::ComputeClass::Int8Vnni);
-  return kernels::attention_dots_in_bf16(kv_layout_for(h, 16, 1, kv)) ? rate(perf::ComputeClass::Bf16Dot) : 1.0;
+// Each form's attention runs where the kernels put a cache of its layout (blocks of 16
+// nominally): int8 on VNNI, BF16 on bf16 dots where the CPU has them, else FMAs.
+double attention_rate(const KVLayout& l) {
+  if (l.dtype == DType::I8) return rate(perf::ComputeClass::Int8Vnni);
+  return kernels::attention_dots_in_bf16(l) ? rate(perf::ComputeClass::Bf16Dot) : 1.0;
 }
 
 double mm(int64_t m, int64_t k, int64_t n, DType t) {
@@ -55,7 +55,9 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
   chunk = std::max(chunk, 1);
   const int64_t nh = h.n_head, C = h.n_lora_kv, nope = h.qk_nope(), dv = h.head_dim_v_mla;
   const perf::AttnShape mha{h.n_head, h.n_head, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim, false};
-  const double attn_rate = latent_attention_rate(h, t.kv);
+  const double attn_rate = attention_rate(kv_layout_for(h, 16, 1, t.kv));
+  const double mha_rate = attention_rate(KVLayout{1, 1, h.head_dim_qk_mla, h.head_dim_v_mla, 16, 1,
+                                                  mla_expanded_kv_dtype(t.kv)});
   for (int32_t pos0 = 0; pos0 < n_prompt; pos0 += chunk) {
     const int32_t n = std::min(chunk, n_prompt - pos0);
     const std::pair<int32_t, int32_t> seq[] = {{pos0, n}};
@@ -63,10 +65,12 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
     c.absorbed += perf::attention_cost(h.attn_shape(), seq, t.kv).flops / attn_rate;
     const int64_t ctx = int64_t(pos0) + n;
     c.expanded += double(nh) * (mm(ctx, C, nope, t.k_b_t) + mm(ctx, C, dv, t.v_b));
-    c.expanded += perf::attention_cost(mha, seq, DType::F32).flops;
+    c.expanded += perf::attention_cost(mha, seq, mla_expanded_kv_dtype(t.kv)).flops / mha_rate;
   }
   return c;
 }
+
+DType mla_expanded_kv_dtype(DType kv) { return kv == DType::BF16 ? DType::BF16 : DType::F32; }
 
 int32_t mla_expand_until(const HParams& h, const MlaTypes& t, MlaPrefill mode, int32_t n_prompt, int32_t block_size) {
   if (!h.mla() || mode == MlaPrefill::Absorbed || n_prompt <= 1) return 0;

@@ -39,6 +39,12 @@ MlaFormCost mla_form_cost(const HParams& h, const MlaTypes& t, int32_t n_prompt,
 
 constexpr int32_t kMlaNominalChunk = 2048;
 
+// The dtype the expanded form keeps a head group's decompressed keys and values in (its
+// scratch cache, forward_mla_expand.cpp): a BF16 cache's in BF16, rounded as the cache
+// rounds its own keys and values, so that their attention runs where a BF16 cache's does
+// (on bf16 dots where the CPU has them); f32 for every other cache.
+DType mla_expanded_kv_dtype(DType kv);
+
 // The positions of the prompt that run expanded (0 for a model without latent attention,
 // or when the absorbed form is chosen): the prompt's full blocks of block_size that leave
 // at least its last token out. The rest runs absorbed, so a request whose every full block

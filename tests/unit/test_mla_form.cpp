@@ -41,9 +41,9 @@ TEST(MlaForm, CostsByHand) {
   EXPECT_DOUBLE_EQ(c2.absorbed, c.absorbed);
 }
 
-// The absorbed form's attention is costed on the unit the kernels run it on: a BF16
-// cache's on bf16 dots, at twice the FMA's rate, where the CPU has them (the same layout
-// the cache gets); an f16 cache's on FMAs.
+// Each form's attention is costed on the unit the kernels run it on: a BF16 cache's (the
+// latent, and the expanded form's keys and values, kept in BF16 too) on bf16 dots, at
+// twice the FMA's rate, where the CPU has them for that layout; an f16 cache's on FMAs.
 TEST(MlaForm, LatentAttentionCostedOnItsKernelsUnit) {
   const HParams h = v2_lite();
   const double attn = 10.0 * 16 * (2 * 576 + 2 * 512 + 5), mm = 4.0 * 16 * 2 * 512 * 256;
@@ -52,7 +52,12 @@ TEST(MlaForm, LatentAttentionCostedOnItsKernelsUnit) {
   const MlaFormCost bf16 = mla_form_cost(h, MlaTypes{DType::F32, DType::F32, DType::F32, DType::BF16}, 4, 2048);
   const bool dots = kernels::attention_dots_in_bf16(kv_layout_for(h, 16, 1, DType::BF16));
   EXPECT_DOUBLE_EQ(bf16.absorbed, mm + (dots ? attn / 2 : attn)) << "bf16 dots: " << dots;
-  EXPECT_DOUBLE_EQ(bf16.expanded, f16.expanded);
+  EXPECT_EQ(mla_expanded_kv_dtype(DType::BF16), DType::BF16);
+  EXPECT_EQ(mla_expanded_kv_dtype(DType::F16), DType::F32);
+  const double mha = 10.0 * 16 * (2 * 192 + 2 * 128 + 5);
+  EXPECT_DOUBLE_EQ(f16.expanded, mm + mha);
+  const bool mha_dots = kernels::attention_dots_in_bf16(KVLayout{1, 1, 192, 128, 16, 1, DType::BF16});
+  EXPECT_DOUBLE_EQ(bf16.expanded, mm + (mha_dots ? mha / 2 : mha)) << "bf16 dots: " << mha_dots;
 }
 
 TEST(MlaForm, ChoicesOnV2LiteShapes) {
