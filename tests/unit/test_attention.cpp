@@ -961,12 +961,17 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
       std::vector<float> q(size_t(sh.n_q * sh.dk));
       for (auto& e : q) e = g(rng);
       const float scale = 1.f / std::sqrt(float(sh.dk));
+      // Each row its own context (a prompt's rows sharing the tiles, AttnArgs::row_ctx):
+      // ascending, 3 positions apart, the last the whole context.
+      std::vector<int32_t> rows(size_t(sh.n_q));
+      for (int32_t i = 0; i < sh.n_q; ++i) rows[size_t(i)] = std::max(1, sh.n_ctx - 3 * (sh.n_q - 1 - i));
       for (Isa isa : isas())
-      for (const int32_t window : {0, 21}) {
+      for (const int32_t window : {0, 21, -1}) {  // -1: the rows' own contexts
         set_isa(isa);
         const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " bs=" +
                                  std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa)) +
-                                 " window=" + std::to_string(window) + (way == Fp8Path::Bf16 ? " bf16 vectors" : "");
+                                 (window < 0 ? std::string(" row contexts") : " window=" + std::to_string(window)) +
+                                 (way == Fp8Path::Bf16 ? " bf16 vectors" : "");
         if (way == Fp8Path::Bf16 && isa == Isa::Avx512) {  // the way under test is the one taken
           ASSERT_EQ(attention_dots_in_bf16(b), sh.dk % 32 == 0 && sh.dv % 32 == 0 && sh.bs % 16 == 0) << name;
         }
@@ -974,7 +979,8 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
         std::vector<float> sa(size_t(attention_scratch_floats(a, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
         std::vector<float> sb(size_t(attention_scratch_floats(b, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
         AttnArgs aa{&ca, 0, table, sh.n_ctx, scale, {}}, ab{&cb, 0, table, sh.n_ctx, scale, {}};
-        aa.window = ab.window = window;
+        aa.window = ab.window = std::max(window, 0);
+        if (window < 0) aa.row_ctx = ab.row_ctx = rows;
         attention_group(aa, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
         attention_group(ab, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
         for (size_t i = 0; i < oa.size(); ++i) {
