@@ -6,7 +6,7 @@
 # git never changes. Exits non-zero on a finding (crash, UB, leak, timeout, OOM) and
 # says where the reproducer is.
 #
-#   scripts/fuzz.sh                 # ~1 min on 2 cores from a clean tree (20 s build, 40 s fuzzing)
+#   scripts/fuzz.sh                 # ~3.5 min on 2 cores from a clean tree (about 2 min of it the build)
 #   FUZZ_RUNS=1000000 scripts/fuzz.sh
 #
 # Env: FUZZ_RUNS (default 150000), FUZZ_SEED (1), FUZZ_BUILD (build-fuzz), FUZZ_CORPUS
