@@ -6,7 +6,8 @@
 #   3. the outside oracle: ridge vs llama.cpp (node-llama-cpp) on every arch x dtype,
 #      and ridge's tokenizers vs llama.cpp's on every vocabulary in ../shared/vocab;
 #      chat templates vs @huggingface/jinja; tokenizer.json files vs @huggingface/tokenizers
-#   4. unit tests again under ASan + UBSan (-O1, debug invariant checks on)
+#   4. unit tests again under ASan + UBSan (-O1; the networking layers and the cases' own code
+#      -O0, CMakeLists.txt; debug invariant checks on)
 #   5. the GGUF and safetensors reader fuzzers (clang libFuzzer), fixed seed and run count
 # and between them the server tests (once in one process, once split over MPI ranks) and
 # the MPI tests (tests/mpi).
