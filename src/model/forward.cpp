@@ -283,8 +283,7 @@ void Forward::tp_reduce(int32_t il, float* y) {
      [&] { tp_->all_reduce_sum(y, n); });
 }
 
-perf::ComputeClass Forward::attention_class() const {
-  const KVLayout& l = kv_.layout();
+perf::ComputeClass Forward::attention_class(const KVLayout& l) {
   if (l.dtype == DType::I8) return perf::ComputeClass::Int8Vnni;
   return kernels::attention_dots_in_bf16(l) ? perf::ComputeClass::Bf16Dot : perf::ComputeClass::Fp32Fma;
 }

@@ -86,10 +86,12 @@ class Forward {
   void ffn_residual(int32_t il, const float* out);
   // Runs fn as op `o` of layer `layer` (-1: outside the layers), accounting its cost and,
   // when profiling or tracing, timing it.
-  // The roof attention's arithmetic runs against: an int8 cache's scores and P.V are
+  // The roof attention's arithmetic runs against, over this forward's cache or one of
+  // layout l (the latent form's expanded scratch): an int8 cache's scores and P.V are
   // integer dot products (VNNI), a bf16 or FP8 cache's bf16 pair dots where the CPU path
   // runs them so (kernels::attention_dots_in_bf16), the others fp32 FMAs.
-  perf::ComputeClass attention_class() const;
+  perf::ComputeClass attention_class() const { return attention_class(kv_.layout()); }
+  static perf::ComputeClass attention_class(const KVLayout& l);
   template <typename F>
   void op(perf::Op o, perf::ComputeClass cls, int32_t layer, const perf::OpCost& c, F&& fn);
   // The norm of x_ (RMSNorm of weight nw, or LayerNorm where nb, its bias, is not empty;

@@ -24,7 +24,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "kernels/cpu/attention.h"
 #include "model/forward.h"
 #include "model/forward_ops.h"
 #include "model/mla_form.h"
@@ -194,9 +193,7 @@ void Forward::mla_expanded(int32_t il, const float* qx, float* ox) {
       if (g < nh) be_.copy_rows(qj + int64_t(h0) * dqk, int64_t(nh) * dqk, qg, int64_t(gn) * dqk, TXj, int64_t(gn) * dqk);
       const kernels::AttentionArgs aa{qg, og, gn, gn, dqk, dv, h_.attn_scale(), mla_xkv_.get(), 0};
       const perf::AttnShape ashape{gn, gn, dqk, dv, R, false};
-      const perf::ComputeClass acls =
-          kernels::attention_dots_in_bf16(mla_xkv_->layout()) ? perf::ComputeClass::Bf16Dot : perf::ComputeClass::Fp32Fma;
-      op(perf::Op::Attention, acls, il, perf::attention_cost(ashape, shape, xdt),
+      op(perf::Op::Attention, attention_class(mla_xkv_->layout()), il, perf::attention_cost(ashape, shape, xdt),
          [&] { be_.attention(aa); });
       if (g < nh) be_.copy_rows(og, int64_t(gn) * dv, oj + int64_t(h0) * dv, int64_t(nh) * dv, TXj, int64_t(gn) * dv);
     }
