@@ -681,11 +681,13 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                               h * a.v_head_stride + a.v_scales_off, 1.f);
         bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
                            pw + int64_t(h * grp + lo) * kBf16ProbLanes);
-        Tile tv = tl;  // values kept in the keys (BF16): their pairs, once for the head's rows
+        Tile tv;  // values kept in the keys (BF16): their pairs, once for the head's rows
         if constexpr (T == DType::BF16)
-          if (a.v_dim0 >= 0)
+          if (a.v_dim0 >= 0) {
+            tv = tl;  // (copied only here: the other ways read tl)
             values_pairs_from_keys(tl, h * a.k_head_stride + int64_t(a.v_dim0) * kstride, dv,
                                    reinterpret_cast<uint8_t*>(a.vt), tv);
+          }
         for (int32_t i = lo; i < hi; i += kRows)
           with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
             constexpr int Rn = decltype(R)::value;
