@@ -17,6 +17,7 @@
 #include "core/threadpool.h"
 #include "engine/block_manager.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_step.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
@@ -186,9 +187,10 @@ struct AttnDecodeStep::Impl {
   KVLayout l;
   std::unique_ptr<KVCache> kv;
   std::vector<int32_t> ids;
-  std::vector<float> q, out, scratch;  // q: [seqs][n_head][dk], out: [seqs][n_head][dv]
-  std::optional<kernels::AttnTasks> tasks;  // as the CPU backend splits the step
-  int64_t per;
+  std::vector<float> q, out;  // q: [seqs][n_head][dk], out: [seqs][n_head][dv]
+  std::vector<std::span<const int32_t>> tables;  // [seqs] each sequence's blocks in ids
+  std::vector<int32_t> n_ctx;                    // [seqs] ctx each
+  kernels::AttnStepRunner runner;                // as the CPU backend runs the step
   ThreadPool* pool;
 };
 
@@ -245,36 +247,18 @@ AttnDecodeStep::AttnDecodeStep(const KernelBenchOptions& opt, ThreadPool& pool) 
   }
   m.q.assign(static_cast<size_t>(m.seqs * m.d.n_head * m.dk), 0.01f);
   m.out.resize(static_cast<size_t>(m.seqs * m.d.n_head * m.dv));
-  // Tasks as the CPU backend splits them: (sequence, a run of KV heads), and a part of
-  // the query heads where there are fewer such tasks than threads.
-  m.tasks.emplace(m.seqs, l.n_kv_head, m.group, pool.size());
-  m.per = kernels::attention_scratch_floats(l, m.tasks->rows_per_call());
-  m.scratch.resize(static_cast<size_t>(m.per * pool.size()));
+  for (int64_t s = 0; s < m.seqs; ++s) m.tables.emplace_back(m.ids.data() + s * m.per_seq, size_t(m.per_seq));
+  m.n_ctx.assign(size_t(m.seqs), int32_t(m.ctx));
 }
 
 AttnDecodeStep::~AttnDecodeStep() = default;
 
 void AttnDecodeStep::run() {
   Impl& m = *impl_;
-  const kernels::AttnTasks& tasks = *m.tasks;
-  const auto args_of = [&](const kernels::AttnTasks::Task& k) {
-    return kernels::AttnArgs{m.kv.get(), 0, std::span<const int32_t>(m.ids.data() + k.token * m.per_seq, size_t(m.per_seq)),
-                             int32_t(m.ctx), 0.125f, {}};
-  };
-  // Each thread asks for its next task's first keys, as the backend does.
-  m.pool->run_ahead(tasks.count(), [&](int64_t task, int64_t after, int thread) {
-    const kernels::AttnTasks::Task k = tasks[task];
-    if (k.rows <= 0) return;
-    kernels::AttnArgs na;
-    kernels::AttnNext next;
-    if (after >= 0) {
-      const kernels::AttnTasks::Task n = tasks[after];
-      na = args_of(n), next = kernels::AttnNext{&na, n.h0, n.n};
-    }
-    const int64_t row = k.token * m.d.n_head + int64_t(k.h0) * m.group + k.r0;
-    kernels::attention_heads(args_of(k), k.h0, k.n, k.rows, m.q.data() + row * m.dk, m.dk, m.out.data() + row * m.dv, m.dv,
-                             m.scratch.data() + thread * m.per, next);
-  });
+  kernels::AttnStep s;
+  s.kv = m.kv.get(), s.scale = 0.125f, s.n_head = m.d.n_head, s.n_kv_head = m.l.n_kv_head;
+  s.q = m.q.data(), s.out = m.out.data(), s.tables = m.tables, s.n_ctx = m.n_ctx;
+  m.runner.run(*m.pool, s);
 }
 
 double AttnDecodeStep::bytes() const {
@@ -286,6 +270,8 @@ double AttnDecodeStep::flops() const {
 }
 
 const KVLayout& AttnDecodeStep::layout() const { return impl_->l; }
+
+const char* AttnDecodeStep::plan() const { return kernels::attn_plan_name(impl_->runner.last_plan()); }
 
 KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) {
   ThreadPool pool(opt.threads > 0 ? opt.threads : default_thread_count());
@@ -314,7 +300,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   r.m = opt.attn_seqs;
   r.k = opt.attn_ctx;
   r.n_out = d.n_head;
-  r.path = "grouped-" + std::string(isa_name(active_isa()));
+  r.path = "grouped-" + std::string(isa_name(active_isa())) + (step.layout().v_in_k ? std::string("-") + step.plan() : "");
   const double sec = median(times);
   r.us = sec * 1e6;
   r.bytes = step.bytes();

@@ -78,6 +78,7 @@ class AttnDecodeStep {
   double bytes() const;  // K and V (and their scales) read once
   double flops() const;  // q.k and p.V
   const KVLayout& layout() const;
+  const char* plan() const;  // the last run's (kernels/cpu/attention_step.h)
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

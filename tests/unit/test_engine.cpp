@@ -133,6 +133,43 @@ TEST(Engine, SixtyFourRandomPromptsMatchAloneOnLatentAttention) {
   run_scenarios(*m, 12, 40, MlaPrefill::Absorbed);
 }
 
+// Latent attention's contexts past one segment (kernels/cpu/attention_step.h): a request
+// decoded alone (a step of one token: its segments spread over the threads) and among
+// others, prompts in one step or in chunks, preempted and recomputed: the same logits.
+TEST(Engine, LongLatentContextsMatchAlone) {
+  const std::string path = testing::TempDir() + "/engine-deepseek2-long.gguf";
+  make_model({"deepseek2", "deepseek-v2-lite-tiny", DType::Q8_0, 3, "", 0, 2, 2048}, path);
+  auto m = Model::load(path);
+  ASSERT_TRUE(m->hparams().mla());
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const int len : {1100, 30, 600, 515}) {
+    std::vector<int32_t> p{1};
+    while (int(p.size()) < len) p.push_back(3 + int32_t(rng() % uint64_t(m->hparams().n_vocab - 3)));
+    prompts.push_back(p);
+  }
+  for (MlaPrefill form : {MlaPrefill::Absorbed, MlaPrefill::Auto}) {
+    GenOptions base;
+    base.threads = 2;
+    base.mla_prefill = form;
+    base.prefix_cache = false;
+    std::vector<GenResult> alone;
+    for (const auto& p : prompts) {
+      alone.push_back(Generator(*m, nullptr, base).run(greedy({p}, 6))[0]);
+      ASSERT_EQ(alone.back().tokens.size(), 6u) << "a prompt of " << p.size();
+    }
+    GenOptions chunked = base;
+    chunked.max_num_batched_tokens = 256;
+    GenOptions small = base;
+    small.kv_tokens = 1400;  // the longest and one more: preemptions, recomputed
+    for (const auto& [name, o] : {std::pair{"batched", base}, std::pair{"chunked prefill", chunked},
+                                  std::pair{"small pool, recompute", small}}) {
+      const auto res = Generator(*m, nullptr, o).run(greedy(prompts, 6));
+      expect_same(alone, res, std::string(name) + (form == MlaPrefill::Absorbed ? ", absorbed" : ", auto"));
+    }
+  }
+}
+
 // Multi-turn: the second request's prompt is the first's prompt, its answer and more. An
 // expanded prompt's blocks are shared (in their own namespace), its answer's are not
 // (they were computed absorbed after expanded ones, which no fresh prompt does): with

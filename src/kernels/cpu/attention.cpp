@@ -176,6 +176,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       inv = c / (sum[i] * c + std::exp(a.sinks[i] - mx));
     }
     for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] *= inv;
+    if (a.lse) a.lse[i] = sum[i] > 0.f ? m[i] + std::log(sum[i]) : -std::numeric_limits<float>::infinity();
   }
 }
 
@@ -206,6 +207,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   RIDGE_CHECK(kv_head >= 0 && n_heads >= 1 && kv_head + n_heads <= l.n_kv_head && group >= 1,
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   RIDGE_CHECK(a.window >= 0, "attention: window {} is negative", a.window);
+  RIDGE_CHECK(!(a.lse && a.sinks), "attention: a part's log-sum-exp with attention sinks");
   const Isa isa = active_isa();
   if (!a.row_ctx.empty()) {
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
@@ -219,6 +221,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
           one.n_ctx = a.row_ctx[size_t(i)];
           const int64_t r = int64_t(h) * group + i;
           if (a.sinks) one.sinks = a.sinks + r;
+          if (a.lse) one.lse = a.lse + r;
           attention_heads(one, kv_head + h, 1, 1, q + r * ldq, ldq, out + r * ldo, ldo, scratch);
         }
       return;
@@ -229,6 +232,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     for (int32_t h = 0; h < n_heads; ++h) {
       AttnArgs ah = a;
       if (a.sinks) ah.sinks = a.sinks + int64_t(h) * group;
+      if (a.lse) ah.lse = a.lse + int64_t(h) * group;
       attention_group_scalar(ah, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo,
                              ldo, scratch);
     }
@@ -269,11 +273,13 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.n_heads = n_heads;
     v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
     v.sinks = a.sinks;
+    v.lse = a.lse;
     if (next.args) next_first_keys(*next.args, next.kv_head, next.n_heads, v);
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }
   for (int32_t h = 0; h < n_heads; ++h) {  // one head per call on AVX2
     v.sinks = a.sinks ? a.sinks + int64_t(h) * group : nullptr;
+    v.lse = a.lse ? a.lse + int64_t(h) * group : nullptr;
     detail::attention_group_avx2(v, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo, ldo,
                                  scratch);
     v.k0 += v.k_head_stride;

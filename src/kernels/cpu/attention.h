@@ -45,6 +45,11 @@ struct AttnArgs {
   // M the larger of the row's max score and its sink (the sink is not scaled). [rows of
   // the call, in q's order] or null.
   const float* sinks = nullptr;
+  // Each row's log-sum-exp of its scaled scores, m + ln(sum e^(s_j - m)) (-inf where
+  // the sum is 0), written beside the normalized output: what a part of a context's
+  // result needs to be folded with the other parts' (attention_step.h). [rows of the
+  // call, in q's order] or null. Not with sinks (a sink belongs to the whole context).
+  float* lse = nullptr;
 };
 
 // Whether a call with AttnArgs::row_ctx shares each tile among its rows on the active
@@ -167,6 +172,7 @@ struct AttnView {
   // read, earlier keys of its block get probability 0.
   int32_t first = 0;
   const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
+  float* lse = nullptr;          // AttnArgs::lse, [n_q]
   // FP8 dtypes with their codes as bf16 tile rows on AMX (attention_dots Amx): that
   // path's scratch, 64-byte aligned; null: another way.
   uint8_t* tiles = nullptr;

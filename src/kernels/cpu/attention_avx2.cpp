@@ -439,6 +439,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
       inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
     }
+    if (a.lse) a.lse[i] = l[i] > 0.f ? m[i] + __builtin_logf(l[i]) : -__builtin_inff();
     scale_row(out + i * ldo, dv, _mm256_set1_ps(inv));
   }
 }

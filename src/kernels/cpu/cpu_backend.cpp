@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_step.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
@@ -195,6 +196,8 @@ class CpuBackend final : public Backend {
   std::vector<float> attn_scratch_;  // [threads][attention_scratch_floats(kv, run * group)]
   std::vector<std::pair<int64_t, int32_t>> pos_blocks_;  // (first token, rows) per position block
   std::vector<int32_t> row_ctx_;     // [T] each token's position + 1
+  std::vector<std::span<const int32_t>> token_tables_;  // [T] each token's block table
+  AttnStepRunner attn_step_;
   std::vector<std::pair<int64_t, int32_t>> runs_;  // kv_read / kv_write: (first token, count) per block run
   std::vector<float> kv_tmp_;        // [threads][head_dim * block_size] a tile's rows in f32
   // The step's tokens in runs of consecutive positions of one sequence inside one block.
@@ -349,35 +352,23 @@ bool CpuBackend::position_blocks(const AttentionArgs& a) {
 }
 
 void CpuBackend::attention(const AttentionArgs& a) {
-  // Tasks of (token, a run of KV heads): each head's group of query heads (adjacent in q
-  // and out) shares each K/V tile, and a run of heads reads its tiles of a block as one
-  // piece; as few runs per token as keep every thread busy. K/V are read back from the
-  // cache in the stored dtype, so a row sees exactly what a later decode step will see.
+  // K/V are read back from the cache in the stored dtype, so a row sees exactly what a
+  // later decode step will see.
   const int64_t T = int64_t(step_.tokens.size());
-  const int32_t group = a.n_head / a.n_kv_head, dk = a.dk, dv = a.dv;
+  const int32_t group = a.n_head / a.n_kv_head;
   // (Sinks are per query head: a block of one head's positions would need them per row.)
   if (group == 1 && !a.sinks && attention_shares_positions(a.kv->layout()) && position_blocks(a)) return;
-  const AttnTasks tasks(T, a.n_kv_head, group, pool_.size());
-  const int64_t scratch_per = attention_scratch_floats(a.kv->layout(), tasks.rows_per_call());
-  attn_scratch_.resize(size_t(pool_.size() * scratch_per));
-  const auto args_of = [&](const AttnTasks::Task& k) {
-    return AttnArgs{a.kv, a.layer, step_.block_tables[size_t(step_.seq[size_t(k.token)])], step_.pos[size_t(k.token)] + 1,
-                    a.scale, {}, a.window, a.sinks ? a.sinks + int64_t(k.h0) * group + k.r0 : nullptr};
-  };
-  // Each thread asks for its next task's first keys during this one's last tile.
-  pool_.run_ahead(tasks.count(), [&](int64_t task, int64_t after, int thread) {
-    const AttnTasks::Task k = tasks[task];
-    if (k.rows <= 0) return;
-    AttnArgs na;
-    AttnNext next;
-    if (after >= 0) {
-      const AttnTasks::Task n = tasks[after];
-      na = args_of(n), next = AttnNext{&na, n.h0, n.n};
-    }
-    const int64_t row = k.token * a.n_head + int64_t(k.h0) * group + k.r0;
-    attention_heads(args_of(k), k.h0, k.n, k.rows, a.q + row * dk, dk, a.out + row * dv, dv,
-                    attn_scratch_.data() + thread * scratch_per, next);
-  });
+  row_ctx_.resize(size_t(T));
+  token_tables_.resize(size_t(T));
+  for (int64_t t = 0; t < T; ++t) {
+    row_ctx_[size_t(t)] = step_.pos[size_t(t)] + 1;
+    token_tables_[size_t(t)] = step_.block_tables[size_t(step_.seq[size_t(t)])];
+  }
+  AttnStep s;
+  s.kv = a.kv, s.layer = a.layer, s.scale = a.scale, s.window = a.window, s.sinks = a.sinks;
+  s.n_head = a.n_head, s.n_kv_head = a.n_kv_head, s.q = a.q, s.out = a.out;
+  s.tables = token_tables_, s.n_ctx = row_ctx_;
+  attn_step_.run(pool_, s);
 }
 
 }  // namespace
