@@ -62,7 +62,7 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t b16 =
       l.dtype == DType::BF16 || is_fp8 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
-         values_from_keys_floats(l);
+         segment_fold_floats(l, n_q) + values_from_keys_floats(l);
 }
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
@@ -97,6 +97,37 @@ bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa:
 
 // v_in_k, AVX-512: a tile's values transposed out of its K tiles, [tile blocks][block_size]
 // [head_dim_v] f32 at the scratch's end, 64-byte aligned.
+void attention_fold(float* o, float* L, const float* oc, float lc, int32_t dv) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (lc == kNegInf) return;
+  if (*L == kNegInf) {
+    std::copy(oc, oc + dv, o);
+    *L = lc;
+    return;
+  }
+  const float m = std::max(*L, lc), a = std::exp(*L - m), b = std::exp(lc - m), sum = a + b;
+  const float wa = a / sum, wb = b / sum;
+  for (int32_t d = 0; d < dv; ++d) o[d] = o[d] * wa + oc[d] * wb;
+  *L = m + std::log(sum);
+}
+
+int32_t attention_segment_keys(const KVLayout& l) {
+  if (!l.v_in_k) return 0;
+  const int32_t keys = std::max(kAttnSegmentKeys, l.block_size);
+  for (const int32_t t : kAttnTileKeys)  // whole tiles at every tile size
+    if (keys % (l.block_size * detail::attention_tile_blocks(l.block_size, t)) != 0) return 0;
+  return keys;
+}
+
+int64_t segment_fold_floats(const KVLayout& l, int32_t n_q) {
+  return l.v_in_k ? int64_t(n_q) * (l.head_dim_v + 1) + 16 : 0;
+}
+
+float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch) {
+  const int64_t at = attention_scratch_floats(l, n_q) - values_from_keys_floats(l) - segment_fold_floats(l, n_q);
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
+}
+
 int64_t values_from_keys_floats(const KVLayout& l) {
   return l.v_in_k ? int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v + 16
                   : 0;
@@ -106,8 +137,12 @@ namespace {
 
 // The reference: per row, exactly the arithmetic of a lone row (sequential dot, std::exp),
 // with each tile converted once for all rows.
+// Segments (AttnArgs::segment): seg_rows the whole call's rows (seg_out's and seg_lse's
+// stride per segment, a.seg_out/seg_lse/fold at this head's first row), fold [n_q][dv]
+// then [n_q] lse of the call's rows.
 void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, const float* q, int64_t ldq,
-                            float* out, int64_t ldo, float* scratch) {
+                            float* out, int64_t ldo, float* scratch, int32_t seg_rows = 0, float* fold = nullptr,
+                            float* fold_lse = nullptr) {
   const KVLayout& l = a.kv->layout();
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
   const int64_t esz = int64_t(dtype_info(l.dtype).type_size);
@@ -125,9 +160,39 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
     for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] = 0.f;
   }
 
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // Normalizes the rows of segment c (the whole context's when there are none) and keeps
+  // or folds them (AttnArgs::segment); last: the call's final ones.
+  const auto finish = [&](int32_t c, bool last) {
+    for (int32_t i = 0; i < n_q; ++i) {
+      float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
+      if (a.sinks) {  // the sink's term in the denominator, all taken relative to the larger max
+        const float mx = std::max(m[i], a.sinks[i]), c = std::exp(m[i] - mx);
+        inv = c / (sum[i] * c + std::exp(a.sinks[i] - mx));
+      }
+      float* o = out + i * ldo;
+      for (int32_t d = 0; d < dv; ++d) o[d] *= inv;
+      const float lse = sum[i] > 0.f ? m[i] + std::log(sum[i]) : kNegInf;
+      if (a.segment > 0 && a.seg_out) {
+        std::copy(o, o + dv, a.seg_out + (int64_t(c) * seg_rows + i) * dv);
+        a.seg_lse[int64_t(c) * seg_rows + i] = lse;
+      } else if (a.segment > 0 && (c > 0 || !last)) {
+        if (c == 0) std::copy(o, o + dv, fold + int64_t(i) * dv), fold_lse[i] = lse;
+        else attention_fold(fold + int64_t(i) * dv, fold_lse + i, o, lse, dv);
+        if (last) std::copy(fold + int64_t(i) * dv, fold + int64_t(i + 1) * dv, o);
+      }
+      if (a.lse) a.lse[i] = a.segment > 0 && !a.seg_out && c > 0 ? fold_lse[i] : lse;
+      if (!last) {
+        m[i] = kNegInf, sum[i] = 0.f;
+        for (int32_t d = 0; d < dv; ++d) o[d] = 0.f;
+      }
+    }
+  };
   const int32_t n_tiles = (a.n_ctx + bs - 1) / bs;
   const int32_t lo = a.window > 0 ? std::max(0, a.n_ctx - a.window) : 0;  // the window's first position
+  const int32_t seg_blocks = a.segment > 0 ? a.segment / bs : 0;
   for (int32_t t = lo / bs; t < n_tiles; ++t) {
+    if (seg_blocks > 0 && t > 0 && t % seg_blocks == 0) finish(t / seg_blocks - 1, false);
     const int32_t block = a.block_table[size_t(t)];
     const int32_t n = std::min(bs, a.n_ctx - t * bs);
     const int32_t j0 = std::max(0, lo - t * bs);  // keys before it are not attended
@@ -169,15 +234,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
       m[i] = m_new;
     }
   }
-  for (int32_t i = 0; i < n_q; ++i) {
-    float inv = sum[i] > 0.f ? 1.f / sum[i] : 0.f;
-    if (a.sinks) {  // the sink's term in the denominator, all taken relative to the larger max
-      const float mx = std::max(m[i], a.sinks[i]), c = std::exp(m[i] - mx);
-      inv = c / (sum[i] * c + std::exp(a.sinks[i] - mx));
-    }
-    for (int32_t d = 0; d < dv; ++d) out[i * ldo + d] *= inv;
-    if (a.lse) a.lse[i] = sum[i] > 0.f ? m[i] + std::log(sum[i]) : -std::numeric_limits<float>::infinity();
-  }
+  finish(seg_blocks > 0 && n_tiles > 0 ? (n_tiles - 1) / seg_blocks : 0, true);
 }
 
 // The K pieces of the first tile `a` reads (its first row's window start on), as
@@ -208,6 +265,10 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
               "attention: KV heads [{}, {}) of {}", kv_head, kv_head + n_heads, l.n_kv_head);
   RIDGE_CHECK(a.window >= 0, "attention: window {} is negative", a.window);
   RIDGE_CHECK(!(a.lse && a.sinks), "attention: a part's log-sum-exp with attention sinks");
+  RIDGE_CHECK(a.segment == 0 || (a.segment == attention_segment_keys(l) && a.window == 0 && a.row_ctx.empty() && !a.sinks),
+              "attention: segments of {} positions (this layout's: {}) with a window, row contexts or sinks", a.segment,
+              attention_segment_keys(l));
+  RIDGE_CHECK(!a.seg_out == !a.seg_lse, "attention: a segment's rows kept without their log-sum-exp");
   const Isa isa = active_isa();
   if (!a.row_ctx.empty()) {
     RIDGE_CHECK(int32_t(a.row_ctx.size()) == group && a.row_ctx.back() == a.n_ctx && a.row_ctx.front() >= 1 &&
@@ -229,12 +290,16 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   }
   // Values kept in the keys have an AVX-512 kernel; on AVX2 they run the portable path.
   if (isa == Isa::Scalar || (isa == Isa::Avx2 && l.v_in_k)) {
+    const int32_t rows = n_heads * group;
+    float* fold = a.segment > 0 ? segment_fold_rows(l, rows, scratch) : nullptr;
     for (int32_t h = 0; h < n_heads; ++h) {
       AttnArgs ah = a;
-      if (a.sinks) ah.sinks = a.sinks + int64_t(h) * group;
-      if (a.lse) ah.lse = a.lse + int64_t(h) * group;
-      attention_group_scalar(ah, kv_head + h, group, q + int64_t(h) * group * ldq, ldq, out + int64_t(h) * group * ldo,
-                             ldo, scratch);
+      const int64_t r0 = int64_t(h) * group;
+      if (a.sinks) ah.sinks = a.sinks + r0;
+      if (a.lse) ah.lse = a.lse + r0;
+      if (a.seg_out) ah.seg_out = a.seg_out + r0 * l.head_dim_v, ah.seg_lse = a.seg_lse + r0;
+      attention_group_scalar(ah, kv_head + h, group, q + r0 * ldq, ldq, out + r0 * ldo, ldo, scratch, rows,
+                             fold ? fold + r0 * l.head_dim_v : nullptr, fold ? fold + int64_t(rows) * l.head_dim_v + r0 : nullptr);
     }
     return;
   }
@@ -267,13 +332,18 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.bf16_dots = dots == detail::AttnDots::Bf16;
     if (dots == detail::AttnDots::Amx) {
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
-                         (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
+                         segment_fold_floats(l, n_heads * group) - (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
       v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
     }
     v.n_heads = n_heads;
     v.row_ctx = a.row_ctx.empty() ? nullptr : a.row_ctx.data();
     v.sinks = a.sinks;
     v.lse = a.lse;
+    if (a.segment > 0) {
+      v.seg_tiles = a.segment / (l.block_size * detail::attention_tile_blocks(l.block_size, v.tile_keys));
+      v.seg_out = a.seg_out, v.seg_lse = a.seg_lse, v.seg_rows = n_heads * group;
+      v.fold = segment_fold_rows(l, n_heads * group, scratch);
+    }
     if (next.args) next_first_keys(*next.args, next.kv_head, next.n_heads, v);
     return detail::attention_group_avx512(v, n_heads * group, q, ldq, out, ldo, scratch);
   }

@@ -50,7 +50,30 @@ struct AttnArgs {
   // result needs to be folded with the other parts' (attention_step.h). [rows of the
   // call, in q's order] or null. Not with sinks (a sink belongs to the whole context).
   float* lse = nullptr;
+  // Segments (latent attention, attention_step.h): the call's context cut every `segment`
+  // positions from its first, each segment its own softmax from an empty state, exactly
+  // as a call over that segment alone. 0: one. Without seg_out the segments' rows are
+  // folded into out in position order (attention_fold; lse the fold's); with it each
+  // segment's normalized rows are kept, segment c's at seg_out + c x rows x dv (rows of
+  // the call, dv apart) and its lse at seg_lse + c x rows, and out is scratch. A whole
+  // number of tiles for every tile size (attention_segment_keys); no window, row
+  // contexts or sinks.
+  int32_t segment = 0;
+  float* seg_out = nullptr;
+  float* seg_lse = nullptr;
 };
+
+// Positions per segment of this layout's latent attention (AttnArgs::segment): a whole
+// number of tiles at every tile size (kAttnTileKeys); 0: no segments (values in their
+// own tiles, or a block size whose tiles do not divide them).
+inline constexpr int32_t kAttnSegmentKeys = 512;
+int32_t attention_segment_keys(const KVLayout& l);
+
+// Row o (with L, the log-sum-exp of its scores) folded with a later segment's row oc (lc):
+// both rescaled to their joint normalizer, L updated. A segment with no weight (lc =
+// -inf) leaves it; an o with none takes oc. Portable and out of line, so every path and
+// plan runs the same instructions in the same order.
+void attention_fold(float* o, float* L, const float* oc, float lc, int32_t dv);
 
 // Whether a call with AttnArgs::row_ctx shares each tile among its rows on the active
 // ISA (AVX-512, unscaled dtypes); elsewhere it runs row by row, and callers do better
@@ -75,8 +98,11 @@ void set_attention_tile_keys(int32_t keys);  // not one of kAttnTileKeys: an err
 
 // Floats of scratch one call with n_q query rows needs (any ISA, any tile keys).
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
-// Of those, the values transposed out of the keys (KVLayout::v_in_k) take the last.
+// Of those, the values transposed out of the keys (KVLayout::v_in_k) take the last, and
+// the segments' fold (AttnArgs::segment) the floats before them.
 int64_t values_from_keys_floats(const KVLayout& l);
+int64_t segment_fold_floats(const KVLayout& l, int32_t n_q);
+float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch);  // [n_q][dv], then [n_q] lse
 
 // n_q query heads that all read KV head kv_head: q[n_q][head_dim_k] with rows ldq floats
 // apart -> out[n_q][head_dim_v] with rows ldo floats apart. scratch: attention_scratch_floats.
@@ -173,6 +199,13 @@ struct AttnView {
   int32_t first = 0;
   const float* sinks = nullptr;  // AttnArgs::sinks, [n_q]
   float* lse = nullptr;          // AttnArgs::lse, [n_q]
+  // AttnArgs::segment in tiles (0: none), seg_out and seg_lse (for head h's rows the
+  // call's, at h x group), and the fold's rows [n_q][dv] and lse [n_q] in scratch.
+  int32_t seg_tiles = 0;
+  float* seg_out = nullptr;
+  float* seg_lse = nullptr;
+  int32_t seg_rows = 0;          // rows of the whole call: seg_out's segment stride is seg_rows x dv
+  float* fold = nullptr;
   // FP8 dtypes with their codes as bf16 tile rows on AMX (attention_dots Amx): that
   // path's scratch, 64-byte aligned; null: another way.
   uint8_t* tiles = nullptr;

@@ -569,7 +569,42 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   Tile tl;
   tl.bs = bs;
   Group gr[kMaxTileBlocks * 4];
+  // Normalizes the rows of segment c (the whole context's when there are none) and keeps
+  // or folds them (AttnArgs::segment); !last: resets the state for the next segment, as a
+  // fresh call starts.
+  const auto finish = [&](int32_t c, bool last) {
+    for (int32_t i = 0; i < n_q; ++i) {
+      float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
+        const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
+        inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
+      }
+      const __m512 vinv = _mm512_set1_ps(inv);
+      float* o = out + i * ldo;
+      for (int32_t d = 0; d < dv; d += 16) {
+        const __mmask16 mk = first_lanes(dv - d);
+        _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), vinv));
+      }
+      const float lse = l[i] > 0.f ? m[i] + __builtin_logf(l[i]) : kNegInf;
+      if (a.seg_tiles > 0 && a.seg_out) {
+        __builtin_memcpy(a.seg_out + (int64_t(c) * a.seg_rows + i) * dv, o, size_t(dv) * 4);
+        a.seg_lse[int64_t(c) * a.seg_rows + i] = lse;
+      } else if (a.seg_tiles > 0 && (c > 0 || !last)) {
+        float* f = a.fold + int64_t(i) * dv;
+        float* fl = a.fold + int64_t(n_q) * dv + i;
+        if (c == 0) __builtin_memcpy(f, o, size_t(dv) * 4), *fl = lse;
+        else attention_fold(f, fl, o, lse, dv);
+        if (last) __builtin_memcpy(o, f, size_t(dv) * 4);
+      }
+      if (a.lse) a.lse[i] = a.seg_tiles > 0 && !a.seg_out && c > 0 ? a.fold[int64_t(n_q) * dv + i] : lse;
+      if (!last) {
+        m[i] = kNegInf, l[i] = 0.f;
+        for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, first_lanes(dv - d), _mm512_setzero_ps());
+      }
+    }
+  };
   for (int32_t t = t0; t < n_tiles; ++t) {
+    if (a.seg_tiles > 0 && t > 0 && t % a.seg_tiles == 0) finish(t / a.seg_tiles - 1, false);
     const int32_t b0 = t * tb, b1 = b0 + tb < n_blk ? b0 + tb : n_blk;
     tl.n_blocks = b1 - b0;
     // The rows of each head this tile runs, [lo, hi): those whose context ended before it
@@ -746,20 +781,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       }
     pf.finish();
   }
-  for (int32_t i = 0; i < n_q; ++i) {
-    float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-    if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
-      const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
-      inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
-    }
-    if (a.lse) a.lse[i] = l[i] > 0.f ? m[i] + __builtin_logf(l[i]) : -__builtin_inff();
-    const __m512 vinv = _mm512_set1_ps(inv);
-    float* o = out + i * ldo;
-    for (int32_t d = 0; d < dv; d += 16) {
-      const __mmask16 mk = first_lanes(dv - d);
-      _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), vinv));
-    }
-  }
+  finish(a.seg_tiles > 0 && n_tiles > 0 ? (n_tiles - 1) / a.seg_tiles : 0, true);
 }
 
 }  // namespace

@@ -18,9 +18,10 @@ namespace {
 int32_t segments_of(int32_t seg_keys, int32_t n) { return seg_keys > 0 && n > seg_keys ? (n + seg_keys - 1) / seg_keys : 1; }
 
 // Segment g of token t's context: its blocks from the segment's first, its positions.
+// g < 0: the whole context.
 AttnArgs segment_args(const AttnStep& s, int64_t t, int32_t g, int32_t seg_keys, const float* sinks) {
   AttnArgs a{s.kv, s.layer, s.tables[size_t(t)], s.n_ctx[size_t(t)], s.scale, {}, s.window, sinks};
-  if (g > 0 || (seg_keys > 0 && a.n_ctx > seg_keys)) {
+  if (g > 0 || (g == 0 && seg_keys > 0 && a.n_ctx > seg_keys)) {
     const int32_t p0 = g * seg_keys;
     a.block_table = a.block_table.subspan(size_t(p0 / s.kv->layout().block_size));
     a.n_ctx = std::min(seg_keys, a.n_ctx - p0);
@@ -48,26 +49,6 @@ AttnPlan env_plan() {
 
 }  // namespace
 
-int32_t attention_segment_keys(const KVLayout& l) {
-  if (!l.v_in_k) return 0;
-  const int32_t bs = l.block_size;
-  return (std::max(kAttnSegmentKeys, bs) + bs - 1) / bs * bs;
-}
-
-void attention_fold(float* o, float* L, const float* oc, float lc, int32_t dv) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (lc == kNegInf) return;
-  if (*L == kNegInf) {
-    std::memcpy(o, oc, size_t(dv) * sizeof(float));
-    *L = lc;
-    return;
-  }
-  const float m = std::max(*L, lc), a = std::exp(*L - m), b = std::exp(lc - m), sum = a + b;
-  const float wa = a / sum, wb = b / sum;
-  for (int32_t d = 0; d < dv; ++d) o[d] = o[d] * wa + oc[d] * wb;
-  *L = m + std::log(sum);
-}
-
 const char* attn_plan_name(AttnPlan p) {
   switch (p) {
     case AttnPlan::Auto: return "auto";
@@ -75,6 +56,27 @@ const char* attn_plan_name(AttnPlan p) {
     case AttnPlan::Segments: return "segments";
   }
   return "?";
+}
+
+// The Segments plan's tasks: each token's segments cut into runs of about the same keys,
+// as many per token as its share of all the step's keys gives the threads (at least one).
+void segment_runs(const AttnStep& s, int32_t seg_keys, int32_t threads, std::vector<AttnSegRun>& runs) {
+  runs.clear();
+  double total = 0;
+  for (int32_t n : s.n_ctx) total += n;
+  for (int64_t t = 0; t < int64_t(s.n_ctx.size()); ++t) {
+    const int32_t n = s.n_ctx[size_t(t)], nseg = segments_of(seg_keys, n);
+    const int32_t want = total > 0 ? int32_t(std::lround(double(n) * threads / total)) : 1;
+    const int32_t r = std::clamp(want, 1, nseg);
+    int32_t g0 = 0;
+    for (int32_t j = 1; j <= r; ++j) {
+      // The boundary nearest j / r of the keys, leaving each later run a segment.
+      int32_t g1 = j == r ? nseg : int32_t(std::lround(double(n) * j / r / seg_keys));
+      g1 = std::clamp(g1, g0 + 1, nseg - (r - j));
+      runs.push_back(AttnSegRun{t, g0, g1});
+      g0 = g1;
+    }
+  }
 }
 
 AttnPlan attention_plan(const AttnStep& s, int32_t threads) {
@@ -97,10 +99,11 @@ AttnPlan attention_plan(const AttnStep& s, int32_t threads) {
     if (k.rows > 0) deal(double(s.n_ctx[size_t(k.token)]) * (k.n * k.rows + kTransposeRows * k.n));
   }
   const double rows = busiest();
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t n = s.n_ctx[size_t(t)];
-    for (int32_t g = 0; g < segments_of(seg_keys, n); ++g)
-      deal(double(std::min(seg_keys, n - g * seg_keys)) * (s.n_head + kTransposeRows * s.n_kv_head));
+  std::vector<AttnSegRun> runs;
+  segment_runs(s, seg_keys, threads, runs);
+  for (const AttnSegRun& r : runs) {
+    const int32_t keys = std::min(s.n_ctx[size_t(r.token)], r.g1 * seg_keys) - r.g0 * seg_keys;
+    deal(double(keys) * (s.n_head + kTransposeRows * s.n_kv_head));
   }
   return busiest() < rows ? AttnPlan::Segments : AttnPlan::Rows;
 }
@@ -119,46 +122,32 @@ void AttnStepRunner::run(ThreadPool& pool, const AttnStep& s, AttnPlan plan) {
 void AttnStepRunner::run_rows(ThreadPool& pool, const AttnStep& s, int32_t seg_keys) {
   // Tasks of (token, a run of KV heads): each head's group of query heads (adjacent in q
   // and out) shares each K/V tile, and a run of heads reads its tiles of a block as one
-  // piece; as few runs per token as keep every thread busy.
+  // piece; as few runs per token as keep every thread busy. A task's segments are folded
+  // inside its one call.
   const KVLayout& l = s.kv->layout();
   const int64_t T = int64_t(s.n_ctx.size());
   const int32_t group = s.n_head / s.n_kv_head, dk = l.head_dim_k, dv = l.head_dim_v;
   const AttnTasks tasks(T, s.n_kv_head, group, pool.size());
-  const int32_t rows = tasks.rows_per_call();
-  const int64_t kernel = attention_scratch_floats(l, rows);
-  // + a later segment's rows [rows][dv], their lse [rows], the output's lse [rows]
-  const int64_t per = kernel + (seg_keys > 0 ? int64_t(rows) * (dv + 2) : 0);
+  const int64_t per = attention_scratch_floats(l, tasks.rows_per_call());
   scratch_.resize(size_t(pool.size() * per));
-  const auto sinks_of = [&](const AttnTasks::Task& k) {
-    return s.sinks ? s.sinks + int64_t(k.h0) * group + k.r0 : nullptr;
+  const auto args_of = [&](const AttnTasks::Task& k) {
+    AttnArgs a = segment_args(s, k.token, -1, 0, s.sinks ? s.sinks + int64_t(k.h0) * group + k.r0 : nullptr);
+    a.segment = seg_keys;
+    return a;
   };
-  // Each thread asks for what it reads next (the next segment's first keys, or the next
-  // task's) during its last tile.
+  // Each thread asks for its next task's first keys during this one's last tile.
   pool.run_ahead(tasks.count(), [&](int64_t task, int64_t after, int thread) {
     const AttnTasks::Task k = tasks[task];
     if (k.rows <= 0) return;
-    const int64_t row = k.token * s.n_head + int64_t(k.h0) * group + k.r0;
-    const int32_t nr = k.n * k.rows;  // the call's rows, adjacent in q and out
-    float* sc = scratch_.data() + thread * per;
-    float* oc = sc + kernel;
-    float* lc = oc + int64_t(rows) * dv;
-    float* L = lc + rows;
-    float* o = s.out + row * dv;
-    const int32_t nseg = segments_of(seg_keys, s.n_ctx[size_t(k.token)]);
     AttnArgs na;
-    for (int32_t g = 0; g < nseg; ++g) {
-      AttnArgs a = segment_args(s, k.token, g, seg_keys, sinks_of(k));
-      AttnNext next;
-      if (g + 1 < nseg) {
-        na = segment_args(s, k.token, g + 1, seg_keys, nullptr), next = AttnNext{&na, k.h0, k.n};
-      } else if (after >= 0) {
-        const AttnTasks::Task n = tasks[after];
-        na = segment_args(s, n.token, 0, seg_keys, nullptr), next = AttnNext{&na, n.h0, n.n};
-      }
-      if (nseg > 1) a.lse = g == 0 ? L : lc;
-      attention_heads(a, k.h0, k.n, k.rows, s.q + row * dk, dk, g == 0 ? o : oc, dv, sc, next);
-      for (int32_t r = 0; r < nr && g > 0; ++r) attention_fold(o + int64_t(r) * dv, L + r, oc + int64_t(r) * dv, lc[r], dv);
+    AttnNext next;
+    if (after >= 0) {
+      const AttnTasks::Task n = tasks[after];
+      na = args_of(n), next = AttnNext{&na, n.h0, n.n};
     }
+    const int64_t row = k.token * s.n_head + int64_t(k.h0) * group + k.r0;
+    attention_heads(args_of(k), k.h0, k.n, k.rows, s.q + row * dk, dk, s.out + row * dv, dv,
+                    scratch_.data() + thread * per, next);
   });
 }
 
@@ -166,30 +155,33 @@ void AttnStepRunner::run_segments(ThreadPool& pool, const AttnStep& s, int32_t s
   const KVLayout& l = s.kv->layout();
   const int64_t T = int64_t(s.n_ctx.size());
   const int32_t group = s.n_head / s.n_kv_head, dk = l.head_dim_k, dv = l.head_dim_v, nh = s.n_head;
-  segs_.clear();
-  first_.assign(size_t(T + 1), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    first_[size_t(t)] = int64_t(segs_.size());
-    for (int32_t g = 0; g < segments_of(seg_keys, s.n_ctx[size_t(t)]); ++g)
-      segs_.push_back(Seg{t, g, int64_t(segs_.size())});
-  }
-  first_[size_t(T)] = int64_t(segs_.size());
-  const int64_t n = int64_t(segs_.size());
+  segment_runs(s, seg_keys, pool.size(), runs_);
+  first_.assign(size_t(T + 1), 0);  // each token's first segment among all kept
+  for (int64_t t = 0; t < T; ++t) first_[size_t(t + 1)] = first_[size_t(t)] + segments_of(seg_keys, s.n_ctx[size_t(t)]);
+  const int64_t n = first_[size_t(T)];
   kept_.resize(size_t(n * nh * (dv + 1)));
   float* kept_lse = kept_.data() + n * nh * dv;  // [segments][nh]
-  const int64_t per = attention_scratch_floats(l, nh);
+  // + the call's running rows [nh][dv]: two runs of one token work at once
+  const int64_t kernel = attention_scratch_floats(l, nh), per = kernel + int64_t(nh) * dv;
   scratch_.resize(size_t(pool.size() * per));
-  pool.run_ahead(n, [&](int64_t i, int64_t after, int thread) {
-    const Seg& g = segs_[size_t(i)];
-    AttnArgs a = segment_args(s, g.token, g.seg, seg_keys, nullptr), na;
-    a.lse = kept_lse + g.kept * nh;
+  // A run's segments [g0, g1) in one call, its context from segment g0's first block.
+  const auto args_of = [&](const AttnSegRun& r) {
+    AttnArgs a = segment_args(s, r.token, r.g0, seg_keys, nullptr);
+    a.n_ctx = std::min(s.n_ctx[size_t(r.token)], r.g1 * seg_keys) - r.g0 * seg_keys;
+    a.segment = seg_keys;
+    return a;
+  };
+  pool.run_ahead(int64_t(runs_.size()), [&](int64_t i, int64_t after, int thread) {
+    const AttnSegRun& r = runs_[size_t(i)];
+    const int64_t c0 = first_[size_t(r.token)] + r.g0;
+    AttnArgs a = args_of(r), na;
+    a.seg_out = kept_.data() + c0 * nh * dv, a.seg_lse = kept_lse + c0 * nh;
     AttnNext next;
-    if (after >= 0) na = segment_args(s, segs_[size_t(after)].token, segs_[size_t(after)].seg, seg_keys, nullptr),
-                    next = AttnNext{&na, 0, s.n_kv_head};
-    attention_heads(a, 0, s.n_kv_head, group, s.q + g.token * nh * dk, dk, kept_.data() + g.kept * nh * dv, dv,
-                    scratch_.data() + thread * per, next);
+    if (after >= 0) na = args_of(runs_[size_t(after)]), next = AttnNext{&na, 0, s.n_kv_head};
+    float* sc = scratch_.data() + thread * per;
+    attention_heads(a, 0, s.n_kv_head, group, s.q + r.token * nh * dk, dk, sc + kernel, dv, sc, next);
   });
-  // Each row's segments folded in position order, as a Rows task folds them.
+  // Each row's segments folded in position order, as a Rows call folds them.
   pool.run(T * nh, [&](int64_t task, int) {
     const int64_t t = task / nh, r = task % nh, i0 = first_[size_t(t)], i1 = first_[size_t(t + 1)];
     float* o = s.out + (t * nh + r) * dv;

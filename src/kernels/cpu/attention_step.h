@@ -7,18 +7,19 @@
 // each thread read the whole cache and transpose the values out of the keys itself: on T
 // threads the cache is read and transposed T times. So its context is cut into segments
 // of attention_segment_keys() positions, fixed by the layout alone, and a row's result is
-// defined as its segments' results folded in position order (attention_fold): each
-// segment one kernel call with its own softmax (its normalized output and log-sum-exp,
-// AttnArgs::lse). Since the segments and the fold's order depend only on the row's
-// context, every plan gives a row the same bits, whatever the batch or the threads:
-//  - Rows: tasks of (token, KV heads, query rows) as AttnTasks makes them; a task runs
-//    its token's segments in order and folds each into its output as it comes.
-//  - Segments: one task per (token, segment) with all the token's rows, each result
-//    kept; then each row's kept results folded in position order. Each thread reads and
-//    transposes its segments' share of the cache once for all the query heads.
+// defined as its segments' results folded in position order (attention_fold), each
+// segment's softmax started from an empty state (AttnArgs::segment). Since the segments
+// and the fold's order depend only on the row's context, every plan gives a row the same
+// bits, whatever the batch or the threads:
+//  - Rows: tasks of (token, KV heads, query rows) as AttnTasks makes them; a task's one
+//    call folds its segments as it reaches their ends.
+//  - Segments: a token's segments cut into runs of about equal keys, one call each with
+//    all the token's rows, each segment's result kept (AttnArgs::seg_out); then each
+//    row's kept results folded in position order. Each thread reads and transposes its
+//    share of the cache once for all the query heads.
 // attention_plan chooses per step by what each plan's busiest thread would do. A context
-// of one segment is one call, bit for bit as before segments; every other layout (and a
-// window, or sinks) reads its whole context in one call.
+// of one segment runs exactly as before segments; every other layout (and a window, or
+// sinks) reads its whole context with one softmax.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -31,17 +32,6 @@ class ThreadPool;
 }
 
 namespace ridge::kernels {
-
-// Positions per segment of this layout's context, a whole number of blocks and of the
-// attention tiles; 0: no segments (one call over the whole context).
-inline constexpr int32_t kAttnSegmentKeys = 512;
-int32_t attention_segment_keys(const KVLayout& l);
-
-// Row o (ln its log-sum-exp L) folded with a later segment's row oc (lc): both rescaled
-// to their joint normalizer, L updated. A segment with no weight (lc = -inf) leaves it;
-// an o with none takes oc. One out-of-line function, so every plan runs the same
-// instructions in the same order.
-void attention_fold(float* o, float* L, const float* oc, float lc, int32_t dv);
 
 struct AttnStep {
   const KVView* kv = nullptr;
@@ -57,6 +47,12 @@ struct AttnStep {
 };
 
 enum class AttnPlan { Auto, Rows, Segments };
+
+// A Segments task: token's segments [g0, g1), one call.
+struct AttnSegRun {
+  int64_t token;
+  int32_t g0, g1;
+};
 const char* attn_plan_name(AttnPlan p);
 
 // Rows or Segments for this step. Segments only where a layout has them and the rows'
@@ -79,14 +75,9 @@ class AttnStepRunner {
   void run_rows(ThreadPool& pool, const AttnStep& s, int32_t seg_keys);
   void run_segments(ThreadPool& pool, const AttnStep& s, int32_t seg_keys);
 
-  std::vector<float> scratch_;  // [threads][per thread]
-  struct Seg {
-    int64_t token;
-    int32_t seg;
-    int64_t kept;  // index of its kept result
-  };
-  std::vector<Seg> segs_;
-  std::vector<int64_t> first_;  // [tokens + 1] each token's first entry in segs_
+  std::vector<float> scratch_;  // [threads][attention_scratch_floats of a call's rows]
+  std::vector<AttnSegRun> runs_;
+  std::vector<int64_t> first_;  // [tokens + 1] each token's first segment among all kept
   std::vector<float> kept_;     // [segments][n_head][dv], then [segments][n_head] lse
   AttnPlan last_ = AttnPlan::Rows;
 };
