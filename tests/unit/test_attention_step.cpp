@@ -300,8 +300,11 @@ TEST(AttentionStep, PlanChoice) {
     return attention_plan(s, threads);
   };
   EXPECT_EQ(plan({4096}, 2), AttnPlan::Segments);
-  EXPECT_EQ(plan({1100}, 2), AttnPlan::Segments);  // 512 + 512 + 76 against 2 x 550 keys of half the rows
-  EXPECT_EQ(plan({600}, 2), AttnPlan::Rows);       // 512 + 88: the first segment alone outweighs
+  EXPECT_EQ(plan({2048}, 2), AttnPlan::Segments);  // two segments a thread against 2048 keys of half the rows
+  EXPECT_EQ(plan({3072}, 2), AttnPlan::Segments);
+  EXPECT_EQ(plan({1100}, 2), AttnPlan::Rows);      // 512 | 512 + 76: no better than half the rows, with the fixed cost
+  EXPECT_EQ(plan({1600}, 2), AttnPlan::Rows);      // 1024 | 576: uneven
+  EXPECT_EQ(plan({600}, 2), AttnPlan::Rows);       // 512 | 88: the first segment alone outweighs
   EXPECT_EQ(plan({512}, 2), AttnPlan::Rows);       // one segment
   EXPECT_EQ(plan({4096, 4096}, 2), AttnPlan::Rows);  // a task per token: no query split
   EXPECT_EQ(plan({4096, 4096}, 16), AttnPlan::Segments);

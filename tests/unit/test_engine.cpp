@@ -143,7 +143,7 @@ TEST(Engine, LongLatentContextsMatchAlone) {
   ASSERT_TRUE(m->hparams().mla());
   std::mt19937_64 rng(11);
   std::vector<std::vector<int32_t>> prompts;
-  for (const int len : {1100, 30, 600, 515}) {
+  for (const int len : {2100, 30, 600, 1030}) {
     std::vector<int32_t> p{1};
     while (int(p.size()) < len) p.push_back(3 + int32_t(rng() % uint64_t(m->hparams().n_vocab - 3)));
     prompts.push_back(p);
@@ -155,17 +155,22 @@ TEST(Engine, LongLatentContextsMatchAlone) {
     base.prefix_cache = false;
     std::vector<GenResult> alone;
     for (const auto& p : prompts) {
-      alone.push_back(Generator(*m, nullptr, base).run(greedy({p}, 6))[0]);
-      ASSERT_EQ(alone.back().tokens.size(), 6u) << "a prompt of " << p.size();
+      alone.push_back(Generator(*m, nullptr, base).run(greedy({p}, 16))[0]);
+      ASSERT_EQ(alone.back().tokens.size(), 16u) << "a prompt of " << p.size();
     }
     GenOptions chunked = base;
     chunked.max_num_batched_tokens = 256;
     GenOptions small = base;
-    small.kv_tokens = 1400;  // the longest and one more: preemptions, recomputed
+    small.kv_tokens = 3800;  // the prompts fit, their answers do not: preemptions, recomputed
     for (const auto& [name, o] : {std::pair{"batched", base}, std::pair{"chunked prefill", chunked},
                                   std::pair{"small pool, recompute", small}}) {
-      const auto res = Generator(*m, nullptr, o).run(greedy(prompts, 6));
+      const auto res = Generator(*m, nullptr, o).run(greedy(prompts, 16));
       expect_same(alone, res, std::string(name) + (form == MlaPrefill::Absorbed ? ", absorbed" : ", auto"));
+      int32_t preempted = 0;
+      for (const auto& r : res) preempted += r.preemptions;
+      if (o.kv_tokens > 0) {
+        EXPECT_GT(preempted, 0) << name;
+      }
     }
   }
 }

@@ -105,7 +105,8 @@ AttnPlan attention_plan(const AttnStep& s, int32_t threads) {
     const int32_t keys = std::min(s.n_ctx[size_t(r.token)], r.g1 * seg_keys) - r.g0 * seg_keys;
     deal(double(keys) * (s.n_head + kTransposeRows * s.n_kv_head));
   }
-  return busiest() < rows ? AttnPlan::Segments : AttnPlan::Rows;
+  const double fixed = kSegmentsFixedKeys * (s.n_head + kTransposeRows * s.n_kv_head);
+  return busiest() + fixed < rows ? AttnPlan::Segments : AttnPlan::Rows;
 }
 
 void AttnStepRunner::run(ThreadPool& pool, const AttnStep& s, AttnPlan plan) {

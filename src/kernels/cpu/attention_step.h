@@ -60,9 +60,12 @@ const char* attn_plan_name(AttnPlan p);
 // thread does less: a task's cost is its keys x (its query rows + kTransposeRows), the
 // values' transposition out of the keys counted as that many rows' dots and P.V (the
 // latent's BF16 path, docs/BENCHMARKS.md), tasks dealt to the least-loaded thread in
-// order as the pool claims them. RIDGE_ATTN_PLAN=rows|segments overrides Auto (for
-// measurements: every plan gives the same bits).
+// order as the pool claims them; Segments pays kSegmentsFixedKeys keys of all the rows
+// more (its second pass over the pool, the fold of the kept rows, a call per run).
+// RIDGE_ATTN_PLAN=rows|segments overrides Auto (for measurements: every plan gives the
+// same bits).
 inline constexpr double kTransposeRows = 3.0;
+inline constexpr double kSegmentsFixedKeys = 100.0;
 AttnPlan attention_plan(const AttnStep& s, int32_t threads);
 
 class AttnStepRunner {
