@@ -610,10 +610,10 @@ TEST(Attention, EveryTileKeysCandidate) {
     l.dtype = t;
     l.block_size = t == DType::I8 ? 5 : 16;
     set_attention_tile_keys(64);
-    const int64_t at64 = attention_scratch_floats(l, 16), vk64 = values_from_keys_floats(l);
+    const int64_t at64 = attention_scratch_floats(l, 16), vk64 = values_from_keys_floats(l, 16);
     set_attention_tile_keys(128);
     EXPECT_EQ(attention_scratch_floats(l, 16), at64) << dtype_name(t);
-    EXPECT_EQ(values_from_keys_floats(l), vk64) << dtype_name(t);
+    EXPECT_EQ(values_from_keys_floats(l, 16), vk64) << dtype_name(t);
   }
   for (int32_t keys : kAttnTileKeys) {
     set_attention_tile_keys(keys);
@@ -914,8 +914,9 @@ namespace {
 // portable path for it, so within rounding there), whatever the block size, with or
 // without a window, and reading nothing past the context (NaN elsewhere). Both ways of
 // a BF16 cache: the f32 way, and where the CPU has them AVX512-BF16 vectors (the shapes
-// they take: the values' pairs transposed out of the keys against pv_bf16 over a V tile,
-// which the reference tests above cover).
+// they take: P.V with the rows across the lanes, the values' pairs broadcast from the
+// keys, against pv_bf16 over a V tile, which the reference tests above cover; 40 rows are
+// three groups of lanes, the last part empty).
 TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
   IsaGuard guard;
   struct Shape {
@@ -928,7 +929,7 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
     for (const Shape& sh : {Shape{80, 64, 16, 50, 4}, Shape{576, 512, 16, 70, 16}, Shape{40, 24, 8, 37, 3},
                             Shape{80, 64, 32, 90, 5}, Shape{48, 32, 64, 130, 2}, Shape{80, 64, 1, 9, 16},
                             Shape{64, 32, 16, 45, 8}, Shape{96, 64, 32, 97, 5}, Shape{64, 64, 128, 300, 3},
-                            Shape{576, 512, 64, 133, 9}}) {
+                            Shape{576, 512, 64, 133, 9}, Shape{576, 512, 16, 300, 40}}) {
       if (way == Fp8Path::Bf16 && t != DType::BF16) continue;
       set_fp8_path(way);
       KVLayout a;
@@ -990,6 +991,46 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
         }
       }
     }
+}
+
+// A window that starts at an odd position: the key before it shares its pair, so the
+// lanes' P.V reads that pair with the earlier key masked to +0, as pv_bf16 masks it; an
+// infinite value there (a weight of 0 times it would be NaN) must not reach the rows.
+TEST(AttentionValuesInKeys, KeyBeforeTheWindowIsNotMultiplied) {
+  IsaGuard guard;
+  const int32_t dk = 576, dv = 512, bs = 16, n_ctx = 40, window = 21, n_q = 16;  // the window starts at 19
+  KVLayout a;
+  a.n_layer = 1, a.n_kv_head = 1, a.head_dim_k = dk, a.head_dim_v = dv, a.block_size = bs, a.dtype = DType::BF16;
+  a.n_blocks = 3;
+  KVLayout b = a;
+  b.v_in_k = true;
+  if (!attention_latent_lanes(b)) GTEST_SKIP() << "the lanes' P.V needs AVX512-BF16";
+  KVCache ca(a), cb(b);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.f, 1.f);
+  const std::vector<int32_t> table{2, 0, 1};
+  std::vector<float> k(static_cast<size_t>(dk));
+  for (int32_t p = 0; p < 3 * bs; ++p) {
+    for (auto& e : k) e = g(rng);
+    if (p == n_ctx - window - 1)
+      for (int32_t d = dk - dv; d < dk; ++d) k[size_t(d)] = std::numeric_limits<float>::infinity();
+    const int32_t blk = table[size_t(p / bs)], sl = p % bs;
+    ca.write_k(0, blk, 0, sl, k.data()), cb.write_k(0, blk, 0, sl, k.data());
+    ca.write_v(0, blk, 0, sl, k.data() + (dk - dv));
+  }
+  std::vector<float> q(size_t(n_q * dk));
+  for (auto& e : q) e = g(rng);
+  set_isa(Isa::Avx512);
+  std::vector<float> oa(size_t(n_q * dv)), ob(oa.size());
+  std::vector<float> sa(size_t(attention_scratch_floats(a, n_q))), sb(size_t(attention_scratch_floats(b, n_q)));
+  AttnArgs aa{&ca, 0, table, n_ctx, 0.05f, {}}, ab{&cb, 0, table, n_ctx, 0.05f, {}};
+  aa.window = ab.window = window;
+  attention_group(aa, 0, n_q, q.data(), dk, oa.data(), dv, sa.data());
+  attention_group(ab, 0, n_q, q.data(), dk, ob.data(), dv, sb.data());
+  for (size_t i = 0; i < oa.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(ob[i])) << "element " << i;
+    ASSERT_EQ(ob[i], oa[i]) << "element " << i;
+  }
 }
 
 }  // namespace

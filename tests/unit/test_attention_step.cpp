@@ -292,8 +292,9 @@ TEST(AttentionStep, FoldOfTwoHalvesIsTheWhole) {
 // thread does less; rows otherwise (and always without segments).
 TEST(AttentionStep, PlanChoice) {
   if (std::getenv("RIDGE_ATTN_PLAN")) GTEST_SKIP() << "RIDGE_ATTN_PLAN overrides the choice";
-  const auto plan = [](const std::vector<int32_t>& ctx, int threads, bool v_in_k = true, int32_t window = 0) {
-    const Latent c(DType::F16, ctx, v_in_k);
+  const auto plan = [](const std::vector<int32_t>& ctx, int threads, bool v_in_k = true, int32_t window = 0,
+                       DType t = DType::F16) {
+    const Latent c(t, ctx, v_in_k);
     std::vector<float> out(size_t(c.tokens() * kHeads * c.l.head_dim_v));
     AttnStep s = c.step(0, c.tokens(), out.data());
     s.window = window;
@@ -310,6 +311,15 @@ TEST(AttentionStep, PlanChoice) {
   EXPECT_EQ(plan({4096, 4096}, 16), AttnPlan::Segments);
   EXPECT_EQ(plan({4096}, 1), AttnPlan::Rows);
   EXPECT_EQ(plan({4096}, 2, false), AttnPlan::Rows);     // no segments without values in the keys
+  // P.V with the rows across 16 lanes: half the rows waste half of P.V, nothing is
+  // transposed, so two segments beat half the rows where the f32 way's do not.
+  const Latent bf(DType::BF16, {1024});
+  if (attention_latent_lanes(bf.l)) {
+    EXPECT_EQ(plan({1024}, 2, true, 0, DType::BF16), AttnPlan::Segments);
+    EXPECT_EQ(plan({1024}, 2), AttnPlan::Rows);
+    EXPECT_EQ(plan({600}, 2, true, 0, DType::BF16), AttnPlan::Rows);
+    EXPECT_EQ(plan({4096, 4096}, 2, true, 0, DType::BF16), AttnPlan::Rows);
+  }
   EXPECT_EQ(plan({4096}, 2, true, 1024), AttnPlan::Rows);  // nor with a window
 }
 

@@ -62,7 +62,7 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t b16 =
       l.dtype == DType::BF16 || is_fp8 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
-         segment_fold_floats(l, n_q) + values_from_keys_floats(l);
+         segment_fold_floats(l, n_q) + values_from_keys_floats(l, n_q);
 }
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
@@ -77,6 +77,10 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
 }
 
 bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
+
+bool attention_latent_lanes(const KVLayout& l) {
+  return l.v_in_k && l.dtype == DType::BF16 && detail::attention_dots(l) == detail::AttnDots::Bf16;
+}
 
 // The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
 //   queries [n_q][3][dk] bf16         each row's three parts
@@ -124,13 +128,17 @@ int64_t segment_fold_floats(const KVLayout& l, int32_t n_q) {
 }
 
 float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch) {
-  const int64_t at = attention_scratch_floats(l, n_q) - values_from_keys_floats(l) - segment_fold_floats(l, n_q);
+  const int64_t at = attention_scratch_floats(l, n_q) - values_from_keys_floats(l, n_q) - segment_fold_floats(l, n_q);
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
 }
 
-int64_t values_from_keys_floats(const KVLayout& l) {
-  return l.v_in_k ? int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v + 16
-                  : 0;
+int64_t values_from_keys_floats(const KVLayout& l, int32_t n_q) {
+  if (!l.v_in_k) return 0;
+  // f32 values of a tile, or the BF16 vectors' running outputs by lanes and a tile's
+  // probability pairs (attention_bf16_avx512.h pv_latent)
+  const int64_t tile = int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v;
+  const int64_t lanes = int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16;
+  return std::max(tile, lanes) + 16;
 }
 
 namespace {
@@ -324,14 +332,14 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   v.window = a.window;
   if (l.v_in_k) {
     v.v_dim0 = l.v_dim0();
-    const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l);
+    const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l, n_heads * group);
     v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
   }
   if (isa == Isa::Avx512) {
     const detail::AttnDots dots = detail::attention_dots(l);
     v.bf16_dots = dots == detail::AttnDots::Bf16;
     if (dots == detail::AttnDots::Amx) {
-      const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l) -
+      const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l, n_heads * group) -
                          segment_fold_floats(l, n_heads * group) - (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);
       v.tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
     }

@@ -84,6 +84,10 @@ bool attention_shares_positions(const KVLayout& l);
 // (detail::attention_dots: AVX512-BF16 vectors or AMX-BF16 tiles) rather than in f32
 // FMAs: its arithmetic's roof is then the bf16 dot peak (the roofline's op class).
 bool attention_dots_in_bf16(const KVLayout& l);
+// Whether a latent cache's (KVLayout::v_in_k) P.V puts the query rows across the vector
+// lanes (BF16 on AVX512-BF16 vectors; attention_bf16_avx512.h pv_latent): a call's rows
+// then cost P.V's work in whole groups of 16, and no values are transposed.
+bool attention_latent_lanes(const KVLayout& l);
 
 // Keys per step of the SIMD paths' online softmax (detail::attention_tile_blocks): one of
 // kAttnTileKeys. It changes the order of a row's softmax steps, so the bits of a result
@@ -98,9 +102,9 @@ void set_attention_tile_keys(int32_t keys);  // not one of kAttnTileKeys: an err
 
 // Floats of scratch one call with n_q query rows needs (any ISA, any tile keys).
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q);
-// Of those, the values transposed out of the keys (KVLayout::v_in_k) take the last, and
-// the segments' fold (AttnArgs::segment) the floats before them.
-int64_t values_from_keys_floats(const KVLayout& l);
+// Of those, the values read out of the keys (KVLayout::v_in_k) take the last, and the
+// segments' fold (AttnArgs::segment) the floats before them.
+int64_t values_from_keys_floats(const KVLayout& l, int32_t n_q);
 int64_t segment_fold_floats(const KVLayout& l, int32_t n_q);
 float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch);  // [n_q][dv], then [n_q] lse
 
@@ -188,7 +192,8 @@ struct AttnView {
   int64_t v_scales_off = 0;
   float scale = 1.f;
   // KVLayout::v_in_k: values are K dimensions [v_dim0, v_dim0 + dv) (v0 unused), and vt
-  // [tile blocks][block_size][dv] f32 scratch to transpose a tile's into; else -1.
+  // values_from_keys_floats of scratch (a tile's values in f32, or the BF16 vectors'
+  // outputs by lanes); else -1.
   int32_t v_dim0 = -1;
   float* vt = nullptr;
   // AttnArgs::row_ctx, [rows per head] (unscaled dtypes, AVX-512), or null.

@@ -534,6 +534,16 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     l[i] = 0.f;
     for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(out + i * ldo + d, first_lanes(dv - d), _mm512_setzero_ps());
   }
+  // Latent values (BF16 on vectors): P.V with the rows across the lanes (pv_latent), its
+  // running outputs oT [n_q / 16][dv][16] and a tile's probability pairs pp [64][16] in vt.
+  const bool lanes_pv = T == DType::BF16 && b16 && a.v_dim0 >= 0;
+  const int32_t n16 = (n_q + 15) / 16;
+  float* oT = a.vt;
+  uint32_t* pp = lanes_pv ? reinterpret_cast<uint32_t*>(a.vt + int64_t(n16) * 16 * dv) : nullptr;
+  const auto zero_lanes = [&] {
+    for (int64_t i = 0; i < int64_t(n16) * 16 * dv; i += 16) _mm512_store_ps(oT + i, _mm512_setzero_ps());
+  };
+  if (lanes_pv) zero_lanes();
 
   const int32_t n_blk = (a.n_ctx + bs - 1) / bs;
   const int32_t n_tiles = (n_blk + tb - 1) / tb;
@@ -573,6 +583,12 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // or folds them (AttnArgs::segment); !last: resets the state for the next segment, as a
   // fresh call starts.
   const auto finish = [&](int32_t c, bool last) {
+    if constexpr (T == DType::BF16)
+      if (lanes_pv) {
+        for (int32_t g = 0; g < n16; ++g)
+          latent_lanes_to_rows(oT + int64_t(g) * 16 * dv, n_q - 16 * g < 16 ? n_q - 16 * g : 16, dv, out + 16 * g * ldo, ldo);
+        if (!last) zero_lanes();
+      }
     for (int32_t i = 0; i < n_q; ++i) {
       float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
       if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
@@ -716,12 +732,19 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                               h * a.v_head_stride + a.v_scales_off, 1.f);
         bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
                            pw + int64_t(h * grp + lo) * kBf16ProbLanes);
-        Tile tv;  // values kept in the keys (BF16): their pairs, once for the head's rows
         if constexpr (T == DType::BF16)
-          if (a.v_dim0 >= 0) {
-            tv = tl;  // (copied only here: the other ways read tl)
-            values_pairs_from_keys(tl, h * a.k_head_stride + int64_t(a.v_dim0) * kstride, dv,
-                                   reinterpret_cast<uint8_t*>(a.vt), tv);
+          if (lanes_pv) {  // each 16 rows' lanes that are this head's [lo, hi)
+            const int32_t a0 = h * grp + lo, a1 = h * grp + hi;
+            for (int32_t g = a0 / 16; 16 * g < a1; ++g) {
+              const int32_t r0 = 16 * g, n = n_q - r0 < 16 ? n_q - r0 : 16;
+              const __mmask16 mk = __mmask16(first_lanes(a1 - r0) & ~first_lanes(a0 - r0));
+              probability_pairs_by_lanes(pw + int64_t(r0) * kBf16ProbLanes, n, lanes / 2, pp);
+              const int64_t koff = h * a.k_head_stride + int64_t(a.v_dim0) * kstride;
+              float* o = oT + int64_t(g) * 16 * dv;
+              if (kstride == 32) pv_latent<32>(tl, gpb * 16, tl.live, pp, cr + r0, mk, o, dv, koff, pf);
+              else pv_latent<0>(tl, gpb * 16, tl.live, pp, cr + r0, mk, o, dv, koff, pf);
+            }
+            continue;
           }
         for (int32_t i = lo; i < hi; i += kRows)
           with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
@@ -732,8 +755,6 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
               if constexpr (kFp8<T>)
                 pv_fp8<Rn, T>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
                               h * a.v_head_stride, pf);
-              else if (a.v_dim0 >= 0)
-                pv_bf16_pairs<Rn>(tv, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv, pf);
               else
                 pv_bf16<Rn>(tl, gpb * 16, unit_live(i), pr, cr + r0, out + r0 * ldo, ldo, d0, dv,
                             h * a.v_head_stride, pf);

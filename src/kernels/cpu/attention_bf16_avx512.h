@@ -198,66 +198,82 @@ BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t
 }
 
 // Multi-head latent attention (KVLayout::v_in_k) keeps a value as its key's dimensions
-// [v_dim0, v_dim0 + dv): in the K tile, [dv][bs] words, one dimension's keys along a row.
-// P.V wants dimensions across the lanes and key pairs within them, and the pair (2p,
-// 2p + 1) of one dimension is word p of its row as 32 bits: the pairs are the rows'
-// transpose as 32-bit words. values_pairs_from_keys writes a tile's once per head,
-// [bs / 2][dv] words per block (block b at vt + b x bs x dv x 2 bytes, tv.v[b] pointing
-// there), 16 dimensions x 16 pairs per transpose (two groups of 16 keys side by side,
-// whichever blocks they are in); groups wholly before live or past a block's keys are not
-// written, nor read (pv_pairs reads only the pairs its flags allow).
-BF16_DOTS_TARGET void values_pairs_from_keys(const Tile& tl, int64_t koff, int32_t dv, uint8_t* vt, Tile& tv) {
-  const int32_t bs = tl.bs;
-  const int64_t row = 2 * int64_t(bs);  // bytes between a K tile's dimensions
-  struct KeyGroup {
-    const uint8_t* k;  // dimension v_dim0 of its 16 keys
-    uint32_t* out;     // its first pair's dimension 0
-  };
-  KeyGroup kg[kMaxTileKeys / 16];
-  int32_t n = 0;
-  for (int32_t b = tl.live_block; b < tl.n_blocks; ++b) {
-    uint8_t* ob = vt + int64_t(b) * bs * dv * 2;
-    tv.v[b] = ob;
-    for (int32_t g = 0; 16 * g < tl.keys[b]; ++g)
-      if (tl.live < b * bs + 16 * (g + 1))
-        kg[n++] = KeyGroup{tl.k[b] + koff + 32 * g, reinterpret_cast<uint32_t*>(ob) + int64_t(8 * g) * dv};
-  }
-  for (int32_t i = 0; i < n; i += 2) {
-    const KeyGroup& x = kg[i];
-    const KeyGroup& y = kg[i + 1 < n ? i + 1 : i];  // a lone last group: read twice, written once
-    for (int32_t d0 = 0; d0 < dv; d0 += 16) {
-      __m512 r[16];
-      ATTN_UNROLL for (int e = 0; e < 16; ++e) {
-        const int64_t o = int64_t(d0 + e) * row;
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.k + o));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.k + o));
-        r[e] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-      }
-      transpose16(r);  // r[p]: pair p of x's keys (p < 8), pair p - 8 of y's, dimensions d0..d0+15
-      ATTN_UNROLL for (int p = 0; p < 8; ++p) _mm512_store_ps(reinterpret_cast<float*>(x.out + int64_t(p) * dv + d0), r[p]);
-      if (i + 1 < n)
-        ATTN_UNROLL for (int p = 0; p < 8; ++p)
-          _mm512_store_ps(reinterpret_cast<float*>(y.out + int64_t(p) * dv + d0), r[8 + p]);
-    }
+// [v_dim0, v_dim0 + dv): in the K tile, [dv][bs] words, one dimension's keys along a row,
+// so the pair of keys (2p, 2p + 1) of dimension d is word p of d's row. P.V here puts the
+// query rows across the lanes instead of the dimensions: the 16 rows' probability pairs
+// of keys (2p, 2p + 1) are one vector, dimension d's word p is broadcast from the cache,
+// and each dimension has its own accumulator. A lane's products and their order are
+// pv_bf16's over the same values (a pair's two products commute exactly), so the bits
+// are those of the values in their own tiles, and no tile is transposed. The running
+// outputs stay in that orientation, oT [dv][16] f32 per 16 rows, until a segment ends
+// (latent_lanes_to_rows).
+
+// pp[p][16] words: pair p of rows 0..15 of pw (bf16_probabilities' [.][kBf16ProbLanes]),
+// rows from n on zero (not read), for pairs [0, pairs) (a multiple of 8).
+BF16_DOTS_TARGET void probability_pairs_by_lanes(const uint16_t* pw, int32_t n, int32_t pairs, uint32_t* pp) {
+  for (int32_t p0 = 0; p0 < pairs; p0 += 16) {
+    __m512 r[16];
+    ATTN_UNROLL for (int e = 0; e < 16; ++e)
+      r[e] = e < n ? _mm512_load_ps(reinterpret_cast<const float*>(pw + int64_t(e) * kBf16ProbLanes + 2 * p0))
+                   : _mm512_setzero_ps();
+    transpose16(r);
+    ATTN_UNROLL for (int p = 0; p < 16; ++p) _mm512_store_ps(reinterpret_cast<float*>(pp + int64_t(p0 + p) * 16), r[p]);
   }
 }
 
-// pv_pairs from the pairs values_pairs_from_keys wrote: the dimension pairs of keys j,
-// j + 1 are two plain loads (no permute), a key whose flag is false masked to +0 as
-// pv_bf16 leaves it, so P.V's operands and order, and its bits, are pv_bf16's over the
-// same values in a V tile.
-template <int R>
-BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16_pairs(const Tile& tv, int32_t lpb, int32_t live, const uint16_t* pw,
-                                                  const float* cr, float* o, int64_t ldo, int32_t d0, int32_t dv,
-                                                  Prefetcher& pf) {
-  const auto load = [&](Prefetcher::Cursor& c, const uint8_t* vj, bool k0, bool k1, __m512i& v0,
-                        __m512i& v1) BF16_DOTS_TARGET {
-    pf.step2(c);
-    const __mmask32 m = (k0 ? 0x55555555u : 0u) | (k1 ? 0xAAAAAAAAu : 0u);  // key j: low words, j + 1: high
-    v0 = _mm512_maskz_loadu_epi16(m, vj), v1 = _mm512_maskz_loadu_epi16(m, vj + 64);
-  };
-  // Key j's pair at (j / 2) x dv words: a key's "row" is 2 x dv bytes (j is even wherever read).
-  pv_pairs<R>(tv, lpb, live, pw, cr, o, ldo, d0, 0, 4 * int64_t(d0), 2 * int64_t(dv), pf, load);
+// oT[d] = oT[d] x cr + sum_j p[j] v_j[d] in the lanes of m (the rows this tile runs; the
+// others keep theirs, whatever their lanes of pp and cr hold), over the tile's key pairs from `live` in position order: pp the
+// rows' probability pairs (probability_pairs_by_lanes; block b's key j is lane b x lpb +
+// j), koff the bytes from a block's K tile to dimension v_dim0's row. A key before live or
+// past its block's keys reads as +0, as pv_bf16 masks it. Row bytes: the K tile's
+// dimensions apart, a constant where the block size is the default's (its 16 broadcasts'
+// addresses are then displacements).
+template <int64_t Row>
+BF16_DOTS_TARGET ATTN_NOINLINE void pv_latent(const Tile& tl, int32_t lpb, int32_t live, const uint32_t* pp,
+                                              const float* cr, __mmask16 m, float* oT, int32_t dv, int64_t koff,
+                                              Prefetcher& pf) {
+  constexpr int D = 16;  // dimensions (accumulators) a pass
+  const int64_t row = Row > 0 ? Row : 2 * int64_t(tl.bs);
+  const __m512 crv = _mm512_maskz_loadu_ps(m, cr);
+  const int32_t lb = live / tl.bs, lj = live % tl.bs;  // the first block read, and its first key there
+  Prefetcher::Cursor c = pf.cur;
+  for (int32_t d0 = 0; d0 < dv; d0 += D) {
+    __m512 acc[D];
+    ATTN_UNROLL for (int e = 0; e < D; ++e) acc[e] = _mm512_mul_ps(_mm512_load_ps(oT + (d0 + e) * 16), crv);
+    // Keys 2p, 2p + 1 at word p of each dimension's row from kd; keep: the halves read.
+    const auto pair = [&](const uint8_t* kd, const uint32_t* pj, uint32_t keep) BF16_DOTS_TARGET {
+      pf.step2(c);  // a line asked for per line read
+      const __m512bh pv = (__m512bh)_mm512_load_si512(pj);
+      ATTN_UNROLL for (int e = 0; e < D; ++e) {
+        uint32_t w;
+        __builtin_memcpy(&w, kd + e * row, 4);
+        acc[e] = _mm512_dpbf16_ps(acc[e], pv, (__m512bh)_mm512_set1_epi32(int32_t(w & keep)));
+      }
+    };
+    for (int32_t b = lb; b < tl.n_blocks; ++b) {
+      const int32_t keys = tl.keys[b];
+      const uint8_t* kd = tl.k[b] + koff + int64_t(d0) * row;
+      const uint32_t* pb = pp + int64_t(b * lpb / 2) * 16;
+      int32_t j = b == lb ? lj : 0;
+      if (j & 1) pair(kd + 2 * (j - 1), pb + (j - 1) / 2 * 16, 0xFFFF0000u), ++j;  // its first key before live
+      for (; j + 1 < keys; j += 2) pair(kd + 2 * j, pb + j / 2 * 16, ~0u);
+      if (j < keys) pair(kd + 2 * j, pb + j / 2 * 16, 0x0000FFFFu);  // the block's last key, alone
+    }
+    // Only m's lanes are stored: the others' sums are not read (GCC 12 moves a masked
+    // vdpbf16ps's 16-bit mask as 8 bits, so the mask goes here, once a pass).
+    ATTN_UNROLL for (int e = 0; e < D; ++e) _mm512_mask_store_ps(oT + (d0 + e) * 16, m, acc[e]);
+  }
+  pf.cur = c;
+}
+
+// Rows [0, n) of oT ([dv][16]) into out's rows (ldo floats apart), as they are.
+BF16_DOTS_TARGET void latent_lanes_to_rows(const float* oT, int32_t n, int32_t dv, float* out, int64_t ldo) {
+  for (int32_t d0 = 0; d0 < dv; d0 += 16) {
+    __m512 r[16];
+    ATTN_UNROLL for (int e = 0; e < 16; ++e) r[e] = _mm512_load_ps(oT + (d0 + e) * 16);
+    transpose16(r);
+    for (int32_t i = 0; i < n; ++i) _mm512_storeu_ps(out + int64_t(i) * ldo + d0, r[i]);
+  }
 }
 
 }  // namespace

@@ -35,6 +35,13 @@ int32_t step_segment_keys(const AttnStep& s) {
   return s.window > 0 || s.sinks ? 0 : attention_segment_keys(s.kv->layout());
 }
 
+// A call's work per key in rows' dots and P.V: `rows` query rows of each of n heads.
+double call_rows(const KVLayout& l, int32_t n, int32_t rows) {
+  if (!attention_latent_lanes(l)) return n * (rows + kTransposeRows);
+  const double pv = double(l.head_dim_v) / (l.head_dim_k + l.head_dim_v);  // P.V's share of a row
+  return n * (rows + pv * ((rows + 15) / 16 * 16 - rows));
+}
+
 AttnPlan env_plan() {
   static const AttnPlan p = [] {
     const char* e = std::getenv("RIDGE_ATTN_PLAN");
@@ -85,6 +92,7 @@ AttnPlan attention_plan(const AttnStep& s, int32_t threads) {
   if (env_plan() != AttnPlan::Auto) return env_plan();
   const int64_t T = int64_t(s.n_ctx.size());
   const int32_t group = s.n_head / s.n_kv_head;
+  const KVLayout& l = s.kv->layout();
   const AttnTasks tasks(T, s.n_kv_head, group, threads);
   if (tasks.qs.parts == 1) return AttnPlan::Rows;  // enough tasks without splitting queries
   std::vector<double> load(size_t(std::max(threads, 1)));
@@ -96,16 +104,16 @@ AttnPlan attention_plan(const AttnStep& s, int32_t threads) {
   };
   for (int64_t i = 0; i < tasks.count(); ++i) {
     const AttnTasks::Task k = tasks[i];
-    if (k.rows > 0) deal(double(s.n_ctx[size_t(k.token)]) * (k.n * k.rows + kTransposeRows * k.n));
+    if (k.rows > 0) deal(double(s.n_ctx[size_t(k.token)]) * call_rows(l, k.n, k.rows));
   }
   const double rows = busiest();
   std::vector<AttnSegRun> runs;
   segment_runs(s, seg_keys, threads, runs);
   for (const AttnSegRun& r : runs) {
     const int32_t keys = std::min(s.n_ctx[size_t(r.token)], r.g1 * seg_keys) - r.g0 * seg_keys;
-    deal(double(keys) * (s.n_head + kTransposeRows * s.n_kv_head));
+    deal(double(keys) * call_rows(l, s.n_kv_head, group));
   }
-  const double fixed = kSegmentsFixedKeys * (s.n_head + kTransposeRows * s.n_kv_head);
+  const double fixed = kSegmentsFixedKeys * call_rows(l, s.n_kv_head, group);
   return busiest() + fixed < rows ? AttnPlan::Segments : AttnPlan::Rows;
 }
 

@@ -57,11 +57,12 @@ const char* attn_plan_name(AttnPlan p);
 
 // Rows or Segments for this step. Segments only where a layout has them and the rows'
 // tasks would split query heads (fewer tokens than threads), and where their busiest
-// thread does less: a task's cost is its keys x (its query rows + kTransposeRows), the
-// values' transposition out of the keys counted as that many rows' dots and P.V (the
-// latent's BF16 path, docs/BENCHMARKS.md), tasks dealt to the least-loaded thread in
-// order as the pool claims them; Segments pays kSegmentsFixedKeys keys of all the rows
-// more (its second pass over the pool, the fold of the kept rows, a call per run).
+// thread does less: a task's cost is its keys x (its query rows + what reading the values
+// out of the keys adds: kTransposeRows rows' dots and P.V where they are transposed into
+// f32 rows, or, where P.V puts the rows across 16 lanes (attention_latent_lanes), the
+// empty lanes' share of P.V), tasks dealt to the least-loaded thread in order as the pool
+// claims them; Segments pays kSegmentsFixedKeys keys of all the rows more (its second
+// pass over the pool, the fold of the kept rows, a call per run). docs/BENCHMARKS.md.
 // RIDGE_ATTN_PLAN=rows|segments overrides Auto (for measurements: every plan gives the
 // same bits).
 inline constexpr double kTransposeRows = 3.0;
