@@ -583,27 +583,35 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // or folds them (AttnArgs::segment); !last: resets the state for the next segment, as a
   // fresh call starts.
   const auto finish = [&](int32_t c, bool last) {
+    // A row's normalized output goes to seg_out as it is (keep), else stays in out.
+    const bool keep = a.seg_tiles > 0 && a.seg_out;
+    const auto row_of = [&](int32_t i) { return keep ? a.seg_out + (int64_t(c) * a.seg_rows + i) * dv : out + i * ldo; };
+    for (int32_t i = 0; i < n_q; ++i) {  // 1 / the row's sum, in cr (free until the next tile)
+      cr[i] = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
+        const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], e = __builtin_expf(m[i] - mx);
+        cr[i] = e / (l[i] * e + __builtin_expf(a.sinks[i] - mx));
+      }
+    }
     if constexpr (T == DType::BF16)
-      if (lanes_pv) {
+      if (lanes_pv) {  // transposed and normalized in one pass, straight to where they go
         for (int32_t g = 0; g < n16; ++g)
-          latent_lanes_to_rows(oT + int64_t(g) * 16 * dv, n_q - 16 * g < 16 ? n_q - 16 * g : 16, dv, out + 16 * g * ldo, ldo);
+          latent_lanes_to_rows(oT + int64_t(g) * 16 * dv, n_q - 16 * g < 16 ? n_q - 16 * g : 16, dv, cr + 16 * g,
+                               [&](int32_t i) { return row_of(16 * g + i); });
         if (!last) zero_lanes();
       }
     for (int32_t i = 0; i < n_q; ++i) {
-      float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-      if (a.sinks) {  // as the scalar path: the sink's term, relative to the larger max
-        const float mx = m[i] > a.sinks[i] ? m[i] : a.sinks[i], c = __builtin_expf(m[i] - mx);
-        inv = c / (l[i] * c + __builtin_expf(a.sinks[i] - mx));
-      }
-      const __m512 vinv = _mm512_set1_ps(inv);
       float* o = out + i * ldo;
-      for (int32_t d = 0; d < dv; d += 16) {
-        const __mmask16 mk = first_lanes(dv - d);
-        _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), vinv));
+      if (!lanes_pv) {
+        const __m512 vinv = _mm512_set1_ps(cr[i]);
+        for (int32_t d = 0; d < dv; d += 16) {
+          const __mmask16 mk = first_lanes(dv - d);
+          _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + d), vinv));
+        }
+        if (keep) __builtin_memcpy(row_of(i), o, size_t(dv) * 4);
       }
       const float lse = l[i] > 0.f ? m[i] + __builtin_logf(l[i]) : kNegInf;
-      if (a.seg_tiles > 0 && a.seg_out) {
-        __builtin_memcpy(a.seg_out + (int64_t(c) * a.seg_rows + i) * dv, o, size_t(dv) * 4);
+      if (keep) {
         a.seg_lse[int64_t(c) * a.seg_rows + i] = lse;
       } else if (a.seg_tiles > 0 && (c > 0 || !last)) {
         float* f = a.fold + int64_t(i) * dv;
@@ -615,7 +623,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       if (a.lse) a.lse[i] = a.seg_tiles > 0 && !a.seg_out && c > 0 ? a.fold[int64_t(n_q) * dv + i] : lse;
       if (!last) {
         m[i] = kNegInf, l[i] = 0.f;
-        for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, first_lanes(dv - d), _mm512_setzero_ps());
+        if (!lanes_pv)  // (the lanes' running outputs are oT)
+          for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, first_lanes(dv - d), _mm512_setzero_ps());
       }
     }
   };

@@ -266,13 +266,17 @@ BF16_DOTS_TARGET ATTN_NOINLINE void pv_latent(const Tile& tl, int32_t lpb, int32
   pf.cur = c;
 }
 
-// Rows [0, n) of oT ([dv][16]) into out's rows (ldo floats apart), as they are.
-BF16_DOTS_TARGET void latent_lanes_to_rows(const float* oT, int32_t n, int32_t dv, float* out, int64_t ldo) {
+// Rows [0, n) of oT ([dv][16]) times inv[row], each to its own place: row(i) -> float*.
+template <class Row>
+BF16_DOTS_TARGET void latent_lanes_to_rows(const float* oT, int32_t n, int32_t dv, const float* inv, Row&& row) {
+  float* dst[16];
+  __m512 vinv[16];
+  for (int32_t i = 0; i < n; ++i) dst[i] = row(i), vinv[i] = _mm512_set1_ps(inv[i]);
   for (int32_t d0 = 0; d0 < dv; d0 += 16) {
     __m512 r[16];
     ATTN_UNROLL for (int e = 0; e < 16; ++e) r[e] = _mm512_load_ps(oT + (d0 + e) * 16);
     transpose16(r);
-    for (int32_t i = 0; i < n; ++i) _mm512_storeu_ps(out + int64_t(i) * ldo + d0, r[i]);
+    for (int32_t i = 0; i < n; ++i) _mm512_storeu_ps(dst[i] + d0, _mm512_mul_ps(r[i], vinv[i]));
   }
 }
 
