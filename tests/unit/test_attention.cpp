@@ -993,6 +993,54 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
     }
 }
 
+// Two KV heads of 12 query rows each in one call: the lanes' first group of 16 rows holds
+// both heads' rows (each head's tile then runs with the other's lanes masked), the second
+// group only the second head's last 8. Bit for bit against the values in V tiles, with a
+// window and with the rows' own contexts.
+TEST(AttentionValuesInKeys, RowGroupsAcrossHeads) {
+  IsaGuard guard;
+  const int32_t dk = 96, dv = 64, bs = 16, n_ctx = 150, nkv = 2, group = 12;
+  KVLayout a;
+  a.n_layer = 1, a.n_kv_head = nkv, a.head_dim_k = dk, a.head_dim_v = dv, a.block_size = bs, a.dtype = DType::BF16;
+  a.n_blocks = (n_ctx + bs - 1) / bs;
+  KVLayout b = a;
+  b.v_in_k = true;
+  if (!attention_latent_lanes(b)) GTEST_SKIP() << "the lanes' P.V needs AVX512-BF16 vectors";
+  KVCache ca(a), cb(b);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<int32_t> table(size_t(a.n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<float> k(static_cast<size_t>(dk));
+  for (int32_t p = 0; p < a.n_blocks * bs; ++p)
+    for (int32_t h = 0; h < nkv; ++h) {
+      for (auto& e : k) e = g(rng);
+      const int32_t blk = table[size_t(p / bs)], sl = p % bs;
+      ca.write_k(0, blk, h, sl, k.data()), cb.write_k(0, blk, h, sl, k.data());
+      ca.write_v(0, blk, h, sl, k.data() + (dk - dv));
+    }
+  std::vector<float> q(size_t(nkv * group * dk));
+  for (auto& e : q) e = g(rng);
+  std::vector<int32_t> rows(static_cast<size_t>(group));
+  for (int32_t i = 0; i < group; ++i) rows[size_t(i)] = n_ctx - 5 * (group - 1 - i);
+  set_isa(Isa::Avx512);
+  for (const int32_t window : {0, 40, -1}) {
+    std::vector<float> oa(size_t(nkv * group * dv)), ob(oa.size());
+    std::vector<float> sa(size_t(attention_scratch_floats(a, nkv * group)), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> sb(size_t(attention_scratch_floats(b, nkv * group)), std::numeric_limits<float>::quiet_NaN());
+    AttnArgs aa{&ca, 0, table, n_ctx, 0.1f, {}}, ab{&cb, 0, table, n_ctx, 0.1f, {}};
+    aa.window = ab.window = std::max(window, 0);
+    if (window < 0) aa.row_ctx = ab.row_ctx = rows;
+    attention_heads(aa, 0, nkv, group, q.data(), dk, oa.data(), dv, sa.data());
+    attention_heads(ab, 0, nkv, group, q.data(), dk, ob.data(), dv, sb.data());
+    for (size_t i = 0; i < oa.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(ob[i])) << "window " << window << " element " << i;
+      ASSERT_EQ(ob[i], oa[i]) << "window " << window << " element " << i;
+    }
+  }
+}
+
 // A window that starts at an odd position: the key before it shares its pair, so the
 // lanes' P.V reads that pair with the earlier key masked to +0, as pv_bf16 masks it; an
 // infinite value there (a weight of 0 times it would be NaN) must not reach the rows.

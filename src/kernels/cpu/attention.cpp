@@ -99,8 +99,6 @@ int64_t detail::fp8_tiles_bytes(const KVLayout& l, int32_t n_q) {
 
 bool attention_shares_positions(const KVLayout& l) { return active_isa() == Isa::Avx512 && !l.scaled(); }
 
-// v_in_k, AVX-512: a tile's values transposed out of its K tiles, [tile blocks][block_size]
-// [head_dim_v] f32 at the scratch's end, 64-byte aligned.
 void attention_fold(float* o, float* L, const float* oc, float lc, int32_t dv) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (lc == kNegInf) return;
@@ -132,12 +130,17 @@ float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + at) + 63) & ~uintptr_t(63));
 }
 
+// v_in_k, AVX-512, at the scratch's end, 64-byte aligned: a tile's values transposed out
+// of its K tiles ([tile blocks][block_size][head_dim_v] f32), or for a BF16 cache, which
+// may take the lanes' P.V (attention_bf16_avx512.h pv_latent), its running outputs
+// ([ceil(n_q / 16)][head_dim_v][16] f32) and a tile's probability pairs ([kMaxTileKeys /
+// 2][16] words), whichever is larger.
 int64_t values_from_keys_floats(const KVLayout& l, int32_t n_q) {
   if (!l.v_in_k) return 0;
-  // f32 values of a tile, or the BF16 vectors' running outputs by lanes and a tile's
-  // probability pairs (attention_bf16_avx512.h pv_latent)
   const int64_t tile = int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v;
-  const int64_t lanes = int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16;
+  const int64_t lanes = l.dtype == DType::BF16
+                            ? int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16
+                            : 0;
   return std::max(tile, lanes) + 16;
 }
 

@@ -247,8 +247,8 @@ struct AttnView {
 //  - F32: codes converted to f32 and FMAs (any other shape, or neither unit).
 // The bf16 ways need blocks of a multiple of 16 slots (vectors: at most kMaxTileKeys, the
 // probabilities' row stride) and head dimensions of a multiple of 32 (a BF16 cache's
-// values may lie in its keys, KVLayout::v_in_k: their pairs are transposed out once a
-// tile); scratch then holds fp8_tiles_bytes more (FP8; attention_scratch_floats counts
+// values may lie in its keys, KVLayout::v_in_k: P.V then broadcasts their pairs from the
+// keys' rows against the rows across the lanes); scratch then holds fp8_tiles_bytes more (FP8; attention_scratch_floats counts
 // them). Whatever the rows of a call (units of 16).
 enum class AttnDots { F32, Amx, Bf16 };
 AttnDots attention_dots(const KVLayout& l);

@@ -535,7 +535,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(out + i * ldo + d, first_lanes(dv - d), _mm512_setzero_ps());
   }
   // Latent values (BF16 on vectors): P.V with the rows across the lanes (pv_latent), its
-  // running outputs oT [n_q / 16][dv][16] and a tile's probability pairs pp [64][16] in vt.
+  // running outputs oT [ceil(n_q / 16)][dv][16] and a tile's probability pairs pp
+  // [kMaxTileKeys / 2][16] in vt.
   const bool lanes_pv = T == DType::BF16 && b16 && a.v_dim0 >= 0;
   const int32_t n16 = (n_q + 15) / 16;
   float* oT = a.vt;
@@ -750,8 +751,11 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
               probability_pairs_by_lanes(pw + int64_t(r0) * kBf16ProbLanes, n, lanes / 2, pp);
               const int64_t koff = h * a.k_head_stride + int64_t(a.v_dim0) * kstride;
               float* o = oT + int64_t(g) * 16 * dv;
-              if (kstride == 32) pv_latent<32>(tl, gpb * 16, tl.live, pp, cr + r0, mk, o, dv, koff, pf);
-              else pv_latent<0>(tl, gpb * 16, tl.live, pp, cr + r0, mk, o, dv, koff, pf);
+              // From the group's first row's first key, as a unit of rows starts (a later
+              // row weighs the keys before its own by 0).
+              const int32_t live = unit_live((a0 > r0 ? a0 : r0) - h * grp);
+              if (kstride == 32) pv_latent<32>(tl, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
+              else pv_latent<0>(tl, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
             }
             continue;
           }

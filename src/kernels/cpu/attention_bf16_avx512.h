@@ -209,7 +209,8 @@ BF16_DOTS_TARGET ATTN_NOINLINE void pv_bf16(const Tile& tl, int32_t lpb, int32_t
 // (latent_lanes_to_rows).
 
 // pp[p][16] words: pair p of rows 0..15 of pw (bf16_probabilities' [.][kBf16ProbLanes]),
-// rows from n on zero (not read), for pairs [0, pairs) (a multiple of 8).
+// rows from n on zero (not read), for pairs [0, pairs) in runs of 16 (pw's rows hold 64
+// pairs, pp as many).
 BF16_DOTS_TARGET void probability_pairs_by_lanes(const uint16_t* pw, int32_t n, int32_t pairs, uint32_t* pp) {
   for (int32_t p0 = 0; p0 < pairs; p0 += 16) {
     __m512 r[16];

@@ -4,8 +4,8 @@
 // Latent attention (KVLayout::v_in_k: DeepSeek's one KV head of [rope key | latent], the
 // latent its value) has one (token, KV head) task per token, too few for the threads at
 // a small batch. Splitting a token's query heads among the threads (AttnQuerySplit) makes
-// each thread read the whole cache and transpose the values out of the keys itself: on T
-// threads the cache is read and transposed T times. So its context is cut into segments
+// each thread read the whole cache (and, on the f32 way, transpose the values out of the
+// keys) itself: on T threads the cache is read T times. So its context is cut into segments
 // of attention_segment_keys() positions, fixed by the layout alone, and a row's result is
 // defined as its segments' results folded in position order (attention_fold), each
 // segment's softmax started from an empty state (AttnArgs::segment). Since the segments
@@ -15,8 +15,8 @@
 //    call folds its segments as it reaches their ends.
 //  - Segments: a token's segments cut into runs of about equal keys, one call each with
 //    all the token's rows, each segment's result kept (AttnArgs::seg_out); then each
-//    row's kept results folded in position order. Each thread reads and transposes its
-//    share of the cache once for all the query heads.
+//    row's kept results folded in position order. Each thread reads its share of the
+//    cache once for all the query heads.
 // attention_plan chooses per step by what each plan's busiest thread would do. A context
 // of one segment runs exactly as before segments; every other layout (and a window, or
 // sinks) reads its whole context with one softmax.
