@@ -180,15 +180,23 @@ void AttnStepRunner::run_segments(ThreadPool& pool, const AttnStep& s, int32_t s
     a.segment = seg_keys;
     return a;
   };
+  // A token's first run folds its own segments as it goes (a left fold from the first
+  // segment is what the fold below would start with) into its first segment's kept rows;
+  // the later runs keep each segment's rows. prefix_[t]: the first kept segment after it.
+  prefix_.assign(size_t(T), 0);
+  for (const AttnSegRun& r : runs_)
+    if (r.g0 == 0) prefix_[size_t(r.token)] = first_[size_t(r.token)] + r.g1;
   pool.run_ahead(int64_t(runs_.size()), [&](int64_t i, int64_t after, int thread) {
     const AttnSegRun& r = runs_[size_t(i)];
     const int64_t c0 = first_[size_t(r.token)] + r.g0;
     AttnArgs a = args_of(r), na;
-    a.seg_out = kept_.data() + c0 * nh * dv, a.seg_lse = kept_lse + c0 * nh;
+    float* sc = scratch_.data() + thread * per;
+    float* out = sc + kernel;
+    if (r.g0 == 0) out = kept_.data() + c0 * nh * dv, a.lse = kept_lse + c0 * nh;
+    else a.seg_out = kept_.data() + c0 * nh * dv, a.seg_lse = kept_lse + c0 * nh;
     AttnNext next;
     if (after >= 0) na = args_of(runs_[size_t(after)]), next = AttnNext{&na, 0, s.n_kv_head};
-    float* sc = scratch_.data() + thread * per;
-    attention_heads(a, 0, s.n_kv_head, group, s.q + r.token * nh * dk, dk, sc + kernel, dv, sc, next);
+    attention_heads(a, 0, s.n_kv_head, group, s.q + r.token * nh * dk, dk, out, dv, sc, next);
   });
   // Each row's segments folded in position order, as a Rows call folds them.
   pool.run(T * nh, [&](int64_t task, int) {
@@ -196,7 +204,8 @@ void AttnStepRunner::run_segments(ThreadPool& pool, const AttnStep& s, int32_t s
     float* o = s.out + (t * nh + r) * dv;
     std::memcpy(o, kept_.data() + (i0 * nh + r) * dv, size_t(dv) * sizeof(float));
     float L = kept_lse[i0 * nh + r];
-    for (int64_t i = i0 + 1; i < i1; ++i) attention_fold(o, &L, kept_.data() + (i * nh + r) * dv, kept_lse[i * nh + r], dv);
+    for (int64_t i = prefix_[size_t(t)]; i < i1; ++i)
+      attention_fold(o, &L, kept_.data() + (i * nh + r) * dv, kept_lse[i * nh + r], dv);
   });
 }
 

@@ -14,9 +14,10 @@
 //  - Rows: tasks of (token, KV heads, query rows) as AttnTasks makes them; a task's one
 //    call folds its segments as it reaches their ends.
 //  - Segments: a token's segments cut into runs of about equal keys, one call each with
-//    all the token's rows, each segment's result kept (AttnArgs::seg_out); then each
-//    row's kept results folded in position order. Each thread reads its share of the
-//    cache once for all the query heads.
+//    all the token's rows; the first run folds its segments as a Rows call does, each
+//    later run keeps each segment's result (AttnArgs::seg_out); then each row's kept
+//    results folded onto the first run's in position order. Each thread reads its share
+//    of the cache once for all the query heads.
 // attention_plan chooses per step by what each plan's busiest thread would do. A context
 // of one segment runs exactly as before segments; every other layout (and a window, or
 // sinks) reads its whole context with one softmax.
@@ -82,6 +83,7 @@ class AttnStepRunner {
   std::vector<float> scratch_;  // [threads][attention_scratch_floats of a call's rows]
   std::vector<AttnSegRun> runs_;
   std::vector<int64_t> first_;  // [tokens + 1] each token's first segment among all kept
+  std::vector<int64_t> prefix_;  // [tokens] the first kept after the token's first run's
   std::vector<float> kept_;     // [segments][n_head][dv], then [segments][n_head] lse
   AttnPlan last_ = AttnPlan::Rows;
 };
