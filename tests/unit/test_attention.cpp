@@ -993,6 +993,17 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
     }
 }
 
+// A BF16 cache's layout with the values in V tiles, and the same with them in the keys
+// (KVLayout::v_in_k).
+std::pair<KVLayout, KVLayout> bf16_value_layouts(int32_t dk, int32_t dv, int32_t bs, int32_t nkv, int32_t n_blocks) {
+  KVLayout a;
+  a.n_layer = 1, a.n_kv_head = nkv, a.head_dim_k = dk, a.head_dim_v = dv, a.block_size = bs, a.dtype = DType::BF16;
+  a.n_blocks = n_blocks;
+  KVLayout b = a;
+  b.v_in_k = true;
+  return {a, b};
+}
+
 // Two KV heads of 12 query rows each in one call: the lanes' first group of 16 rows holds
 // both heads' rows (each head's tile then runs with the other's lanes masked), the second
 // group only the second head's last 8. Bit for bit against the values in V tiles, with a
@@ -1000,11 +1011,7 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
 TEST(AttentionValuesInKeys, RowGroupsAcrossHeads) {
   IsaGuard guard;
   const int32_t dk = 96, dv = 64, bs = 16, n_ctx = 150, nkv = 2, group = 12;
-  KVLayout a;
-  a.n_layer = 1, a.n_kv_head = nkv, a.head_dim_k = dk, a.head_dim_v = dv, a.block_size = bs, a.dtype = DType::BF16;
-  a.n_blocks = (n_ctx + bs - 1) / bs;
-  KVLayout b = a;
-  b.v_in_k = true;
+  const auto [a, b] = bf16_value_layouts(dk, dv, bs, nkv, (n_ctx + bs - 1) / bs);
   if (!attention_latent_lanes(b)) GTEST_SKIP() << "the lanes' P.V needs AVX512-BF16 vectors";
   KVCache ca(a), cb(b);
   std::mt19937 rng(11);
@@ -1047,12 +1054,8 @@ TEST(AttentionValuesInKeys, RowGroupsAcrossHeads) {
 TEST(AttentionValuesInKeys, KeyBeforeTheWindowIsNotMultiplied) {
   IsaGuard guard;
   const int32_t dk = 576, dv = 512, bs = 16, n_ctx = 40, window = 21, n_q = 16;  // the window starts at 19
-  KVLayout a;
-  a.n_layer = 1, a.n_kv_head = 1, a.head_dim_k = dk, a.head_dim_v = dv, a.block_size = bs, a.dtype = DType::BF16;
-  a.n_blocks = 3;
-  KVLayout b = a;
-  b.v_in_k = true;
-  if (!attention_latent_lanes(b)) GTEST_SKIP() << "the lanes' P.V needs AVX512-BF16";
+  const auto [a, b] = bf16_value_layouts(dk, dv, bs, 1, 3);
+  if (!attention_latent_lanes(b)) GTEST_SKIP() << "the lanes' P.V needs AVX512-BF16 vectors";
   KVCache ca(a), cb(b);
   std::mt19937 rng(7);
   std::normal_distribution<float> g(0.f, 1.f);
