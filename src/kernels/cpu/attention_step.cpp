@@ -198,7 +198,8 @@ void AttnStepRunner::run_segments(ThreadPool& pool, const AttnStep& s, int32_t s
     if (after >= 0) na = args_of(runs_[size_t(after)]), next = AttnNext{&na, 0, s.n_kv_head};
     attention_heads(a, 0, s.n_kv_head, group, s.q + r.token * nh * dk, dk, out, dv, sc, next);
   });
-  // Each row's segments folded in position order, as a Rows call folds them.
+  // Each row's later segments folded onto its first run's in position order, as a Rows
+  // call folds them (the first run's own segments' slots after its first stay unused).
   pool.run(T * nh, [&](int64_t task, int) {
     const int64_t t = task / nh, r = task % nh, i0 = first_[size_t(t)], i1 = first_[size_t(t + 1)];
     float* o = s.out + (t * nh + r) * dv;
