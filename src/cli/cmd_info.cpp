@@ -78,9 +78,10 @@ int cmd_info(Args& a) {
                     h.n_ff_exp, h.n_expert_shared, h.n_layer_dense_lead);
       if (h.mla())
         std::printf("latent attention: rank %d (q rank %d), heads' key %d value %d, rope %d; KV cache %lld bytes per "
-                    "token (f16) against %lld with full K/V\n",
+                    "token (f16; int8 %lld) against %lld with full K/V (f16)\n",
                     h.n_lora_kv, h.n_lora_q, h.head_dim_qk_mla, h.head_dim_v_mla, h.rope_dim,
                     (long long)kv_layout_for(h, 16, 0, DType::F16).bytes_per_token(),
+                    (long long)kv_layout_for(h, 16, 0, DType::I8).bytes_per_token(),
                     (long long)(int64_t(h.n_layer) * h.n_head * (h.head_dim_qk_mla + h.head_dim_v_mla) * 2));
       if (h.mla())
         std::printf("latent attention's expanded form (prompts, --mla-prefill): attn_k_b transposed at load, %.1f MiB\n",

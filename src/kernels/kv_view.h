@@ -43,10 +43,17 @@ struct KVLayout {
   DType dtype = DType::F16;
   // Multi-head latent attention: a value is its key's last head_dim_v dimensions (the
   // latent after the RoPE key), so a block has no V tiles and attention reads values out
-  // of the K tiles. Unscaled dtypes only (f32, f16, bf16).
+  // of the K tiles. Unscaled dtypes (f32, f16, bf16) and int8, whose value shares its
+  // key's codes and scale (the key's dimensions from v_dim0 on; v_dim0 and head_dim_v
+  // whole four-dimension slots). Not FP8 (its values keep a copy).
   bool v_in_k = false;
 
   bool scaled() const { return is_scaled_kv_dtype(dtype); }
+  // Whether this dtype and these head dimensions may keep values in keys (v_in_k).
+  bool values_in_keys_allowed() const {
+    if (dtype == DType::I8) return (head_dim_k - head_dim_v) % 4 == 0 && head_dim_v % 4 == 0;
+    return !scaled();
+  }
   // A head's K or V tile in a block: codes, then (scaled) the slots' scales; and a whole
   // block, all layers. Scaled codes are padded to whole 32-bit slots: int8 K's dimensions
   // (and the other 8-bit dtypes', which keeps their scales aligned) and int8 V's slots.
@@ -68,10 +75,11 @@ struct KVLayout {
     return dtype == DType::I8 ? (int64_t(slot >> 2) * head_dim_v + d) * 4 + (slot & 3) : int64_t(slot) * head_dim_v + d;
   }
   int64_t scale_bytes() const { return scaled() ? int64_t(block_size) * 4 : 0; }
+  int64_t v_scale_bytes() const { return v_in_k ? 0 : scale_bytes(); }  // a V tile's (v_in_k: none, the key's serve)
   // The K dimension where a value starts (v_in_k), or -1.
   int32_t v_dim0() const { return v_in_k ? head_dim_k - head_dim_v : -1; }
   int64_t block_bytes() const {
-    return int64_t(n_layer) * n_kv_head * (k_codes_bytes() + v_codes_bytes() + 2 * scale_bytes());
+    return int64_t(n_layer) * n_kv_head * (k_codes_bytes() + scale_bytes() + v_codes_bytes() + v_scale_bytes());
   }
   int64_t bytes_per_token() const {  // K and V (and their scales), all layers: a block's share, rounded up
     return (block_bytes() + block_size - 1) / block_size;
@@ -102,7 +110,7 @@ class KVView {
   int64_t block_bytes() const { return int64_t(l_.n_layer) * (k_block_bytes() + v_block_bytes()); }  // all layers
   // Bytes from one head's K (V) tile to the next head's in a block (codes and scales).
   int64_t k_head_bytes() const { return k_codes_bytes() + scale_bytes(); }
-  int64_t v_head_bytes() const { return v_codes_bytes() + scale_bytes(); }
+  int64_t v_head_bytes() const { return v_codes_bytes() + l_.v_scale_bytes(); }
   // A head's K (V) codes, then (scaled dtypes) its slots' f32 scales, 4-byte aligned.
   int64_t k_codes_bytes() const { return l_.k_codes_bytes(); }
   int64_t v_codes_bytes() const { return l_.v_codes_bytes(); }
@@ -110,7 +118,8 @@ class KVView {
   float* k_scales(int32_t layer, int32_t block, int32_t head) const {
     return reinterpret_cast<float*>(k_tile(layer, block, head) + k_codes_bytes());
   }
-  float* v_scales(int32_t layer, int32_t block, int32_t head) const {
+  float* v_scales(int32_t layer, int32_t block, int32_t head) const {  // v_in_k: the keys'
+    if (l_.v_in_k) return k_scales(layer, block, head);
     return reinterpret_cast<float*>(v_tile(layer, block, head) + v_codes_bytes());
   }
 

@@ -43,8 +43,9 @@ OpCost swiglu_cost(int64_t rows, int64_t n_ff) {
 }
 
 namespace {
-// The 8-bit KV dtypes' f32 scales: one for K and one for V per position and KV head.
-double kv_scale_bytes(DType t) { return is_scaled_kv_dtype(t) ? 8.0 : 0.0; }
+// The 8-bit KV dtypes' f32 scales per position and KV head: one for K and one for V (a
+// value kept in its key has the key's).
+double kv_scale_bytes(const AttnShape& h, DType t) { return is_scaled_kv_dtype(t) ? (h.v_in_k(t) ? 4.0 : 8.0) : 0.0; }
 }  // namespace
 
 OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm, DType kv_type) {
@@ -54,7 +55,7 @@ OpCost rope_kv_cost(const AttnShape& h, int64_t tokens, bool bias, bool qk_norm,
   if (qk_norm) per_token += 3.0 * (nq + nk);
   const double stored = h.v_in_k(kv_type) ? nk : nk + nv;
   const double bytes = t * (4.0 * (nq + nk + nv) + 4.0 * (nq + nk) + double(row_bytes(kv_type, 1)) * stored +
-                            double(h.n_head_kv) * kv_scale_bytes(kv_type));
+                            double(h.n_head_kv) * kv_scale_bytes(h, kv_type));
   return {t * per_token, bytes};
 }
 
@@ -74,7 +75,7 @@ OpCost attention_cost(const AttnShape& h, std::span<const std::pair<int32_t, int
       ctx = std::min(ctx, double(window) + double(n) - 1.0);
     }
     flops += nh * keys * (2.0 * dk + 2.0 * dv + 5.0);
-    bytes += ctx * nkv * ((dk + dv_read) * kv_elem + kv_scale_bytes(kv_type)) +
+    bytes += ctx * nkv * ((dk + dv_read) * kv_elem + kv_scale_bytes(h, kv_type)) +
              double(n) * 4.0 * (double(h.n_q()) + double(h.n_attn_out()));
   }
   return {flops, bytes};

@@ -178,7 +178,7 @@ if grep -q "expanded form (prompts, --mla-prefill): attn_k_b transposed at load"
 else
   report "info names the expanded form's transposed attn_k_b" "no expanded-form line"
 fi
-if grep -qE "KV cache (480|864) bytes per token \(f16\) against 1920 with full K/V" "$TMP/out"; then
+if grep -qE "KV cache (480|864) bytes per token \(f16; int8 (252|456)\) against 1920 with full K/V" "$TMP/out"; then
   report "info names latent attention's KV bytes against full K/V" ""
 else
   report "info names latent attention's KV bytes against full K/V" "no KV bytes line"

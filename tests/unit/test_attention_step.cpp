@@ -25,19 +25,19 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_step.h"
 #include "model/kv_cache.h"
+#include "isa_guard.h"
 
 namespace ridge::kernels {
 namespace {
 
 constexpr double kTol = 1e-4;
 constexpr double kTolBf16 = 2e-2;
+// Int8: the AVX-512 kernel's query rows and weights rounded to 8 bits (test_attention.cpp's
+// kTolQ8 bounds the same).
+constexpr double kTolI8 = 2e-2;
 constexpr int32_t kHeads = 16;  // query heads over the one latent KV head
 
-struct IsaGuard {
-  Isa saved = active_isa();
-  Fp8Path fp8 = fp8_path();
-  ~IsaGuard() { set_isa(saved), set_fp8_path(fp8); }
-};
+using test::IsaGuard;
 
 // Latent attention's cache: one KV head of dk = 32 rope + 64 latent dimensions, its
 // value the latent (v_in_k), the tokens' blocks shuffled over the pool, each token its
@@ -162,7 +162,7 @@ TEST(AttentionStep, SegmentKeysAreWholeBlocksAndTiles) {
 TEST(AttentionStep, PlansThreadsAndBatchesGiveTheSameBits) {
   IsaGuard guard;
   const std::vector<int32_t> ctx{1100, 1, 512, 513, 700};
-  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8}) {
     const Latent c(t, ctx);
     const int32_t dv = c.l.head_dim_v;
     const int64_t row = int64_t(kHeads) * dv;
@@ -211,7 +211,7 @@ TEST(AttentionStep, PlansThreadsAndBatchesGiveTheSameBits) {
 TEST(AttentionStep, SegmentsFoldToTheWholeContextsSoftmax) {
   IsaGuard guard;
   const std::vector<int32_t> ctx{2100, 700, 1537};
-  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8}) {
     const Latent c(t, ctx);
     const int32_t dv = c.l.head_dim_v;
     for (const Way& w : ways(t)) {
@@ -230,7 +230,7 @@ TEST(AttentionStep, SegmentsFoldToTheWholeContextsSoftmax) {
             err = std::max(err, std::abs(ref[size_t(d)] - got[size_t((i * kHeads + h) * dv + d)]));
           }
           // The output's scale: the values are N(0, 1), so max |v| is about 4.
-          EXPECT_LE(err, (b16 ? kTolBf16 : kTol) * 4.0)
+          EXPECT_LE(err, (t == DType::I8 ? kTolI8 : b16 ? kTolBf16 : kTol) * 4.0)
               << dtype_name(t) << " " << w.name() << " token " << i << " head " << h << " (max |out| " << vmax << ")";
         }
     }
@@ -242,7 +242,7 @@ TEST(AttentionStep, SegmentsFoldToTheWholeContextsSoftmax) {
 TEST(AttentionStep, LogSumExpOfEveryPath) {
   IsaGuard guard;
   for (const bool v_in_k : {true, false})
-    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8}) {
       const Latent c(t, {300, 77}, v_in_k);
       for (const Way& w : ways(t)) {
         set_isa(w.isa), set_fp8_path(w.fp8);
@@ -256,7 +256,7 @@ TEST(AttentionStep, LogSumExpOfEveryPath) {
           for (int32_t h = 0; h < kHeads; ++h) {
             double want = 0;
             c.reference(i, h, b16, &want);
-            EXPECT_NEAR(lse[size_t(h)], want, 1e-4 * std::max(1.0, std::abs(want)))
+            EXPECT_NEAR(lse[size_t(h)], want, (t == DType::I8 ? kTolI8 : 1e-4) * std::max(1.0, std::abs(want)))
                 << dtype_name(t) << " " << w.name() << (v_in_k ? " values in keys" : "") << " token " << i;
           }
         }

@@ -27,6 +27,7 @@
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "ref_forward.h"
+#include "isa_guard.h"
 
 namespace ridge {
 namespace {
@@ -133,11 +134,7 @@ std::vector<Isa> isas_to_test() {
   return v;
 }
 
-// Restores the ISA a test started with, however it ends.
-struct IsaGuard {
-  Isa saved = active_isa();
-  ~IsaGuard() { set_isa(saved); }
-};
+using test::IsaGuard;
 
 struct Case {
   const char* preset;

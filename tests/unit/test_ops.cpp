@@ -10,14 +10,12 @@
 
 #include "core/cpu.h"
 #include "kernels/cpu/ops.h"
+#include "isa_guard.h"
 
 namespace ridge::kernels {
 namespace {
 
-struct IsaGuard {  // every available path, restored after the test
-  Isa saved = active_isa();
-  ~IsaGuard() { set_isa(saved); }
-};
+using test::IsaGuard;
 
 std::vector<Isa> isas() {
   std::vector<Isa> v{Isa::Scalar};

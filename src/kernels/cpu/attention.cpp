@@ -33,6 +33,19 @@ int32_t detail::attention_tile_lanes(int32_t block_size, int32_t keys) {
   return attention_tile_blocks(block_size, keys) * ((block_size + 15) / 16) * 16;
 }
 
+namespace {
+// The elements of a block's values in a V tile's layout (v_element), the scalar path's
+// copy of a latent cache's (int8: whole four-slot quads).
+int64_t values_tile_elements(const KVLayout& l) {
+  return int64_t(l.dtype == DType::I8 ? (l.block_size + 3) / 4 * 4 : l.block_size) * l.head_dim_v;
+}
+// Int8, v_in_k, AVX-512: one block's values in vt, codes ([ceil(bs / 4)][dv][4]) then the
+// slots' scales, to a multiple of 64 bytes.
+int64_t values_i8_block_bytes(const KVLayout& l) {
+  return (values_tile_elements(l) + 4 * int64_t(l.block_size) + 63) / 64 * 64;
+}
+}  // namespace
+
 // Floats of scratch, for whichever path runs, with bsp = block_size and dkp = head_dim_k
 // rounded up to 16, and 16 floats of room to align the start to 64 bytes:
 //   kf [max(bsp, tile lanes) * dkp]  one K tile in f32 (scalar path: a block; AVX2: a
@@ -53,7 +66,7 @@ int32_t detail::attention_tile_lanes(int32_t block_size, int32_t keys) {
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
   const int64_t lanes = detail::attention_tile_lanes(l.block_size, detail::kMaxTileKeys), row = std::max<int64_t>(bsp, lanes);
-  const int64_t vn = l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
+  const int64_t vn = l.v_in_k ? values_tile_elements(l) : l.scaled() ? l.v_codes_bytes() : bs * l.head_dim_v;
   const int64_t i8 = l.dtype == DType::I8 ? int64_t(n_q) * ((l.head_dim_k + 3) / 4 + 2 + lanes / 4 + (lanes + 63) / 64) : 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
   const bool is_fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
@@ -131,13 +144,15 @@ float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch) {
 }
 
 // v_in_k, AVX-512, at the scratch's end, 64-byte aligned: a tile's values transposed out
-// of its K tiles ([tile blocks][block_size][head_dim_v] f32), or for a BF16 cache, which
-// may take the lanes' P.V (attention_bf16_avx512.h pv_latent), its running outputs
-// ([ceil(n_q / 16)][head_dim_v][16] f32) and a tile's probability pairs ([kMaxTileKeys /
-// 2][16] words), whichever is larger.
+// of its K tiles ([tile blocks][block_size][head_dim_v] f32; int8: [tile blocks] of
+// values_i8_block_bytes, the V tiles' layout), or for a BF16 cache, which may take the
+// lanes' P.V (attention_bf16_avx512.h pv_latent), its running outputs ([ceil(n_q /
+// 16)][head_dim_v][16] f32) and a tile's probability pairs ([kMaxTileKeys / 2][16]
+// words), whichever is larger.
 int64_t values_from_keys_floats(const KVLayout& l, int32_t n_q) {
   if (!l.v_in_k) return 0;
-  const int64_t tile = int64_t(detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys)) * l.block_size * l.head_dim_v;
+  const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
+  const int64_t tile = l.dtype == DType::I8 ? tb * values_i8_block_bytes(l) / 4 : tb * l.block_size * l.head_dim_v;
   const int64_t lanes = l.dtype == DType::BF16
                             ? int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16
                             : 0;
@@ -158,7 +173,7 @@ void attention_group_scalar(const AttnArgs& a, int32_t kv_head, int32_t n_q, con
   const int32_t dk = l.head_dim_k, dv = l.head_dim_v, bs = l.block_size;
   const int64_t esz = int64_t(dtype_info(l.dtype).type_size);
   const int64_t kn = l.k_codes_bytes() / esz;  // elements of a tile
-  const int64_t vn = l.v_in_k ? int64_t(bs) * dv : l.v_codes_bytes() / esz;
+  const int64_t vn = l.v_in_k ? values_tile_elements(l) : l.v_codes_bytes() / esz;
   float* kf = scratch;                  // the cache's K tile layout (k_element)
   float* vf = kf + kn;                  // and V's (v_element)
   float* s = vf + vn;                   // [bs]
@@ -337,6 +352,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
     v.v_dim0 = l.v_dim0();
     const int64_t tail = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l, n_heads * group);
     v.vt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch + tail) + 63) & ~uintptr_t(63));
+    v.vt_block_bytes = l.dtype == DType::I8 ? values_i8_block_bytes(l) : 0;
   }
   if (isa == Isa::Avx512) {
     const detail::AttnDots dots = detail::attention_dots(l);

@@ -192,10 +192,11 @@ struct AttnView {
   int64_t v_scales_off = 0;
   float scale = 1.f;
   // KVLayout::v_in_k: values are K dimensions [v_dim0, v_dim0 + dv) (v0 unused), and vt
-  // values_from_keys_floats of scratch (a tile's values in f32, or the BF16 vectors'
-  // outputs by lanes); else -1.
+  // values_from_keys_floats of scratch (a tile's values in f32, int8's in V tiles' layout,
+  // or the BF16 vectors' outputs by lanes); else -1.
   int32_t v_dim0 = -1;
   float* vt = nullptr;
+  int64_t vt_block_bytes = 0;  // int8: bytes from one block's values in vt to the next's
   // AttnArgs::row_ctx, [rows per head] (unscaled dtypes, AVX-512), or null.
   const int32_t* row_ctx = nullptr;
   int32_t window = 0;  // AttnArgs::window (AVX-512: each row's own, from its n_ctx or row_ctx)

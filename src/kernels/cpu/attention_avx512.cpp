@@ -489,6 +489,40 @@ void values_from_keys(const uint8_t* kd, int32_t bs, int32_t keys, int32_t dv, f
   }
 }
 
+// KVLayout::v_in_k, int8: a block's values out of its K tile into a V tile's layout
+// (kv_view.h v_element: [ceil(bs / 4)][dv][4], then the slots' scales), so P.V's integer
+// arithmetic (pv_i8) runs on them unchanged. kd: the K tile's four-dimension row holding
+// v_dim0 ([dv / 4][bs][4] from there), ks: its scales. A 64-byte load of a K row is 16
+// slots' next four dimensions; one byte shuffle turns each 16-byte lane (four slots x four
+// dimensions) into four dimensions' words of four slots, and a 4 x 4 transpose of the
+// lanes of four such rows gives four slot quads' 16 dimensions, each one 64-byte store.
+// Only the quads holding the first `keys` slots are written (slots past them in a quad
+// are whatever the block holds: their weights are 0).
+ATTN_NOINLINE void values_i8_from_keys(const uint8_t* kd, const float* ks, int32_t bs, int32_t keys, int32_t dv,
+                                       uint8_t* vt) {
+  const int32_t dv4 = dv / 4;
+  const __m512i by_dims = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  for (int32_t s0 = 0; s0 < keys; s0 += 16) {
+    const __mmask16 ms = first_lanes(bs - s0);
+    const int32_t quads = keys - s0 >= 16 ? 4 : (keys - s0 + 3) / 4;
+    for (int32_t q0 = 0; q0 < dv4; q0 += 4) {
+      __m512i r[4];
+      ATTN_UNROLL for (int i = 0; i < 4; ++i)
+        r[i] = q0 + i < dv4 ? _mm512_shuffle_epi8(_mm512_maskz_loadu_epi32(ms, kd + (int64_t(q0 + i) * bs + s0) * 4), by_dims)
+                            : _mm512_setzero_si512();
+      const __m512i t0 = _mm512_shuffle_i64x2(r[0], r[1], 0x44), t1 = _mm512_shuffle_i64x2(r[0], r[1], 0xEE);
+      const __m512i t2 = _mm512_shuffle_i64x2(r[2], r[3], 0x44), t3 = _mm512_shuffle_i64x2(r[2], r[3], 0xEE);
+      const __m512i o[4] = {_mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xDD),
+                            _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xDD)};
+      const __mmask16 md = first_lanes(dv - 4 * q0);  // one word per dimension
+      for (int32_t j = 0; j < quads; ++j)
+        _mm512_mask_storeu_epi32(vt + (int64_t(s0 / 4 + j) * dv + 4 * q0) * 4, md, o[j]);
+    }
+  }
+  float* vs = reinterpret_cast<float*>(vt + int64_t((bs + 3) / 4) * 4 * dv);
+  for (int32_t s = 0; s < keys; s += 16) _mm512_mask_storeu_ps(vs + s, first_lanes(keys - s), _mm512_maskz_loadu_ps(first_lanes(keys - s), ks + s));
+}
+
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   constexpr int64_t esz = kEsz<T>;
@@ -720,17 +754,33 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     // weighs the keys before its own window by 0).
     const auto unit_live = [&](int32_t i) { return row_first(i) > tp0 ? row_first(i) - tp0 : 0; };
     if constexpr (T == DType::I8) {
-      for (int32_t h = 0; h < nh; ++h)
+      for (int32_t h = 0; h < nh; ++h) {
+        // Latent values: out of the head's K tiles, once for its rows, into a.vt.
+        Tile tk;
+        const bool in_k = a.v_dim0 >= 0;
+        if (in_k) {
+          tk = tl;
+          for (int32_t i = tl.live_block; i < tl.n_blocks; ++i) {
+            const uint8_t* kt = tl.k[i] + h * a.k_head_stride;
+            uint8_t* vt = reinterpret_cast<uint8_t*>(a.vt) + i * a.vt_block_bytes;
+            values_i8_from_keys(kt + int64_t(a.v_dim0) * bs, reinterpret_cast<const float*>(kt + a.k_scales_off), bs,
+                                tl.keys[i], dv, vt);
+            tk.v[i] = vt;
+          }
+        }
+        const Tile& tv = in_k ? tk : tl;
+        const int64_t voff = in_k ? 0 : h * a.v_head_stride;
+        const int64_t vsoff = in_k ? int64_t((bs + 3) / 4) * 4 * dv : voff + a.v_scales_off;
         for (int32_t i = lo; i < hi; i += kRows)
           with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
             constexpr int Rn = decltype(R)::value;
             const int32_t r0 = h * grp + i;
-            weights_i8<Rn>(tl, gpb, sc + int64_t(r0) * lds, lds, h * a.v_head_stride + a.v_scales_off,
-                           pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep);
+            weights_i8<Rn>(tv, gpb, sc + int64_t(r0) * lds, lds, vsoff, pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep);
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
-              pv_i8<Rn>(tl, gpb * 16, pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep, cr + r0, out + r0 * ldo, ldo,
-                        d0, dv, h * a.v_head_stride, pf);
+              pv_i8<Rn>(tv, gpb * 16, pc + r0 * ldc, ldc, pstep + r0 * ldstep, ldstep, cr + r0, out + r0 * ldo, ldo,
+                        d0, dv, voff, pf);
           });
+      }
       pf.finish();
       continue;
     }
