@@ -43,16 +43,14 @@ struct KVLayout {
   DType dtype = DType::F16;
   // Multi-head latent attention: a value is its key's last head_dim_v dimensions (the
   // latent after the RoPE key), so a block has no V tiles and attention reads values out
-  // of the K tiles. Unscaled dtypes (f32, f16, bf16) and int8, whose value shares its
-  // key's codes and scale (the key's dimensions from v_dim0 on; v_dim0 and head_dim_v
-  // whole four-dimension slots). Not FP8 (its values keep a copy).
+  // of the K tiles. Every dtype; a scaled one's value shares its key's codes and scale
+  // (int8: v_dim0 and head_dim_v whole four-dimension slots).
   bool v_in_k = false;
 
   bool scaled() const { return is_scaled_kv_dtype(dtype); }
   // Whether this dtype and these head dimensions may keep values in keys (v_in_k).
   bool values_in_keys_allowed() const {
-    if (dtype == DType::I8) return (head_dim_k - head_dim_v) % 4 == 0 && head_dim_v % 4 == 0;
-    return !scaled();
+    return dtype != DType::I8 || ((head_dim_k - head_dim_v) % 4 == 0 && head_dim_v % 4 == 0);
   }
   // A head's K or V tile in a block: codes, then (scaled) the slots' scales; and a whole
   // block, all layers. Scaled codes are padded to whole 32-bit slots: int8 K's dimensions

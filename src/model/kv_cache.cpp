@@ -15,8 +15,10 @@ namespace ridge {
 KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, DType dtype) {
   KVLayout l{h.n_layer, h.n_head_kv, h.head_dim_k, h.head_dim_v, block_size, n_blocks, dtype};
   // Only the AVX-512 attention reads values out of keys at speed (the others run the
-  // portable path for it): elsewhere the latent is kept twice, and so is FP8's.
-  l.v_in_k = h.mla() && best_isa() == Isa::Avx512 && l.values_in_keys_allowed();
+  // portable path for it): elsewhere the latent is kept twice. So is FP8's where AMX
+  // tiles run its attention (they read values from V tiles only).
+  const bool fp8 = dtype == DType::F8_E4M3 || dtype == DType::F8_E5M2;
+  l.v_in_k = h.mla() && best_isa() == Isa::Avx512 && l.values_in_keys_allowed() && !(fp8 && amx_bf16_active());
   return l;
 }
 
@@ -74,8 +76,8 @@ KVCache::KVCache(const KVLayout& layout, KvGroups groups, kernels::Backend* devi
               "KV cache dtype {} is not supported (f16, bf16, f32, i8, fp8_e4m3, fp8_e5m2)", dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");
   RIDGE_CHECK(!l_.v_in_k || (l_.values_in_keys_allowed() && l_.head_dim_v <= l_.head_dim_k),
-              "a KV cache whose values are in its keys needs f16, bf16, f32 or int8 (with the values at a "
-              "multiple of 4 dimensions), not {} with {} of {} dimensions",
+              "a KV cache whose values are in its keys needs values no wider than its keys, at a multiple of 4 "
+              "dimensions with int8 ({}: {} of {} dimensions)",
               dtype_name(l_.dtype), l_.head_dim_v, l_.head_dim_k);
   RIDGE_CHECK(l_.block_size <= 1024, "KV cache block size {} is over 1024 tokens", l_.block_size);
   if (device) {

@@ -13,8 +13,8 @@ namespace ridge {
 
 // The cache layout a model's forward writes: one K/V head per KV head of head_dim_k /
 // head_dim_v; under multi-head latent attention its single head's value is the key's
-// latent part, kept once (v_in_k) where the dtype allows (FP8 keeps a copy) and
-// the CPU runs the AVX-512 attention.
+// latent part, kept once (v_in_k) where the CPU runs the AVX-512 attention (FP8's: and no
+// AMX tiles) and the dtype allows (KVLayout::values_in_keys_allowed).
 KVLayout kv_layout_for(const HParams& h, int32_t block_size, int32_t n_blocks, DType dtype);
 
 // Which page of a block table entry, and which layer slot of that page, holds each

@@ -18,12 +18,11 @@ namespace ridge::perf {
 struct AttnShape {
   int32_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, rope_dim = 0;
   // Multi-head latent attention: the cache keeps a value inside its key where the KV dtype
-  // allows (kv_view.h KVLayout::values_in_keys_allowed: unscaled, or int8), so no V bytes
-  // (or V scales) move then.
+  // allows (kv_view.h KVLayout::values_in_keys_allowed; an AVX-512 CPU, and for FP8 one
+  // without AMX tiles: kv_cache.h kv_layout_for), so no V bytes (or V scales) move then.
   bool mla = false;
   bool v_in_k(DType kv) const {
-    if (kv == DType::I8) return mla && (head_dim_k - head_dim_v) % 4 == 0 && head_dim_v % 4 == 0;
-    return mla && !is_scaled_kv_dtype(kv);
+    return mla && (kv != DType::I8 || ((head_dim_k - head_dim_v) % 4 == 0 && head_dim_v % 4 == 0));
   }
   int64_t n_q() const { return int64_t(n_head) * head_dim_k; }
   int64_t n_kv_k() const { return int64_t(n_head_kv) * head_dim_k; }

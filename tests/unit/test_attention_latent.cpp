@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -207,77 +208,96 @@ TEST(AttentionValuesInKeys, KeyBeforeTheWindowIsNotMultiplied) {
   }
 }
 
-// An int8 latent cache keeps a value as its key's codes from v_dim0 on, with the key's
+// An 8-bit latent cache keeps a value as its key's codes from v_dim0 on, with the key's
 // scale (one per position for all its dimensions). Against a cache with V tiles holding
-// those same codes and scales, the outputs are the same bits where the same kernel runs
-// (scalar; AVX-512, which transposes the codes into a V tile's layout per tile; AVX2 runs
-// the portable path for it, so within rounding there): blocks of whole and partial
-// four-slot quads, dimensions that fill no 16-lane vector, windows, NaN in every slot past
-// the context. And the cache is the K tiles and their scales alone.
-TEST(AttentionValuesInKeys, Int8SameAsCodesInTheirOwnTiles) {
+// those same codes and scales, the outputs are the same bits where the same kernel runs:
+// scalar; AVX-512 int8, which transposes the codes into a V tile's layout per tile and
+// head; FP8 on f32 FMAs (the values converted out of the keys as a BF16 cache's f32 way
+// does) and on AVX512-BF16 vectors where the CPU has them (the latent rows converted to
+// bf16 per tile and head, P.V with the rows across the lanes as a BF16 cache's, against
+// pv_fp8 over the V tile); AVX2 runs the portable path for them, so within rounding
+// there. Blocks of whole and partial four-slot quads, dimensions that fill no 16-lane
+// vector, two KV heads in one call, windows, NaN in every slot past the context. And the
+// cache is the K tiles and their scales alone.
+TEST(AttentionValuesInKeys, EightBitSameAsCodesInTheirOwnTiles) {
   IsaGuard guard;
   struct Shape {
-    int32_t dk, dv, bs, n_ctx, n_q;
+    int32_t dk, dv, bs, n_ctx, n_q, nkv = 1;
   };
-  for (const Shape& sh : {Shape{576, 512, 16, 300, 16}, Shape{576, 512, 64, 133, 9}, Shape{80, 64, 16, 50, 4},
-                          Shape{44, 20, 12, 50, 5}, Shape{36, 28, 6, 40, 3}, Shape{64, 64, 32, 97, 2},
-                          Shape{80, 64, 1, 9, 16}, Shape{96, 64, 128, 260, 20}}) {
-    KVLayout a;
-    a.n_layer = 1, a.n_kv_head = 1, a.head_dim_k = sh.dk, a.head_dim_v = sh.dv, a.block_size = sh.bs;
-    a.dtype = DType::I8, a.n_blocks = (sh.n_ctx + sh.bs - 1) / sh.bs + 2;
-    KVLayout b = a;
-    b.v_in_k = true;
-    ASSERT_TRUE(b.values_in_keys_allowed());
-    KVCache ca(a), cb(b);
-    EXPECT_EQ(cb.total_bytes(), int64_t(a.n_blocks) * sh.bs * ((sh.dk + 3) / 4 * 4 + 4));
-    std::mt19937 rng(uint32_t(sh.dk * 17 + sh.bs));
-    std::normal_distribution<float> g(0.f, 1.f);
-    std::vector<int32_t> table(size_t(a.n_blocks));
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), rng);
-    std::vector<float> k(size_t(sh.dk)), nan(size_t(sh.dk), std::numeric_limits<float>::quiet_NaN());
-    for (int32_t blk = 0; blk < a.n_blocks; ++blk)
-      for (int32_t s = 0; s < sh.bs; ++s) {
-        ca.write_k(0, blk, 0, s, nan.data()), cb.write_k(0, blk, 0, s, nan.data());
-        ca.write_v(0, blk, 0, s, nan.data());
-      }
-    const int32_t v0 = sh.dk - sh.dv;
-    for (int32_t p = 0; p < sh.n_ctx; ++p) {
-      for (auto& e : k) e = g(rng);
-      const int32_t blk = table[size_t(p / sh.bs)], s = p % sh.bs;
-      ca.write_k(0, blk, 0, s, k.data()), cb.write_k(0, blk, 0, s, k.data());
-      // The reference's V tile: the key's codes and scale, as they lie in b's K tile.
-      const int8_t* kc = reinterpret_cast<const int8_t*>(cb.k_tile(0, blk, 0));
-      int8_t* vc = reinterpret_cast<int8_t*>(ca.v_tile(0, blk, 0));
-      for (int32_t d = 0; d < sh.dv; ++d) vc[a.v_element(s, d)] = kc[b.k_element(v0 + d, s)];
-      ca.v_scales(0, blk, 0)[s] = cb.k_scales(0, blk, 0)[s];
-      std::vector<float> va(size_t(sh.dv)), vb(size_t(sh.dv));
-      ca.read_v(0, blk, 0, s, va.data()), cb.read_v(0, blk, 0, s, vb.data());
-      ASSERT_EQ(va, vb) << "read_v of a value kept in its key";
-    }
-    std::vector<float> q(size_t(sh.n_q * sh.dk));
-    for (auto& e : q) e = g(rng);
-    const float scale = 1.f / std::sqrt(float(sh.dk));
-    for (Isa isa : isas())
-      for (const int32_t window : {0, 21}) {
-        set_isa(isa);
-        const std::string name = "dk=" + std::to_string(sh.dk) + " dv=" + std::to_string(sh.dv) + " bs=" +
-                                 std::to_string(sh.bs) + " isa=" + std::string(isa_name(isa)) +
-                                 " window=" + std::to_string(window);
-        std::vector<float> oa(size_t(sh.n_q * sh.dv)), ob(oa.size());
-        std::vector<float> sa(size_t(attention_scratch_floats(a, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
-        std::vector<float> sb(size_t(attention_scratch_floats(b, sh.n_q)), std::numeric_limits<float>::quiet_NaN());
-        AttnArgs aa{&ca, 0, table, sh.n_ctx, scale, {}}, ab{&cb, 0, table, sh.n_ctx, scale, {}};
-        aa.window = ab.window = window;
-        attention_group(aa, 0, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
-        attention_group(ab, 0, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
-        for (size_t i = 0; i < oa.size(); ++i) {
-          ASSERT_TRUE(std::isfinite(ob[i])) << name << " element " << i;
-          if (isa == Isa::Avx2) ASSERT_NEAR(ob[i], oa[i], 2e-2 * (1 + std::fabs(oa[i]))) << name << " element " << i;
-          else ASSERT_EQ(ob[i], oa[i]) << name << " element " << i;
+  bool vectors = false;  // an FP8 case took the bf16 vectors
+  for (const DType t : {DType::I8, DType::F8_E4M3, DType::F8_E5M2})
+    for (const Shape& sh : {Shape{576, 512, 16, 300, 16}, Shape{576, 512, 64, 133, 9}, Shape{80, 64, 16, 50, 4, 2},
+                            Shape{44, 20, 12, 50, 5}, Shape{36, 28, 6, 40, 3}, Shape{64, 64, 32, 97, 2},
+                            Shape{80, 64, 1, 9, 16}, Shape{96, 64, 128, 260, 20}, Shape{96, 64, 16, 70, 12, 2}}) {
+      KVLayout a;
+      a.n_layer = 1, a.n_kv_head = sh.nkv, a.head_dim_k = sh.dk, a.head_dim_v = sh.dv, a.block_size = sh.bs;
+      a.dtype = t, a.n_blocks = (sh.n_ctx + sh.bs - 1) / sh.bs + 2;
+      KVLayout b = a;
+      b.v_in_k = true;
+      ASSERT_TRUE(b.values_in_keys_allowed());
+      KVCache ca(a), cb(b);
+      EXPECT_EQ(cb.total_bytes(), int64_t(a.n_blocks) * sh.nkv * sh.bs * ((sh.dk + 3) / 4 * 4 + 4));
+      std::mt19937 rng(uint32_t(sh.dk * 17 + sh.bs + int(t)));
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<int32_t> table(size_t(a.n_blocks));
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      std::vector<float> k(size_t(sh.dk)), nan(size_t(sh.dk), std::numeric_limits<float>::quiet_NaN());
+      for (int32_t blk = 0; blk < a.n_blocks; ++blk)
+        for (int32_t h = 0; h < sh.nkv; ++h)
+          for (int32_t s = 0; s < sh.bs; ++s) {
+            ca.write_k(0, blk, h, s, nan.data()), cb.write_k(0, blk, h, s, nan.data());
+            ca.write_v(0, blk, h, s, nan.data());
+          }
+      const int32_t v0 = sh.dk - sh.dv;
+      for (int32_t p = 0; p < sh.n_ctx; ++p)
+        for (int32_t h = 0; h < sh.nkv; ++h) {
+          for (auto& e : k) e = g(rng);
+          const int32_t blk = table[size_t(p / sh.bs)], s = p % sh.bs;
+          ca.write_k(0, blk, h, s, k.data()), cb.write_k(0, blk, h, s, k.data());
+          // The reference's V tile: the key's codes and scale, as they lie in b's K tile.
+          const uint8_t* kc = cb.k_tile(0, blk, h);
+          uint8_t* vc = ca.v_tile(0, blk, h);
+          for (int32_t d = 0; d < sh.dv; ++d) vc[a.v_element(s, d)] = kc[b.k_element(v0 + d, s)];
+          ca.v_scales(0, blk, h)[s] = cb.k_scales(0, blk, h)[s];
+          std::vector<float> va(size_t(sh.dv)), vb(size_t(sh.dv));
+          ca.read_v(0, blk, h, s, va.data()), cb.read_v(0, blk, h, s, vb.data());
+          ASSERT_EQ(va, vb) << "read_v of a value kept in its key";
         }
-      }
-  }
+      std::vector<float> q(size_t(sh.n_q * sh.nkv * sh.dk));
+      for (auto& e : q) e = g(rng);
+      const float scale = 1.f / std::sqrt(float(sh.dk));
+      std::vector<Fp8Path> ways{Fp8Path::F16c};
+      if (t != DType::I8 && fp8_bf16_available()) ways.push_back(Fp8Path::Bf16);
+      for (const Fp8Path way : ways)
+        for (Isa isa : isas())
+          for (const int32_t window : {0, 21}) {
+            set_isa(isa), set_fp8_path(way), set_amx(false);
+            const std::string name = std::string(dtype_name(t)) + " dk=" + std::to_string(sh.dk) + " dv=" +
+                                     std::to_string(sh.dv) + " bs=" + std::to_string(sh.bs) + " kv heads " +
+                                     std::to_string(sh.nkv) + " isa=" + std::string(isa_name(isa)) +
+                                     (way == Fp8Path::Bf16 ? " bf16 vectors" : "") + " window=" + std::to_string(window);
+            if (isa == Isa::Avx512 && way == Fp8Path::Bf16) {
+              ASSERT_EQ(attention_latent_lanes(b), sh.dk % 32 == 0 && sh.dv % 32 == 0 && sh.bs % 16 == 0) << name;
+              vectors |= attention_latent_lanes(b);
+            }
+            const int32_t rows = sh.n_q * sh.nkv;
+            std::vector<float> oa(size_t(rows * sh.dv)), ob(oa.size());
+            std::vector<float> sa(size_t(attention_scratch_floats(a, rows)), std::numeric_limits<float>::quiet_NaN());
+            std::vector<float> sb(size_t(attention_scratch_floats(b, rows)), std::numeric_limits<float>::quiet_NaN());
+            AttnArgs aa{&ca, 0, table, sh.n_ctx, scale, {}}, ab{&cb, 0, table, sh.n_ctx, scale, {}};
+            aa.window = ab.window = window;
+            attention_heads(aa, 0, sh.nkv, sh.n_q, q.data(), sh.dk, oa.data(), sh.dv, sa.data());
+            attention_heads(ab, 0, sh.nkv, sh.n_q, q.data(), sh.dk, ob.data(), sh.dv, sb.data());
+            for (size_t i = 0; i < oa.size(); ++i) {
+              ASSERT_TRUE(std::isfinite(ob[i])) << name << " element " << i;
+              if (isa == Isa::Avx2) ASSERT_NEAR(ob[i], oa[i], 2e-2 * (1 + std::fabs(oa[i]))) << name << " element " << i;
+              else ASSERT_EQ(ob[i], oa[i]) << name << " element " << i;
+            }
+          }
+    }
+  if (best_isa() != Isa::Avx512) std::printf("[AttentionValuesInKeys] no AVX-512: the portable path only\n");
+  else if (!vectors) std::printf("[AttentionValuesInKeys] no AVX512-BF16 vectors here: FP8's f32 way only\n");
 }
 
 }  // namespace

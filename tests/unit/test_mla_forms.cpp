@@ -38,7 +38,7 @@ constexpr int32_t kBlockSize = 16;
 // weights and cache; f16 rounding of the cache; 8-bit rounding of quantized matmuls'
 // activations. The expanded form adds only its own f32 order of sums (observed within
 // the same ranges as the absorbed form's).
-constexpr double kTolFloat = 2e-6, kTolKvF16 = 1e-3, kTolKvBf16 = 1e-2, kTolKvI8 = 2e-2, kTolQuant = 4e-2;
+constexpr double kTolFloat = 2e-6, kTolKvF16 = 1e-3, kTolKvBf16 = 1e-2, kTolKvI8 = 2e-2, kTolKvFp8 = 1e-1, kTolQuant = 4e-2;
 
 std::vector<int32_t> prompt_tokens() {
   std::vector<int32_t> t = {1};
@@ -191,6 +191,7 @@ TEST(MlaForms, DirectQuerySoftmaxYarn) {
   check_forms("deepseek-v2-lite-tiny f32", p, DType::F32, kTolFloat);
   check_forms("deepseek-v2-lite-tiny f32", p, DType::F16, kTolKvF16);
   check_forms("deepseek-v2-lite-tiny f32", p, DType::I8, kTolKvI8);  // 8-bit, the latent once on AVX-512
+  check_forms("deepseek-v2-lite-tiny f32", p, DType::F8_E4M3, kTolKvFp8);
   // The expanded keys and values in BF16 as well (mla_expanded_kv_dtype).
   check_forms("deepseek-v2-lite-tiny f32", p, DType::BF16, kTolKvBf16);
   std::filesystem::remove(p);

@@ -55,6 +55,22 @@ TEST(OpCost, AttentionByHand) {
   EXPECT_EQ(d.bytes, (10.0 + 1.0) * 2 * 32 * 4 + 2 * 4 * 128.0);
 }
 
+// Latent attention's one KV head of [rope 64 | latent 512], the value inside the key for
+// every KV dtype (an 8-bit one's under the key's one scale): one decode token at position
+// 99 reads 100 keys of 576 elements (and 4 bytes of scale each), and 16 query rows of 576
+// and outputs of 512 in f32.
+TEST(OpCost, LatentAttentionBytesByHand) {
+  AttnShape h;
+  h.n_head = 16, h.n_head_kv = 1, h.head_dim_k = 576, h.head_dim_v = 512, h.rope_dim = 64, h.mla = true;
+  const std::pair<int32_t, int32_t> one[] = {{99, 1}};
+  const double io = 16.0 * (576 + 512) * 4;
+  EXPECT_EQ(attention_cost(h, one, DType::BF16).bytes, 100.0 * 576 * 2 + io);
+  EXPECT_EQ(attention_cost(h, one, DType::I8).bytes, 100.0 * (576 + 4) + io);
+  EXPECT_EQ(attention_cost(h, one, DType::F8_E4M3).bytes, 100.0 * (576 + 4) + io);
+  h.mla = false;  // the same shape with values apart: codes and a scale each
+  EXPECT_EQ(attention_cost(h, one, DType::I8).bytes, 100.0 * (576 + 512 + 8) + io);
+}
+
 TEST(OpCost, ElementwiseByHand) {
   EXPECT_EQ(rms_norm_cost(2, 64).flops, 384.0);
   EXPECT_EQ(rms_norm_cost(2, 64).bytes, 4.0 * (256.0 + 64.0));

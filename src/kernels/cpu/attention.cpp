@@ -80,10 +80,12 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
   const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
-  const bool shape = (fp8 || l.dtype == DType::BF16) && (!l.v_in_k || !fp8) && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
+  const bool shape = (fp8 || l.dtype == DType::BF16) && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
                      l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
   if (!shape) return AttnDots::F32;
-  if (fp8 && amx_bf16_active()) return AttnDots::Amx;  // (no AMX tiles for a bf16 cache)
+  // (No AMX tiles for a bf16 cache, nor for values in the keys: kv_layout_for keeps FP8's
+  // values apart where the tiles run.)
+  if (fp8 && amx_bf16_active()) return l.v_in_k ? AttnDots::F32 : AttnDots::Amx;
   // Vectors: a tile's bf16 probabilities have a fixed row stride of kMaxTileKeys.
   return l.block_size <= kMaxTileKeys && fp8_path() == Fp8Path::Bf16 && !amx_bf16_active() ? AttnDots::Bf16
                                                                                              : AttnDots::F32;
@@ -92,7 +94,7 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
 bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
 
 bool attention_latent_lanes(const KVLayout& l) {
-  return l.v_in_k && l.dtype == DType::BF16 && detail::attention_dots(l) == detail::AttnDots::Bf16;
+  return l.v_in_k && !(l.dtype == DType::I8) && detail::attention_dots(l) == detail::AttnDots::Bf16;
 }
 
 // The tile path's scratch (attention_avx512.cpp, fp8_tiles_*), each part 64-byte aligned:
@@ -145,16 +147,19 @@ float* segment_fold_rows(const KVLayout& l, int32_t n_q, float* scratch) {
 
 // v_in_k, AVX-512, at the scratch's end, 64-byte aligned: a tile's values transposed out
 // of its K tiles ([tile blocks][block_size][head_dim_v] f32; int8: [tile blocks] of
-// values_i8_block_bytes, the V tiles' layout), or for a BF16 cache, which may take the
-// lanes' P.V (attention_bf16_avx512.h pv_latent), its running outputs ([ceil(n_q /
+// values_i8_block_bytes, the V tiles' layout), or for a BF16 or FP8 cache, which may take
+// the lanes' P.V (attention_bf16_avx512.h pv_latent), its running outputs ([ceil(n_q /
 // 16)][head_dim_v][16] f32) and a tile's probability pairs ([kMaxTileKeys / 2][16]
-// words), whichever is larger.
+// words) (FP8: and its latent rows in bf16), whichever is larger.
 int64_t values_from_keys_floats(const KVLayout& l, int32_t n_q) {
   if (!l.v_in_k) return 0;
   const int64_t tb = detail::attention_tile_blocks(l.block_size, detail::kMaxTileKeys);
   const int64_t tile = l.dtype == DType::I8 ? tb * values_i8_block_bytes(l) / 4 : tb * l.block_size * l.head_dim_v;
-  const int64_t lanes = l.dtype == DType::BF16
-                            ? int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16
+  const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
+  // FP8's lanes: then a tile's latent rows in bf16 ([tile blocks][dv][block_size]), 64-byte aligned.
+  const int64_t lanes = l.dtype == DType::BF16 || fp8
+                            ? int64_t(n_q + 15) / 16 * 16 * l.head_dim_v + detail::kMaxTileKeys / 2 * 16 +
+                                  (fp8 ? tb * l.block_size * l.head_dim_v / 2 + 16 : 0)
                             : 0;
   return std::max(tile, lanes) + 16;
 }

@@ -85,7 +85,7 @@ bool attention_shares_positions(const KVLayout& l);
 // FMAs: its arithmetic's roof is then the bf16 dot peak (the roofline's op class).
 bool attention_dots_in_bf16(const KVLayout& l);
 // Whether a latent cache's (KVLayout::v_in_k) P.V puts the query rows across the vector
-// lanes (BF16 on AVX512-BF16 vectors; attention_bf16_avx512.h pv_latent): a call's rows
+// lanes (BF16 and FP8 on AVX512-BF16 vectors; attention_bf16_avx512.h pv_latent): a call's rows
 // then cost P.V's work in whole groups of 16, and no values are transposed.
 bool attention_latent_lanes(const KVLayout& l);
 

@@ -523,6 +523,13 @@ ATTN_NOINLINE void values_i8_from_keys(const uint8_t* kd, const float* ks, int32
   for (int32_t s = 0; s < keys; s += 16) _mm512_mask_storeu_ps(vs + s, first_lanes(keys - s), _mm512_maskz_loadu_ps(first_lanes(keys - s), ks + s));
 }
 
+// A tile whose V pieces are its K pieces: a latent value's scale is its key's.
+ATTN_INLINE Tile keys_as_values(const Tile& tl) {
+  Tile t = tl;
+  for (int32_t i = 0; i < tl.n_blocks; ++i) t.v[i] = tl.k[i];
+  return t;
+}
+
 template <DType T>
 void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* out, int64_t ldo, float* scratch) {
   constexpr int64_t esz = kEsz<T>;
@@ -568,13 +575,17 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     l[i] = 0.f;
     for (int32_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(out + i * ldo + d, first_lanes(dv - d), _mm512_setzero_ps());
   }
-  // Latent values (BF16 on vectors): P.V with the rows across the lanes (pv_latent), its
-  // running outputs oT [ceil(n_q / 16)][dv][16] and a tile's probability pairs pp
-  // [kMaxTileKeys / 2][16] in vt.
-  const bool lanes_pv = T == DType::BF16 && b16 && a.v_dim0 >= 0;
+  // Latent values (BF16 and FP8 on vectors): P.V with the rows across the lanes
+  // (pv_latent), its running outputs oT [ceil(n_q / 16)][dv][16] and a tile's probability
+  // pairs pp [kMaxTileKeys / 2][16] in vt; FP8: then, 64-byte aligned, a head's latent
+  // rows of the tile in bf16, lat [tile blocks][dv][bs].
+  const bool lanes_pv = (T == DType::BF16 || kFp8<T>) && b16 && a.v_dim0 >= 0;
   const int32_t n16 = (n_q + 15) / 16;
   float* oT = a.vt;
   uint32_t* pp = lanes_pv ? reinterpret_cast<uint32_t*>(a.vt + int64_t(n16) * 16 * dv) : nullptr;
+  uint8_t* lat = kFp8<T> && lanes_pv ? reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(pp + kMaxTileKeys / 2 * 16) +
+                                                                   63) & ~uintptr_t(63))
+                                     : nullptr;
   const auto zero_lanes = [&] {
     for (int64_t i = 0; i < int64_t(n16) * 16 * dv; i += 16) _mm512_store_ps(oT + i, _mm512_setzero_ps());
   };
@@ -628,7 +639,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         cr[i] = e / (l[i] * e + __builtin_expf(a.sinks[i] - mx));
       }
     }
-    if constexpr (T == DType::BF16)
+    if constexpr (T == DType::BF16 || kFp8<T>)
       if (lanes_pv) {  // transposed and normalized in one pass, straight to where they go
         for (int32_t g = 0; g < n16; ++g)
           latent_lanes_to_rows(oT + int64_t(g) * 16 * dv, n_q - 16 * g < 16 ? n_q - 16 * g : 16, dv, cr + 16 * g,
@@ -786,26 +797,40 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     }
     if (b16) {
       for (int32_t h = 0; h < nh; ++h) {
-        // FP8: each value's scale goes with its probability (the codes' bf16 are the codes).
+        // FP8: each value's scale goes with its probability (the codes' bf16 are the codes);
+        // a latent value's is its key's.
         if constexpr (kFp8<T>)
-          scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo,
-                              h * a.v_head_stride + a.v_scales_off, 1.f);
+          scale_probabilities(a.v_dim0 >= 0 ? keys_as_values(tl) : tl, gpb, sc + int64_t(h * grp + lo) * lds, lds,
+                              hi - lo, a.v_dim0 >= 0 ? h * a.k_head_stride + a.k_scales_off
+                                                     : h * a.v_head_stride + a.v_scales_off,
+                              1.f);
         bf16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
                            pw + int64_t(h * grp + lo) * kBf16ProbLanes);
-        if constexpr (T == DType::BF16)
+        if constexpr (T == DType::BF16 || kFp8<T>)
           if (lanes_pv) {  // each 16 rows' lanes that are this head's [lo, hi)
-            const int32_t a0 = h * grp + lo, a1 = h * grp + hi;
+            // FP8: the head's latent rows in bf16 first, once for its rows, read as a
+            // BF16 cache's K rows (v_dim0 at each block's start).
+            Tile tk = tl;
+            int64_t koff = h * a.k_head_stride + int64_t(a.v_dim0) * kstride;
+            if constexpr (kFp8<T>) {
+              for (int32_t i = tl.live_block; i < tl.n_blocks; ++i) {
+                uint8_t* li = lat + int64_t(i) * bs * dv * 2;
+                fp8_latent_to_bf16<T>(tl.k[i] + koff, int64_t(bs) * dv, li);
+                tk.k[i] = li;
+              }
+              koff = 0;
+            }
+            const int a0 = h * grp + lo, a1 = h * grp + hi;
             for (int32_t g = a0 / 16; 16 * g < a1; ++g) {
               const int32_t r0 = 16 * g, n = n_q - r0 < 16 ? n_q - r0 : 16;
               const __mmask16 mk = __mmask16(first_lanes(a1 - r0) & ~first_lanes(a0 - r0));
               probability_pairs_by_lanes(pw + int64_t(r0) * kBf16ProbLanes, n, lanes / 2, pp);
-              const int64_t koff = h * a.k_head_stride + int64_t(a.v_dim0) * kstride;
               float* o = oT + int64_t(g) * 16 * dv;
               // From the group's first row's first key, as a unit of rows starts (a later
               // row weighs the keys before its own by 0).
               const int32_t live = unit_live((a0 > r0 ? a0 : r0) - h * grp);
-              if (kstride == 32) pv_latent<32>(tl, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
-              else pv_latent<0>(tl, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
+              if (2 * bs == 32) pv_latent<32>(tk, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
+              else pv_latent<0>(tk, gpb * 16, live, pp, cr + r0, mk, o, dv, koff, pf);
             }
             continue;
           }
@@ -828,7 +853,9 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
     }
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
-        scale_probabilities(tl, gpb, sc + int64_t(h * grp + lo) * lds, lds, hi - lo, h * a.v_head_stride + a.v_scales_off,
+        scale_probabilities(a.v_dim0 >= 0 ? keys_as_values(tl) : tl, gpb, sc + int64_t(h * grp + lo) * lds, lds,
+                            hi - lo,
+                            a.v_dim0 >= 0 ? h * a.k_head_stride + a.k_scales_off : h * a.v_head_stride + a.v_scales_off,
                             a.tiles ? 1.f : kCodeUnit<T>);
     if constexpr (kFp8<T>)
       if (a.tiles) {
@@ -836,7 +863,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         pf.finish();
         continue;
       }
-    if constexpr (!kScaled<T>) {
+    if constexpr (T != DType::I8) {
       if (a.v_dim0 >= 0) {  // values out of each head's K tiles, transposed once for its rows
         for (int32_t h = 0; h < nh; ++h) {
           Tile tv = tl;

@@ -40,12 +40,14 @@ constexpr int k_code_source(int x) { return 32 * (x / 32) + 16 * (x % 2) + (x % 
 // key j in bytes 0-31 of one source, of key j + 1 in the other's (index 64 +): code 2n + t
 // is key t's dimension n, code 32 + 2n + t its dimension 16 + n.
 constexpr int v_code_source(int x) { return 64 * (x % 2) + 16 * (x / 32) + (x % 32) / 2; }
+// id: 64 codes in their own order (codes_to_bf16 then stores bytes 0-31's and 32-63's).
 struct ByteIndex {
-  alignas(64) uint8_t k[64], v[64];
+  alignas(64) uint8_t k[64], v[64], id[64];
 };
 constexpr ByteIndex make_byte_index() {
   ByteIndex b{};
-  for (int s = 0; s < 64; ++s) b.k[s] = uint8_t(k_code_source(slot_code(s))), b.v[s] = uint8_t(v_code_source(slot_code(s)));
+  for (int s = 0; s < 64; ++s)
+    b.k[s] = uint8_t(k_code_source(slot_code(s))), b.v[s] = uint8_t(v_code_source(slot_code(s))), b.id[s] = uint8_t(slot_code(s));
   return b;
 }
 alignas(64) constexpr ByteIndex kByteIndex = make_byte_index();

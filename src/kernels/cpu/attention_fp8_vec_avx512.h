@@ -116,5 +116,18 @@ FP8_CODES_TARGET ATTN_NOINLINE void pv_fp8(const Tile& tl, int32_t lpb, int32_t 
   pv_pairs<R>(tl, lpb, live, pw, cr, o, ldo, d0, voff, d0, row, pf, load);
 }
 
+// Multi-head latent attention (KVLayout::v_in_k): a block's latent rows of an FP8 K tile,
+// n codes from kd ([dv][bs], n = dv x bs, a multiple of 64), as bf16 words in their order
+// at out (64-byte aligned): the BF16 cache's K rows, which pv_latent reads with the query
+// rows across the lanes. Exact, so its bits are those of pv_fp8 over the same codes in a
+// V tile. Codes past the context convert too (their keys read as +0 there).
+template <DType T>
+FP8_CODES_TARGET ATTN_NOINLINE void fp8_latent_to_bf16(const uint8_t* kd, int64_t n, uint8_t* out) {
+  const Bf16Lut lut = bf16_lut<T>();
+  const __m512i idx = _mm512_load_si512(kByteIndex.id);
+  for (int64_t i = 0; i < n; i += 64)
+    codes_to_bf16(lut, _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(kd + i)), out + 2 * i, out + 2 * i + 64);
+}
+
 }  // namespace
 }  // namespace ridge::kernels::detail
