@@ -26,6 +26,14 @@ namespace {
 
 using test::IsaGuard;
 
+// Blocks 0..n-1 in a random order: a block table whose neighbours are not adjacent.
+std::vector<int32_t> shuffled_table(int32_t n, std::mt19937& rng) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), 0);
+  std::shuffle(t.begin(), t.end(), rng);
+  return t;
+}
+
 std::vector<Isa> isas() {
   std::vector<Isa> v;
   for (int i = 0; i <= int(best_isa()); ++i) v.push_back(Isa(i));
@@ -65,9 +73,7 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
       EXPECT_EQ(cb.total_bytes(), int64_t(a.n_blocks) * sh.bs * sh.dk * int64_t(dtype_info(t).type_size));
       std::mt19937 rng(uint32_t(sh.dk * 31 + sh.bs));
       std::normal_distribution<float> g(0.f, 1.f);
-      std::vector<int32_t> table(size_t(a.n_blocks));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), rng);
+      const std::vector<int32_t> table = shuffled_table(a.n_blocks, rng);
       std::vector<float> k(size_t(sh.dk)), nan(size_t(sh.dk), std::numeric_limits<float>::quiet_NaN());
       for (int32_t blk = 0; blk < a.n_blocks; ++blk)
         for (int32_t s = 0; s < sh.bs; ++s) {
@@ -140,9 +146,7 @@ TEST(AttentionValuesInKeys, RowGroupsAcrossHeads) {
   KVCache ca(a), cb(b);
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<int32_t> table(size_t(a.n_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
+  const std::vector<int32_t> table = shuffled_table(a.n_blocks, rng);
   std::vector<float> k(static_cast<size_t>(dk));
   for (int32_t p = 0; p < a.n_blocks * bs; ++p)
     for (int32_t h = 0; h < nkv; ++h) {
@@ -239,9 +243,7 @@ TEST(AttentionValuesInKeys, EightBitSameAsCodesInTheirOwnTiles) {
       EXPECT_EQ(cb.total_bytes(), int64_t(a.n_blocks) * sh.nkv * sh.bs * ((sh.dk + 3) / 4 * 4 + 4));
       std::mt19937 rng(uint32_t(sh.dk * 17 + sh.bs + int(t)));
       std::normal_distribution<float> g(0.f, 1.f);
-      std::vector<int32_t> table(size_t(a.n_blocks));
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), rng);
+      const std::vector<int32_t> table = shuffled_table(a.n_blocks, rng);
       std::vector<float> k(size_t(sh.dk)), nan(size_t(sh.dk), std::numeric_limits<float>::quiet_NaN());
       for (int32_t blk = 0; blk < a.n_blocks; ++blk)
         for (int32_t h = 0; h < sh.nkv; ++h)
