@@ -37,8 +37,10 @@ constexpr int32_t kBlockSize = 16;
 // As test_forward_ref.cpp's (same reasons, same observed ranges): f32 arithmetic on f32
 // weights and cache; f16 rounding of the cache; 8-bit rounding of quantized matmuls'
 // activations. The expanded form adds only its own f32 order of sums (observed within
-// the same ranges as the absorbed form's).
-constexpr double kTolFloat = 2e-6, kTolKvF16 = 1e-3, kTolKvBf16 = 1e-2, kTolKvI8 = 2e-2, kTolKvFp8 = 1e-1, kTolQuant = 4e-2;
+// the same ranges as the absorbed form's). An E4M3 cache's 3 mantissa bits (2^-4 of each
+// key and latent element) move the logits most: 8.7e-2 observed, on every path.
+constexpr double kTolFloat = 2e-6, kTolKvF16 = 1e-3, kTolKvBf16 = 1e-2, kTolKvI8 = 2e-2, kTolKvFp8 = 1.5e-1,
+                 kTolQuant = 4e-2;
 
 std::vector<int32_t> prompt_tokens() {
   std::vector<int32_t> t = {1};
