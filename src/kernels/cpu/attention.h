@@ -193,7 +193,8 @@ struct AttnView {
   float scale = 1.f;
   // KVLayout::v_in_k: values are K dimensions [v_dim0, v_dim0 + dv) (v0 unused), and vt
   // values_from_keys_floats of scratch (a tile's values in f32, int8's in V tiles' layout,
-  // or the BF16 vectors' outputs by lanes); else -1.
+  // or the BF16 and FP8 vectors' outputs by lanes, FP8's latent rows in bf16 after them);
+  // else -1.
   int32_t v_dim0 = -1;
   float* vt = nullptr;
   int64_t vt_block_bytes = 0;  // int8: bytes from one block's values in vt to the next's
