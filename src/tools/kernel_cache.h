@@ -36,8 +36,8 @@ std::string kernel_cache_dir(const std::string& flag);
 std::string kernel_cache_file(const std::string& dir);  // DIR/kernels.json
 
 // The tuner's generation: 2 added decode tasks of 32 and 64 panels, decode batches' own
-// task size, and matrices timed in turns.
-inline constexpr int kTunerGeneration = 2;
+// task size, and matrices timed in turns; 3 the float weights' conversion once per pass.
+inline constexpr int kTunerGeneration = 3;
 
 struct TunedEntry {
   int tuner = kTunerGeneration;  // the generation that measured it

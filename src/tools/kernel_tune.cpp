@@ -242,7 +242,7 @@ class Tuner {
                 : p.name == "batch_ahead" || p.name == "batch_streams" ? std::vector<int64_t>{9, 16}
                 : p.name == "task_panels" ? std::vector<int64_t>{1}
                 : p.name == "batch_task_panels" ? std::vector<int64_t>{16}
-                : p.name == "tile_rows"   ? std::vector<int64_t>{kPrefillRows}
+                : p.name == "tile_rows" || p.name == "convert_once" ? std::vector<int64_t>{kPrefillRows}
                                           : std::vector<int64_t>{1};
         tr.default_value = kernels::default_tuning().of(t).*p.field;
         tr.candidates = candidates_of(p, t);

@@ -191,18 +191,22 @@ TEST(KernelCache, AnOlderTunersEntryIsAppliedAndStale) {
   // A later ridge's generation is not stale here, and its values this ridge has no
   // candidate for keep this ridge's defaults (its others apply); from this generation
   // such a value is a damaged file.
-  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": 3, "types": {}}}})");
+  const std::string next = std::to_string(kTunerGeneration + 1);
+  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": )" + next + R"(, "types": {}}}})");
   EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Applied);
-  const std::string later = R"(": {"tuner": 3, "attn_tile_keys": 256, "types": {"q4_0": {"task_panels": 128, "decode_ahead": 512}}}}})";
+  const std::string later = R"(": {"tuner": )" + next +
+                            R"(, "attn_tile_keys": 256, "types": {"q4_0": {"task_panels": 128, "decode_ahead": 512}}}}})";
   write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + later);
   kernels::set_kernel_tuning(kernels::default_tuning());
   EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Applied);
   EXPECT_EQ(kernels::kernel_tuning().of(DType::Q4_0).task_panels, kernels::default_tuning().of(DType::Q4_0).task_panels);
   EXPECT_EQ(kernels::kernel_tuning().of(DType::Q4_0).decode_ahead, 512);
   EXPECT_FALSE(load_tuned(kernel_cache_file(dir), kernel_cpu_id())->attn_tile_keys);
-  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": 3, "types": {"q4_0": {"task_panels": "x"}}}}})");
+  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": )" + next +
+                                    R"(, "types": {"q4_0": {"task_panels": "x"}}}}})");
   EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Unusable);
-  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": 2, "types": {"q4_0": {"task_panels": 128}}}}})");
+  write(kernel_cache_file(dir), R"({"cpus": {")" + kernel_cpu_id() + R"(": {"tuner": )" +
+                                    std::to_string(kTunerGeneration) + R"(, "types": {"q4_0": {"task_panels": 128}}}}})");
   EXPECT_EQ(apply_kernel_cache(dir).status, KernelCacheUse::Unusable);
 }
 

@@ -38,11 +38,12 @@ struct LoadBF16 {
 // c0 > 0 it continues the sums y already holds: a float accumulator stored and reloaded
 // is the same value, so splitting the reduction changes no bit of any lane.
 //
-// Float weights. w: first panel (NP panels at stride ps bytes); x: MR rows at stride ldx;
-// y: MR rows at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
+// Float weights. w: first panel (NP panels at stride ps bytes), from column wc0 (0, or
+// where a converted copy starts: convert_columns); x: MR rows at stride ldx; y: MR rows
+// at stride ldy, 16 * NP columns, the last panel's lanes masked by `last`.
 template <int MR, int NP, bool kAhead, typename L>
 void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t c0, int64_t c1, float* y,
-                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead) {
+                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, int64_t wc0 = 0) {
   for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
     const int64_t k1 = std::min(c1, k0 + kGemmKc);
     __m512 acc[MR][NP];
@@ -51,9 +52,9 @@ void kern_float(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64
     for (int64_t c = k0; c < k1; ++c) {
       if ((c & 15) == 0) pf.step();
       if constexpr (kAhead)
-        if ((c & (64 / L::kColBytes - 1)) == 0) stream_ahead<NP, 64>(w, ps, c * L::kColBytes, ahead);
+        if ((c & (64 / L::kColBytes - 1)) == 0) stream_ahead<NP, 64>(w, ps, (c - wc0) * L::kColBytes, ahead);
       __m512 wv[NP];
-      for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + c * L::kColBytes);
+      for (int p = 0; p < NP; ++p) wv[p] = L::at(w + p * ps + (c - wc0) * L::kColBytes);
       for (int i = 0; i < MR; ++i) {
         const __m512 xb = _mm512_set1_ps(x[i * ldx + c]);
         for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[p], xb, acc[i][p]);
@@ -477,22 +478,59 @@ void batch_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 
   }
 }
 
-// Rows [m0, m1) of NP panels from p over units [c0, c1): tiles of kMr rows, then the
-// remainder as one smaller tile.
+// f(R, m) for rows [m0, m1): tiles of R = kMr rows, then the remainder as one smaller
+// tile (R a std::integral_constant, for the tile kernels' template).
+template <int kMr, class F>
+inline __attribute__((always_inline)) void row_tiles(int64_t m0, int64_t m1, F&& f) {
+  int64_t m = m0;
+  for (; m + kMr <= m1; m += kMr) f(std::integral_constant<int, kMr>{}, m);
+  switch (m1 - m) {
+    case 7: if constexpr (kMr > 7) f(std::integral_constant<int, 7>{}, m); break;
+    case 6: if constexpr (kMr > 6) f(std::integral_constant<int, 6>{}, m); break;
+    case 5: f(std::integral_constant<int, 5>{}, m); break;
+    case 4: f(std::integral_constant<int, 4>{}, m); break;
+    case 3: f(std::integral_constant<int, 3>{}, m); break;
+    case 2: f(std::integral_constant<int, 2>{}, m); break;
+    case 1: f(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
+// Rows [m0, m1) of NP panels from p over units [c0, c1).
 template <int kMr, int NP>
 void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
                PassPrefetch& pf, const BlockCodes<NP>* codes) {
-  int64_t m = m0;
-  for (; m + kMr <= m1; m += kMr) tile<kMr, NP>(g, m, p, last, c0, c1, pf, codes);
-  switch (m1 - m) {
-    case 7: if constexpr (kMr > 7) tile<7, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 6: if constexpr (kMr > 6) tile<6, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 5: tile<5, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 4: tile<4, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 3: tile<3, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 2: tile<2, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    case 1: tile<1, NP>(g, m, p, last, c0, c1, pf, codes); break;
-    default: break;
+  row_tiles<kMr>(m0, m1, [&](auto R, int64_t m) { tile<decltype(R)::value, NP>(g, m, p, last, c0, c1, pf, codes); });
+}
+
+// Columns [k0, k1) (at most kGemmKc) of NP float panels from w as f32, out[panel][column
+// - k0][row]: the weights the tiles load, exactly (f16 and bf16 are subsets of f32).
+template <int NP, typename L>
+void convert_columns(const uint8_t* w, int64_t ps, int64_t k0, int64_t k1, float (*out)[kGemmKc][16]) {
+  for (int p = 0; p < NP; ++p)
+    for (int64_t c = k0; c < k1; ++c) _mm512_store_ps(out[p][c - k0], L::at(w + p * ps + c * L::kColBytes));
+}
+
+// Rows [m0, m1) of NP F16 or BF16 panels from p over columns [c0, c1) (c0 a multiple of
+// kGemmKc), each kGemmKc of them converted once (convert_columns, 32 KiB for a pair, in
+// L1 while every row tile runs over them), then reduced by the f32 kernel. Each kGemmKc
+// chunk is a chain from zero added to y (kern_float), so the bits are a tile's own.
+template <int kMr, int NP>
+void rows_over_converted(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
+                         PassPrefetch& pf) {
+  const int64_t ps = panel_bytes(g.type, g.k);
+  const uint8_t* w = g.packed + p * ps;
+  const auto* x = static_cast<const float*>(g.act);
+  alignas(64) float conv[NP][kGemmKc][16];
+  const auto* cw = reinterpret_cast<const uint8_t*>(conv);
+  for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
+    const int64_t k1 = std::min(c1, k0 + kGemmKc);
+    if (g.type == DType::F16) convert_columns<NP, LoadF16>(w, ps, k0, k1, conv);
+    else convert_columns<NP, LoadBF16>(w, ps, k0, k1, conv);
+    row_tiles<kMr>(m0, m1, [&](auto R, int64_t m) {
+      kern_float<decltype(R)::value, NP, false, LoadF32>(cw, kGemmKc * 64, x + m * g.lda, g.lda, k0, k1,
+                                                         g.y + m * g.ldy + p * kPanelRows, g.ldy, last, pf, g.ahead, k0);
+    });
   }
 }
 
@@ -602,6 +640,9 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1);
           }
         }
+      } else if (g.convert_once && !g.stream && (g.type == DType::F16 || g.type == DType::BF16) && row_tiles > 1) {
+        if (pair) rows_over_converted<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
+        else rows_over_converted<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
       } else if (pair) {
         rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf, nullptr);
       } else {

@@ -149,7 +149,7 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
     const int64_t np = (outs[i].n_out + kPanelRows - 1) / kPanelRows;
     segs[i] = {{w.type, packed, w.k, outs[i].n_out, act, lda, outs[i].y, ldy > 0 ? ldy : outs[i].n_out, n_mc == 1,
                 w.type == DType::F8_E4M3_B128 && w.fp8_bf16, m == 1 ? tn.decode_ahead : tn.batch_ahead,
-                m == 1 ? tn.decode_streams : tn.batch_streams, tn.batch_even != 0, tn.tile_rows},
+                m == 1 ? tn.decode_streams : tn.batch_streams, tn.batch_even != 0, tn.tile_rows, tn.convert_once != 0},
                np, tasks, pg};
     tasks += (np + pg - 1) / pg * n_mc;
     packed += np * pbytes;
@@ -233,7 +233,7 @@ void Matmul::run_grouped(ThreadPool& pool, std::span<const GroupedMatmul> items)
       const int64_t pg = m > mc ? 4 : m == 1 ? pg_one : pg_batch;
       segs.push_back({{w0.type, packed, k, out.n_out, a + first_[i] * nb, nb, out.y, out.n_out, n_mc == 1, false,
                        m == 1 ? tn.decode_ahead : tn.batch_ahead, m == 1 ? tn.decode_streams : tn.batch_streams,
-                       tn.batch_even != 0, tn.tile_rows},
+                       tn.batch_even != 0, tn.tile_rows, tn.convert_once != 0},
                       np, tasks, pg, m, n_mc});
       tasks += (np + pg - 1) / pg * n_mc;
       packed += np * pbytes;
