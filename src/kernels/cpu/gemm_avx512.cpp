@@ -137,6 +137,38 @@ void kern_fp8(const uint8_t* w, int64_t ps, const float* x, int64_t ldx, int64_t
   }
 }
 
+// kern_fp8's block b from its columns converted once (fp8_block_convert: cw[panel][column]
+// [row], the values fp8_columns gives) for MR rows: the same chains, so the same bits.
+template <int NP>
+inline void fp8_block_convert(const uint8_t* w, int64_t ps, int64_t b, float (*cw)[quant::kQF8][16]) {
+  const int64_t at = b * kFp8Block + 64;
+  for (int p = 0; p < NP; ++p)
+    for (int64_t c = 0; c < quant::kQF8; c += 2) {
+      __m512 c0, c1;
+      fp8_columns(w + p * ps + at + c * kPanelRows, c0, c1);
+      _mm512_store_ps(cw[p][c], c0);
+      _mm512_store_ps(cw[p][c + 1], c1);
+    }
+}
+
+template <int MR, int NP>
+void kern_fp8_converted(const float (*cw)[quant::kQF8][16], const uint8_t* w, int64_t ps, const float* x, int64_t ldx,
+                        int64_t b, float* y, int64_t ldy, __mmask16 last) {
+  __m512 acc[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
+  const float* xb = x + b * quant::kQF8;
+  for (int64_t c = 0; c < quant::kQF8; ++c) {
+    __m512 wv[NP];
+    for (int p = 0; p < NP; ++p) wv[p] = _mm512_load_ps(cw[p][c]);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_set1_ps(xb[i * ldx + c]);
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(wv[p], xv, acc[i][p]);
+    }
+  }
+  fp8_block_end<MR, NP>(acc, w + b * kFp8Block, ps, b == 0, _mm512_set1_ps(256.0f), y, ldy, last);
+}
+
 // FP8 weights on the bf16 path (packed.h's layout): per 4 columns of NP panels, one
 // 64-byte load of codes, two vpermi2b lookups (the bf16's low and high bytes by the
 // code's 7 magnitude bits; the sign ORed into the high byte) and two unpacks give the
@@ -514,13 +546,26 @@ void convert_columns(const uint8_t* w, int64_t ps, int64_t k0, int64_t k1, float
 // Rows [m0, m1) of NP F16 or BF16 panels from p over columns [c0, c1) (c0 a multiple of
 // kGemmKc), each kGemmKc of them converted once (convert_columns, 32 KiB for a pair, in
 // L1 while every row tile runs over them), then reduced by the f32 kernel. Each kGemmKc
-// chunk is a chain from zero added to y (kern_float), so the bits are a tile's own.
+// chunk is a chain from zero added to y (kern_float), so the bits are a tile's own. FP8
+// (the f16c path) the same per 128-block (16 KiB for a pair), each block's chains from
+// zero as kern_fp8's.
 template <int kMr, int NP>
 void rows_over_converted(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
                          PassPrefetch& pf) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   const auto* x = static_cast<const float*>(g.act);
+  if (g.type == DType::F8_E4M3_B128) {
+    alignas(64) float conv[NP][quant::kQF8][16];
+    for (int64_t b = c0; b < c1; ++b) {
+      fp8_block_convert<NP>(w, ps, b, conv);
+      row_tiles<kMr>(m0, m1, [&](auto R, int64_t m) {
+        kern_fp8_converted<decltype(R)::value, NP>(conv, w, ps, x + m * g.lda, g.lda, b, g.y + m * g.ldy + p * kPanelRows,
+                                                   g.ldy, last);
+      });
+    }
+    return;
+  }
   alignas(64) float conv[NP][kGemmKc][16];
   const auto* cw = reinterpret_cast<const uint8_t*>(conv);
   for (int64_t k0 = c0; k0 < c1; k0 += kGemmKc) {
@@ -640,7 +685,8 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1);
           }
         }
-      } else if (g.convert_once && !g.stream && (g.type == DType::F16 || g.type == DType::BF16) && row_tiles > 1) {
+      } else if (g.convert_once && !g.stream && row_tiles > 1 &&
+                 (g.type == DType::F16 || g.type == DType::BF16 || (g.type == DType::F8_E4M3_B128 && !g.fp8_bf16))) {
         if (pair) rows_over_converted<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
         else rows_over_converted<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
       } else if (pair) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/cpu/gemm.h"
 
@@ -43,7 +44,7 @@ const std::vector<TunableParam>& tunable_params() {
       {"batch_streams", &TypeTuning::batch_streams, {2, 4}, "decode batches: weight streams (panels) a kernel reads at once"},
       {"batch_even", &TypeTuning::batch_even, {0, 1}, "32-block decode batches: even row tiles (1) or 4s (0)"},
       {"tile_rows", &TypeTuning::tile_rows, {4, 6, 8}, "prefill: activation rows per register tile"},
-      {"convert_once", &TypeTuning::convert_once, {0, 1}, "f16/bf16 prefill: weights converted once for all row tiles (1) or per tile (0)"},
+      {"convert_once", &TypeTuning::convert_once, {0, 1}, "f16/bf16/fp8 prefill: weights converted once for all row tiles (1) or per tile (0)"},
   };
   return params;
 }
@@ -65,7 +66,8 @@ bool tunable_for(const TunableParam& p, DType t) {
   const bool batch = block32 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   if (p.name == "batch_ahead" || p.name == "batch_streams") return batch;
   if (p.name == "batch_even") return block32;
-  if (p.name == "convert_once") return t == DType::F16 || t == DType::BF16;
+  if (p.name == "convert_once")  // FP8's bf16 path converts by table lookups in its tiles
+    return t == DType::F16 || t == DType::BF16 || (t == DType::F8_E4M3_B128 && fp8_path() == Fp8Path::F16c);
   return slot(t) >= 0;
 }
 
@@ -91,10 +93,10 @@ KernelTuning default_tuning() {
   //   too: 4 x 2.
   for (DType f : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).tile_rows = 8;
   for (DType q : {DType::Q8_0, DType::Q4_0, DType::MXFP4}) t.of(q).tile_rows = 6;
-  // A chunk's conversion shared by the row tiles measured a little faster on an Intel
-  // Xeon with AVX512-FP16 (docs/BENCHMARKS.md, issue 22 session 50); it leaves each
-  // tile only loads and FMAs on any core.
-  for (DType f : {DType::F16, DType::BF16}) t.of(f).convert_once = 1;
+  // A chunk's conversion shared by the row tiles measured faster on an Intel Xeon with
+  // AVX512-FP16 (docs/BENCHMARKS.md, issue 22 session 50); it leaves each tile only
+  // loads and FMAs on any core.
+  for (DType f : {DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).convert_once = 1;
   return t;
 }
 

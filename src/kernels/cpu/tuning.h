@@ -51,7 +51,8 @@ struct TypeTuning {
   // and the float types' decode batches): 4, 6 or 8 (MR x 2 panels of accumulators;
   // the types that carry per-panel scale vectors spill at 8).
   int32_t tile_rows = 4;
-  // F16 and BF16 prefill: each kGemmKc columns of a panel pair converted to f32 once
+  // F16, BF16 and FP8 (f16c path) prefill: each kGemmKc columns (FP8: 128-block) of a
+  // panel pair converted to f32 once
   // into L1 for all the row tiles (1), or by every tile as it loads them (0). The
   // conversion takes the FMAs' ports on some cores (Intel's vcvtph2ps is two uops
   // there), so once leaves the tiles only loads and FMAs. Decode batches always convert
