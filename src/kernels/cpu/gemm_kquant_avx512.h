@@ -60,20 +60,39 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
   }
 }
 
+// The sub-blocks' (d sc_b, dmin m_b) vectors of NP panels (q45k_scales' values), made once
+// per prefill chunk with its unpacked codes for all the row tiles, which otherwise each
+// redo the conversions (12 vector ops per sub-block of a pair, on vpdpbusd's ports).
+template <int NP>
+struct Q45Scales {
+  __m512 sc[NP], mn[NP];
+};
+template <int NP, bool kQ5>
+void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q45Scales<NP>* out) {
+  for (int64_t s = s0; s < s1; ++s) {
+    const uint8_t* sb = w + s * kQ45Super<kQ5>;
+    __m512 dv[NP], dmv[NP];
+    q45k_d(sb, ps, dv, dmv);
+    for (int b = 0; b < 8; ++b) q45k_scales(sb, ps, b, dv, dmv, out[(s - s0) * 8 + b].sc, out[(s - s0) * 8 + b].mn);
+  }
+}
+
 // Q4_K / Q5_K super-blocks (packed_kquant.cpp): 32-block b of a super-block is sub-block
 // b, so one activation block meets one (scale, min) pair per row:
 //   acc = fma(float(isum), (d sc_b) d_a, acc);  acc = fnma((dmin m_b), d_a sum_a, acc)
-// kCodes: super-blocks [s0, s1) come unpacked in codes (unpack_units).
+// kCodes: super-blocks [s0, s1) come unpacked in codes (unpack_units), their scales in ks
+// (q45k_scales_range).
 template <int MR, int NP, bool kAhead, bool kQ5, bool kCodes = false>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
+               const Q45Scales<NP>* ks = nullptr) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * kSuper;
     __m512 dv[NP], dmv[NP];
-    q45k_d(sb, ps, dv, dmv);
+    if constexpr (!kCodes) q45k_d(sb, ps, dv, dmv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
       if constexpr (kAhead) stream_ahead<NP, kSuper / 8>(w, ps, s * kSuper + b * (kSuper / 8), ahead);
@@ -87,7 +106,11 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
         q45k_isums<MR, NP, kQ5>(sb, ps, ab, lda, b, acci);
       }
       __m512 scf[NP], mf[NP];
-      q45k_scales(sb, ps, b, dv, dmv, scf, mf);
+      if constexpr (kCodes) {
+        for (int p = 0; p < NP; ++p) scf[p] = ks[(s - s0) * 8 + b].sc[p], mf[p] = ks[(s - s0) * 8 + b].mn[p];
+      } else {
+        q45k_scales(sb, ps, b, dv, dmv, scf, mf);
+      }
       for (int i = 0; i < MR; ++i) {
         const __m512 da = _mm512_set1_ps(ab[i * lda].d);
         const __m512 dsum = _mm512_set1_ps(ab[i * lda].d * float(ab[i * lda].sum()));
