@@ -415,7 +415,7 @@ int64_t units_per_pass(DType t) {
 // or null.
 template <int MR, int NP, bool kAhead = false>
 void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf,
-          const BlockCodes<NP>* codes = nullptr, const Q45Scales<NP>* ks = nullptr) {
+          const BlockCodes<NP>* codes = nullptr, const KScales<NP>* ks = nullptr) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   float* y = g.y + m * g.ldy + p * kPanelRows;
@@ -430,7 +430,7 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
         case DType::MXFP4: return kern_int8<MR, NP, false, Fmt::MXFP4, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
         case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
         case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
-        case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
         default: break;
       }
   }
@@ -531,7 +531,7 @@ inline __attribute__((always_inline)) void row_tiles(int64_t m0, int64_t m1, F&&
 // Rows [m0, m1) of NP panels from p over units [c0, c1).
 template <int kMr, int NP>
 void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
-               PassPrefetch& pf, const BlockCodes<NP>* codes, const Q45Scales<NP>* ks = nullptr) {
+               PassPrefetch& pf, const BlockCodes<NP>* codes, const KScales<NP>* ks = nullptr) {
   row_tiles<kMr>(m0, m1, [&](auto R, int64_t m) { tile<decltype(R)::value, NP>(g, m, p, last, c0, c1, pf, codes, ks); });
 }
 
@@ -674,19 +674,18 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         // sums go through y between chunks, exactly, as between passes.
         alignas(64) BlockCodes<2> codes[kUnpackBlocks];
         auto* codes1 = reinterpret_cast<BlockCodes<1>*>(codes);
-        Q45Scales<2> ks[kUnpackBlocks];  // Q4_K and Q5_K: each sub-block's scale vectors
-        auto* ks1 = reinterpret_cast<Q45Scales<1>*>(ks);
-        const bool q45 = g.type == DType::Q4_K || g.type == DType::Q5_K, q5 = g.type == DType::Q5_K;
+        KScales<2> ks[kUnpackBlocks];  // the K-quants: each 32-block's scale vectors
+        auto* ks1 = reinterpret_cast<KScales<1>*>(ks);
         const int64_t chunk = is_kquant_type(g.type) ? kUnpackBlocks / 8 : kUnpackBlocks;
         for (int64_t u0 = c0; u0 < c1; u0 += chunk) {
           const int64_t u1 = std::min(c1, u0 + chunk);
           if (pair) {
             unpack_units<2>(g.type, g.packed + p * ps, ps, u0, u1, codes);
-            if (q45) (q5 ? q45k_scales_range<2, true> : q45k_scales_range<2, false>)(g.packed + p * ps, ps, u0, u1, ks);
+            kscales_range<2>(g.type, g.packed + p * ps, ps, u0, u1, ks);
             rows_over<kMr, 2>(g, m0, m1, p, last, u0, u1, pf, codes, ks);
           } else {
             unpack_units<1>(g.type, g.packed + p * ps, ps, u0, u1, codes1);
-            if (q45) (q5 ? q45k_scales_range<1, true> : q45k_scales_range<1, false>)(g.packed + p * ps, ps, u0, u1, ks1);
+            kscales_range<1>(g.type, g.packed + p * ps, ps, u0, u1, ks1);
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1, ks1);
           }
         }

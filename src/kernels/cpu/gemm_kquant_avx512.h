@@ -60,20 +60,21 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
   }
 }
 
-// The sub-blocks' (d sc_b, dmin m_b) vectors of NP panels (q45k_scales' values), made once
-// per prefill chunk with its unpacked codes for all the row tiles, which otherwise each
-// redo the conversions (12 vector ops per sub-block of a pair, on vpdpbusd's ports).
+// A 32-block's two float scale vectors of NP panels, made once per prefill chunk with its
+// unpacked codes for all the row tiles, which otherwise each redo the conversions (12
+// vector ops per 32-block of a pair, on vpdpbusd's ports): Q4_K / Q5_K's (d sc_b,
+// dmin m_b) (q45k_scales), Q6_K's (d sc_2b, d sc_2b+1) (q6k_scales).
 template <int NP>
-struct Q45Scales {
-  __m512 sc[NP], mn[NP];
+struct KScales {
+  __m512 a[NP], b[NP];
 };
 template <int NP, bool kQ5>
-void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q45Scales<NP>* out) {
+void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
   for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * kQ45Super<kQ5>;
     __m512 dv[NP], dmv[NP];
     q45k_d(sb, ps, dv, dmv);
-    for (int b = 0; b < 8; ++b) q45k_scales(sb, ps, b, dv, dmv, out[(s - s0) * 8 + b].sc, out[(s - s0) * 8 + b].mn);
+    for (int b = 0; b < 8; ++b) q45k_scales(sb, ps, b, dv, dmv, out[(s - s0) * 8 + b].a, out[(s - s0) * 8 + b].b);
   }
 }
 
@@ -85,7 +86,7 @@ void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Q45
 template <int MR, int NP, bool kAhead, bool kQ5, bool kCodes = false>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
-               const Q45Scales<NP>* ks = nullptr) {
+               const KScales<NP>* ks = nullptr) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
@@ -107,7 +108,7 @@ void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
       }
       __m512 scf[NP], mf[NP];
       if constexpr (kCodes) {
-        for (int p = 0; p < NP; ++p) scf[p] = ks[(s - s0) * 8 + b].sc[p], mf[p] = ks[(s - s0) * 8 + b].mn[p];
+        for (int p = 0; p < NP; ++p) scf[p] = ks[(s - s0) * 8 + b].a[p], mf[p] = ks[(s - s0) * 8 + b].b[p];
       } else {
         q45k_scales(sb, ps, b, dv, dmv, scf, mf);
       }
@@ -273,13 +274,14 @@ inline __attribute__((always_inline)) void q6k_code_sums(const BlockCodes<NP>& c
 // (16 int32 sums, 8 float), where without codes wider than 4 x 1 would spill.
 template <int MR, int NP, bool kAhead, bool kCodes = false>
 void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
-              int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
+              int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
+              const KScales<NP>* ks = nullptr) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* sb = w + s * (16 * 210);
     __m512 dv[NP];
-    q6k_d(sb, ps, dv);
+    if constexpr (!kCodes) q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) {
       pf.step();
       if constexpr (kAhead) stream_ahead<NP, 210 * 16 / 8>(w, ps, s * (16 * 210) + b * (210 * 16 / 8), ahead);
@@ -294,7 +296,11 @@ void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t
                      [&](__m512i lo, __m512i hi, int g) { q6k_dots<MR, NP>(lo, hi, g, p, ab, lda, acc0, acc1); });
       }
       __m512 sc0[NP], sc1[NP];
-      q6k_scales(sb, ps, b, dv, sc0, sc1);
+      if constexpr (kCodes) {
+        for (int p = 0; p < NP; ++p) sc0[p] = ks[(s - s0) * 8 + b].a[p], sc1[p] = ks[(s - s0) * 8 + b].b[p];
+      } else {
+        q6k_scales(sb, ps, b, dv, sc0, sc1);
+      }
       for (int i = 0; i < MR; ++i) {
         const __m512 da = _mm512_set1_ps(ab[i * lda].d);
         for (int p = 0; p < NP; ++p) accf[i][p] = q6k_fma(accf[i][p], acc0[i][p], acc1[i][p], sc0[p], sc1[p], da);
@@ -363,6 +369,28 @@ template <int NP>
 void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes) {
   for (int64_t s = s0; s < s1; ++s)
     for (int b = 0; b < 8; ++b) q6k_unpack<NP>(w + s * (16 * 210), ps, b, codes[(s - s0) * 8 + b]);
+}
+
+// Their scale vectors (KScales: q6k_scales' values) into out[(s - s0) * 8 + b].
+template <int NP>
+void q6k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
+  for (int64_t s = s0; s < s1; ++s) {
+    const uint8_t* sb = w + s * (16 * 210);
+    __m512 dv[NP];
+    q6k_d(sb, ps, dv);
+    for (int b = 0; b < 8; ++b) q6k_scales(sb, ps, b, dv, out[(s - s0) * 8 + b].a, out[(s - s0) * 8 + b].b);
+  }
+}
+
+// A chunk's scale vectors for the K-quant type t (none for the others).
+template <int NP>
+void kscales_range(DType t, const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
+  switch (t) {
+    case DType::Q4_K: return q45k_scales_range<NP, false>(w, ps, s0, s1, out);
+    case DType::Q5_K: return q45k_scales_range<NP, true>(w, ps, s0, s1, out);
+    case DType::Q6_K: return q6k_scales_range<NP>(w, ps, s0, s1, out);
+    default: return;
+  }
 }
 
 }  // namespace
