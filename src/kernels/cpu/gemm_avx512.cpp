@@ -278,10 +278,11 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
 // Integer weights, ActQ8 activations (MR rows at stride lda blocks): per block the
 // exact int32 sums (block_isums), then, with the _1 types' per-row minimum,
 //   acc = fma(float(isum), d_w d_a, acc);  acc = fma(m_w, d_a sum_a, acc)  (_1 only)
-// kCodes: the nibble formats' blocks [b0, b1) come unpacked in codes (unpack_units).
+// kCodes: the nibble formats' blocks [b0, b1) come unpacked in codes, their scales in ks (unpack_units).
 template <int MR, int NP, bool kAhead, Fmt F, bool kCodes = false>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
-               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes) {
+               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
+               const KScales<NP>* ks = nullptr) {
   using I = FmtInfo<F>;
   constexpr bool kMin = I::kMin;
   constexpr int64_t kBlockBytes = I::kBlockBytes;
@@ -299,9 +300,13 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     }
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
-      const uint8_t* sc = w + p * ps + b * kBlockBytes;
-      dw[p] = block_scales<F>(sc);
-      if constexpr (kMin) mw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
+      if constexpr (kCodes) {
+        dw[p] = ks[b - b0].a[p], mw[p] = ks[b - b0].b[p];
+      } else {
+        const uint8_t* sc = w + p * ps + b * kBlockBytes;
+        dw[p] = block_scales<F>(sc);
+        if constexpr (kMin) mw[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
+      }
     }
     for (int i = 0; i < MR; ++i) {
       const ActQ8& q = a[i * lda + b];
@@ -423,11 +428,11 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
   const auto* xf = static_cast<const float*>(g.act) + m * g.lda;
   if constexpr (!kAhead) {  // decode is never unpacked
     if (codes) switch (g.type) {
-        case DType::Q4_0: return kern_int8<MR, NP, false, Fmt::Q4_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
-        case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
-        case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
-        case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
-        case DType::MXFP4: return kern_int8<MR, NP, false, Fmt::MXFP4, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes);
+        case DType::Q4_0: return kern_int8<MR, NP, false, Fmt::Q4_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
+        case DType::Q4_1: return kern_int8<MR, NP, false, Fmt::Q4_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
+        case DType::Q5_0: return kern_int8<MR, NP, false, Fmt::Q5_0, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
+        case DType::Q5_1: return kern_int8<MR, NP, false, Fmt::Q5_1, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
+        case DType::MXFP4: return kern_int8<MR, NP, false, Fmt::MXFP4, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
         case DType::Q4_K: return kern_q45k<MR, NP, false, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
         case DType::Q5_K: return kern_q45k<MR, NP, false, true, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
         case DType::Q6_K: return kern_q6k<MR, NP, false, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, codes, ks);
@@ -583,31 +588,43 @@ void rows_over_converted(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, _
 bool unpacks(DType t) { return t != DType::Q8_0 && t != DType::F8_E4M3_B128 && !is_float_type(t); }
 
 template <int NP, Fmt F>
-void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes) {
+void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes, KScales<NP>* ks) {
   using I = FmtInfo<F>;
-  for (int64_t b = b0; b < b1; ++b)
+  for (int64_t b = b0; b < b1; ++b) {
     nibble_unpack<NP, I::kHigh, I::kLut>(w + b * I::kBlockBytes + I::kCodes, ps, codes[b - b0]);
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* sc = w + p * ps + b * I::kBlockBytes;
+      ks[b - b0].a[p] = block_scales<F>(sc);
+      ks[b - b0].b[p] = I::kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)))
+                                : _mm512_setzero_ps();
+    }
+  }
 }
 
 template <int NP, bool kQ5>
-void unpack_q45k(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes) {
+void unpack_q45k(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, BlockCodes<NP>* codes, KScales<NP>* ks) {
   for (int64_t s = s0; s < s1; ++s)
     for (int b = 0; b < 8; ++b)
       nibble_unpack<NP, kQ5>(w + s * kQ45Super<kQ5> + 320 + b * (kQ5 ? 320 : 256), ps, codes[(s - s0) * 8 + b]);
+  q45k_scales_range<NP, kQ5>(w, ps, s0, s1, ks);
 }
 
-// Reduction units [u0, u1) of NP panels from w, one BlockCodes per 32-block.
+// Reduction units [u0, u1) of NP panels from w, one BlockCodes and one KScales per
+// 32-block.
 template <int NP>
-void unpack_units(DType t, const uint8_t* w, int64_t ps, int64_t u0, int64_t u1, BlockCodes<NP>* codes) {
+void unpack_units(DType t, const uint8_t* w, int64_t ps, int64_t u0, int64_t u1, BlockCodes<NP>* codes,
+                  KScales<NP>* ks) {
   switch (t) {
-    case DType::Q4_0: return unpack_blocks<NP, Fmt::Q4_0>(w, ps, u0, u1, codes);
-    case DType::Q4_1: return unpack_blocks<NP, Fmt::Q4_1>(w, ps, u0, u1, codes);
-    case DType::Q5_0: return unpack_blocks<NP, Fmt::Q5_0>(w, ps, u0, u1, codes);
-    case DType::Q5_1: return unpack_blocks<NP, Fmt::Q5_1>(w, ps, u0, u1, codes);
-    case DType::MXFP4: return unpack_blocks<NP, Fmt::MXFP4>(w, ps, u0, u1, codes);
-    case DType::Q4_K: return unpack_q45k<NP, false>(w, ps, u0, u1, codes);
-    case DType::Q5_K: return unpack_q45k<NP, true>(w, ps, u0, u1, codes);
-    case DType::Q6_K: return q6k_unpack_range<NP>(w, ps, u0, u1, codes);
+    case DType::Q4_0: return unpack_blocks<NP, Fmt::Q4_0>(w, ps, u0, u1, codes, ks);
+    case DType::Q4_1: return unpack_blocks<NP, Fmt::Q4_1>(w, ps, u0, u1, codes, ks);
+    case DType::Q5_0: return unpack_blocks<NP, Fmt::Q5_0>(w, ps, u0, u1, codes, ks);
+    case DType::Q5_1: return unpack_blocks<NP, Fmt::Q5_1>(w, ps, u0, u1, codes, ks);
+    case DType::MXFP4: return unpack_blocks<NP, Fmt::MXFP4>(w, ps, u0, u1, codes, ks);
+    case DType::Q4_K: return unpack_q45k<NP, false>(w, ps, u0, u1, codes, ks);
+    case DType::Q5_K: return unpack_q45k<NP, true>(w, ps, u0, u1, codes, ks);
+    case DType::Q6_K:
+      q6k_unpack_range<NP>(w, ps, u0, u1, codes);
+      return q6k_scales_range<NP>(w, ps, u0, u1, ks);
     default: return;
   }
 }
@@ -674,18 +691,16 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         // sums go through y between chunks, exactly, as between passes.
         alignas(64) BlockCodes<2> codes[kUnpackBlocks];
         auto* codes1 = reinterpret_cast<BlockCodes<1>*>(codes);
-        KScales<2> ks[kUnpackBlocks];  // the K-quants: each 32-block's scale vectors
+        KScales<2> ks[kUnpackBlocks];
         auto* ks1 = reinterpret_cast<KScales<1>*>(ks);
         const int64_t chunk = is_kquant_type(g.type) ? kUnpackBlocks / 8 : kUnpackBlocks;
         for (int64_t u0 = c0; u0 < c1; u0 += chunk) {
           const int64_t u1 = std::min(c1, u0 + chunk);
           if (pair) {
-            unpack_units<2>(g.type, g.packed + p * ps, ps, u0, u1, codes);
-            kscales_range<2>(g.type, g.packed + p * ps, ps, u0, u1, ks);
+            unpack_units<2>(g.type, g.packed + p * ps, ps, u0, u1, codes, ks);
             rows_over<kMr, 2>(g, m0, m1, p, last, u0, u1, pf, codes, ks);
           } else {
-            unpack_units<1>(g.type, g.packed + p * ps, ps, u0, u1, codes1);
-            kscales_range<1>(g.type, g.packed + p * ps, ps, u0, u1, ks1);
+            unpack_units<1>(g.type, g.packed + p * ps, ps, u0, u1, codes1, ks1);
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1, ks1);
           }
         }

@@ -149,6 +149,15 @@ using BlockCodes = uint8_t[NP][2][4][64];
 // every row tile runs over them.
 inline constexpr int64_t kUnpackBlocks = 32;
 
+// A 32-block's two float scale vectors of NP panels, made with its unpacked codes once for
+// all the row tiles, which otherwise each redo the conversions on vpdpbusd's ports: the
+// 32-block formats' (d_w, the _1 types' m_w), Q4_K / Q5_K's (d sc_b, dmin m_b), Q6_K's
+// (d sc_2b, d sc_2b+1).
+template <int NP>
+struct KScales {
+  __m512 a[NP], b[NP];
+};
+
 // A 32-block of a nibble format, NP panels, unpacked once for all the row tiles that read
 // it (a decode batch's, a prefill chunk's), which otherwise each redo the masks and
 // shifts, a third as many vector ops as their vpdpbusd, on the same ports:

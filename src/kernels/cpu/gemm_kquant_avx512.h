@@ -60,14 +60,7 @@ inline __attribute__((always_inline)) void q45k_d(const uint8_t* sb, int64_t ps,
   }
 }
 
-// A 32-block's two float scale vectors of NP panels, made once per prefill chunk with its
-// unpacked codes for all the row tiles, which otherwise each redo the conversions (12
-// vector ops per 32-block of a pair, on vpdpbusd's ports): Q4_K / Q5_K's (d sc_b,
-// dmin m_b) (q45k_scales), Q6_K's (d sc_2b, d sc_2b+1) (q6k_scales).
-template <int NP>
-struct KScales {
-  __m512 a[NP], b[NP];
-};
+// Q4_K / Q5_K's KScales: (d sc_b, dmin m_b) (q45k_scales) of super-blocks [s0, s1).
 template <int NP, bool kQ5>
 void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
   for (int64_t s = s0; s < s1; ++s) {
@@ -371,7 +364,7 @@ void q6k_unpack_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, Bloc
     for (int b = 0; b < 8; ++b) q6k_unpack<NP>(w + s * (16 * 210), ps, b, codes[(s - s0) * 8 + b]);
 }
 
-// Their scale vectors (KScales: q6k_scales' values) into out[(s - s0) * 8 + b].
+// Their KScales: (d sc_2b, d sc_2b+1) (q6k_scales) into out[(s - s0) * 8 + b].
 template <int NP>
 void q6k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
   for (int64_t s = s0; s < s1; ++s) {
@@ -379,17 +372,6 @@ void q6k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KSca
     __m512 dv[NP];
     q6k_d(sb, ps, dv);
     for (int b = 0; b < 8; ++b) q6k_scales(sb, ps, b, dv, out[(s - s0) * 8 + b].a, out[(s - s0) * 8 + b].b);
-  }
-}
-
-// A chunk's scale vectors for the K-quant type t (none for the others).
-template <int NP>
-void kscales_range(DType t, const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KScales<NP>* out) {
-  switch (t) {
-    case DType::Q4_K: return q45k_scales_range<NP, false>(w, ps, s0, s1, out);
-    case DType::Q5_K: return q45k_scales_range<NP, true>(w, ps, s0, s1, out);
-    case DType::Q6_K: return q6k_scales_range<NP>(w, ps, s0, s1, out);
-    default: return;
   }
 }
 
