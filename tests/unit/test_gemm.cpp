@@ -527,7 +527,8 @@ TEST(GemmFp8, EveryCodeInEveryLaneOnEveryPath) {
   set_isa(best_isa());
   if (!gemm_available(DType::F8_E4M3_B128)) GTEST_SKIP() << "no packed GEMM on this CPU";
   // 5 blocks: a decode batch's passes of 4 (gemm_avx512.cpp) continue from y in the fifth.
-  const int64_t k = 640, n_out = 48, rb = row_bytes(DType::F8_E4M3_B128, k);
+  // 40 outputs: a panel pair and a partial third panel (its lanes masked).
+  const int64_t k = 640, n_out = 40, rb = row_bytes(DType::F8_E4M3_B128, k);
   std::vector<uint8_t> rows(size_t(rb * n_out));
   std::mt19937 rng(9);
   for (int64_t r = 0; r < n_out; ++r)
@@ -549,7 +550,7 @@ TEST(GemmFp8, EveryCodeInEveryLaneOnEveryPath) {
     SCOPED_TRACE(fp8_path_name(path));
     const bool bf16 = path == Fp8Path::Bf16;
     std::vector<uint8_t> panels(size_t(packed_bytes(DType::F8_E4M3_B128, k, n_out)));
-    pack_panels(DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), 0, n_out / kPanelRows, bf16);
+    pack_panels(DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), 0, (n_out + kPanelRows - 1) / kPanelRows, bf16);
     const WeightView v{DType::F8_E4M3_B128, k, n_out, rows.data(), panels.data(), bf16};
     const auto x61 = acts(61, k, 61);
     std::vector<float> all(size_t(61 * n_out));
@@ -579,13 +580,24 @@ TEST(GemmFp8, EveryCodeInEveryLaneOnEveryPath) {
           ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-30) << "m " << m << " row " << i << " col " << r;
         }
     }
-    // A row alone gives its bits in the 61-row prefill call.
+    // A row alone gives its bits in the 61-row prefill call, whose weights (f16c) are
+    // converted once for all its row tiles or by each tile (convert_once).
     std::vector<float> y1(static_cast<size_t>(n_out));
-    for (const int64_t i : {0, 1, 30, 60}) {
+    for (int64_t i = 0; i < 61; ++i) {
       const std::vector<float> xi(x61.begin() + i * k, x61.begin() + (i + 1) * k);
       Matmul().run(p2, v, xi.data(), 1, y1.data());
       ASSERT_EQ(0, std::memcmp(y1.data(), all.data() + i * n_out, size_t(n_out) * sizeof(float))) << "row " << i;
     }
+    const KernelTuning saved = kernel_tuning();
+    for (const int32_t once : {0, 1}) {
+      KernelTuning tn = saved;
+      tn.of(DType::F8_E4M3_B128).convert_once = once;
+      set_kernel_tuning(tn);
+      std::vector<float> again(all.size());
+      Matmul().run(p2, v, x61.data(), 61, again.data());
+      EXPECT_EQ(0, std::memcmp(again.data(), all.data(), all.size() * sizeof(float))) << "convert_once " << once;
+    }
+    set_kernel_tuning(saved);
   }
 }
 

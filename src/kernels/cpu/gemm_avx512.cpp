@@ -301,7 +301,8 @@ void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_
     __m512 dw[NP], mw[NP];
     for (int p = 0; p < NP; ++p) {
       if constexpr (kCodes) {
-        dw[p] = ks[b - b0].a[p], mw[p] = ks[b - b0].b[p];
+        dw[p] = ks[b - b0].a[p];
+        if constexpr (kMin) mw[p] = ks[b - b0].b[p];
       } else {
         const uint8_t* sc = w + p * ps + b * kBlockBytes;
         dw[p] = block_scales<F>(sc);
@@ -416,8 +417,8 @@ int64_t units_per_pass(DType t) {
 }
 
 // One MR x NP tile over reduction units [c0, c1).
-// codes: the group's units [c0, c1) unpacked (unpack_units; the types unpacks() names),
-// or null.
+// codes, ks: the group's units [c0, c1) unpacked with their scale vectors (unpack_units;
+// the types unpacks() names), or both null.
 template <int MR, int NP, bool kAhead = false>
 void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf,
           const BlockCodes<NP>* codes = nullptr, const KScales<NP>* ks = nullptr) {
@@ -595,8 +596,7 @@ void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCo
     for (int p = 0; p < NP; ++p) {
       const uint8_t* sc = w + p * ps + b * I::kBlockBytes;
       ks[b - b0].a[p] = block_scales<F>(sc);
-      ks[b - b0].b[p] = I::kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)))
-                                : _mm512_setzero_ps();
+      if constexpr (I::kMin) ks[b - b0].b[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
     }
   }
 }
@@ -666,7 +666,7 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
   // per 32-block of a super-block, float per 16 columns, FP8 per 16 columns of a block.
   const int64_t steps_per_unit = is_kquant_type(g.type) || g.type == DType::F8_E4M3_B128 ? 8 : 1;
   const int64_t unit_div = is_float_type(g.type) ? 16 : 1;
-  const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, row_tiles = (m1 - m0 + kMr - 1) / kMr;
+  const int64_t ps = panel_bytes(g.type, g.k), unit_bytes = ps / units, n_tiles = (m1 - m0 + kMr - 1) / kMr;
   for (int64_t p = p0; p < p1; p += 2) {
     const bool pair = p + 2 <= p1;
     const __mmask16 last = last_of(pair ? p + 2 : p + 1);
@@ -681,13 +681,14 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         pf.at = reinterpret_cast<const char*>(g.packed + np * ps + nc0 * unit_bytes);
         pf.end = pf.at + len;
         pf.second = np + 2 <= p1 ? ps : 0;
-        const int64_t iters = std::max<int64_t>(1, row_tiles * (c1 - c0) * steps_per_unit / unit_div);
+        const int64_t iters = std::max<int64_t>(1, n_tiles * (c1 - c0) * steps_per_unit / unit_div);
         pf.lines = int32_t((len / 64 + iters - 1) / iters);
       }
-      if (unpacks(g.type) && row_tiles > 1) {
-        // The pass in chunks of kUnpackBlocks 32-blocks, each chunk's codes unpacked once
-        // for all the row tiles, which otherwise each redo the masks and shifts (Q4_0 and
-        // Q4_K: a third as many vector ops as their vpdpbusd, Q6_K as many). A tile's float
+      if (unpacks(g.type) && n_tiles > 1) {
+        // The pass in chunks of kUnpackBlocks 32-blocks, each chunk's codes unpacked (and
+        // its blocks' scale vectors made: KScales) once for all the row tiles, which
+        // otherwise each redo the masks and shifts (Q4_0 and Q4_K: a third as many vector
+        // ops as their vpdpbusd, Q6_K as many). A tile's float
         // sums go through y between chunks, exactly, as between passes.
         alignas(64) BlockCodes<2> codes[kUnpackBlocks];
         auto* codes1 = reinterpret_cast<BlockCodes<1>*>(codes);
@@ -704,7 +705,7 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1, ks1);
           }
         }
-      } else if (g.convert_once && !g.stream && row_tiles > 1 &&
+      } else if (g.convert_once && !g.stream && n_tiles > 1 &&
                  (g.type == DType::F16 || g.type == DType::BF16 || (g.type == DType::F8_E4M3_B128 && !g.fp8_bf16))) {
         if (pair) rows_over_converted<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
         else rows_over_converted<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);

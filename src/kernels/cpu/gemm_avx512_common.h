@@ -145,8 +145,8 @@ inline __m512i bcast4(const int8_t* p) {
 // elements 4g + j, half 1 elements 16 + 4g + j.
 template <int NP>
 using BlockCodes = uint8_t[NP][2][4][64];
-// 32-blocks per chunk of prefill's unpacked codes: 2 panels' take 32 KiB, in L1 while
-// every row tile runs over them.
+// 32-blocks per chunk of prefill's unpacked codes: 2 panels' take 32 KiB (and their
+// KScales 8), in L1 while every row tile runs over them.
 inline constexpr int64_t kUnpackBlocks = 32;
 
 // A 32-block's two float scale vectors of NP panels, made with its unpacked codes once for

@@ -261,7 +261,8 @@ inline __attribute__((always_inline)) void q6k_code_sums(const BlockCodes<NP>& c
       q6k_dots<MR, NP>(_mm512_load_si512(codes[p][0][g]), _mm512_load_si512(codes[p][1][g]), g, p, ab, lda, acc0, acc1);
 }
 
-// kCodes: super-blocks [s0, s1) come unpacked in codes (q6k_unpack_range). Prefill's row tiles
+// kCodes: super-blocks [s0, s1) come unpacked in codes (q6k_unpack_range), their scale
+// vectors in ks (q6k_scales_range). Prefill's row tiles
 // share one unpacking instead of each redoing it (as many vector ops as a 4-row tile's
 // vpdpbusd); free of the unpacking's temporaries, 4 x 2 tiles fit in the registers
 // (16 int32 sums, 8 float), where without codes wider than 4 x 1 would spill.

@@ -127,8 +127,9 @@ void Matmul::run_packed(ThreadPool& pool, const WeightView& w, const float* x, c
   // thread that walks several groups in a row keeps one of its streams warm from group to
   // group, where with 4 per task it jumped past the other thread's group at every task
   // (docs/BENCHMARKS.md, issue 6 sessions 4 and 7, issues 22 and 25 session 39).
-  // The panels per task, the prefetch distance, the weight streams per decode task and a
-  // decode batch's row tiles are tuned per CPU (tuning.h); none changes a bit of y.
+  // The panels per task, the prefetch distance, the weight streams per decode task, the
+  // row tiles and where prefill converts float weights are tuned per CPU (tuning.h);
+  // none changes a bit of y.
   constexpr int64_t mc = kGemmRowChunk;
   const TypeTuning& tn = kernel_tuning().of(w.type);
   int64_t np_all = 0;

@@ -94,8 +94,9 @@ KernelTuning default_tuning() {
   for (DType f : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).tile_rows = 8;
   for (DType q : {DType::Q8_0, DType::Q4_0, DType::MXFP4}) t.of(q).tile_rows = 6;
   // A chunk's conversion shared by the row tiles measured faster on an Intel Xeon with
-  // AVX512-FP16 (docs/BENCHMARKS.md, issue 22 session 50); it leaves each tile only
-  // loads and FMAs on any core.
+  // AVX512-FP16 (docs/BENCHMARKS.md, issue 22 session 50), where vcvtph2ps takes the
+  // FMA ports; not measured elsewhere (a 32 KiB L1 holds less of the chunk): the tuner
+  // decides there.
   for (DType f : {DType::F16, DType::BF16, DType::F8_E4M3_B128}) t.of(f).convert_once = 1;
   return t;
 }

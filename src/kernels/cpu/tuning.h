@@ -7,9 +7,10 @@
 // values measured best on the machines these kernels were written on.
 //
 // No parameter changes a bit of any result: each only moves prefetches, changes how the
-// output panels are split into tasks or how many weight streams a task reads at once, or
-// picks the row tiles of a decode batch, and every lane's sequence of operations is the
-// same under all of them (gemm.h). The tests run every candidate against the defaults.
+// output panels are split into tasks or how many weight streams a task reads at once,
+// picks the row tiles of a decode batch or prefill, or where prefill converts float
+// weights (exactly), and every lane's sequence of operations is the same under all of
+// them (gemm.h). The tests run every candidate against the defaults.
 // The FP8 weights' arithmetic (core/cpu.h Fp8Path) is the one choice that does change
 // bits (within the kernel's stated tolerance); the tuner times it too, and the cache
 // records it, but it lives with the CPU path because the weights are packed for it. So
