@@ -77,9 +77,9 @@ struct GemmArgs {
   int32_t tile_rows = 4;  // rows of a register tile where rows share the weights: 4, 6 or 8
   // F16, BF16 and FP8 (f16c path) prefill (not stream): each kGemmKc columns (FP8: each
   // 128-block) of a panel pair converted to f32 once for all the row tiles, or by each
-  // tile as it loads them. (A decode batch's
-  // weights come from DRAM: converting first stalls on them, where the tiles' loads
-  // overlap the stream with their FMAs, and measured slower.)
+  // tile as it loads them. (A decode batch's weights come from DRAM: converting first
+  // stalls on them, where the tiles' loads overlap the stream with their FMAs, and
+  // measured slower.)
   bool convert_once = false;
 };
 void gemm_panels(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t p1);

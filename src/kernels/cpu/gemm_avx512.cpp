@@ -588,6 +588,13 @@ void rows_over_converted(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, _
 // The types whose prefill tiles can read unpacked codes (unpack_units).
 bool unpacks(DType t) { return t != DType::Q8_0 && t != DType::F8_E4M3_B128 && !is_float_type(t); }
 
+// Whether a call's row tiles read weights converted once (rows_over_converted): prefill
+// of the types whose tiles convert in their inner loop, when the tuning asks for it.
+bool converts_once(const GemmArgs& g) {
+  const bool converting = g.type == DType::F16 || g.type == DType::BF16 || (g.type == DType::F8_E4M3_B128 && !g.fp8_bf16);
+  return g.convert_once && !g.stream && converting;
+}
+
 template <int NP, Fmt F>
 void unpack_blocks(const uint8_t* w, int64_t ps, int64_t b0, int64_t b1, BlockCodes<NP>* codes, KScales<NP>* ks) {
   using I = FmtInfo<F>;
@@ -705,8 +712,7 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
             rows_over<kMr, 1>(g, m0, m1, p, last, u0, u1, pf, codes1, ks1);
           }
         }
-      } else if (g.convert_once && !g.stream && n_tiles > 1 &&
-                 (g.type == DType::F16 || g.type == DType::BF16 || (g.type == DType::F8_E4M3_B128 && !g.fp8_bf16))) {
+      } else if (converts_once(g) && n_tiles > 1) {
         if (pair) rows_over_converted<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
         else rows_over_converted<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
       } else if (pair) {
