@@ -77,11 +77,16 @@ bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
 // The paths one case runs: every ISA, and on AVX-512 each way of an FP8 cache's
 // arithmetic the CPU has (attention_dots): f32, AMX-BF16 tiles, AVX512-BF16 vectors.
 using detail::AttnDots;
+// An FP8 cache's f32 path runs with its codes' half conversion (lookup false) and, where
+// the CPU has VBMI, with the byte lookups (attention_fp8_f32_avx512.h) that must give its
+// bits.
 struct Path {
   Isa isa;
   AttnDots dots = AttnDots::F32;
+  bool lookup = false;
   std::string name() const {
-    return std::string(isa_name(isa)) + (dots == AttnDots::Amx ? "+tiles" : dots == AttnDots::Bf16 ? "+bf16" : "");
+    return std::string(isa_name(isa)) + (dots == AttnDots::Amx ? "+tiles" : dots == AttnDots::Bf16 ? "+bf16" : "") +
+           (lookup ? "+lookup" : "");
   }
 };
 // The CPU has what attention_dots asks for each bf16 way (core/cpu.h amx_bf16_active
@@ -99,6 +104,7 @@ std::vector<Path> paths(DType t) {
   for (Isa isa : isas()) {
     v.push_back({isa, AttnDots::F32});
     if (isa != Isa::Avx512 || !(is_fp8(t) || t == DType::BF16)) continue;
+    if (is_fp8(t) && cpu_features().avx512vbmi) v.push_back({isa, AttnDots::F32, true});
     if (fp8_tiles_here() && is_fp8(t)) v.push_back({isa, AttnDots::Amx});
     if (fp8_bf16_here()) v.push_back({isa, AttnDots::Bf16});
   }
@@ -110,10 +116,16 @@ void use_path(const Path& p, const KVLayout& l) {
   set_isa(p.isa);
   set_amx(p.dots == AttnDots::Amx);
   set_fp8_path(p.dots == AttnDots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
+  detail::set_fp8_lookup_f32(p.lookup);
   const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 &&
                      (p.dots != AttnDots::Bf16 || l.block_size <= detail::kMaxTileKeys);
   ASSERT_EQ(detail::attention_dots(l), shape ? p.dots : AttnDots::F32) << p.name();
 }
+
+struct LookupGuard {
+  bool saved = detail::fp8_lookup_f32();
+  ~LookupGuard() { detail::set_fp8_lookup_f32(saved); }
+};
 
 // x rounded to bf16 (nearest, ties to even), as vcvtne2ps2bf16 rounds a finite x.
 float bf16_round(float x) {
@@ -387,7 +399,8 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
   const double vs = v_scale(st);
 
   IsaGuard guard;
-  std::vector<float> scalar_out;
+  LookupGuard lookup_guard;
+  std::vector<float> scalar_out, half_out;  // the scalar path's rows alone; AVX-512 f32's, codes as halves
   for (const Path& path : paths(t)) {
     const Isa isa = path.isa;
     use_path(path, st.l);
@@ -415,6 +428,14 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     }
     EXPECT_LE(err, kTol) << where;
     *worst = std::max(*worst, err);
+    if (is_fp8(t) && isa == Isa::Avx512 && path.dots == AttnDots::F32) {
+      if (!path.lookup) half_out = one.out;
+      else
+        for (size_t x = 0; x < one.out.size(); ++x)
+          ASSERT_EQ(std::memcmp(&one.out[x], &half_out[x], 4), 0)
+              << where << ": element " << x << " differs from the half conversion's: " << one.out[x] << " vs "
+              << half_out[x];
+    }
     if (isa == Isa::Scalar) {
       scalar_out = one.out;
     } else {

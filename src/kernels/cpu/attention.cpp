@@ -91,6 +91,12 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
                                                                                              : AttnDots::F32;
 }
 
+namespace {
+std::atomic<bool> g_fp8_lookup{true};
+}
+bool detail::fp8_lookup_f32() { return g_fp8_lookup.load(std::memory_order_relaxed) && cpu_features().avx512vbmi; }
+void detail::set_fp8_lookup_f32(bool on) { g_fp8_lookup.store(on, std::memory_order_relaxed); }
+
 bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
 
 bool attention_latent_lanes(const KVLayout& l) {
@@ -362,6 +368,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   if (isa == Isa::Avx512) {
     const detail::AttnDots dots = detail::attention_dots(l);
     v.bf16_dots = dots == detail::AttnDots::Bf16;
+    v.fp8_lookup = dots == detail::AttnDots::F32 && detail::fp8_lookup_f32();
     if (dots == detail::AttnDots::Amx) {
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l, n_heads * group) -
                          segment_fold_floats(l, n_heads * group) - (detail::fp8_tiles_bytes(l, n_heads * group) / 4 + 16);

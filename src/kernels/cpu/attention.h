@@ -219,6 +219,10 @@ struct AttnView {
   // A BF16 or FP8 cache with its dots on AVX512-BF16 vectors (attention_dots Bf16:
   // attention_bf16_avx512.h, attention_fp8_vec_avx512.h).
   bool bf16_dots = false;
+  // An FP8 cache on the f32 path (AttnDots::F32) with its codes made f32 by byte lookups
+  // (attention_fp8_f32_avx512.h; fp8_lookup_f32()): the half conversion's bits, fewer
+  // instructions.
+  bool fp8_lookup = false;
   // attention_tile_keys() read once per call: every layout of the call follows it.
   int32_t tile_keys = kDefaultAttnTileKeys;
   // AttnNext: the next call's K pieces to ask for during the last tile, blocks
@@ -254,6 +258,10 @@ struct AttnView {
 // them). Whatever the rows of a call (units of 16).
 enum class AttnDots { F32, Amx, Bf16 };
 AttnDots attention_dots(const KVLayout& l);
+// Whether the f32 path converts FP8 codes by VBMI byte lookups (AttnView::fp8_lookup): where
+// the CPU has VBMI, unless a test turned it off to run the half conversion it must match.
+bool fp8_lookup_f32();
+void set_fp8_lookup_f32(bool on);  // tests; capped at what the CPU has
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
 
 // The SIMD paths' online-softmax step: a tile of whole blocks, aligned to absolute

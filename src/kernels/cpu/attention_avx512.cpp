@@ -36,6 +36,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/attention_bf16_avx512.h"
+#include "kernels/cpu/attention_fp8_f32_avx512.h"
 #include "kernels/cpu/attention_fp8_tiles_avx512.h"
 #include "kernels/cpu/attention_fp8_vec_avx512.h"
 #include "kernels/cpu/vexp_avx512.h"
@@ -79,7 +80,14 @@ ATTN_INLINE void scores(const float* q, int64_t ldq, const Group* gr, int64_t ks
 
 template <int R, DType T>
 void scores_tile(const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk, float scale,
-                 float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
+                 float* s, int64_t lds, int64_t koff, Prefetcher& pf, bool lookup) {
+  if constexpr (kFp8<T>)
+    if (lookup && dk % 4 == 0) {  // attention_fp8_f32_avx512.h
+      for (int32_t g = 0; g < ng; ++g)
+        if (kstride == 16) scores_fp8_f32<R, T, true>(q, ldq, gr[g], kstride, dk, scale, s, lds, koff, pf);
+        else scores_fp8_f32<R, T, false>(q, ldq, gr[g], kstride, dk, scale, s, lds, koff, pf);
+      return;
+    }
   int32_t g = 0;
   for (; g + 2 <= ng; g += 2) scores<R, 2, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
   if (g < ng) scores<R, 1, T>(q, ldq, gr + g, kstride, dk, scale, s, lds, koff, pf);
@@ -245,8 +253,10 @@ void softmax_rows(float* s, int64_t lds, int32_t ng, int32_t R, float* m, float*
 // The scores (and below, P.V) of `rows` rows: a run-time count to the kernels' template.
 template <DType T>
 void scores_rows(int32_t rows, const float* q, int64_t ldq, const Group* gr, int32_t ng, int64_t kstride, int32_t dk,
-                 float scale, float* s, int64_t lds, int64_t koff, Prefetcher& pf) {
-  with_rows(rows, [&](auto R) { scores_tile<decltype(R)::value, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf); });
+                 float scale, float* s, int64_t lds, int64_t koff, Prefetcher& pf, bool lookup) {
+  with_rows(rows, [&](auto R) {
+    scores_tile<decltype(R)::value, T>(q, ldq, gr, ng, kstride, dk, scale, s, lds, koff, pf, lookup);
+  });
 }
 
 // o_r[d0, d0 + 32) = o_r * cr[r] + sum_j p_r[j] v_j for R rows (lanes past dv masked
@@ -289,8 +299,12 @@ void pv(const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, 
 
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, const float* cr,
-             float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf) {
-  with_rows(rows, [&](auto R) { pv<decltype(R)::value, T>(tl, lpb, live, p, ldp, cr, o, ldo, d0, dv, voff, pf); });
+             float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf, bool lookup = false) {
+  with_rows(rows, [&](auto R) {
+    if constexpr (kFp8<T>)
+      if (lookup) return pv_fp8_f32<decltype(R)::value, T>(tl, lpb, live, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+    pv<decltype(R)::value, T>(tl, lpb, live, p, ldp, cr, o, ldo, d0, dv, voff, pf);
+  });
 }
 
 // A scaled value's scale goes with its probability (kv_view.h): p[r][lane of key j] x
@@ -737,7 +751,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
           });
         else
           scores_rows<T>(rows, q + r0 * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r0) * lds, lds,
-                         h * a.k_head_stride, pf);
+                         h * a.k_head_stride, pf, a.fp8_lookup);
       }
     }
     // A row's keys outside [row_first, row_end) score -inf here, as a lone row's call
@@ -888,7 +902,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         const int32_t r0 = h * grp + i;
         for (int32_t d0 = 0; d0 < dv; d0 += 32)
           pv_rows<T>(hi - i < kRows ? hi - i : kRows, tl, gpb * 16, unit_live(i), sc + int64_t(r0) * lds, lds, cr + r0,
-                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+                     out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf, a.fp8_lookup);
       }
     pf.finish();
   }
