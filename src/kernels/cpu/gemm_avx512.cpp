@@ -282,7 +282,7 @@ inline __attribute__((always_inline)) void block_isums(const uint8_t* w, int64_t
 template <int MR, int NP, bool kAhead, Fmt F, bool kCodes = false>
 void kern_int8(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t b0, int64_t b1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
-               const KScales<NP>* ks = nullptr) {
+               const KScales<NP>* ks) {
   using I = FmtInfo<F>;
   constexpr bool kMin = I::kMin;
   constexpr int64_t kBlockBytes = I::kBlockBytes;
@@ -421,7 +421,7 @@ int64_t units_per_pass(DType t) {
 // the types unpacks() names), or both null.
 template <int MR, int NP, bool kAhead = false>
 void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, int64_t c1, PassPrefetch& pf,
-          const BlockCodes<NP>* codes = nullptr, const KScales<NP>* ks = nullptr) {
+          const BlockCodes<NP>* codes, const KScales<NP>* ks) {
   const int64_t ps = panel_bytes(g.type, g.k);
   const uint8_t* w = g.packed + p * ps;
   float* y = g.y + m * g.ldy + p * kPanelRows;
@@ -449,21 +449,21 @@ void tile(const GemmArgs& g, int64_t m, int64_t p, __mmask16 last, int64_t c0, i
         return kern_fp8_bf16<MR, NP, kAhead>(w, ps, static_cast<const uint16_t*>(g.act) + m * g.lda, g.lda, c0, c1, y,
                                              g.ldy, last, pf, g.ahead);
       return kern_fp8<MR, NP, kAhead>(w, ps, xf, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead);
-    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::MXFP4: return kern_int8<MR, NP, kAhead, Fmt::MXFP4>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
-    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+    case DType::Q8_0: return kern_int8<MR, NP, kAhead, Fmt::Q8_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q4_0: return kern_int8<MR, NP, kAhead, Fmt::Q4_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q4_1: return kern_int8<MR, NP, kAhead, Fmt::Q4_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q5_0: return kern_int8<MR, NP, kAhead, Fmt::Q5_0>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q5_1: return kern_int8<MR, NP, kAhead, Fmt::Q5_1>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::MXFP4: return kern_int8<MR, NP, kAhead, Fmt::MXFP4>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q4_K: return kern_q45k<MR, NP, kAhead, false>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
+    case DType::Q5_K: return kern_q45k<MR, NP, kAhead, true>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
     case DType::Q6_K:
       if constexpr (MR * NP <= 4)  // two int32 sums per pair: wider tiles would spill
-        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr);
+        return kern_q6k<MR, NP, kAhead>(w, ps, q8, g.lda, c0, c1, y, g.ldy, last, pf, g.ahead, nullptr, nullptr);
       else
         for (int p = 0; p < NP; ++p)
           kern_q6k<MR, 1, kAhead>(w + p * ps, ps, q8, g.lda, c0, c1, y + p * kPanelRows, g.ldy,
-                                  p == NP - 1 ? last : __mmask16(0xFFFF), pf, g.ahead, nullptr);
+                                  p == NP - 1 ? last : __mmask16(0xFFFF), pf, g.ahead, nullptr, nullptr);
       return;
     default: return;
   }
@@ -537,7 +537,7 @@ inline __attribute__((always_inline)) void row_tiles(int64_t m0, int64_t m1, F&&
 // Rows [m0, m1) of NP panels from p over units [c0, c1).
 template <int kMr, int NP>
 void rows_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p, __mmask16 last, int64_t c0, int64_t c1,
-               PassPrefetch& pf, const BlockCodes<NP>* codes, const KScales<NP>* ks = nullptr) {
+               PassPrefetch& pf, const BlockCodes<NP>* codes, const KScales<NP>* ks) {
   row_tiles<kMr>(m0, m1, [&](auto R, int64_t m) { tile<decltype(R)::value, NP>(g, m, p, last, c0, c1, pf, codes, ks); });
 }
 
@@ -655,9 +655,9 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
     int64_t p = p0;
     PassPrefetch none;
     if (g.streams >= 4)
-      for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none);
-    for (; p + 2 <= p1; p += 2) tile<1, 2, true>(g, m0, p, last_of(p + 2), 0, units, none);
-    for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none);
+      for (; p + 4 <= p1; p += 4) tile<1, 4, true>(g, m0, p, last_of(p + 4), 0, units, none, nullptr, nullptr);
+    for (; p + 2 <= p1; p += 2) tile<1, 2, true>(g, m0, p, last_of(p + 2), 0, units, none, nullptr, nullptr);
+    for (; p < p1; ++p) tile<1, 1, true>(g, m0, p, last_of(p + 1), 0, units, none, nullptr, nullptr);
     return;
   }
   // Decode batches of the block-by-block types, g.streams panels at a time (4 or 2).
@@ -716,9 +716,9 @@ void panels_over(const GemmArgs& g, int64_t m0, int64_t m1, int64_t p0, int64_t 
         if (pair) rows_over_converted<kMr, 2>(g, m0, m1, p, last, c0, c1, pf);
         else rows_over_converted<kMr, 1>(g, m0, m1, p, last, c0, c1, pf);
       } else if (pair) {
-        rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf, nullptr);
+        rows_over<kMr, 2>(g, m0, m1, p, last, c0, c1, pf, nullptr, nullptr);
       } else {
-        rows_over<kMr, 1>(g, m0, m1, p, last, c0, c1, pf, nullptr);
+        rows_over<kMr, 1>(g, m0, m1, p, last, c0, c1, pf, nullptr, nullptr);
       }
     }
   }

@@ -79,7 +79,7 @@ void q45k_scales_range(const uint8_t* w, int64_t ps, int64_t s0, int64_t s1, KSc
 template <int MR, int NP, bool kAhead, bool kQ5, bool kCodes = false>
 void kern_q45k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
                int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
-               const KScales<NP>* ks = nullptr) {
+               const KScales<NP>* ks) {
   constexpr int64_t kSuper = kQ45Super<kQ5>;
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
@@ -269,7 +269,7 @@ inline __attribute__((always_inline)) void q6k_code_sums(const BlockCodes<NP>& c
 template <int MR, int NP, bool kAhead, bool kCodes = false>
 void kern_q6k(const uint8_t* w, int64_t ps, const ActQ8* a, int64_t lda, int64_t s0, int64_t s1, float* y,
               int64_t ldy, __mmask16 last, PassPrefetch& pf, int64_t ahead, const BlockCodes<NP>* codes,
-              const KScales<NP>* ks = nullptr) {
+              const KScales<NP>* ks) {
   __m512 accf[MR][NP];
   acc_begin(accf, s0 == 0, y, ldy, last);
   for (int64_t s = s0; s < s1; ++s) {
