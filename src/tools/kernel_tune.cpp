@@ -175,14 +175,22 @@ class Tuner {
     KernelTuning tn = kernels::default_tuning();
     kernels::set_kernel_tuning(tn);
     int64_t steps = 0;
+    // FP8's convert_once applies on the f16c path only, which the path's race may choose
+    // after this count: counted here, its samples are added when the race leaves bf16.
+    const char* forced = std::getenv("RIDGE_FP8_PATH");
+    const bool fp8_race = fp8_bf16_available() && !(forced && *forced);
+    int64_t fp8_convert_steps = 0;
     for (DType t : opt_.types) {
       if (!kernels::gemm_available(t)) continue;
-      for (const auto& p : kernels::tunable_params())
-        if (kernels::tunable_for(p, t)) {
+      for (const auto& p : kernels::tunable_params()) {
+        const bool convert = t == DType::F8_E4M3_B128 && fp8_race && p.name == "convert_once";
+        if (kernels::tunable_for(p, t) || convert) {
           const size_t n = candidates_of(p, t).size();
           if (n > 1) steps += int64_t(n) * opt_.rounds;
+          if (n > 1 && convert) fp8_convert_steps = int64_t(n) * opt_.rounds;
         }
-      if (t == DType::F8_E4M3_B128 && fp8_bf16_available()) steps += 2 * opt_.rounds;
+      }
+      if (t == DType::F8_E4M3_B128 && fp8_race) steps += 2 * opt_.rounds;
     }
     // The attention tile with f16 among the types (its trial's), on the SIMD paths (the
     // ones with tiles, and with packed kernels: Q8_0's stands for them).
@@ -205,8 +213,7 @@ class Tuner {
       std::vector<Ring> rings, other;
       for (const auto& s : shapes()) rings.push_back(make_ring(t, s, opt_.ring_bytes, bf16));
       // The FP8 path is raced unless RIDGE_FP8_PATH forces one.
-      const char* forced = std::getenv("RIDGE_FP8_PATH");
-      if (fp8 && fp8_bf16_available() && !(forced && *forced)) {
+      if (fp8 && fp8_race) {
         for (const auto& s : shapes()) other.push_back(make_ring(t, s, opt_.ring_bytes, !bf16));
         TuneTrial tr;
         tr.type = t;
@@ -227,6 +234,7 @@ class Tuner {
           bf16 = tr.chosen == 1;
         }
         set_fp8_path(*res.entry.fp8_path);
+        if (bf16) progress.add(fp8_convert_steps);  // convert_once does not apply there
         res.trials.push_back(tr);
         other.clear();
       }
