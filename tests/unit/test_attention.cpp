@@ -560,7 +560,7 @@ TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
 // 256 keys: a tile of one block, two chunks; a chunk before the NaN keeps its step, the
 // output is NaN either way), or a tile's last key.
 TEST(Attention, NanValueVectorIsNotFinite) {
-  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3})
+  for (DType t : {DType::F16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
     for (auto [bs, pos] : {std::pair{16, 37}, std::pair{16, 127}, std::pair{256, 37}, std::pair{256, 200}, std::pair{256, 255}}) {
       Cache st(t, 32, 32, bs, 300, 3);
       std::vector<float> v(32, 0.5f);
@@ -582,7 +582,7 @@ TEST(Attention, NanValueVectorIsNotFinite) {
 // underfill a tile), head sizes off every vector width, dk != dv, odd group sizes.
 TEST(Attention, OddBlockSizesAndHeadDims) {
   double worst = 0;
-  for (DType t : {DType::F32, DType::F16, DType::I8, DType::F8_E4M3})
+  for (DType t : {DType::F32, DType::F16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
     for (int32_t bs : {1, 5, 20, 24, 32, 48, 100, 200})
       for (auto [dk, dv] : {std::pair{20, 20}, std::pair{3, 9}, std::pair{192, 128}, std::pair{64, 40}})
         for (int32_t n_ctx : {1, 23, 97, bs > 97 ? bs + 40 : 97}) check_case(t, dk, dv, bs, n_ctx, 3, &worst);

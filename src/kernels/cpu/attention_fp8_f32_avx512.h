@@ -8,8 +8,10 @@
 // rows' FMAs they feed, on the same two ports of a core with two. Here 64 codes become
 // four vectors of f32 in ten: a byte permute, the two-table lookup of each code's bf16
 // bits (attention_fp8_codes_avx512.h's, of the values in kCodeUnit) and two rounds of
-// unpacks that put those bits above 16 zero bits. The values are load16's, NaN codes
-// included (a NaN), so every product, sum and bit of the result is the half path's.
+// unpacks that put those bits above 16 zero bits. Every finite code's value is load16's,
+// so every product, sum and bit of a finite result is the half path's; a NaN code is a
+// NaN here too (its sign and payload may differ from load16's, which no result keeps
+// apart: a row that reads one is NaN on either path).
 //  - scores: 64 codes are dimensions d..d+3 of 16 keys (four rows of a K tile), the four
 //    vectors one dimension each, as load16 gives them one at a time;
 //  - P.V: 32 dimensions of two V rows (keys j and j + 1), the vectors key j's dimensions
