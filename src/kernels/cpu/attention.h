@@ -220,8 +220,8 @@ struct AttnView {
   // attention_bf16_avx512.h, attention_fp8_vec_avx512.h).
   bool bf16_dots = false;
   // An FP8 cache on the f32 path (AttnDots::F32) with its codes made f32 by byte lookups
-  // (attention_fp8_f32_avx512.h; fp8_lookup_f32()): the half conversion's bits, fewer
-  // instructions.
+  // (attention_fp8_f32_avx512.h; fp8_lookup_f32()): the half conversion's bits for every
+  // finite result, fewer instructions.
   bool fp8_lookup = false;
   // attention_tile_keys() read once per call: every layout of the call follows it.
   int32_t tile_keys = kDefaultAttnTileKeys;

@@ -299,7 +299,7 @@ void pv(const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, 
 
 template <DType T>
 void pv_rows(int32_t rows, const Tile& tl, int32_t lpb, int32_t live, const float* p, int64_t ldp, const float* cr,
-             float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf, bool lookup = false) {
+             float* o, int64_t ldo, int32_t d0, int32_t dv, int64_t voff, Prefetcher& pf, bool lookup) {
   with_rows(rows, [&](auto R) {
     if constexpr (kFp8<T>)
       if (lookup) return pv_fp8_f32<decltype(R)::value, T>(tl, lpb, live, p, ldp, cr, o, ldo, d0, dv, voff, pf);
@@ -890,7 +890,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             const int32_t r0 = h * grp + i;
             for (int32_t d0 = 0; d0 < dv; d0 += 32)
               pv_rows<DType::F32>(hi - i < kRows ? hi - i : kRows, tv, gpb * 16, unit_live(i), sc + int64_t(r0) * lds,
-                                  lds, cr + r0, out + r0 * ldo, ldo, d0, dv, 0, pf);
+                                  lds, cr + r0, out + r0 * ldo, ldo, d0, dv, 0, pf, false);
           }
         }
         pf.finish();
