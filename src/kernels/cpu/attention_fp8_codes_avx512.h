@@ -16,18 +16,25 @@ namespace {
 
 #define FP8_CODES_TARGET __attribute__((target("avx512vbmi,avx512bf16")))
 
+// A lookup table of 16-bit words for the 128 magnitudes of each FP8 format, split into
+// low and high bytes (vpermi2b looks up bytes): bits(t, magnitude) gives the words.
 struct Bf16Bytes {
   alignas(64) uint8_t lo[2][128], hi[2][128];  // [E4M3, E5M2][magnitude]
 };
-constexpr Bf16Bytes make_bf16_bytes() {
+template <class Bits>
+constexpr Bf16Bytes make_fp8_bytes(Bits bits) {
   Bf16Bytes t{};
-  for (int c = 0; c < 128; ++c) {
-    t.lo[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) & 0xFF), t.hi[0][c] = uint8_t(quant::fp8_e4m3_bf16_bits(c) >> 8);
-    t.lo[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) & 0xFF), t.hi[1][c] = uint8_t(quant::fp8_e5m2_bf16_bits(c) >> 8);
-  }
+  for (int f = 0; f < 2; ++f)
+    for (int c = 0; c < 128; ++c) {
+      const uint16_t b = bits(f ? DType::F8_E5M2 : DType::F8_E4M3, c);
+      t.lo[f][c] = uint8_t(b & 0xFF), t.hi[f][c] = uint8_t(b >> 8);
+    }
   return t;
 }
-alignas(64) constexpr Bf16Bytes kBf16Bytes = make_bf16_bytes();
+constexpr uint16_t exact_bits(DType t, int magnitude) {
+  return t == DType::F8_E5M2 ? quant::fp8_e5m2_bf16_bits(magnitude) : quant::fp8_e4m3_bf16_bits(magnitude);
+}
+alignas(64) constexpr Bf16Bytes kBf16Bytes = make_fp8_bytes(exact_bits);
 
 // codes_to_pairs unpacks low and high bytes within 128-bit lanes: its first result's word w
 // is input slot 16(w / 8) + w % 8, its second's slot 16(w / 8) + 8 + w % 8. The slot that
@@ -56,10 +63,14 @@ struct Bf16Lut {
   __m512i lo0, lo1, hi0, hi1;
 };
 template <DType T>
-ATTN_INLINE Bf16Lut bf16_lut() {
+ATTN_INLINE Bf16Lut lut_of(const Bf16Bytes& b) {
   constexpr int f = T == DType::F8_E5M2 ? 1 : 0;
-  return {_mm512_load_si512(kBf16Bytes.lo[f]), _mm512_load_si512(kBf16Bytes.lo[f] + 64),
-          _mm512_load_si512(kBf16Bytes.hi[f]), _mm512_load_si512(kBf16Bytes.hi[f] + 64)};
+  return {_mm512_load_si512(b.lo[f]), _mm512_load_si512(b.lo[f] + 64), _mm512_load_si512(b.hi[f]),
+          _mm512_load_si512(b.hi[f] + 64)};
+}
+template <DType T>
+ATTN_INLINE Bf16Lut bf16_lut() {
+  return lut_of<T>(kBf16Bytes);
 }
 
 // 64 codes (in the slot order above) -> logical codes 0-31 as the 32 bf16 words of lo,

@@ -35,23 +35,10 @@ namespace {
 // The bf16 bits (as the top half of an f32) of each magnitude's value in kCodeUnit: E4M3's
 // value x 2^-8 (load16's half trick, exact: the exponent 8 lower), E5M2's value.
 constexpr uint16_t unit_bits(DType t, int magnitude) {
-  if (t == DType::F8_E5M2) return quant::fp8_e5m2_bf16_bits(magnitude);
-  const uint16_t b = quant::fp8_e4m3_bf16_bits(magnitude);
-  return b == 0 || magnitude == 0x7F ? b : uint16_t(b - (8 << 7));
+  const uint16_t b = exact_bits(t, magnitude);
+  return t == DType::F8_E5M2 || b == 0 || magnitude == 0x7F ? b : uint16_t(b - (8 << 7));
 }
-struct UnitBytes {
-  alignas(64) uint8_t lo[2][128], hi[2][128];  // [E4M3, E5M2][magnitude]
-};
-constexpr UnitBytes make_unit_bytes() {
-  UnitBytes t{};
-  for (int f = 0; f < 2; ++f)
-    for (int c = 0; c < 128; ++c) {
-      const uint16_t b = unit_bits(f ? DType::F8_E5M2 : DType::F8_E4M3, c);
-      t.lo[f][c] = uint8_t(b & 0xFF), t.hi[f][c] = uint8_t(b >> 8);
-    }
-  return t;
-}
-alignas(64) constexpr UnitBytes kUnitBytes = make_unit_bytes();
+alignas(64) constexpr Bf16Bytes kUnitBytes = make_fp8_bytes(unit_bits);
 static_assert(kCodeUnit<DType::F8_E4M3> == 256.f && kCodeUnit<DType::F8_E5M2> == 1.f, "the tables' units");
 
 // codes_to_f32's unpacks leave, in 128-bit lane L of its result m, the bytes 16L + 4m ..
@@ -74,9 +61,7 @@ alignas(64) constexpr F32Index kF32Index = make_f32_index();
 
 template <DType T>
 ATTN_INLINE Bf16Lut unit_lut() {
-  constexpr int f = T == DType::F8_E5M2 ? 1 : 0;
-  return {_mm512_load_si512(kUnitBytes.lo[f]), _mm512_load_si512(kUnitBytes.lo[f] + 64),
-          _mm512_load_si512(kUnitBytes.hi[f]), _mm512_load_si512(kUnitBytes.hi[f] + 64)};
+  return lut_of<T>(kUnitBytes);
 }
 
 // 64 codes in slot order -> logical codes 16m .. 16m + 15 as f32 in f[m] (in kCodeUnit).
