@@ -285,6 +285,7 @@ void Forward::tp_reduce(int32_t il, float* y) {
 
 perf::ComputeClass Forward::attention_class(const KVLayout& l) {
   if (l.dtype == DType::I8) return perf::ComputeClass::Int8Vnni;
+  if (kernels::attention_dots_in_f16(l)) return perf::ComputeClass::Fp16Fma;
   return kernels::attention_dots_in_bf16(l) ? perf::ComputeClass::Bf16Dot : perf::ComputeClass::Fp32Fma;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/cpu/attention.h"
 #include "model/tp_shard.h"
 
 namespace ridge {
@@ -75,6 +76,7 @@ KVCache::KVCache(const KVLayout& layout, KvGroups groups, kernels::Backend* devi
   RIDGE_CHECK(l_.dtype == DType::F16 || l_.dtype == DType::F32 || l_.dtype == DType::BF16 || l_.scaled(),
               "KV cache dtype {} is not supported (f16, bf16, f32, i8, fp8_e4m3, fp8_e5m2)", dtype_name(l_.dtype));
   RIDGE_CHECK(l_.block_size > 0 && l_.n_blocks > 0, "KV cache needs at least one block of at least one token");
+  kernels::detail::attention_f16_arith();  // RIDGE_ATTN_F16 read here: a bad value fails the construction
   RIDGE_CHECK(!l_.v_in_k || (l_.values_in_keys_allowed() && l_.head_dim_v <= l_.head_dim_k),
               "a KV cache whose values are in its keys needs values no wider than its keys, at a multiple of 4 "
               "dimensions with int8 ({}: {} of {} dimensions)",

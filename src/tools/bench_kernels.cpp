@@ -311,13 +311,15 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   const double t_mem = bw > 0 ? r.bytes / (bw * 1e9) : 0;
   // An int8 cache's scores and P.V are integer dot products (attention_avx512.cpp), on
   // CPUs with VNNI; the bf16 ways' are vdpbf16ps (kernels/cpu/attention.h AttnDots; AMX
-  // tiles are measured against it too, a lower roof than theirs); the other dtypes'
-  // arithmetic is fp32 FMAs.
+  // tiles are measured against it too, a lower roof than theirs), the F16 way's
+  // vfmadd231ph; the other dtypes' arithmetic is fp32 FMAs.
   const bool i8 = opt.attn_dtype == DType::I8 && peaks.int8_vnni && active_isa() == Isa::Avx512;
-  const bool b16 = kernels::detail::attention_dots(step.layout()) != kernels::detail::AttnDots::F32 && peaks.bf16_dot;
-  const auto& peak = i8 ? peaks.int8_vnni : b16 ? peaks.bf16_dot : peaks.fp32_fma;
+  const auto dots = kernels::detail::attention_dots(step.layout());
+  const bool h16 = dots == kernels::detail::AttnDots::F16 && peaks.fp16_fma;
+  const bool b16 = dots != kernels::detail::AttnDots::F32 && !h16 && peaks.bf16_dot;
+  const auto& peak = i8 ? peaks.int8_vnni : h16 ? peaks.fp16_fma : b16 ? peaks.bf16_dot : peaks.fp32_fma;
   const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;
-  r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : b16 ? "bf16_dot" : "fp32_fma";
+  r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : h16 ? "fp16_fma" : b16 ? "bf16_dot" : "fp32_fma";
   r.pct = 100.0 * std::max(t_mem, t_comp) / sec;
   return r;
 }

@@ -1,7 +1,8 @@
 // Restores the CPU paths a test started with (core/cpu.h: the ISA, AMX, the FP8 and BF16
-// way), however the test ends, so a test may switch any of them.
+// way, the F16 cache's attention way), however the test ends, so a test may switch any of them.
 #pragma once
 #include "core/cpu.h"
+#include "kernels/cpu/attention.h"
 
 namespace ridge::test {
 
@@ -9,7 +10,8 @@ struct IsaGuard {
   Isa saved = active_isa();
   bool amx = amx_active();
   Fp8Path fp8 = fp8_path();
-  ~IsaGuard() { set_isa(saved), set_amx(amx), set_fp8_path(fp8); }
+  bool f16 = kernels::detail::attention_f16_arith();
+  ~IsaGuard() { set_isa(saved), set_amx(amx), set_fp8_path(fp8), kernels::detail::set_attention_f16_arith(f16); }
 };
 
 }  // namespace ridge::test

@@ -55,6 +55,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "model/kv_cache.h"
+#include "attention_f16_emulation.h"
 #include "isa_guard.h"
 
 namespace ridge::kernels {
@@ -85,7 +86,8 @@ struct Path {
   AttnDots dots = AttnDots::F32;
   bool lookup = false;
   std::string name() const {
-    return std::string(isa_name(isa)) + (dots == AttnDots::Amx ? "+tiles" : dots == AttnDots::Bf16 ? "+bf16" : "") +
+    return std::string(isa_name(isa)) +
+           (dots == AttnDots::Amx ? "+tiles" : dots == AttnDots::Bf16 ? "+bf16" : dots == AttnDots::F16 ? "+f16" : "") +
            (lookup ? "+lookup" : "");
   }
 };
@@ -99,10 +101,12 @@ bool fp8_bf16_here() {
   const CpuFeatures& f = cpu_features();
   return f.avx512bf16 && f.avx512vbmi && best_isa() == Isa::Avx512;
 }
+bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512; }
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
     v.push_back({isa, AttnDots::F32});
+    if (isa == Isa::Avx512 && t == DType::F16 && f16_here()) v.push_back({isa, AttnDots::F16});
     if (isa != Isa::Avx512 || !(is_fp8(t) || t == DType::BF16)) continue;
     if (is_fp8(t) && cpu_features().avx512vbmi) v.push_back({isa, AttnDots::F32, true});
     if (fp8_tiles_here() && is_fp8(t)) v.push_back({isa, AttnDots::Amx});
@@ -117,8 +121,10 @@ void use_path(const Path& p, const KVLayout& l) {
   set_amx(p.dots == AttnDots::Amx);
   set_fp8_path(p.dots == AttnDots::Bf16 ? Fp8Path::Bf16 : Fp8Path::F16c);
   detail::set_fp8_lookup_f32(p.lookup);
+  detail::set_attention_f16_arith(p.dots == AttnDots::F16);
   const bool shape = l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 && l.head_dim_v % 32 == 0 &&
-                     (p.dots != AttnDots::Bf16 || l.block_size <= detail::kMaxTileKeys);
+                     (p.dots == AttnDots::Amx || l.block_size <= detail::kMaxTileKeys) &&
+                     !(p.dots == AttnDots::F16 && l.v_in_k);
   ASSERT_EQ(detail::attention_dots(l), shape ? p.dots : AttnDots::F32) << p.name();
 }
 
@@ -373,7 +379,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
   for (int32_t i = 0; i < n_q; ++i)
     for (int32_t d = 0; d < dk; ++d) q[size_t(i * ldq + d)] = g(rng) * (1.f + 0.5f * float(i));
 
-  std::vector<std::vector<double>> ref, ref_q8, bound_q8, ref_b16, bound_b16;
+  std::vector<std::vector<double>> ref, ref_q8, bound_q8, ref_b16, bound_b16, ref_h16;
   for (int32_t i = 0; i < n_q; ++i)
     ref.push_back(reference(st, q.data() + i * ldq, scale, st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)])));
   // The rows as the AVX-512 int8-key path quantizes them.
@@ -396,6 +402,15 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     ref_b16.push_back(reference(st, xb.data(), scale, sink));
     bound_b16.push_back(bf16_weight_bound(st, xb.data(), scale, sink));
   }
+  // The rows as the F16 way computes them, each half rounding emulated.
+  for (int32_t i = 0; i < n_q && t == DType::F16 && f16_here(); ++i) {
+    const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
+    const auto K = [&](int32_t p) { return st.row(true, p); };
+    const auto V = [&](int32_t p) { return st.row(false, p); };
+    ref_h16.push_back(test::f16_way_emulation(K, V, st.lo(), st.n_ctx, q.data() + i * ldq, dk, dv, scale,
+                                              detail::kF16ScoreDims, detail::kF16ValueKeys,
+                                              detail::attention_tile_blocks(bs) * bs, sink));
+  }
   const double vs = v_scale(st);
 
   IsaGuard guard;
@@ -408,8 +423,9 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     const Result grp = run_group(st, q, ldq, n_q, scale);
     const Result one = run_rows(st, q, ldq, n_q, scale);
     const bool b16 = path.dots == AttnDots::Bf16 && detail::attention_dots(st.l) == AttnDots::Bf16;
+    const bool h16 = path.dots == AttnDots::F16 && detail::attention_dots(st.l) == AttnDots::F16;
     const bool q8 = (t == DType::I8 && isa == Isa::Avx512) || b16;  // the query rounded
-    const auto& want = b16 ? ref_b16 : q8 ? ref_q8 : ref;
+    const auto& want = h16 ? ref_h16 : b16 ? ref_b16 : q8 ? ref_q8 : ref;
     const auto& bound = b16 ? bound_b16 : bound_q8;
     double err = 0;
     for (int32_t i = 0; i < n_q; ++i) {
@@ -426,8 +442,8 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
       }
       for (int64_t d = dv; d < grp.ldo; ++d) ASSERT_EQ(grp.out[size_t(i * grp.ldo + d)], -7.f) << where << ": wrote past dv";
     }
-    EXPECT_LE(err, kTol) << where;
-    *worst = std::max(*worst, err);
+    EXPECT_LE(err, h16 ? test::kTolF16Emulation : kTol) << where;
+    if (!h16) *worst = std::max(*worst, err);
     if (is_fp8(t) && isa == Isa::Avx512 && path.dots == AttnDots::F32) {
       if (!path.lookup) half_out = one.out;
       else
@@ -446,9 +462,9 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
       for (size_t x = 0; x < one.out.size(); ++x) {
         const double e = std::fabs(double(one.out[x]) - scalar_out[x]) / vs;
         ASSERT_FALSE(std::isnan(e)) << where << ": element " << x << " is NaN on one side";
-        if (!q8 || int64_t(x) < 8 * one.ldo) diff = std::max(diff, e);
+        if (!(q8 || h16) || int64_t(x) < 8 * one.ldo) diff = std::max(diff, e);
       }
-      EXPECT_LE(diff, q8 ? kTolQ8 : kTol) << where << " vs scalar";
+      EXPECT_LE(diff, q8 || h16 ? kTolQ8 : kTol) << where << " vs scalar";
     }
   }
 }

@@ -32,6 +32,9 @@ namespace {
 
 constexpr double kTol = 1e-4;
 constexpr double kTolBf16 = 2e-2;
+// The F16 way's log-sum-exp moves by at most its largest score's error: the half sums of
+// 96 dimensions in chunks of 32, a few 2^-11 of sum_d |q_d k_d| x scale (about 30 here).
+constexpr double kTolF16Lse = 5e-3;
 // Int8: the AVX-512 kernel's query rows and weights rounded to 8 bits (test_attention.cpp's
 // kTolQ8 bounds the same).
 constexpr double kTolI8 = 2e-2;
@@ -131,7 +134,11 @@ struct Latent {
 struct Way {
   Isa isa;
   Fp8Path fp8;
-  std::string name() const { return std::string(isa_name(isa)) + (fp8 == Fp8Path::Bf16 ? "+bf16" : ""); }
+  bool f16 = false;  // an F16 cache's half arithmetic (AttnDots::F16; values in their own tiles)
+  std::string name() const {
+    return std::string(isa_name(isa)) + (fp8 == Fp8Path::Bf16 ? "+bf16" : "") + (f16 ? "+f16" : "");
+  }
+  void use() const { set_isa(isa), set_fp8_path(fp8), detail::set_attention_f16_arith(f16); }
 };
 std::vector<Way> ways(DType t) {
   std::vector<Way> v;
@@ -139,6 +146,7 @@ std::vector<Way> ways(DType t) {
     v.push_back({Isa(i), Fp8Path::F16c});
     if (Isa(i) == Isa::Avx512 && (t == DType::BF16 || t == DType::F8_E4M3) && fp8_bf16_available())
       v.push_back({Isa(i), Fp8Path::Bf16});
+    if (Isa(i) == Isa::Avx512 && t == DType::F16 && cpu_features().avx512fp16) v.push_back({Isa(i), Fp8Path::F16c, true});
   }
   return v;
 }
@@ -168,7 +176,7 @@ TEST(AttentionStep, PlansThreadsAndBatchesGiveTheSameBits) {
     const int32_t dv = c.l.head_dim_v;
     const int64_t row = int64_t(kHeads) * dv;
     for (const Way& w : ways(t)) {
-      set_isa(w.isa), set_fp8_path(w.fp8);
+      w.use();
       const std::string name = std::string(dtype_name(t)) + " " + w.name();
       // Each token alone on one thread: the bits every other run must give.
       std::vector<float> want(size_t(c.tokens() * row));
@@ -216,7 +224,7 @@ TEST(AttentionStep, SegmentsFoldToTheWholeContextsSoftmax) {
     const Latent c(t, ctx);
     const int32_t dv = c.l.head_dim_v;
     for (const Way& w : ways(t)) {
-      set_isa(w.isa), set_fp8_path(w.fp8);
+      w.use();
       const bool b16 = w.fp8 == Fp8Path::Bf16;
       ThreadPool pool(2);
       AttnStepRunner r;
@@ -247,7 +255,7 @@ TEST(AttentionStep, LogSumExpOfEveryPath) {
     for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I8, DType::F8_E4M3}) {
       const Latent c(t, {300, 77}, v_in_k);
       for (const Way& w : ways(t)) {
-        set_isa(w.isa), set_fp8_path(w.fp8);
+        w.use();
         const bool b16 = w.fp8 == Fp8Path::Bf16 && detail::attention_dots(c.l) == detail::AttnDots::Bf16;
         std::vector<float> o(size_t(kHeads * c.l.head_dim_v)), lse(kHeads, std::numeric_limits<float>::quiet_NaN());
         std::vector<float> sc(size_t(attention_scratch_floats(c.l, kHeads)));
@@ -258,7 +266,8 @@ TEST(AttentionStep, LogSumExpOfEveryPath) {
           for (int32_t h = 0; h < kHeads; ++h) {
             double want = 0;
             c.reference(i, h, b16, &want);
-            const double tol = t == DType::I8 && w.isa == Isa::Avx512 ? kTolI8 : 1e-4;
+            const bool h16 = w.f16 && detail::attention_dots(c.l) == detail::AttnDots::F16;
+            const double tol = t == DType::I8 && w.isa == Isa::Avx512 ? kTolI8 : h16 ? kTolF16Lse : 1e-4;
             EXPECT_NEAR(lse[size_t(h)], want, tol * std::max(1.0, std::abs(want)))
                 << dtype_name(t) << " " << w.name() << (v_in_k ? " values in keys" : "") << " token " << i;
           }

@@ -161,7 +161,13 @@ TEST(OpCost, AttentionRunsAgainstTheRoofOfItsArithmetic) {
     e.step();
     return e.op_profile().op(Op::Attention).cls;
   };
+  const bool halves = cpu_features().avx512fp16 && active_isa() == Isa::Avx512;
+  const bool f16_saved = kernels::detail::attention_f16_arith();
+  kernels::detail::set_attention_f16_arith(true);
+  EXPECT_EQ(cls(DType::F16, Fp8Path::Bf16), halves ? ComputeClass::Fp16Fma : ComputeClass::Fp32Fma);
+  kernels::detail::set_attention_f16_arith(false);
   EXPECT_EQ(cls(DType::F16, Fp8Path::Bf16), ComputeClass::Fp32Fma);
+  kernels::detail::set_attention_f16_arith(f16_saved);
   EXPECT_EQ(cls(DType::I8, Fp8Path::Bf16), ComputeClass::Int8Vnni);
   EXPECT_EQ(cls(DType::BF16, Fp8Path::F16c), ComputeClass::Fp32Fma);  // RIDGE_FP8_PATH=f16c: the f32 way
   const CpuFeatures& f = cpu_features();

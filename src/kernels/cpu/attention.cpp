@@ -4,6 +4,8 @@
 #include <atomic>
 #include <iterator>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <limits>
 
 #include "core/cpu.h"
@@ -61,7 +63,8 @@ int64_t values_i8_block_bytes(const KVLayout& l) {
 //   [n_q][tile lanes / 64, up]       values' scales), their steps (one per kChunkLanes, 128; counted per 64)
 //   [dk / 2][n_q], [n_q][128 / 2]    bf16 on AVX512-BF16 (AttnView::bf16_dots): the query rows
 //                                    in bf16 pairs, a tile's probabilities in bf16 (16 floats
-//                                    of room to align them)
+//                                    of room to align them); F16 on AVX512-FP16
+//   [n_q]                            (f16_dots) the same in halves, then the rows' factors
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
@@ -72,13 +75,45 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const bool is_fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
   const int64_t fp8 = is_fp8 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;  // AMX tiles
   // The vector ways' query pairs and bf16 probabilities (BF16 and FP8).
-  const int64_t b16 =
-      l.dtype == DType::BF16 || is_fp8 ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2) + 16 : 0;
+  const int64_t b16 = l.dtype == DType::BF16 || is_fp8 || l.dtype == DType::F16
+                          ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2 + 1) + 16
+                          : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
          segment_fold_floats(l, n_q) + values_from_keys_floats(l, n_q);
 }
 
+namespace {
+// RIDGE_ATTN_F16=0|1 forces the choice (comparisons, tests of the other way); unset, the
+// F16 way is on where the CPU has it until a kernel cache says otherwise. Read on first
+// use: the KV cache's construction, on the thread that builds the engine (so a bad value
+// is an error there, not a worker's throw).
+bool f16_arith_from_env() {
+  const char* e = std::getenv("RIDGE_ATTN_F16");
+  if (!e || !*e) return true;
+  const std::string_view v(e);
+  RIDGE_CHECK(v == "0" || v == "1", "RIDGE_ATTN_F16={} is not one of 0, 1", v);
+  return v == "1";
+}
+std::atomic<int> g_f16_arith{-1};
+}  // namespace
+bool detail::attention_f16_arith() {
+  int v = g_f16_arith.load(std::memory_order_relaxed);
+  if (v < 0) g_f16_arith.store(v = f16_arith_from_env(), std::memory_order_relaxed);
+  return v == 1;
+}
+void detail::set_attention_f16_arith(bool on) { g_f16_arith.store(on, std::memory_order_relaxed); }
+bool detail::attention_f16_forced() {
+  const char* e = std::getenv("RIDGE_ATTN_F16");
+  return e && *e;
+}
+
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
+  if (l.dtype == DType::F16)
+    return !l.v_in_k && l.block_size % 16 == 0 && l.block_size <= kMaxTileKeys && l.head_dim_k % 32 == 0 &&
+                   l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 && cpu_features().avx512fp16 &&
+                   attention_f16_arith()
+               ? AttnDots::F16
+               : AttnDots::F32;
   const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
   const bool shape = (fp8 || l.dtype == DType::BF16) && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
                      l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;
@@ -97,7 +132,11 @@ std::atomic<bool> g_fp8_lookup{true};
 bool detail::fp8_lookup_f32() { return g_fp8_lookup.load(std::memory_order_relaxed) && cpu_features().avx512vbmi; }
 void detail::set_fp8_lookup_f32(bool on) { g_fp8_lookup.store(on, std::memory_order_relaxed); }
 
-bool attention_dots_in_bf16(const KVLayout& l) { return detail::attention_dots(l) != detail::AttnDots::F32; }
+bool attention_dots_in_bf16(const KVLayout& l) {
+  const detail::AttnDots d = detail::attention_dots(l);
+  return d == detail::AttnDots::Amx || d == detail::AttnDots::Bf16;
+}
+bool attention_dots_in_f16(const KVLayout& l) { return detail::attention_dots(l) == detail::AttnDots::F16; }
 
 bool attention_latent_lanes(const KVLayout& l) {
   return l.v_in_k && !(l.dtype == DType::I8) && detail::attention_dots(l) == detail::AttnDots::Bf16;
@@ -368,6 +407,7 @@ void attention_heads(const AttnArgs& a, int32_t kv_head, int32_t n_heads, int32_
   if (isa == Isa::Avx512) {
     const detail::AttnDots dots = detail::attention_dots(l);
     v.bf16_dots = dots == detail::AttnDots::Bf16;
+    v.f16_dots = dots == detail::AttnDots::F16;
     v.fp8_lookup = dots == detail::AttnDots::F32 && detail::fp8_lookup_f32();
     if (dots == detail::AttnDots::Amx) {
       const int64_t at = attention_scratch_floats(l, n_heads * group) - values_from_keys_floats(l, n_heads * group) -

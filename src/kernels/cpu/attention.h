@@ -84,6 +84,9 @@ bool attention_shares_positions(const KVLayout& l);
 // (detail::attention_dots: AVX512-BF16 vectors or AMX-BF16 tiles) rather than in f32
 // FMAs: its arithmetic's roof is then the bf16 dot peak (the roofline's op class).
 bool attention_dots_in_bf16(const KVLayout& l);
+// Whether it multiplies them in halves on AVX512-FP16 (detail::AttnDots::F16): the roof
+// is then the fp16 FMA peak.
+bool attention_dots_in_f16(const KVLayout& l);
 // Whether a latent cache's (KVLayout::v_in_k) P.V puts the query rows across the vector
 // lanes (BF16 and FP8 on AVX512-BF16 vectors; attention_bf16_avx512.h pv_latent): a call's rows
 // then cost P.V's work in whole groups of 16, and no values are transposed.
@@ -219,6 +222,9 @@ struct AttnView {
   // A BF16 or FP8 cache with its dots on AVX512-BF16 vectors (attention_dots Bf16:
   // attention_bf16_avx512.h, attention_fp8_vec_avx512.h).
   bool bf16_dots = false;
+  // An F16 cache with its dots in half arithmetic on AVX512-FP16 (attention_dots F16:
+  // attention_f16_avx512.h).
+  bool f16_dots = false;
   // An FP8 cache on the f32 path (AttnDots::F32) with its codes made f32 by byte lookups
   // (attention_fp8_f32_avx512.h; fp8_lookup_f32()): the half conversion's bits for every
   // finite result, fewer instructions.
@@ -256,13 +262,32 @@ struct AttnView {
 // values may lie in its keys, KVLayout::v_in_k: P.V then broadcasts their pairs from the
 // keys' rows against the rows across the lanes); scratch then holds fp8_tiles_bytes more (FP8; attention_scratch_floats counts
 // them). Whatever the rows of a call (units of 16).
-enum class AttnDots { F32, Amx, Bf16 };
+//  - F16 (an F16 cache): on AVX512-FP16 vectors (vfmadd231ph), the cache's halves as they
+//    are, the query and the probabilities rounded to halves once, products summed in
+//    halves over short chunks and then in f32 (attention_f16_avx512.h). Where the CPU has
+//    the instructions and attention_f16_arith() is on (a tuned choice, by measurement).
+enum class AttnDots { F32, Amx, Bf16, F16 };
 AttnDots attention_dots(const KVLayout& l);
+// The F16 way's products are summed in halves over chunks before they are summed in f32:
+// kF16ScoreDims consecutive dimensions of a score (dividing 32), kF16ValueKeys positions
+// of an output (a power of two; chunks from each tile's first position, tiles lying at
+// fixed positions). Longer chunks, fewer conversions; shorter, less rounding
+// (tests/unit/attention_f16_bound.h).
+constexpr int32_t kF16ScoreDims = 32;
+constexpr int32_t kF16ValueKeys = 32;
 // Whether the f32 path converts FP8 codes by VBMI byte lookups (AttnView::fp8_lookup): where
 // the CPU has VBMI, unless a test turned it off to run the half conversion it must match.
 bool fp8_lookup_f32();
 void set_fp8_lookup_f32(bool on);  // tests; capped at what the CPU has
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
+// Whether an F16 cache takes the F16 way where the CPU and the layout allow it
+// (AttnDots::F16): `ridge tune-kernels` times both ways and the process applies its
+// choice at start (tools/kernel_cache.h); tests set it. Set between calls only.
+// RIDGE_ATTN_F16=0|1 forces it (attention_f16_forced: a kernel cache's choice is then not
+// applied).
+bool attention_f16_arith();
+void set_attention_f16_arith(bool on);
+bool attention_f16_forced();
 
 // The SIMD paths' online-softmax step: a tile of whole blocks, aligned to absolute
 // positions, of about `keys` keys (max(1, keys / block_size) blocks), so the per-step

@@ -36,6 +36,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/attention_bf16_avx512.h"
+#include "kernels/cpu/attention_f16_avx512.h"
 #include "kernels/cpu/attention_fp8_f32_avx512.h"
 #include "kernels/cpu/attention_fp8_tiles_avx512.h"
 #include "kernels/cpu/attention_fp8_vec_avx512.h"
@@ -574,6 +575,15 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                                              ~uintptr_t(63));  // [n_q][kBf16ProbLanes]
   if constexpr (T == DType::BF16 || kFp8<T>)
     if (b16) bf16_query_pairs(q, ldq, n_q, dk, qb);
+  // F16 in half arithmetic (attention_f16_avx512.h), in the same place: the query rows in
+  // halves [n_q][dk], a tile's probabilities in halves [n_q][kF16ProbLanes] (64-byte
+  // aligned), the rows' factors [n_q].
+  const bool h16 = T == DType::F16 && a.f16_dots;
+  uint16_t* qh = reinterpret_cast<uint16_t*>(cr + n_q);
+  uint16_t* ph = pw;
+  float* qf = reinterpret_cast<float*>(ph + int64_t(n_q) * kF16ProbLanes);
+  if constexpr (T == DType::F16)
+    if (h16) f16_query_rows(q, ldq, n_q, dk, a.scale, qh, qf);
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
   const int64_t ldc = tile_lanes, ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
@@ -714,7 +724,8 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       for (int32_t g = 0; g < gpb && 16 * g < keys; ++g)
         if (tl.live < i * bs + 16 * g + (keys - 16 * g < 16 ? keys - 16 * g : 16))  // a group with a live key
           gr[ng++] = Group{tl.k[i] + 16 * g * (T == DType::I8 ? 4 : esz), first_lanes(bs - 16 * g),
-                           first_lanes(keys - 16 * g), (i * gpb + g) * 16, tl.k[i] + a.k_scales_off + 16 * g * 4};
+                           first_lanes(keys - 16 * g), (i * gpb + g) * 16, tl.k[i] + a.k_scales_off + 16 * g * 4,
+                           i * bs + 16 * g};
     }
     // Score lanes in use: the groups', then -inf in the dead groups before them and up to
     // the whole 16-lane groups the softmax reads (a last block with fewer keys than
@@ -742,6 +753,21 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
           with_rows(rows, [&](auto R) {
             scores_bf16_tile<decltype(R)::value>(qb + r0, n_q, dp, gr, ng, kstride, a.scale, sc + int64_t(r0) * lds,
                                                  lds, h * a.k_head_stride, pf);
+          });
+        else if (T == DType::F16 && h16)
+          with_rows(rows, [&](auto R) {
+            // Each row's attended positions in the tile: only their scores decide a redo.
+            int32_t span[2 * kRows];
+            for (int32_t r = 0; r < decltype(R)::value; ++r)
+              span[2 * r] = row_first(i + r) - b0 * bs, span[2 * r + 1] = row_end(i + r) - b0 * bs;
+            uint32_t redo = scores_f16_tile<decltype(R)::value>(qh + int64_t(r0) * dk, dk, qf + r0, span, gr, ng,
+                                                                kstride, sc + int64_t(r0) * lds, lds,
+                                                                h * a.k_head_stride, pf);
+            for (; redo; redo &= redo - 1) {  // the rows whose half sums left the finite halves
+              const int32_t r = r0 + __builtin_ctz(redo);
+              scores_rows<T>(1, q + r * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r) * lds, lds,
+                             h * a.k_head_stride, pf, false);
+            }
           });
         else if (kFp8<T> && b16)
           with_rows(rows, [&](auto R) {
@@ -865,6 +891,27 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       pf.finish();
       continue;
     }
+    if constexpr (T == DType::F16)
+      if (h16) {
+        for (int32_t h = 0; h < nh; ++h) {
+          f16_probabilities(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes, ph + int64_t(h * grp + lo) * kF16ProbLanes);
+          for (int32_t i = lo; i < hi; i += kRows)
+            with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
+              const int32_t r0 = h * grp + i;
+              for (int32_t d0 = 0; d0 < dv; d0 += 32) {
+                uint32_t redo = pv_f16<decltype(R)::value>(tl, gpb * 16, unit_live(i), ph + int64_t(r0) * kF16ProbLanes,
+                                                           cr + r0, out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf);
+                for (; redo; redo &= redo - 1) {
+                  const int32_t r = r0 + __builtin_ctz(redo);
+                  pv_rows<T>(1, tl, gpb * 16, unit_live(i), sc + int64_t(r) * lds, lds, cr + r, out + r * ldo, ldo, d0,
+                             dv, h * a.v_head_stride, pf, false);
+                }
+              }
+            });
+        }
+        pf.finish();
+        continue;
+      }
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
         scale_probabilities(a.v_dim0 >= 0 ? keys_as_values(tl) : tl, gpb, sc + int64_t(h * grp + lo) * lds, lds,

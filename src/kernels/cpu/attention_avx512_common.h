@@ -159,6 +159,7 @@ struct Group {
   __mmask16 slots, keys;
   int32_t lane;
   const uint8_t* ks;  // the 16 keys' scales (scaled dtypes)
+  int32_t pos;        // its first key's position, counted from the tile's first
 };
 
 // Asks for K/V lines about half a tile before they are read, one line per inner iteration
