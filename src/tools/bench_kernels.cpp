@@ -316,7 +316,7 @@ KernelResult bench_attention(const KernelBenchOptions& opt, const Peaks& peaks) 
   const bool i8 = opt.attn_dtype == DType::I8 && peaks.int8_vnni && active_isa() == Isa::Avx512;
   const auto dots = kernels::detail::attention_dots(step.layout());
   const bool h16 = dots == kernels::detail::AttnDots::F16 && peaks.fp16_fma;
-  const bool b16 = dots != kernels::detail::AttnDots::F32 && !h16 && peaks.bf16_dot;
+  const bool b16 = (dots == kernels::detail::AttnDots::Amx || dots == kernels::detail::AttnDots::Bf16) && peaks.bf16_dot;
   const auto& peak = i8 ? peaks.int8_vnni : h16 ? peaks.fp16_fma : b16 ? peaks.bf16_dot : peaks.fp32_fma;
   const double t_comp = peak ? r.flops / (peak->all * 1e9) : 0;
   r.bound = t_mem >= t_comp ? "dram" : i8 ? "int8_vnni" : h16 ? "fp16_fma" : b16 ? "bf16_dot" : "fp32_fma";

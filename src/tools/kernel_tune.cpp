@@ -147,6 +147,11 @@ class Tuner {
     ao.attn_dtype = DType::F16;
     ao.attn_order = KernelBenchOptions::AttnOrder::Turns;
     AttnDecodeStep step(ao, pool_);
+    kernels::detail::set_attention_f16_arith(true);
+    if (kernels::detail::attention_dots(step.layout()) != kernels::detail::AttnDots::F16) {  // the preset's heads do not fit it
+      progress_->add(2 * int64_t(opt_.rounds));
+      return;
+    }
     TuneTrial tr;
     tr.type = DType::F16;
     tr.param = "attn_f16";

@@ -11,7 +11,8 @@
 // kF16ValueKeys positions one chain of half fused multiply-adds, the chunks summed.
 // The scores here are the kernel's bits (a half FMA is exact in double, then rounded
 // once: double rounding needs an exact sum wider than 53 bits, which no test data
-// reaches); the softmax is in double, so the probabilities can differ from the
+// reaches); the softmax, and the sums of the outputs' chunks, are in double (the
+// kernel's in f32: 2^-24 of them), so the probabilities can differ from the
 // kernel's f32 exp by an ulp of f32, which flips a probability's half rounding now and
 // then (one step of 2^-11 of that probability, and the chain's later roundings; the
 // largest seen in test_attention.cpp's cases, 1.3e-5 of max |v|, most under 2e-7): the

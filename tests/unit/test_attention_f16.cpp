@@ -1,7 +1,8 @@
 // The F16 cache's half-arithmetic way (kernels/cpu/attention_f16_avx512.h, AttnDots::F16)
 // where its numbers leave the ordinary: queries far from 1 in magnitude (the power-of-two
 // scaling), keys and values whose half sums overflow (the row's redo on the f32 way), and
-// the tightness of the bound test_attention.cpp holds it to. The ordinary shapes, windows,
+// whether the emulation test_attention.cpp holds it to (attention_f16_emulation.h) tells
+// it from its near neighbours. The ordinary shapes, windows,
 // sinks and grouping run there, in check_case. Skipped where the CPU lacks AVX512-FP16.
 #include <gtest/gtest.h>
 
@@ -25,7 +26,8 @@ namespace {
 
 bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512; }
 
-// One layer, one KV head, blocks in reverse order; K and V from the functions given.
+// One layer, one KV head, blocks of bs slots in reverse order; K and V from the functions
+// given.
 struct F16Cache {
   KVLayout l;
   std::unique_ptr<KVCache> kv;
@@ -33,23 +35,24 @@ struct F16Cache {
   int32_t n_ctx;
 
   template <class KF, class VF>
-  F16Cache(int32_t d, int32_t n_ctx_, KF kf, VF vf) : n_ctx(n_ctx_) {
-    l.n_layer = 1, l.n_kv_head = 1, l.head_dim_k = d, l.head_dim_v = d, l.block_size = 16, l.dtype = DType::F16;
-    l.n_blocks = (n_ctx + 15) / 16;
+  F16Cache(int32_t d, int32_t n_ctx_, KF kf, VF vf, int32_t bs = 16) : n_ctx(n_ctx_) {
+    l.n_layer = 1, l.n_kv_head = 1, l.head_dim_k = d, l.head_dim_v = d, l.block_size = bs, l.dtype = DType::F16;
+    l.n_blocks = (n_ctx + bs - 1) / bs;
     kv = std::make_unique<KVCache>(l);
     for (int32_t b = 0; b < l.n_blocks; ++b) table.push_back(l.n_blocks - 1 - b);
     std::vector<float> x(static_cast<size_t>(d));
     for (int32_t p = 0; p < n_ctx; ++p) {
       for (int32_t i = 0; i < d; ++i) x[size_t(i)] = kf(p, i);
-      kv->write_k(0, table[size_t(p / 16)], 0, p % 16, x.data());
+      kv->write_k(0, table[size_t(p / bs)], 0, p % bs, x.data());
       for (int32_t i = 0; i < d; ++i) x[size_t(i)] = vf(p, i);
-      kv->write_v(0, table[size_t(p / 16)], 0, p % 16, x.data());
+      kv->write_v(0, table[size_t(p / bs)], 0, p % bs, x.data());
     }
   }
   std::vector<float> row(bool k, int32_t p) const {
     std::vector<float> r(static_cast<size_t>(l.head_dim_k));
-    if (k) kv->read_k(0, table[size_t(p / 16)], 0, p % 16, r.data());
-    else kv->read_v(0, table[size_t(p / 16)], 0, p % 16, r.data());
+    const int32_t bs = l.block_size;
+    if (k) kv->read_k(0, table[size_t(p / bs)], 0, p % bs, r.data());
+    else kv->read_v(0, table[size_t(p / bs)], 0, p % bs, r.data());
     return r;
   }
   // All rows in one call on the given way (true: F16), asserting that it is the one taken.
@@ -63,12 +66,13 @@ struct F16Cache {
     return out;
   }
   // The F16 way's arithmetic over the whole context (test::f16_way_emulation), with
-  // score chunks of score_dims dimensions.
-  std::vector<double> emulation(const float* q, float scale, int32_t score_dims) const {
+  // chunks of score_dims dimensions and value_keys positions.
+  std::vector<double> emulation(const float* q, float scale, int32_t score_dims = detail::kF16ScoreDims,
+                                int32_t value_keys = detail::kF16ValueKeys) const {
     const auto K = [&](int32_t p) { return row(true, p); };
     const auto V = [&](int32_t p) { return row(false, p); };
-    return test::f16_way_emulation(K, V, 0, n_ctx, q, l.head_dim_k, l.head_dim_v, scale, score_dims,
-                                   detail::kF16ValueKeys, detail::attention_tile_blocks(16) * 16);
+    return test::f16_way_emulation(K, V, 0, n_ctx, q, l.head_dim_k, l.head_dim_v, scale, score_dims, value_keys,
+                                   detail::attention_tile_blocks(l.block_size) * l.block_size);
   }
   // softmax(q K^T scale) V in double.
   std::vector<double> reference(const float* q, float scale) const {
@@ -167,43 +171,64 @@ TEST(AttentionF16, OverflowingHalfSumsAreRedoneOnTheF32Way) {
 
 // The emulation tells the kernel's arithmetic from its neighbours': on test_attention.cpp's
 // kind of data (N(0, 1) keys and values, rows up to 4.5 sigma, dk 128, 300 positions) the
-// kernel is within kTolF16Emulation of it, while the same emulation with score chunks of
-// half the length, the double softmax over the rounded rows (no half sums), or another
-// row's output are each further off than that.
+// kernel is within kTolF16Emulation of it, while the same emulation with score or value
+// chunks of half the length, value chunks counted from absolute positions rather than
+// each tile's first (blocks of 80: tiles of 80 positions), the double softmax over the
+// rounded rows (no half sums), or another row's output are each further off than that.
 TEST(AttentionF16, EmulationTellsTheKernelFromItsNeighbours) {
   if (!f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
   test::IsaGuard guard;
   const int32_t d = 128, n_ctx = 300, n_q = 8;
   const std::vector<float> kx = normal(size_t(n_ctx * d), 1.f, 7), vx = normal(size_t(n_ctx * d), 1.f, 8);
-  const F16Cache c(d, n_ctx, [&](int32_t p, int32_t i) { return kx[size_t(p * d + i)]; },
-                   [&](int32_t p, int32_t i) { return vx[size_t(p * d + i)]; });
   std::vector<float> q = normal(size_t(n_q * d), 1.f, 9);
   for (int32_t r = 0; r < n_q; ++r)
     for (int32_t i = 0; i < d; ++i) q[size_t(r * d + i)] *= 1.f + 0.5f * float(r);
   const float scale = 1.f / std::sqrt(float(d));
-  const std::vector<float> got = c.run(q, n_q, scale, true);
-  double own = 0, chunks = 0, exact = 0, other = 0;  // largest differences, of max |v| ~ 4
-  for (int32_t r = 0; r < n_q; ++r) {
-    const std::vector<double> want = c.emulation(q.data() + r * d, scale, detail::kF16ScoreDims);
-    const std::vector<double> half_chunks = c.emulation(q.data() + r * d, scale, detail::kF16ScoreDims / 2);
-    std::vector<float> qr(static_cast<size_t>(d));
-    const int e = test::f16_query_exponent(q.data() + r * d, d);
-    for (int32_t i = 0; i < d; ++i) qr[size_t(i)] = std::ldexp(float(_Float16(std::ldexp(q[size_t(r * d + i)], e))), -e);
-    const std::vector<double> no_halves = c.reference(qr.data(), scale);
-    for (int32_t i = 0; i < d; ++i) {
-      const double g = got[size_t(r * d + i)];
-      own = std::max(own, std::fabs(g - want[size_t(i)]) / 4);
-      chunks = std::max(chunks, std::fabs(g - half_chunks[size_t(i)]) / 4);
-      exact = std::max(exact, std::fabs(g - no_halves[size_t(i)]) / 4);
-      other = std::max(other, std::fabs(got[size_t((r + 1) % n_q * d + i)] - want[size_t(i)]) / 4);
+  for (const int32_t bs : {16, 80}) {
+    const F16Cache c(d, n_ctx, [&](int32_t p, int32_t i) { return kx[size_t(p * d + i)]; },
+                     [&](int32_t p, int32_t i) { return vx[size_t(p * d + i)]; }, bs);
+    const std::vector<float> got = c.run(q, n_q, scale, true);
+    // Largest differences, of max |v| ~ 4: from the emulation, from it with half-length
+    // score chunks, half-length value chunks, value chunks from absolute positions, from
+    // no half sums, from another row.
+    double own = 0, sd = 0, vk = 0, abs_pos = 0, exact = 0, other = 0;
+    for (int32_t r = 0; r < n_q; ++r) {
+      const float* qr0 = q.data() + r * d;
+      const std::vector<double> want = c.emulation(qr0, scale);
+      const std::vector<double> half_sd = c.emulation(qr0, scale, detail::kF16ScoreDims / 2);
+      const std::vector<double> half_vk = c.emulation(qr0, scale, detail::kF16ScoreDims, detail::kF16ValueKeys / 2);
+      // Tiles of the whole context: chunks at absolute multiples of kF16ValueKeys.
+      const auto K = [&](int32_t p) { return c.row(true, p); };
+      const auto V = [&](int32_t p) { return c.row(false, p); };
+      std::vector<double> absolute;
+      if (bs == 80) absolute = test::f16_way_emulation(K, V, 0, n_ctx, qr0, d, d, scale, detail::kF16ScoreDims,
+                                                       detail::kF16ValueKeys, n_ctx);
+      std::vector<float> qr(static_cast<size_t>(d));
+      const int e = test::f16_query_exponent(qr0, d);
+      for (int32_t i = 0; i < d; ++i) qr[size_t(i)] = std::ldexp(float(_Float16(std::ldexp(qr0[i], e))), -e);
+      const std::vector<double> no_halves = c.reference(qr.data(), scale);
+      for (int32_t i = 0; i < d; ++i) {
+        const double g = got[size_t(r * d + i)];
+        own = std::max(own, std::fabs(g - want[size_t(i)]) / 4);
+        sd = std::max(sd, std::fabs(g - half_sd[size_t(i)]) / 4);
+        vk = std::max(vk, std::fabs(g - half_vk[size_t(i)]) / 4);
+        if (bs == 80) abs_pos = std::max(abs_pos, std::fabs(g - absolute[size_t(i)]) / 4);
+        exact = std::max(exact, std::fabs(g - no_halves[size_t(i)]) / 4);
+        other = std::max(other, std::fabs(got[size_t((r + 1) % n_q * d + i)] - want[size_t(i)]) / 4);
+      }
     }
+    std::printf("[AttentionF16] blocks of %d: from the emulation %.2e; with half-length score chunks %.2e, value "
+                "chunks %.2e, value chunks from absolute positions %.2e; no half sums %.2e; another row %.2e (of "
+                "max|v|)\n", bs, own, sd, vk, abs_pos, exact, other);
+    EXPECT_LE(own, test::kTolF16Emulation) << bs;
+    EXPECT_GT(sd, test::kTolF16Emulation) << bs;
+    EXPECT_GT(vk, test::kTolF16Emulation) << bs;
+    if (bs == 80) {
+      EXPECT_GT(abs_pos, test::kTolF16Emulation);
+    }
+    EXPECT_GT(exact, test::kTolF16Emulation) << bs;
+    EXPECT_GT(other, 100 * test::kTolF16Emulation) << bs;
   }
-  std::printf("[AttentionF16] from the emulation %.2e; from it with half-length chunks %.2e, from no half sums %.2e, "
-              "from another row %.2e (of max|v|)\n", own, chunks, exact, other);
-  EXPECT_LE(own, test::kTolF16Emulation);
-  EXPECT_GT(chunks, test::kTolF16Emulation);
-  EXPECT_GT(exact, test::kTolF16Emulation);
-  EXPECT_GT(other, 100 * test::kTolF16Emulation);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST(AttentionValuesInKeys, SameAsValuesInTheirOwnTiles) {
   std::vector<Fp8Path> ways{Fp8Path::F16c};
   if (fp8_bf16_available()) ways.push_back(Fp8Path::Bf16);
   // Latent values take the f32 way: so must an F16 cache's own tiles here (its half
-  // arithmetic, AttnDots::F16, is checked against its bound in test_attention.cpp).
+  // arithmetic, AttnDots::F16, is checked against its emulation in test_attention.cpp).
   detail::set_attention_f16_arith(false);
   for (const Fp8Path way : ways)
   for (DType t : {DType::F32, DType::F16, DType::BF16})

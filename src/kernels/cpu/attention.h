@@ -272,7 +272,7 @@ AttnDots attention_dots(const KVLayout& l);
 // kF16ScoreDims consecutive dimensions of a score (dividing 32), kF16ValueKeys positions
 // of an output (a power of two; chunks from each tile's first position, tiles lying at
 // fixed positions). Longer chunks, fewer conversions; shorter, less rounding
-// (tests/unit/attention_f16_bound.h).
+// (tests/unit/attention_f16_emulation.h, test_attention_f16.cpp).
 constexpr int32_t kF16ScoreDims = 32;
 constexpr int32_t kF16ValueKeys = 32;
 // Whether the f32 path converts FP8 codes by VBMI byte lookups (AttnView::fp8_lookup): where

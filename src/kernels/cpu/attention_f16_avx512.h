@@ -17,7 +17,12 @@
 // kF16ValueKeys positions of an output), each lane in its own fixed order, and the
 // chunks' sums in f32. Each operand's rounding is 2^-11 of itself and a chunk's sum adds
 // at most one such rounding per term: a few 2^-11 of sum |q_d k_d| in a score, of sum
-// p_j |v_j| in an output, against 2^-11 for the f16 cache's own storage. A half
+// p_j |v_j| in an output, against 2^-11 for the f16 cache's own storage. Under 2^-14 a
+// half keeps a fixed step of 2^-24 instead: a probability under 2^-25 of its tile's
+// largest drops out of the output (not out of the f32 sum that normalizes it), as a
+// product or partial sum that small loses its low bits; over n such keys at most
+// n 2^-25 max |v| of the output, a bound that only long contexts whose weight is spread
+// thin approach. A half
 // overflows past 65504: a row whose chunk sums leave the finite halves (huge K or V, or
 // a query or cache holding Inf or NaN) is computed again on the f32 path for that tile,
 // the decision made from the row's own numbers alone. So every row's bits are its own
