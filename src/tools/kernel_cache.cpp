@@ -33,7 +33,6 @@ json entry_json(const TunedEntry& e) {
             {"types", types}};
   if (e.fp8_path) j["fp8_path"] = fp8_path_name(*e.fp8_path);
   if (e.attn_tile_keys) j["attn_tile_keys"] = *e.attn_tile_keys;
-  if (e.attn_f16) j["attn_f16"] = *e.attn_f16;
   return j;
 }
 
@@ -73,10 +72,6 @@ TunedEntry entry_from_json(const json& j, const std::string& where) {
     const bool known = k.is_number_integer() && std::find(std::begin(kernels::kAttnTileKeys), std::end(kernels::kAttnTileKeys),
                                                           k.get<int64_t>()) != std::end(kernels::kAttnTileKeys);
     if (accept(k, known, "attn_tile_keys", "64, 128")) e.attn_tile_keys = int32_t(k.get<int64_t>());
-  }
-  if (j.contains("attn_f16")) {
-    if (!j["attn_f16"].is_boolean()) fail_at("attn_f16", "not true or false");
-    e.attn_f16 = j["attn_f16"].get<bool>();
   }
   if (!j.contains("types") || !j["types"].is_object()) fail_at("types", "missing or not an object");
   for (const auto& [name, params] : j["types"].items()) {
@@ -211,7 +206,6 @@ KernelCacheUse apply_kernel_cache(const std::string& dir) {
   if (e->fp8_path && !(forced && *forced) && (*e->fp8_path == Fp8Path::F16c || fp8_bf16_available()))
     set_fp8_path(*e->fp8_path);
   if (e->attn_tile_keys) kernels::set_attention_tile_keys(*e->attn_tile_keys);
-  if (e->attn_f16 && !kernels::detail::attention_f16_forced()) kernels::detail::set_attention_f16_arith(*e->attn_f16);
   if (e->tuner < kTunerGeneration)
     return {KernelCacheUse::Stale, fmt::format("kernels: tuned for this CPU by an older ridge's tuner ({})", file)};
   return {KernelCacheUse::Applied, fmt::format("kernels: tuned for this CPU ({})", file)};

@@ -4,7 +4,7 @@
 // CPU's entry at start, before any weights are packed (the FP8 path decides their layout).
 //
 //   {"version": 1, "cpus": {"<cpu id>": {"tuner": 2, "threads": 2, "measured_at": 1796..., "seconds": 21.4,
-//     "fp8_path": "bf16", "attn_tile_keys": 128, "attn_f16": true, "types": {"q4_0": {"decode_ahead": 1024, ...}, ...}}}}
+//     "fp8_path": "bf16", "attn_tile_keys": 128, "types": {"q4_0": {"decode_ahead": 1024, ...}, ...}}}}
 //
 // A value that is not one of its parameter's candidates, a type ridge has no packed kernel
 // for, or a file that is not this shape is an error naming the file and the key; the
@@ -36,16 +36,14 @@ std::string kernel_cache_dir(const std::string& flag);
 std::string kernel_cache_file(const std::string& dir);  // DIR/kernels.json
 
 // The tuner's generation: 2 added decode tasks of 32 and 64 panels, decode batches' own
-// task size, and matrices timed in turns; 3 the float weights' conversion once per pass;
-// 4 an F16 cache's attention arithmetic (attn_f16).
-inline constexpr int kTunerGeneration = 4;
+// task size, and matrices timed in turns; 3 the float weights' conversion once per pass.
+inline constexpr int kTunerGeneration = 3;
 
 struct TunedEntry {
   int tuner = kTunerGeneration;  // the generation that measured it
   kernels::KernelTuning tuning = kernels::default_tuning();
   std::optional<Fp8Path> fp8_path;  // where the tuner compared the paths
   std::optional<int32_t> attn_tile_keys;  // kernels::attention_tile_keys, where it was timed
-  std::optional<bool> attn_f16;  // kernels::detail::attention_f16_arith, where the CPU has both ways
   int threads = 0;
   int64_t measured_at = 0;  // Unix seconds
   double seconds = 0;       // the tuning run's length
@@ -63,8 +61,7 @@ void save_tuned(const std::string& file, const std::string& cpu, const TunedEntr
 void check_cache_dir(const std::string& dir);
 
 // At start: this CPU's entry from the cache in dir, applied (set_kernel_tuning,
-// set_attention_tile_keys, set_fp8_path unless RIDGE_FP8_PATH forces one, and the F16
-// cache's attention arithmetic unless RIDGE_ATTN_F16 does), with one
+// set_attention_tile_keys, and set_fp8_path unless RIDGE_FP8_PATH forces one), with one
 // line for the log: which file was applied, or why the defaults run (no entry, the cache
 // off, a bad file).
 struct KernelCacheUse {

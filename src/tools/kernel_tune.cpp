@@ -135,42 +135,6 @@ class Tuner {
     return best;
   }
 
-  // An F16 cache's attention arithmetic (kernels::detail::AttnDots::F16, half FMAs, or
-  // f32 FMAs), raced as the tile below, on the same decode steps: candidates 0 (f32) and
-  // 1 (halves, the default where the CPU has them).
-  void race_attention_f16(TuneResult& res) {
-    progress_->set_detail("attention arithmetic");
-    KernelBenchOptions ao;
-    ao.preset = opt_.preset;
-    ao.attn_seqs = 32;
-    ao.attn_ctx = 2048;
-    ao.attn_dtype = DType::F16;
-    ao.attn_order = KernelBenchOptions::AttnOrder::Turns;
-    AttnDecodeStep step(ao, pool_);
-    kernels::detail::set_attention_f16_arith(true);
-    if (kernels::detail::attention_dots(step.layout()) != kernels::detail::AttnDots::F16) {  // the preset's heads do not fit it
-      progress_->add(2 * int64_t(opt_.rounds));
-      return;
-    }
-    TuneTrial tr;
-    tr.type = DType::F16;
-    tr.param = "attn_f16";
-    tr.ms = {ao.attn_seqs};
-    tr.candidates = {0, 1};
-    tr.default_value = 1;
-    constexpr int kAttnSteps = 4;
-    const size_t best = race(tr, 1, [&](size_t i) { kernels::detail::set_attention_f16_arith(i == 1); },
-                             [&](size_t, bool warm) {
-                               const auto t0 = Clock::now();
-                               for (int i = 0; i < (warm ? 1 : kAttnSteps); ++i) step.run();
-                               return std::chrono::duration<double>(Clock::now() - t0).count();
-                             });
-    tr.chosen = tr.candidates[best];
-    kernels::detail::set_attention_f16_arith(tr.chosen == 1);
-    res.entry.attn_f16 = tr.chosen == 1;
-    res.trials.push_back(tr);
-  }
-
   // The attention tile's keys (kernels::attention_tile_keys): a sample is kAttnSteps
   // decode steps of the preset's heads over 32 sequences of 2048 f16 positions (64 MiB
   // for TinyLlama's, past a 32 MiB last-level cache), blocks placed as the engine places
@@ -233,14 +197,8 @@ class Tuner {
     const bool attention = std::find(opt_.types.begin(), opt_.types.end(), DType::F16) != opt_.types.end() &&
                            kernels::gemm_available(DType::Q8_0);
     if (attention) steps += int64_t(std::size(kernels::kAttnTileKeys)) * opt_.rounds;
-    // The F16 cache's arithmetic where the CPU has both (unless RIDGE_ATTN_F16 forces one),
-    // before the tile, which is then timed on the way chosen.
-    const bool halves = attention && cpu_features().avx512fp16 && active_isa() == Isa::Avx512 &&
-                        !kernels::detail::attention_f16_forced();
-    if (halves) steps += 2 * int64_t(opt_.rounds);
     Progress progress("tune-kernels", steps, "samples");
     progress_ = &progress;
-    if (halves) race_attention_f16(res);
     if (attention) race_attention_tile(res);
     for (DType t : opt_.types) {
       if (!kernels::gemm_available(t)) {
@@ -343,7 +301,6 @@ class Tuner {
 
 std::string candidate_name(const TuneTrial& tr, int32_t v) {
   if (tr.param == "fp8_path") return v ? "bf16" : "f16c";
-  if (tr.param == "attn_f16") return v ? "f16" : "f32";
   return std::to_string(v);
 }
 
@@ -385,7 +342,6 @@ TunedEntry merge_tuned(const TunedEntry& old, const TuneResult& r) {
     }
   if (!e.fp8_path) e.fp8_path = old.fp8_path;
   if (!e.attn_tile_keys) e.attn_tile_keys = old.attn_tile_keys;
-  if (!e.attn_f16) e.attn_f16 = old.attn_f16;
   return e;
 }
 

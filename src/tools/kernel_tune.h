@@ -47,9 +47,7 @@ TuneOptions quick_tune_options(int threads);
 // matrices' ring, summed over the row counts) and what was chosen.
 struct TuneTrial {
   DType type = DType::F32;
-  // A TunableParam's name, "fp8_path" (candidates 0 = f16c, 1 = bf16), "attn_f16" (0 = the
-  // f32 way, 1 = halves) or "attn_tile_keys".
-  std::string param;
+  std::string param;  // a TunableParam's name, "fp8_path" (candidates 0 = f16c, 1 = bf16) or "attn_tile_keys"
   std::vector<int64_t> ms;
   std::vector<int32_t> candidates;
   std::vector<double> median_us;

@@ -190,6 +190,13 @@ if ! grep -q "16 fp8" "$TMP/err"; then report "quantize --type fp8 makes every m
 expect_ok    "generate with FP8 weights"                                    "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
 expect_error "a bad RIDGE_FP8_PATH"            "RIDGE_FP8_PATH=fast"        env RIDGE_FP8_PATH=fast "$RIDGE" generate -m fp8.gguf -p hi -n 4
 expect_ok    "generate with FP8 weights, f16c path"                         env RIDGE_FP8_PATH=f16c "$RIDGE" generate -m fp8.gguf -p hi -n 8 --temp 0
+expect_error "a bad RIDGE_ATTN_F16"            "RIDGE_ATTN_F16=fast"        env RIDGE_ATTN_F16=fast "$RIDGE" generate -m tiny.gguf -p hi -n 4
+expect_error "RIDGE_ATTN_F16=1 off AVX-512"     "AVX512-FP16"                env RIDGE_ATTN_F16=1 RIDGE_ISA=scalar "$RIDGE" generate -m tiny.gguf -p hi -n 4
+if grep -qw avx512_fp16 /proc/cpuinfo; then
+  expect_ok  "generate with an f16 cache's attention in halves"            env RIDGE_ATTN_F16=1 "$RIDGE" generate -m tiny.gguf -p hi -n 8 --temp 0
+else
+  echo "SKIP  RIDGE_ATTN_F16=1 generate (no AVX512-FP16 on this CPU)"
+fi
 expect_error "mkmodel with an unknown preset"   "huge-9000"                  "$RIDGE" mkmodel --preset huge-9000 -o x.gguf
 expect_error "mkmodel without -o"               "-o"                         "$RIDGE" mkmodel --preset tiny
 expect_error "generate -f with a missing file"  "missing_prompts\.txt"       "$RIDGE" generate -m tiny.gguf -f missing_prompts.txt

@@ -66,7 +66,6 @@ TEST(KernelCache, RoundTripKeepsValuesAndOtherCpus) {
   a.tuning.of(DType::Q5_0).batch_even = 0;
   a.fp8_path = Fp8Path::F16c;
   a.attn_tile_keys = 64;
-  a.attn_f16 = false;
   a.threads = 2;
   a.measured_at = 1796211416;
   a.seconds = 12.5;
@@ -79,14 +78,12 @@ TEST(KernelCache, RoundTripKeepsValuesAndOtherCpus) {
   EXPECT_EQ(ra->tuning, a.tuning);
   EXPECT_EQ(ra->fp8_path, a.fp8_path);
   EXPECT_EQ(ra->attn_tile_keys, 64);
-  EXPECT_EQ(ra->attn_f16, false);
   EXPECT_EQ(ra->threads, 2);
   EXPECT_EQ(ra->measured_at, 1796211416);
   EXPECT_DOUBLE_EQ(ra->seconds, 12.5);
   EXPECT_EQ(rb->tuning, b.tuning);
   EXPECT_FALSE(rb->fp8_path);
   EXPECT_FALSE(rb->attn_tile_keys);
-  EXPECT_FALSE(rb->attn_f16);
   EXPECT_FALSE(load_tuned(d.file(), "cpu C"));
   EXPECT_FALSE(load_tuned((d.path / "absent.json").string(), "cpu A"));
   // Rewriting one entry keeps the other.
@@ -114,7 +111,6 @@ TEST(KernelCache, BadFilesAreErrorsNamingTheKey) {
       {R"({"cpus": {"x": {"attn_tile_keys": 96, "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"attn_tile_keys": "wide", "types": {}}}})", "attn_tile_keys"},
       {R"({"cpus": {"x": {"attn_tile_keys": 4294967360, "types": {}}}})", "attn_tile_keys"},
-      {R"({"cpus": {"x": {"attn_f16": 1, "types": {}}}})", "attn_f16"},
       {R"({"cpus": {"x": {"threads": 2}}})", "types"},
       {R"({"version": 2, "cpus": {}})", "version 2"},
       {R"({"cpus": {"x": {"tuner": 0, "types": {}}}})", "tuner"},
@@ -155,19 +151,12 @@ TEST(KernelCache, ApplySetsThisCpusEntryOnlyAndSurvivesABadFile) {
   mine.tuning.of(DType::Q4_K).task_panels = 4;
   mine.fp8_path = Fp8Path::F16c;
   mine.attn_tile_keys = 64;
-  mine.attn_f16 = false;
   kernels::set_attention_tile_keys(128);
-  const bool f16_saved = kernels::detail::attention_f16_arith();
-  kernels::detail::set_attention_f16_arith(true);
   save_tuned(kernel_cache_file(dir), kernel_cpu_id(), mine);
   const auto use = apply_kernel_cache(dir);
   EXPECT_EQ(use.status, KernelCacheUse::Applied) << use.line;
   EXPECT_EQ(kernels::kernel_tuning(), mine.tuning);
   EXPECT_EQ(kernels::attention_tile_keys(), 64);
-  if (!kernels::detail::attention_f16_forced()) {
-    EXPECT_FALSE(kernels::detail::attention_f16_arith());
-  }
-  kernels::detail::set_attention_f16_arith(f16_saved);
   if (!std::getenv("RIDGE_FP8_PATH")) {
     EXPECT_EQ(fp8_path(), Fp8Path::F16c);
   }
@@ -252,10 +241,6 @@ TEST(KernelCache, APartialRunMergesIntoTheEarlierEntry) {
   EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 64);
   r.entry.attn_tile_keys = 128;
   EXPECT_EQ(merge_tuned(old, r).attn_tile_keys, 128);
-  old.attn_f16 = false;  // likewise the F16 cache's attention arithmetic
-  EXPECT_EQ(merge_tuned(old, r).attn_f16, false);
-  r.entry.attn_f16 = true;
-  EXPECT_EQ(merge_tuned(old, r).attn_f16, true);
   // Kept values of an older tuner keep the entry stale; a run over every type does not.
   EXPECT_EQ(m.tuner, kTunerGeneration);
   old.tuner = 1;

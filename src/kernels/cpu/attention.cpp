@@ -83,15 +83,16 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
 }
 
 namespace {
-// RIDGE_ATTN_F16=0|1 forces the choice (comparisons, tests of the other way); unset, the
-// F16 way is on where the CPU has it until a kernel cache says otherwise. Read on first
+// RIDGE_ATTN_F16=1 opts in (attention.h says why it is not on by default). Read on first
 // use: the KV cache's construction, on the thread that builds the engine (so a bad value
 // is an error there, not a worker's throw).
 bool f16_arith_from_env() {
   const char* e = std::getenv("RIDGE_ATTN_F16");
-  if (!e || !*e) return true;
+  if (!e || !*e) return false;
   const std::string_view v(e);
   RIDGE_CHECK(v == "0" || v == "1", "RIDGE_ATTN_F16={} is not one of 0, 1", v);
+  RIDGE_CHECK(v == "0" || (cpu_features().avx512fp16 && active_isa() == Isa::Avx512),
+              "RIDGE_ATTN_F16=1 but this CPU path lacks AVX512-FP16 (or RIDGE_ISA is below avx512)");
   return v == "1";
 }
 std::atomic<int> g_f16_arith{-1};
@@ -102,10 +103,6 @@ bool detail::attention_f16_arith() {
   return v == 1;
 }
 void detail::set_attention_f16_arith(bool on) { g_f16_arith.store(on, std::memory_order_relaxed); }
-bool detail::attention_f16_forced() {
-  const char* e = std::getenv("RIDGE_ATTN_F16");
-  return e && *e;
-}
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
   if (l.dtype == DType::F16)

@@ -265,7 +265,8 @@ struct AttnView {
 //  - F16 (an F16 cache): on AVX512-FP16 vectors (vfmadd231ph), the cache's halves as they
 //    are, the query and the probabilities rounded to halves once, products summed in
 //    halves over short chunks and then in f32 (attention_f16_avx512.h). Where the CPU has
-//    the instructions and attention_f16_arith() is on (a tuned choice, by measurement).
+//    the instructions and attention_f16_arith() is on (RIDGE_ATTN_F16=1: an accuracy
+//    trade the user opts into).
 enum class AttnDots { F32, Amx, Bf16, F16 };
 AttnDots attention_dots(const KVLayout& l);
 // The F16 way's products are summed in halves over chunks before they are summed in f32:
@@ -280,14 +281,15 @@ constexpr int32_t kF16ValueKeys = 32;
 bool fp8_lookup_f32();
 void set_fp8_lookup_f32(bool on);  // tests; capped at what the CPU has
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
-// Whether an F16 cache takes the F16 way where the CPU and the layout allow it
-// (AttnDots::F16): `ridge tune-kernels` times both ways and the process applies its
-// choice at start (tools/kernel_cache.h); tests set it. Set between calls only.
-// RIDGE_ATTN_F16=0|1 forces it (attention_f16_forced: a kernel cache's choice is then not
-// applied).
+// Whether an F16 cache takes the F16 way where the layout allows it (AttnDots::F16): off
+// unless RIDGE_ATTN_F16=1 (read at the first KV cache's construction; on a CPU without
+// AVX512-FP16, or with RIDGE_ISA below avx512, an error). An accuracy trade, the user's
+// call as a cache dtype is, never the tuner's: its scores move by a few 2^-11 of
+// sum |q_d k_d| where the f32 way's move by f32 rounding, which on models with large
+// attention logits is enough to part from llama.cpp's greedy tokens where their margin
+// is clear (docs/BENCHMARKS.md, session 52). Tests set it; between calls only.
 bool attention_f16_arith();
 void set_attention_f16_arith(bool on);
-bool attention_f16_forced();
 
 // The SIMD paths' online-softmax step: a tile of whole blocks, aligned to absolute
 // positions, of about `keys` keys (max(1, keys / block_size) blocks), so the per-step

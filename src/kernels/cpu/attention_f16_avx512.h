@@ -2,7 +2,7 @@
 // included by attention_avx512.cpp (whose group<> calls it) and by nothing else: its
 // functions are marked for AVX512-FP16 and reached only where AttnView::f16_dots says so
 // (attention_dots in attention.h: the CPU has the instructions, the layout fits and the
-// tuned choice takes it).
+// user opted in, attention_f16_arith).
 //
 // Why: with 8 query rows per KV head every half of K or V feeds 8 f32 FMAs on the f32
 // path, after a conversion, so that path is bound by the FMA rate, not by the cache's
