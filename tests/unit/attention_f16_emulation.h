@@ -58,7 +58,7 @@ std::vector<double> f16_way_emulation(const KRows& K, const VRows& V, int32_t lo
     float acc = 0.f;
     for (int32_t d0 = 0; d0 < dk; d0 += score_dims) {
       double h = 0;
-      for (int32_t d = d0; d < d0 + score_dims; ++d) h = half_fma(qh[size_t(d)], k[size_t(d)], h);
+      for (int32_t d = d0; d < d0 + score_dims && d < dk; ++d) h = half_fma(qh[size_t(d)], k[size_t(d)], h);
       acc += float(h);
     }
     s[size_t(p)] = double(acc * qf);

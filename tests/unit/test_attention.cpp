@@ -101,7 +101,7 @@ bool fp8_bf16_here() {
   const CpuFeatures& f = cpu_features();
   return f.avx512bf16 && f.avx512vbmi && best_isa() == Isa::Avx512;
 }
-bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512; }
+bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512 && detail::attention_f16_built(); }
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {

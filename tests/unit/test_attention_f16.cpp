@@ -24,7 +24,7 @@
 namespace ridge::kernels {
 namespace {
 
-bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512; }
+bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512 && detail::attention_f16_built(); }
 
 // One layer, one KV head, blocks of bs slots in reverse order; K and V from the functions
 // given.

@@ -146,7 +146,8 @@ std::vector<Way> ways(DType t) {
     v.push_back({Isa(i), Fp8Path::F16c});
     if (Isa(i) == Isa::Avx512 && (t == DType::BF16 || t == DType::F8_E4M3) && fp8_bf16_available())
       v.push_back({Isa(i), Fp8Path::Bf16});
-    if (Isa(i) == Isa::Avx512 && t == DType::F16 && cpu_features().avx512fp16) v.push_back({Isa(i), Fp8Path::F16c, true});
+    if (Isa(i) == Isa::Avx512 && t == DType::F16 && cpu_features().avx512fp16 && detail::attention_f16_built())
+      v.push_back({Isa(i), Fp8Path::F16c, true});
   }
   return v;
 }

@@ -161,7 +161,7 @@ TEST(OpCost, AttentionRunsAgainstTheRoofOfItsArithmetic) {
     e.step();
     return e.op_profile().op(Op::Attention).cls;
   };
-  const bool halves = cpu_features().avx512fp16 && active_isa() == Isa::Avx512;
+  const bool halves = cpu_features().avx512fp16 && active_isa() == Isa::Avx512 && kernels::detail::attention_f16_built();
   const bool f16_saved = kernels::detail::attention_f16_arith();
   kernels::detail::set_attention_f16_arith(true);
   EXPECT_EQ(cls(DType::F16, Fp8Path::Bf16), halves ? ComputeClass::Fp16Fma : ComputeClass::Fp32Fma);

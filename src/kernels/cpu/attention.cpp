@@ -93,6 +93,7 @@ bool f16_arith_from_env() {
   RIDGE_CHECK(v == "0" || v == "1", "RIDGE_ATTN_F16={} is not one of 0, 1", v);
   RIDGE_CHECK(v == "0" || (cpu_features().avx512fp16 && active_isa() == Isa::Avx512),
               "RIDGE_ATTN_F16=1 but this CPU path lacks AVX512-FP16 (or RIDGE_ISA is below avx512)");
+  RIDGE_CHECK(v == "0" || detail::attention_f16_built(), "RIDGE_ATTN_F16=1 but this build's compiler had no half intrinsics");
   return v == "1";
 }
 std::atomic<int> g_f16_arith{-1};
@@ -108,7 +109,7 @@ detail::AttnDots detail::attention_dots(const KVLayout& l) {
   if (l.dtype == DType::F16)
     return !l.v_in_k && l.block_size % 16 == 0 && l.block_size <= kMaxTileKeys && l.head_dim_k % 32 == 0 &&
                    l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 && cpu_features().avx512fp16 &&
-                   attention_f16_arith()
+                   attention_f16_built() && attention_f16_arith()
                ? AttnDots::F16
                : AttnDots::F32;
   const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;

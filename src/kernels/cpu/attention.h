@@ -290,6 +290,9 @@ int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
 // is clear (docs/BENCHMARKS.md, session 52). Tests set it; between calls only.
 bool attention_f16_arith();
 void set_attention_f16_arith(bool on);
+// Whether this build has the F16 way (attention_f16_avx512.h: a compiler that gives the
+// half intrinsics to a function's target attribute).
+bool attention_f16_built();
 
 // The SIMD paths' online-softmax step: a tile of whole blocks, aligned to absolute
 // positions, of about `keys` keys (max(1, keys / block_size) blocks), so the per-step

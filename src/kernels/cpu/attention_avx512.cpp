@@ -578,12 +578,14 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // F16 in half arithmetic (attention_f16_avx512.h), in the same place: the query rows in
   // halves [n_q][dk], a tile's probabilities in halves [n_q][kF16ProbLanes] (64-byte
   // aligned), the rows' factors [n_q].
+#if RIDGE_ATTN_F16_BUILT
   const bool h16 = T == DType::F16 && a.f16_dots;
   uint16_t* qh = reinterpret_cast<uint16_t*>(cr + n_q);
   uint16_t* ph = pw;
   float* qf = reinterpret_cast<float*>(ph + int64_t(n_q) * kF16ProbLanes);
   if constexpr (T == DType::F16)
     if (h16) f16_query_rows(q, ldq, n_q, dk, a.scale, qh, qf);
+#endif
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
   const int64_t ldc = tile_lanes, ldstep = (ldc + kChunkLanes - 1) / kChunkLanes;
   uint8_t* pc = reinterpret_cast<uint8_t*>(qr.scale + n_q);  // [n_q][ldc]
@@ -754,6 +756,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
             scores_bf16_tile<decltype(R)::value>(qb + r0, n_q, dp, gr, ng, kstride, a.scale, sc + int64_t(r0) * lds,
                                                  lds, h * a.k_head_stride, pf);
           });
+#if RIDGE_ATTN_F16_BUILT
         else if (T == DType::F16 && h16)
           with_rows(rows, [&](auto R) {
             // Each row's attended positions in the tile: only their scores decide a redo.
@@ -769,6 +772,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                              h * a.k_head_stride, pf, false);
             }
           });
+#endif
         else if (kFp8<T> && b16)
           with_rows(rows, [&](auto R) {
             if constexpr (kFp8<T>)
@@ -891,6 +895,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
       pf.finish();
       continue;
     }
+#if RIDGE_ATTN_F16_BUILT
     if constexpr (T == DType::F16)
       if (h16) {
         for (int32_t h = 0; h < nh; ++h) {
@@ -912,6 +917,7 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
         pf.finish();
         continue;
       }
+#endif
     if constexpr (kScaled<T>)
       for (int32_t h = 0; h < nh; ++h)
         scale_probabilities(a.v_dim0 >= 0 ? keys_as_values(tl) : tl, gpb, sc + int64_t(h * grp + lo) * lds, lds,
@@ -969,6 +975,8 @@ void attention_group_avx512(const AttnView& v, int32_t n_q, const float* q, int6
     default: return group<DType::F32>(v, n_q, q, ldq, out, ldo, scratch);
   }
 }
+
+bool attention_f16_built() { return RIDGE_ATTN_F16_BUILT; }
 
 void kv_codes_to_f32_avx512(DType t, const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {

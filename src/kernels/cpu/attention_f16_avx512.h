@@ -35,6 +35,18 @@
 
 #include "kernels/cpu/attention_avx512_common.h"
 
+// Compilers that give the half intrinsics to a function's target attribute: GCC from 12,
+// clang from 15 (clang 14, the fuzzing build's, declares them only under -mavx512fp16,
+// which would let it use them anywhere in this file). Elsewhere the way is not built and
+// attention_dots never takes it (attention_f16_built).
+#if (defined(__clang__) && __clang_major__ >= 15) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12) || \
+    defined(__AVX512FP16__)
+#define RIDGE_ATTN_F16_BUILT 1
+#else
+#define RIDGE_ATTN_F16_BUILT 0
+#endif
+
+#if RIDGE_ATTN_F16_BUILT
 namespace ridge::kernels::detail {
 namespace {
 
@@ -208,3 +220,4 @@ F16_DOTS_TARGET ATTN_NOINLINE uint32_t pv_f16(const Tile& tl, int32_t lpb, int32
 
 }  // namespace
 }  // namespace ridge::kernels::detail
+#endif  // RIDGE_ATTN_F16_BUILT
