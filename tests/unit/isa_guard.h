@@ -14,4 +14,10 @@ struct IsaGuard {
   ~IsaGuard() { set_isa(saved), set_amx(amx), set_fp8_path(fp8), kernels::detail::set_attention_f16_arith(f16); }
 };
 
+// Whether an F16 cache's attention can take the half-arithmetic way here (the CPU has
+// AVX512-FP16, runs the AVX-512 kernels, and the compiler built the way).
+inline bool f16_here() {
+  return cpu_features().avx512fp16 && best_isa() == Isa::Avx512 && kernels::detail::attention_f16_built();
+}
+
 }  // namespace ridge::test

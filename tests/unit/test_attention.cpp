@@ -101,12 +101,11 @@ bool fp8_bf16_here() {
   const CpuFeatures& f = cpu_features();
   return f.avx512bf16 && f.avx512vbmi && best_isa() == Isa::Avx512;
 }
-bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512 && detail::attention_f16_built(); }
 std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
     v.push_back({isa, AttnDots::F32});
-    if (isa == Isa::Avx512 && t == DType::F16 && f16_here()) v.push_back({isa, AttnDots::F16});
+    if (isa == Isa::Avx512 && t == DType::F16 && test::f16_here()) v.push_back({isa, AttnDots::F16});
     if (isa != Isa::Avx512 || !(is_fp8(t) || t == DType::BF16)) continue;
     if (is_fp8(t) && cpu_features().avx512vbmi) v.push_back({isa, AttnDots::F32, true});
     if (fp8_tiles_here() && is_fp8(t)) v.push_back({isa, AttnDots::Amx});
@@ -403,7 +402,7 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     bound_b16.push_back(bf16_weight_bound(st, xb.data(), scale, sink));
   }
   // The rows as the F16 way computes them, each half rounding emulated.
-  for (int32_t i = 0; i < n_q && t == DType::F16 && f16_here(); ++i) {
+  for (int32_t i = 0; i < n_q && t == DType::F16 && test::f16_here(); ++i) {
     const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
     const auto K = [&](int32_t p) { return st.row(true, p); };
     const auto V = [&](int32_t p) { return st.row(false, p); };

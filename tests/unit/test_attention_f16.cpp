@@ -24,8 +24,6 @@
 namespace ridge::kernels {
 namespace {
 
-bool f16_here() { return cpu_features().avx512fp16 && best_isa() == Isa::Avx512 && detail::attention_f16_built(); }
-
 // One layer, one KV head, blocks of bs slots in reverse order; K and V from the functions
 // given.
 struct F16Cache {
@@ -109,7 +107,7 @@ std::vector<float> normal(size_t n, float sigma, uint32_t seed) {
 // small ones would be subnormal halves, the large ones' products overflow), and the
 // outputs are the emulation's (test::f16_way_emulation) within kTolF16Emulation.
 TEST(AttentionF16, QueriesOfAnyMagnitudeKeepTheirPrecision) {
-  if (!f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
+  if (!test::f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
   test::IsaGuard guard;
   const int32_t d = 64, n_ctx = 150, n_q = 4;
   const std::vector<float> kx = normal(size_t(n_ctx * d), 1.f, 1), vx = normal(size_t(n_ctx * d), 1.f, 2);
@@ -139,7 +137,7 @@ TEST(AttentionF16, QueriesOfAnyMagnitudeKeepTheirPrecision) {
 // within 1e-3 of max |v| for a peaked one over huge keys (its one-hot P.V is exact in
 // halves too).
 TEST(AttentionF16, OverflowingHalfSumsAreRedoneOnTheF32Way) {
-  if (!f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
+  if (!test::f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
   test::IsaGuard guard;
   const int32_t d = 64, n_ctx = 200;
   const std::vector<float> kx = normal(size_t(n_ctx * d), 1.f, 4), vx = normal(size_t(n_ctx * d), 1.f, 5);
@@ -176,7 +174,7 @@ TEST(AttentionF16, OverflowingHalfSumsAreRedoneOnTheF32Way) {
 // each tile's first (blocks of 80: tiles of 80 positions), the double softmax over the
 // rounded rows (no half sums), or another row's output are each further off than that.
 TEST(AttentionF16, EmulationTellsTheKernelFromItsNeighbours) {
-  if (!f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
+  if (!test::f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
   test::IsaGuard guard;
   const int32_t d = 128, n_ctx = 300, n_q = 8;
   const std::vector<float> kx = normal(size_t(n_ctx * d), 1.f, 7), vx = normal(size_t(n_ctx * d), 1.f, 8);
