@@ -105,7 +105,8 @@ std::vector<Path> paths(DType t) {
   std::vector<Path> v;
   for (Isa isa : isas()) {
     v.push_back({isa, AttnDots::F32});
-    if (isa == Isa::Avx512 && t == DType::F16 && test::f16_here()) v.push_back({isa, AttnDots::F16});
+    if (isa == Isa::Avx512 && (t == DType::F16 || t == DType::F8_E4M3) && test::f16_here())
+      v.push_back({isa, AttnDots::F16});
     if (isa != Isa::Avx512 || !(is_fp8(t) || t == DType::BF16)) continue;
     if (is_fp8(t) && cpu_features().avx512vbmi) v.push_back({isa, AttnDots::F32, true});
     if (fp8_tiles_here() && is_fp8(t)) v.push_back({isa, AttnDots::Amx});
@@ -222,6 +223,24 @@ struct Cache {
 
   AttnArgs args(float scale, int32_t row0 = 0) const {
     return {kv.get(), kLayer, table, n_ctx, scale, {}, window, sinks.empty() ? nullptr : sinks.data() + row0};
+  }
+
+  // An E4M3 cache's position p: its K or V codes as the F16 way's halves (their values x
+  // 2^-8, exact), and its scale x 256 (kCodeUnit).
+  std::vector<float> code_halves(bool is_k, int32_t p) const {
+    const int32_t b = table[size_t(p / l.block_size)], s = p % l.block_size, d = is_k ? l.head_dim_k : l.head_dim_v;
+    const uint8_t* tile = is_k ? kv->k_tile(kLayer, b, kKvHead) : kv->v_tile(kLayer, b, kKvHead);
+    std::vector<float> r(static_cast<size_t>(d));
+    for (int32_t i = 0; i < d; ++i) {
+      const uint8_t c = tile[is_k ? l.k_element(i, s) : l.v_element(s, i)];
+      to_f32(DType::F8_E4M3, &c, &r[size_t(i)], 1);
+      r[size_t(i)] = std::ldexp(r[size_t(i)], -8);
+    }
+    return r;
+  }
+  float unit_scale(bool is_k, int32_t p) const {
+    const int32_t b = table[size_t(p / l.block_size)], s = p % l.block_size;
+    return (is_k ? kv->k_scales(kLayer, b, kKvHead) : kv->v_scales(kLayer, b, kKvHead))[s] * 256.f;
   }
 
   // Stored K or V of position p, exactly (f16/bf16 -> f32 is exact).
@@ -402,13 +421,16 @@ void check_case(DType t, int32_t dk, int32_t dv, int32_t bs, int32_t n_ctx, int3
     bound_b16.push_back(bf16_weight_bound(st, xb.data(), scale, sink));
   }
   // The rows as the F16 way computes them, each half rounding emulated.
-  for (int32_t i = 0; i < n_q && t == DType::F16 && test::f16_here(); ++i) {
+  for (int32_t i = 0; i < n_q && (t == DType::F16 || t == DType::F8_E4M3) && test::f16_here(); ++i) {
     const double sink = st.sinks.empty() ? -INFINITY : double(st.sinks[size_t(i)]);
-    const auto K = [&](int32_t p) { return st.row(true, p); };
-    const auto V = [&](int32_t p) { return st.row(false, p); };
-    ref_h16.push_back(test::f16_way_emulation(K, V, st.lo(), st.n_ctx, q.data() + i * ldq, dk, dv, scale,
-                                              detail::kF16ScoreDims, detail::kF16ValueKeys,
-                                              detail::attention_tile_blocks(bs) * bs, sink));
+    const bool e4m3 = t == DType::F8_E4M3;
+    const auto K = [&](int32_t p) { return e4m3 ? st.code_halves(true, p) : st.row(true, p); };
+    const auto V = [&](int32_t p) { return e4m3 ? st.code_halves(false, p) : st.row(false, p); };
+    const auto KS = [&](int32_t p) { return e4m3 ? st.unit_scale(true, p) : 1.f; };
+    const auto VS = [&](int32_t p) { return e4m3 ? st.unit_scale(false, p) : 1.f; };
+    ref_h16.push_back(test::halves_way_emulation(K, V, KS, VS, e4m3, st.lo(), st.n_ctx, q.data() + i * ldq, dk, dv,
+                                                 scale, detail::kF16ScoreDims, detail::kF16ValueKeys,
+                                                 detail::attention_tile_blocks(bs) * bs, sink));
   }
   const double vs = v_scale(st);
 
@@ -570,27 +592,39 @@ TEST(Attention, Int8ValuesWithExactWeightsMatchTheReference) {
 }
 
 // A value vector with a NaN at an attended position gives every row a non-finite output
-// on every ISA (its scale is NaN: never a finite, wrong row), whichever dtype.
+// on every ISA (its scale is NaN: never a finite, wrong row), whichever dtype, and so
+// does a key or value vector with a NaN or an Inf on the F16 way (F16 and E4M3 caches:
+// its rows go to the f32 path, the E4M3 codes' NaN read there).
 // At a position in the first or the second 128-lane chunk of the int8 weights (blocks of
 // 256 keys: a tile of one block, two chunks; a chunk before the NaN keeps its step, the
 // output is NaN either way), or a tile's last key.
 TEST(Attention, NanValueVectorIsNotFinite) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (DType t : {DType::F16, DType::I8, DType::F8_E4M3, DType::F8_E5M2})
-    for (auto [bs, pos] : {std::pair{16, 37}, std::pair{16, 127}, std::pair{256, 37}, std::pair{256, 200}, std::pair{256, 255}}) {
-      Cache st(t, 32, 32, bs, 300, 3);
-      std::vector<float> v(32, 0.5f);
-      v[7] = std::numeric_limits<float>::quiet_NaN();
-      st.kv->write_v(kLayer, st.table[size_t(pos / bs)], kKvHead, pos % bs, v.data());
-      std::vector<float> q(size_t(4 * 32), 0.1f);
-      IsaGuard guard;
-      for (Isa isa : isas()) {
-        set_isa(isa);
-        const Result grp = run_group(st, q, 32, 4, 0.2f);
-        for (int32_t r = 0; r < 4; ++r)
-          EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)]))
-              << dtype_name(t) << " " << isa_name(isa) << " block size " << bs << " position " << pos << " row " << r;
+    for (auto [bs, pos] : {std::pair{16, 37}, std::pair{16, 127}, std::pair{256, 37}, std::pair{256, 200}, std::pair{256, 255}})
+      for (int bad = 0; bad < 4; ++bad) {  // a NaN value; the F16 way: an Inf value, a NaN key, an Inf key
+        const bool halves = (t == DType::F16 || t == DType::F8_E4M3) && test::f16_here() && bs <= detail::kMaxTileKeys;
+        if (bad > 0 && !halves) continue;
+        Cache st(t, 32, 32, bs, 300, 3);
+        std::vector<float> v(32, 0.5f);
+        v[7] = bad == 1 || bad == 3 ? inf : nan;
+        if (bad < 2) st.kv->write_v(kLayer, st.table[size_t(pos / bs)], kKvHead, pos % bs, v.data());
+        else st.kv->write_k(kLayer, st.table[size_t(pos / bs)], kKvHead, pos % bs, v.data());
+        std::vector<float> q(size_t(4 * 32), 0.1f);
+        IsaGuard guard;
+        for (Isa isa : isas())
+          for (bool h : {false, true}) {
+            if (h && !(halves && isa == Isa::Avx512)) continue;
+            set_isa(isa);
+            detail::set_attention_f16_arith(h);
+            ASSERT_EQ(detail::attention_dots(st.l) == AttnDots::F16, h);
+            const Result grp = run_group(st, q, 32, 4, 0.2f);
+            for (int32_t r = 0; r < 4; ++r)
+              EXPECT_FALSE(std::isfinite(grp.out[size_t(r * grp.ldo + 7)]))
+                  << dtype_name(t) << " " << isa_name(isa) << (h ? "+f16" : "") << " block size " << bs << " position "
+                  << pos << " case " << bad << " row " << r;
+          }
       }
-    }
 }
 
 // Shapes the models above do not have: other block sizes (groups of keys that straddle or

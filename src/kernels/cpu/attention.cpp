@@ -64,7 +64,8 @@ int64_t values_i8_block_bytes(const KVLayout& l) {
 //   [dk / 2][n_q], [n_q][128 / 2]    bf16 on AVX512-BF16 (AttnView::bf16_dots): the query rows
 //                                    in bf16 pairs, a tile's probabilities in bf16 (16 floats
 //                                    of room to align them); F16 on AVX512-FP16
-//   [n_q]                            (f16_dots) the same in halves, then the rows' factors
+//   [n_q], [n_q]                     (f16_dots) the same in halves, then the rows' factors
+//                                    and (E4M3) their weights' factors
 // The AVX-512 path's tiles span several blocks: attention_tile_lanes.
 int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t bs = l.block_size, bsp = (bs + 15) / 16 * 16, dkp = (l.head_dim_k + 15) / 16 * 16;
@@ -76,7 +77,7 @@ int64_t attention_scratch_floats(const KVLayout& l, int32_t n_q) {
   const int64_t fp8 = is_fp8 ? detail::fp8_tiles_bytes(l, n_q) / 4 + 16 : 0;  // AMX tiles
   // The vector ways' query pairs and bf16 probabilities (BF16 and FP8).
   const int64_t b16 = l.dtype == DType::BF16 || is_fp8 || l.dtype == DType::F16
-                          ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2 + 1) + 16
+                          ? int64_t(n_q) * ((l.head_dim_k + 1) / 2 + detail::kMaxTileKeys / 2 + 2) + 16
                           : 0;
   return 16 + row * dkp + tb * ((vn + 15) / 16 * 16) + int64_t(n_q) * row + 3 * int64_t(n_q) + 2 * lanes + i8 + b16 + fp8 +
          segment_fold_floats(l, n_q) + values_from_keys_floats(l, n_q);
@@ -106,12 +107,14 @@ bool detail::attention_f16_arith() {
 void detail::set_attention_f16_arith(bool on) { g_f16_arith.store(on, std::memory_order_relaxed); }
 
 detail::AttnDots detail::attention_dots(const KVLayout& l) {
-  if (l.dtype == DType::F16)
+  // The F16 way (opted in) takes an F16 cache, and an E4M3 one where no AMX tiles run.
+  const auto halves = [&] {
     return !l.v_in_k && l.block_size % 16 == 0 && l.block_size <= kMaxTileKeys && l.head_dim_k % 32 == 0 &&
-                   l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 && cpu_features().avx512fp16 &&
-                   attention_f16_built() && attention_f16_arith()
-               ? AttnDots::F16
-               : AttnDots::F32;
+           l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512 && cpu_features().avx512fp16 &&
+           attention_f16_built() && attention_f16_arith();
+  };
+  if (l.dtype == DType::F16) return halves() ? AttnDots::F16 : AttnDots::F32;
+  if (l.dtype == DType::F8_E4M3 && !amx_bf16_active() && halves()) return AttnDots::F16;
   const bool fp8 = l.dtype == DType::F8_E4M3 || l.dtype == DType::F8_E5M2;
   const bool shape = (fp8 || l.dtype == DType::BF16) && l.block_size % 16 == 0 && l.head_dim_k % 32 == 0 &&
                      l.head_dim_v % 32 == 0 && active_isa() == Isa::Avx512;

@@ -262,11 +262,14 @@ struct AttnView {
 // values may lie in its keys, KVLayout::v_in_k: P.V then broadcasts their pairs from the
 // keys' rows against the rows across the lanes); scratch then holds fp8_tiles_bytes more (FP8; attention_scratch_floats counts
 // them). Whatever the rows of a call (units of 16).
-//  - F16 (an F16 cache): on AVX512-FP16 vectors (vfmadd231ph), the cache's halves as they
-//    are, the query and the probabilities rounded to halves once, products summed in
-//    halves over short chunks and then in f32 (attention_f16_avx512.h). Where the CPU has
-//    the instructions and attention_f16_arith() is on (RIDGE_ATTN_F16=1: an accuracy
-//    trade the user opts into).
+//  - F16 (an F16 cache, or an E4M3 one where the AMX tiles are not active): on AVX512-FP16
+//    vectors (vfmadd231ph), the cache's halves as they are (E4M3: its codes made halves
+//    of their values x 2^-8, the scales applied in f32), the query and the probabilities
+//    (E4M3: the weights, each row by a power of two per tile) rounded to halves once,
+//    products summed in halves over short chunks and then in f32
+//    (attention_f16_avx512.h). Where the CPU has the instructions and
+//    attention_f16_arith() is on (RIDGE_ATTN_F16=1: an accuracy trade the user opts
+//    into).
 enum class AttnDots { F32, Amx, Bf16, F16 };
 AttnDots attention_dots(const KVLayout& l);
 // The F16 way's products are summed in halves over chunks before they are summed in f32:
@@ -281,7 +284,7 @@ constexpr int32_t kF16ValueKeys = 32;
 bool fp8_lookup_f32();
 void set_fp8_lookup_f32(bool on);  // tests; capped at what the CPU has
 int64_t fp8_tiles_bytes(const KVLayout& l, int32_t n_q);
-// Whether an F16 cache takes the F16 way where the layout allows it (AttnDots::F16): off
+// Whether an F16 (or E4M3) cache takes the F16 way where the layout allows it (AttnDots::F16): off
 // unless RIDGE_ATTN_F16=1 (read at the first KV cache's construction; on a CPU without
 // AVX512-FP16, or with RIDGE_ISA below avx512, an error). An accuracy trade, the user's
 // call as a cache dtype is, never the tuner's: its scores move by a few 2^-11 of

@@ -579,11 +579,14 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
   // halves [n_q][dk], a tile's probabilities in halves [n_q][kF16ProbLanes] (64-byte
   // aligned), the rows' factors [n_q].
 #if RIDGE_ATTN_F16_BUILT
-  const bool h16 = T == DType::F16 && a.f16_dots;
+  // An E4M3 cache the same, its weights' factors after: uf [n_q].
+  constexpr bool kHalves = T == DType::F16 || T == DType::F8_E4M3;
+  const bool h16 = kHalves && a.f16_dots;
   uint16_t* qh = reinterpret_cast<uint16_t*>(cr + n_q);
   uint16_t* ph = pw;
   float* qf = reinterpret_cast<float*>(ph + int64_t(n_q) * kF16ProbLanes);
-  if constexpr (T == DType::F16)
+  float* uf = qf + n_q;
+  if constexpr (kHalves)
     if (h16) f16_query_rows(q, ldq, n_q, dk, a.scale, qh, qf);
 #endif
   // Int8 values: the rows' 8-bit weights of a tile, and their steps.
@@ -757,19 +760,19 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                                                  lds, h * a.k_head_stride, pf);
           });
 #if RIDGE_ATTN_F16_BUILT
-        else if (T == DType::F16 && h16)
+        else if (kHalves && h16)
           with_rows(rows, [&](auto R) {
             // Each row's attended positions in the tile: only their scores decide a redo.
             int32_t span[2 * kRows];
             for (int32_t r = 0; r < decltype(R)::value; ++r)
               span[2 * r] = row_first(i + r) - b0 * bs, span[2 * r + 1] = row_end(i + r) - b0 * bs;
-            uint32_t redo = scores_f16_tile<decltype(R)::value>(qh + int64_t(r0) * dk, dk, qf + r0, span, gr, ng,
-                                                                kstride, sc + int64_t(r0) * lds, lds,
-                                                                h * a.k_head_stride, pf);
-            for (; redo; redo &= redo - 1) {  // the rows whose half sums left the finite halves
+            uint32_t redo = scores_f16_tile<decltype(R)::value, kFp8<T>>(qh + int64_t(r0) * dk, dk, qf + r0, span, gr,
+                                                                         ng, kstride, sc + int64_t(r0) * lds, lds,
+                                                                         h * a.k_head_stride, pf);
+            for (; redo; redo &= redo - 1) {  // the rows whose sums left the finite halves or floats
               const int32_t r = r0 + __builtin_ctz(redo);
               scores_rows<T>(1, q + r * ldq, ldq, gr, ng, kstride, dk, a.scale, sc + int64_t(r) * lds, lds,
-                             h * a.k_head_stride, pf, false);
+                             h * a.k_head_stride, pf, a.fp8_lookup);
             }
           });
 #endif
@@ -924,6 +927,32 @@ void group(const AttnView& a, int32_t n_q, const float* q, int64_t ldq, float* o
                             hi - lo,
                             a.v_dim0 >= 0 ? h * a.k_head_stride + a.k_scales_off : h * a.v_head_stride + a.v_scales_off,
                             a.tiles ? 1.f : kCodeUnit<T>);
+#if RIDGE_ATTN_F16_BUILT
+    if constexpr (T == DType::F8_E4M3)
+      if (h16) {  // the weights (scaled above) in halves, each row by its own power of two
+        for (int32_t h = 0; h < nh; ++h) {
+          fp8_weights_halves(sc + int64_t(h * grp + lo) * lds, lds, hi - lo, lanes,
+                             ph + int64_t(h * grp + lo) * kF16ProbLanes, uf + h * grp + lo);
+          for (int32_t i = lo; i < hi; i += kRows)
+            with_rows(hi - i < kRows ? hi - i : kRows, [&](auto R) {
+              const int32_t r0 = h * grp + i;
+              for (int32_t d0 = 0; d0 < dv; d0 += 32) {
+                uint32_t redo = pv_f16<decltype(R)::value, true>(tl, gpb * 16, unit_live(i),
+                                                                 ph + int64_t(r0) * kF16ProbLanes, cr + r0,
+                                                                 out + r0 * ldo, ldo, d0, dv, h * a.v_head_stride, pf,
+                                                                 uf + r0);
+                for (; redo; redo &= redo - 1) {
+                  const int32_t r = r0 + __builtin_ctz(redo);
+                  pv_rows<T>(1, tl, gpb * 16, unit_live(i), sc + int64_t(r) * lds, lds, cr + r, out + r * ldo, ldo,
+                             d0, dv, h * a.v_head_stride, pf, a.fp8_lookup);
+                }
+              }
+            });
+        }
+        pf.finish();
+        continue;
+      }
+#endif
     if constexpr (kFp8<T>)
       if (a.tiles) {
         fp8_tiles_pv<T>(a, ft, tl, grp, lo, hi, sc, lds, cr, out, ldo, pf);
