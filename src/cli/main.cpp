@@ -199,7 +199,8 @@ stderr: one updating line on a terminal, a line every few seconds otherwise; --q
 The model defaults to $RIDGE_MODEL, else the first *.gguf in ./models.
 RIDGE_ISA=scalar|avx2|avx512 forces a SIMD path; RIDGE_AMX=off keeps the int8 GEMM off
 the AMX tiles (Sapphire Rapids and later), on makes their absence an error;
-RIDGE_ATTN_F16=1 puts an f16 or fp8_e4m3 KV cache's attention on AVX512-FP16 halves (faster, less exact).
+RIDGE_ATTN_F16=1 puts an f16 KV cache's attention on AVX512-FP16 halves, and an fp8_e4m3
+one's where the AMX tiles are not active (faster, less exact).
 )";
 
 // `ridge CMD --help`: CMD's lines of the usage (its line and the indented ones under it).

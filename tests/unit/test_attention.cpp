@@ -617,6 +617,7 @@ TEST(Attention, NanValueVectorIsNotFinite) {
             if (h && !(halves && isa == Isa::Avx512)) continue;
             set_isa(isa);
             detail::set_attention_f16_arith(h);
+            if (h) set_amx(false);  // (E4M3: the way is taken where the tiles are not)
             ASSERT_EQ(detail::attention_dots(st.l) == AttnDots::F16, h);
             const Result grp = run_group(st, q, 32, 4, 0.2f);
             for (int32_t r = 0; r < 4; ++r)
@@ -625,6 +626,58 @@ TEST(Attention, NanValueVectorIsNotFinite) {
                   << pos << " case " << bad << " row " << r;
           }
       }
+}
+
+// An E4M3 cache on the F16 way: values of any magnitude. A row's weights (probability x
+// value scale) are scaled into [1, 2) by its own power of two per tile before they are
+// rounded to halves; without it, values near 1e4 overflow the half sums (the row would go
+// to the f32 path, off the emulation) and values near 1e-6 fall into the halves'
+// subnormals (bits lost). Per-key magnitudes from 1e-4 to 1e4 in one context, too; each
+// row grouped or alone, its bits the same.
+TEST(Attention, E4M3WeightsOfAnyMagnitudeOnTheF16Way) {
+  if (!test::f16_here()) GTEST_SKIP() << "no AVX512-FP16 on this CPU: the F16 way is not taken here";
+  const int32_t dk = 64, dv = 64, bs = 16, n_ctx = 300, n_q = 8;
+  const float scale = 0.125f;
+  for (int mag = 0; mag < 3; ++mag) {
+    Cache st(DType::F8_E4M3, dk, dv, bs, n_ctx, uint32_t(91 + mag));
+    for (int32_t p = 0; p < n_ctx; ++p) {  // the values rescaled: 1e4, 1e-6, or by key
+      std::vector<float> v = st.row(false, p);
+      const float f = mag == 0 ? 1e4f : mag == 1 ? 1e-6f : std::pow(10.f, float(p % 9) - 4.f);
+      for (float& x : v) x *= f;
+      st.kv->write_v(kLayer, st.table[size_t(p / bs)], kKvHead, p % bs, v.data());
+    }
+    std::mt19937 rng(7u + uint32_t(mag));
+    std::normal_distribution<float> u(0.f, 1.f);
+    std::vector<float> q(size_t(n_q * dk));
+    for (int32_t i = 0; i < n_q; ++i)
+      for (int32_t d = 0; d < dk; ++d) q[size_t(i * dk + d)] = u(rng) * float(1 + i);  // later rows: peaked
+    IsaGuard guard;
+    set_isa(Isa::Avx512);
+    set_amx(false);
+    detail::set_attention_f16_arith(true);
+    ASSERT_EQ(detail::attention_dots(st.l), AttnDots::F16);
+    const Result grp = run_group(st, q, dk, n_q, scale);
+    const Result one = run_rows(st, q, dk, n_q, scale);
+    const double vs = v_scale(st);
+    double err = 0;
+    for (int32_t i = 0; i < n_q; ++i) {
+      const auto K = [&](int32_t p) { return st.code_halves(true, p); };
+      const auto V = [&](int32_t p) { return st.code_halves(false, p); };
+      const auto KS = [&](int32_t p) { return st.unit_scale(true, p); };
+      const auto VS = [&](int32_t p) { return st.unit_scale(false, p); };
+      const std::vector<double> want =
+          test::halves_way_emulation(K, V, KS, VS, true, 0, n_ctx, q.data() + i * dk, dk, dv, scale,
+                                     detail::kF16ScoreDims, detail::kF16ValueKeys, detail::attention_tile_blocks(bs) * bs);
+      for (int32_t d = 0; d < dv; ++d) {
+        const float a = grp.out[size_t(i * grp.ldo + d)], b = one.out[size_t(i * one.ldo + d)];
+        ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "magnitude case " << mag << " row " << i << " col " << d;
+        err = std::max(err, std::fabs(double(a) - want[size_t(d)]) / vs);
+      }
+    }
+    EXPECT_LE(err, test::kTolF16Emulation) << "magnitude case " << mag;
+    std::printf("[Attention] E4M3 on the F16 way, values x %s: largest difference from the emulation %.2e of max|v|\n",
+                mag == 0 ? "1e4" : mag == 1 ? "1e-6" : "1e-4..1e4 by key", err);
+  }
 }
 
 // Shapes the models above do not have: other block sizes (groups of keys that straddle or

@@ -253,7 +253,8 @@ struct AttnView {
 //    multiply instructions. The rounding (2^-8 of each operand) is a few percent of what
 //    the E4M3 codes' own (2^-4) does to a score, and what a GPU's bf16 attention does to
 //    a BF16 cache's; every row's result is still its own alone (batch invariance). Taken
-//    only where the AMX tiles are not active: on the Intel CPU measured vdpbf16ps ran at
+//    only where the AMX tiles are not active (nor, for E4M3, the opted-in F16 way below,
+//    which is taken before it): on the Intel CPU measured vdpbf16ps ran at
 //    half the FMA's rate, on Zen 5 at twice it (docs/BENCHMARKS.md), and tiles for BF16
 //    are not built.
 //  - F32: codes converted to f32 and FMAs (any other shape, or neither unit).

@@ -13,12 +13,16 @@
 // twice the FMAs: its key scales multiply the scores after the sums, and a row's weights
 // (probability x value scale, any magnitude) are scaled by a power of two per tile that
 // puts the largest in [1, 2) before they are rounded, undone at each chunk's flush. That
-// power is the row's own (its unattended keys weigh 0, and tiles lie at fixed
-// positions), so batch invariance holds; half sums stay under 112 (no overflow).
+// power is the row's own: tiles lie at fixed positions, and every row of an E4M3 call
+// shares one context (attention_shares_positions: scaled caches split rows with their own
+// contexts into lone calls), so its keys are the row's keys; a key whose value scale is
+// not finite makes its weight Inf or NaN and the row is redone on the f32 path, whose
+// sums are NaN there too. Half sums stay at most 32 x 2 x 1.75 = 112 (no overflow).
 //
 // Numerics. A query row is scaled by a power of two that puts its largest magnitude in
 // [1, 2) and rounded to halves once per call (its factor undone in f32 with the softmax
-// scale); a row's probabilities are rounded to halves once per tile (they lie in [0, 1]).
+// scale); a row's probabilities are rounded to halves once per tile (they lie in [0, 1];
+// E4M3: its weights, scaled as above).
 // Products are summed in halves over a chunk (kF16ScoreDims dimensions of a score,
 // kF16ValueKeys positions of an output), each lane in its own fixed order, and the
 // chunks' sums in f32. Each operand's rounding is 2^-11 of itself and a chunk's sum adds
