@@ -232,8 +232,8 @@ F16_DOTS_TARGET void f16_probabilities(const float* p, int64_t lds, int32_t n, i
 // apart, scale_probabilities' result: any magnitude) each scaled by 2^e that puts its
 // largest in [1, 2) and rounded, ph[n][kF16ProbLanes], and uf[r] = 2^-e, which the P.V's
 // flushes multiply back (NaN where a weight is not finite: the row's sums then are not
-// finite and the row is redone on the f32 path). A row's largest weight is among the keys
-// it attends (the others' are 0) in a tile at fixed positions, so e is the row's own.
+// finite and the row is redone on the f32 path). The lanes are the row's own keys (the
+// file's header says why), so e is the row's own.
 F16_DOTS_TARGET void fp8_weights_halves(const float* p, int64_t lds, int32_t n, int32_t lanes, uint16_t* ph, float* uf) {
   for (int32_t r = 0; r < n; ++r) {
     const float* x = p + r * lds;
